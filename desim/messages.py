@@ -1,0 +1,74 @@
+"""Batches of messages: the unit in which the network hands work to a protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+_EMPTY_PAYLOAD = np.empty((0, 0))
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Messages delivered at one instant, as a struct of arrays (one entry per message).
+
+    ``kind`` holds indices into ``kinds`` (the protocol's message kinds). ``payload`` is a
+    float array of shape (n, width); messages of a kind with a narrower payload are padded
+    with NaN when batches of several kinds are joined.
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    kind: np.ndarray
+    payload: np.ndarray
+    sent_at: np.ndarray
+    kinds: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def of_kind(self, name: str) -> Batch:
+        """The messages of kind `name`, in delivery order (possibly none)."""
+        code = self.kinds.index(name)
+        if len(self.kind) and self.kind[0] == code and self.kind[-1] == code:
+            mask = self.kind == code
+            if mask.all():  # the usual case: a batch of one kind
+                return self
+            return self.select(mask)
+        return self.select(self.kind == code)
+        return self.select(mask)
+
+    def select(self, index: np.ndarray) -> Batch:
+        """The messages picked by a boolean mask or an index array."""
+        return Batch(
+            self.src[index],
+            self.dst[index],
+            self.kind[index],
+            self.payload[index],
+            self.sent_at[index],
+            self.kinds,
+        )
+
+    @staticmethod
+    def concat(parts: Sequence[Batch]) -> Batch:
+        """The messages of `parts` one after the other (send order is kept)."""
+        if len(parts) == 1:
+            return parts[0]
+        width = max(p.payload.shape[1] for p in parts)
+        payloads = []
+        for p in parts:
+            if p.payload.shape[1] < width:
+                pad = np.full((len(p), width - p.payload.shape[1]), np.nan)
+                payloads.append(np.hstack([p.payload, pad]))
+            else:
+                payloads.append(p.payload)
+        return Batch(
+            np.concatenate([p.src for p in parts]),
+            np.concatenate([p.dst for p in parts]),
+            np.concatenate([p.kind for p in parts]),
+            np.concatenate(payloads),
+            np.concatenate([p.sent_at for p in parts]),
+            parts[0].kinds,
+        )

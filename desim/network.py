@@ -1,0 +1,114 @@
+"""The network: carries messages between agents over a link model, in batches.
+
+Each send call draws availability and latency for its messages, drops those on links that are
+down, and files the rest under their delivery time. One SimPy event is scheduled per distinct
+delivery time; when it fires, everything filed under that time is handed to the protocol as one
+`Batch`, in send order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import simpy
+from simpy.events import Event
+
+from desim.links import LinkModel
+from desim.messages import Batch
+
+#: Priorities of same-time events: a slot's tick, then deliveries, then measurements.
+PRIORITY_TICK, PRIORITY_DELIVER, PRIORITY_RECORD = 0, 1, 2
+
+
+class At(Event):
+    """An event that fires `delay` after now with a given same-time priority (like `Timeout`)."""
+
+    def __init__(self, env: simpy.Environment, delay: float, priority: int) -> None:
+        if delay < 0:
+            raise ValueError(f"negative delay {delay}")
+        self.env = env
+        self.callbacks = []
+        self._value = None
+        self._ok = True
+        env.schedule(self, priority, delay)
+
+
+class Network:
+    """Message transport between `n_agents` agents for one protocol's message kinds.
+
+    `sent[k]` and `dropped[k]` count messages of kind `kinds[k]` since the start.
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        kinds: tuple[str, ...],
+        links: LinkModel,
+        rng_links: np.random.Generator,
+        rng_latency: np.random.Generator,
+        deliver: Callable[[Batch], None],
+    ) -> None:
+        self.env = env
+        self.kinds = kinds
+        self.links = links
+        self._rng_links = rng_links
+        self._rng_latency = rng_latency
+        self._deliver = deliver
+        self._pending: dict[float, list[Batch]] = {}
+        self.sent = np.zeros(len(kinds), dtype=np.int64)
+        self.dropped = np.zeros(len(kinds), dtype=np.int64)
+
+    def send(
+        self,
+        kind: str,
+        src: np.ndarray,
+        dst: np.ndarray,
+        payload: np.ndarray | None = None,
+    ) -> None:
+        """Send one message of `kind` from each src[i] to dst[i], carrying payload[i] (a row)."""
+        code = self.kinds.index(kind)
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        n = len(src)
+        if n == 0:
+            return
+        if payload is None:
+            payload = np.empty((n, 0))
+        elif payload.ndim == 1:
+            payload = payload[:, None]
+        now = self.env.now
+        self.sent[code] += n
+        delay: np.ndarray | float = 0.0
+        if not self.links.ideal:
+            up = self.links.available(self._rng_links, now, src, dst)
+            if up is not True:
+                up = np.asarray(up, dtype=bool)
+                if not up.all():
+                    self.dropped[code] += n - int(up.sum())
+                    src, dst, payload = src[up], dst[up], payload[up]
+                    n = len(src)
+                    if n == 0:
+                        return
+            delay = self.links.latency(self._rng_latency, now, src, dst)
+        batch = Batch(src, dst, np.full(n, code), payload, np.full(n, float(now)), self.kinds)
+        if np.ndim(delay) == 0:
+            self._file(now + float(delay), batch)
+            return
+        due = now + np.asarray(delay, dtype=float)
+        times, first = np.unique(due, return_inverse=True)
+        for i, when in enumerate(times):
+            self._file(float(when), batch.select(first == i))
+
+    def _file(self, when: float, batch: Batch) -> None:
+        parts = self._pending.get(when)
+        if parts is not None:
+            parts.append(batch)
+            return
+        self._pending[when] = [batch]
+        At(self.env, when - self.env.now, PRIORITY_DELIVER).callbacks.append(
+            lambda _event, when=when: self._fire(when)
+        )
+
+    def _fire(self, when: float) -> None:
+        self._deliver(Batch.concat(self._pending.pop(when)))

@@ -1,0 +1,169 @@
+"""Declared, validated parameters: what protocols, data models, links and curves accept.
+
+A component declares its parameters as a frozen dataclass whose fields are made with `param`
+(default, one-sentence doc, optional bounds). `build` turns a table read from a study file into
+that dataclass, or raises `ConfigError` with one line naming the field, the value and what is
+allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A study file or argument that cannot be run; the message is one line for a person."""
+
+
+def param(
+    default: Any,
+    doc: str,
+    *,
+    gt: float | None = None,
+    ge: float | None = None,
+    lt: float | None = None,
+    le: float | None = None,
+    nonempty: bool = False,
+) -> Any:
+    """A dataclass field with a default, a one-sentence doc and optional bounds.
+
+    Bounds apply to a number, or to every element of a list of numbers.
+    """
+    meta = {"doc": doc, "gt": gt, "ge": ge, "lt": lt, "le": le, "nonempty": nonempty}
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _bounds_text(meta: dict) -> str:
+    parts = []
+    for key, sym in (("gt", ">"), ("ge", "≥"), ("lt", "<"), ("le", "≤")):
+        if meta.get(key) is not None:
+            parts.append(f"{sym} {meta[key]:g}")
+    return " and ".join(parts)
+
+
+def _check_bounds(x: float, meta: dict) -> bool:
+    if isinstance(x, float) and math.isnan(x):
+        return False
+    return not (
+        (meta.get("gt") is not None and not x > meta["gt"])
+        or (meta.get("ge") is not None and not x >= meta["ge"])
+        or (meta.get("lt") is not None and not x < meta["lt"])
+        or (meta.get("le") is not None and not x <= meta["le"])
+    )
+
+
+def _type_name(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in get_args(tp))
+    if origin is list:
+        return f"a list of {_type_name(get_args(tp)[0])}"
+    if tp is type(None):
+        return "absent"
+    return {float: "a number", int: "an integer", bool: "true or false", str: "a string"}.get(
+        tp, str(tp)
+    )
+
+
+def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
+    """(ok, converted value) for `value` against the annotation `tp`."""
+    origin = get_origin(tp)
+    if origin is Literal:
+        return (value in get_args(tp) and isinstance(value, str | bool | int)), value
+    if origin in (typing.Union, types.UnionType):
+        for arg in get_args(tp):
+            if arg is type(None):
+                if value is None:
+                    return True, None
+                continue
+            ok, v = _coerce(value, arg)
+            if ok:
+                return True, v
+        return False, value
+    if origin is list:
+        if not isinstance(value, list | tuple):
+            return False, value
+        out = []
+        for item in value:
+            ok, v = _coerce(item, get_args(tp)[0])
+            if not ok:
+                return False, value
+            out.append(v)
+        return True, out
+    if tp is bool:
+        return isinstance(value, bool), value
+    if tp is int:
+        return (isinstance(value, int) and not isinstance(value, bool)), value
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return True, float(value)
+        return False, value
+    if tp is str:
+        return isinstance(value, str), value
+    return isinstance(value, tp), value
+
+
+def field_names(cls: type) -> list[str]:
+    """The parameter names a params dataclass accepts."""
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def unknown_key_message(where: str, key: str, allowed: list[str]) -> str:
+    """One line for an unknown key, with a 'did you mean' when one is close."""
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{where}: unknown key {key!r}{hint}; allowed: {', '.join(allowed) or 'none'}"
+
+
+def build(cls: type[T], table: dict[str, Any], where: str) -> T:
+    """Validate `table` against the params dataclass `cls` and return an instance.
+
+    `where` names the table in messages, e.g. ``scenario 'PM-I RR'``.
+    """
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in table:
+        if key not in fields:
+            raise ConfigError(unknown_key_message(where, key, list(fields)))
+    values = {}
+    for name, value in table.items():
+        f = fields[name]
+        tp = hints[name]
+        ok, v = _coerce(value, tp)
+        if not ok:
+            raise ConfigError(f"{where}: {name} = {value!r}: must be {_type_name(tp)}")
+        meta = f.metadata
+        if meta.get("nonempty") and isinstance(v, list) and not v:
+            raise ConfigError(f"{where}: {name} = []: must not be empty")
+        bounds = _bounds_text(meta)
+        if bounds:
+            numbers = v if isinstance(v, list) else [v]
+            for x in numbers:
+                if isinstance(x, int | float) and not _check_bounds(x, meta):
+                    raise ConfigError(f"{where}: {name} = {value!r}: must be {bounds}")
+        values[name] = v
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as exc:  # cross-field checks in __post_init__
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def describe(cls: type) -> list[tuple[str, str, Any, str]]:
+    """(name, type, default, doc) for every parameter of `cls`, for `desim list` and docs."""
+    hints = typing.get_type_hints(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        rows.append((f.name, _type_name(hints[f.name]), default, f.metadata.get("doc", "")))
+    return rows

@@ -1,0 +1,144 @@
+"""Figures of a study: one file per [[plot]], drawn from results/ without running anything.
+
+Each plot shows one metric against the slot t on log–log axes: one line per scenario (the mean
+over replicates) with a 95% confidence band (mean ± 1.96 standard errors, computed with one
+groupby, which stays fast for hundreds of runs), and the closed-form curves dashed. A study
+with a grid gets one panel per grid point, sharing axes and one legend.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: never needs a display
+
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from desim.params import ConfigError  # noqa: E402
+from desim.results import atomic_write, load_curves, load_metrics  # noqa: E402
+from desim.study import GridPoint, PlotSpec, Study  # noqa: E402
+
+#: Resolution of written figures.
+DPI = 150
+#: Panels per row when a grid gives several panels.
+PANELS_PER_ROW = 3
+#: Axis labels of the metrics the recorder writes (others are labelled by their name).
+Y_LABELS = {"mse": "mean squared error"}
+
+
+def _at_point(frame: pd.DataFrame, point: GridPoint) -> pd.DataFrame:
+    """The rows of `frame` at grid `point` (all rows without a grid)."""
+    mask = np.ones(len(frame), dtype=bool)
+    for col, value in point.columns.items():
+        mask &= (frame[col] == value).to_numpy()
+    return frame[mask]
+
+
+def _layout(study: Study) -> tuple[int, int]:
+    """(rows, columns) of panels: a table for a two-parameter grid, else rows of panels."""
+    n = len(study.points)
+    grid = study.grid_columns
+    if len(grid) == 2:  # rows follow the first parameter, columns the second (points in order)
+        ncols = len({json.dumps(p.values[list(grid)[1]]) for p in study.points})
+        return n // ncols, ncols
+    ncols = min(n, PANELS_PER_ROW)
+    return math.ceil(n / ncols), ncols
+
+
+def summarise(metrics: pd.DataFrame, metric: str, grid: list[str]) -> pd.DataFrame:
+    """Mean, 95% band and replicate count of `metric` per (grid point, scenario, t)."""
+    rows = metrics[metrics["metric"] == metric]
+    stats = (
+        rows.groupby([*grid, "scenario", "t"], sort=False)["value"]
+        .agg(["mean", "std", "count"])
+        .reset_index()
+    )
+    half = 1.96 * stats["std"].fillna(0.0) / np.sqrt(stats["count"])
+    stats["low"] = stats["mean"] - half
+    stats["high"] = stats["mean"] + half
+    return stats
+
+
+def draw_figures(study: Study) -> list[Path]:
+    """Draw every plot of `study` from its results; return the files written."""
+    metrics = load_metrics(study)
+    if metrics.empty:
+        raise ConfigError(f"{study.results_dir}: no finished runs to plot")
+    curves = load_curves(study)
+    study.figures_dir.mkdir(parents=True, exist_ok=True)
+    return [draw_plot(study, spec, metrics, curves) for spec in study.plots]
+
+
+def draw_plot(
+    study: Study, spec: PlotSpec, metrics: pd.DataFrame, curves: pd.DataFrame | None
+) -> Path:
+    """Draw one [[plot]] into figures/ and return its path."""
+    available = sorted(metrics["metric"].unique())
+    if spec.metric not in available:
+        raise ConfigError(
+            f"plot {spec.file!r}: metric = {spec.metric!r}: not in the results; "
+            f"available: {', '.join(available)}"
+        )
+    grid = list(study.grid_columns.values())
+    stats = summarise(metrics[metrics["scenario"].isin(spec.scenarios)], spec.metric, grid)
+    points = study.points
+    nrows, ncols = _layout(study)
+    palette = sns.color_palette("colorblind", len(spec.scenarios) + len(spec.curves))
+    with sns.axes_style("whitegrid"):
+        fig, axes = plt.subplots(
+            nrows, ncols, figsize=(5.2 * ncols + 1.5, 3.9 * nrows), squeeze=False,
+            sharex=True, sharey=True, layout="constrained",
+        )
+    for ax, point in zip(axes.flat, points, strict=False):
+        here = _at_point(stats, point)
+        for color, name in zip(palette, spec.scenarios, strict=False):
+            line = here[here["scenario"] == name]
+            if line.empty:  # e.g. every replicate of it failed
+                continue
+            ax.plot(line["t"], line["mean"], color=color, lw=1.6, label=name)
+            ax.fill_between(line["t"], line["low"], line["high"], color=color, alpha=0.2, lw=0)
+        if curves is not None and spec.curves:
+            here_c = _at_point(curves, point)
+            for k, name in enumerate(spec.curves):
+                c = here_c[here_c["curve"] == name]
+                color = palette[len(spec.scenarios) + k]
+                ax.plot(c["t"], c["value"], ls="--", color=color, lw=1.4, label=name)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        if spec.xlim:
+            ax.set_xlim(*spec.xlim)
+        if spec.ylim:
+            ax.set_ylim(*spec.ylim)
+        ax.grid(True, which="both", alpha=0.3)
+        if point.columns:
+            ax.set_title(point.label, fontsize="medium")
+    for k, ax in enumerate(axes.flat):
+        if k >= len(points):
+            ax.set_visible(False)
+        elif k + ncols >= len(points):  # lowest panel of its column: label the x axis
+            ax.xaxis.set_tick_params(labelbottom=True)
+            ax.set_xlabel("slot t")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(Y_LABELS.get(spec.metric, spec.metric))
+    legend: dict[str, object] = {}  # every label once, even if a panel lacks a line
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    handles, labels = list(legend.values()), list(legend)
+    if len(points) == 1:
+        axes.flat[0].set_title(spec.title)
+        axes.flat[0].legend(handles, labels, fontsize="small")
+    else:
+        fig.suptitle(spec.title)
+        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
+    path = study.figures_dir / spec.file
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format=path.suffix[1:]))
+    plt.close(fig)
+    return path

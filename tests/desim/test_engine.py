@@ -1,0 +1,145 @@
+"""The engine: slot order, batching, link latency, message counts, named streams."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from desim.engine import Simulation
+from desim.links import FixedLatency, IdealLinks
+from desim.messages import Batch
+from desim.params import param
+from desim.protocol import Context, DataSource, Protocol
+from desim.randomness import Streams
+from desim.recorder import log_checkpoints
+
+
+class ConstantData(DataSource):
+    """Agent i always observes i (so its running mean is exactly i)."""
+
+    def __init__(self, n: int) -> None:
+        self.n_agents = n
+        self.means = np.arange(n, dtype=float)
+        self.classes = np.zeros(n, dtype=np.int64)
+        self.public = {}
+
+    def sample(self, rng: np.random.Generator, n_slots: int) -> np.ndarray:
+        return np.tile(self.means, (n_slots, 1))
+
+
+@dataclass(frozen=True)
+class ProbeParams:
+    ping_until: int = param(3, "send pings in slots 1..ping_until", ge=0)
+
+
+class Probe(Protocol):
+    """Each agent pings the next one every slot; the receiver echoes. Logs every delivery."""
+
+    Params = ProbeParams
+    message_kinds = ("ping", "echo")
+
+    def setup(self, ctx: Context) -> None:
+        super().setup(ctx)
+        self.log: list[tuple[float, Batch]] = []
+        self.events: list[tuple[float, str]] = []
+        self.sums = np.zeros(ctx.n_agents)
+
+    def on_samples(self, t: int, samples: np.ndarray) -> None:
+        self.events.append((self.ctx.now(), "tick"))
+        self.sums += samples
+        if t <= self.params.ping_until:
+            src = np.arange(self.ctx.n_agents)
+            dst = (src + 1) % self.ctx.n_agents
+            self.ctx.send("ping", src, dst, np.column_stack([src * 10.0, np.full(len(src), t)]))
+
+    def on_deliver(self, batch: Batch) -> None:
+        self.events.append((self.ctx.now(), "deliver"))
+        self.log.append((self.ctx.now(), batch))
+        pings = batch.of_kind("ping")
+        if len(pings):
+            self.ctx.send("echo", pings.dst, pings.src, pings.payload[:, :1])
+
+    def estimates(self) -> np.ndarray:
+        self.events.append((self.ctx.now(), "record"))
+        return self.sums / max(self.ctx.now(), 1)
+
+
+def simulate(links, t_max=6, n=4, ping_until=3, seed=1):
+    probe = Probe(ProbeParams(ping_until))
+    sim = Simulation(probe, ConstantData(n), t_max, Streams(seed, 0, 1, 2), links=links,
+                     checkpoints=np.arange(1, t_max + 1))
+    out = sim.run()
+    return probe, out
+
+
+def test_zero_latency_delivers_in_the_same_slot_after_the_tick_and_before_the_recorder():
+    probe, _ = simulate(IdealLinks(), t_max=2, ping_until=2)
+    assert probe.events == [
+        (1, "tick"), (1, "deliver"), (1, "deliver"), (1, "record"),
+        (2, "tick"), (2, "deliver"), (2, "deliver"), (2, "record"),
+    ]
+    kinds = [b.kinds[b.kind[0]] for _, b in probe.log]
+    assert kinds == ["ping", "echo", "ping", "echo"]
+
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_fixed_latency_delivers_exactly_k_slots_later_in_order_in_one_batch(k):
+    probe, _ = simulate(FixedLatency(slots=k), t_max=3 + 2 * k + 1, n=5, ping_until=3)
+    pings = [(when, b.of_kind("ping")) for when, b in probe.log if len(b.of_kind("ping"))]
+    assert [when for when, _ in pings] == [1 + k, 2 + k, 3 + k]
+    for when, b in pings:
+        assert len(b) == 5  # all messages due at one instant come as one batch
+        np.testing.assert_array_equal(b.src, np.arange(5))  # in send order
+        np.testing.assert_array_equal(b.sent_at, when - k)
+        np.testing.assert_array_equal(b.payload[:, 1], when - k)
+    echoes = [when for when, b in probe.log if len(b.of_kind("echo"))]
+    assert echoes == [1 + 2 * k, 2 + 2 * k, 3 + 2 * k]
+
+
+def test_message_counts_are_recorded_per_kind():
+    _, out = simulate(IdealLinks(), t_max=6, n=4, ping_until=3)
+    m = out.metrics
+    last = m[m.t == 6].set_index("metric")["value"]
+    assert last["messages_ping"] == 12 and last["messages_echo"] == 12
+    assert set(m.metric) == {"mse", "messages_ping", "messages_echo"}
+    assert np.allclose(m[m.metric == "mse"].value, 0.0)  # constant data: exact means
+
+
+def test_messages_sent_and_delivered_at_once_join_the_pending_batch():
+    # a latency-1 ping from slot t and a zero-latency echo... share instant t+1 deliveries
+    probe, _ = simulate(FixedLatency(slots=1), t_max=4, n=3, ping_until=3)
+    for when, b in probe.log:
+        assert np.all(b.sent_at <= when)
+
+
+def test_batch_concat_pads_payloads_and_keeps_order():
+    kinds = ("a", "b")
+    one = Batch(np.array([0]), np.array([1]), np.array([0]), np.array([[1.0, 2.0]]),
+                np.array([0.0]), kinds)
+    two = Batch(np.array([2]), np.array([3]), np.array([1]), np.empty((1, 0)),
+                np.array([0.0]), kinds)
+    both = Batch.concat([one, two])
+    np.testing.assert_array_equal(both.src, [0, 2])
+    assert both.payload.shape == (2, 2) and np.isnan(both.payload[1]).all()
+    assert len(both.of_kind("b")) == 1 and both.of_kind("b").src[0] == 2
+
+
+def test_log_checkpoints_are_sorted_unique_and_end_at_t_max():
+    c = log_checkpoints(30000, 60)
+    assert c[0] == 1 and c[-1] == 30000
+    assert np.all(np.diff(c) > 0) and 40 <= len(c) <= 61
+    assert list(log_checkpoints(1)) == [1]
+    with pytest.raises(ValueError):
+        log_checkpoints(0)
+
+
+def test_named_streams_are_stable_and_separate():
+    s1 = Streams(7, 3, shared_key=11, run_key=22)
+    s2 = Streams(7, 3, shared_key=11, run_key=99)  # another protocol, same data set-up
+    assert s1.get("data").random() == s2.get("data").random()
+    assert s1.get("dp-noise").random() != s2.get("dp-noise").random()
+    assert s1.get("data") is s1.get("data")
+    other_rep = Streams(7, 4, shared_key=11, run_key=22)
+    assert Streams(7, 3, 11, 22).get("data").random() != other_rep.get("data").random()

@@ -1,0 +1,67 @@
+"""Figures: the 95% band, one panel per grid point, and plots of other metrics."""
+
+from __future__ import annotations
+
+import matplotlib.image as mpimg
+import numpy as np
+import pandas as pd
+import pytest
+from _toy import TOY_STUDY, write_study
+
+from desim.params import ConfigError
+from desim.plots import draw_figures, summarise
+from desim.results import run_study
+from desim.study import load_study
+
+
+def test_summary_is_mean_and_a_1_96_standard_error_band():
+    values = [1.0, 2.0, 3.0, 6.0]
+    frame = pd.DataFrame({
+        "scenario": ["a"] * 4 + ["b"], "replicate": [0, 1, 2, 3, 0], "t": [1.0] * 5,
+        "metric": ["mse"] * 5, "value": [*values, 5.0],
+    })
+    stats = summarise(frame, "mse", []).set_index("scenario")
+    half = 1.96 * np.std(values, ddof=1) / 2
+    assert stats.loc["a", "mean"] == pytest.approx(3.0)
+    assert stats.loc["a", "low"] == pytest.approx(3.0 - half)
+    assert stats.loc["a", "high"] == pytest.approx(3.0 + half)
+    assert stats.loc["b", "low"] == stats.loc["b", "high"] == 5.0  # one replicate: no band
+
+
+def test_grid_gives_one_panel_per_point(tmp_path):
+    grid = '[grid]\n"data.agents" = [4, 6]\n"defaults.epsilon" = [0.5, 1.0, 2.0]\n'
+    text = TOY_STUDY.replace("replicates = 2", "replicates = 1") + grid
+    folder = write_study(tmp_path / "s", text)
+    study = load_study(folder)
+    run_study(study, progress=False)
+    (path,) = draw_figures(study)
+    assert path == folder / "figures" / "toy.png"
+    height, width, _ = mpimg.imread(path).shape
+    assert width > 2 * height  # 2 rows × 3 columns of panels
+    assert not list((folder / "figures").glob(".*.tmp"))
+
+
+def test_other_metrics_and_formats_can_be_plotted(tmp_path):
+    text = TOY_STUDY + '\n[[plot]]\nfile = "pings.svg"\nmetric = "messages_ping"\n'
+    folder = write_study(tmp_path / "s", text)
+    study = load_study(folder)
+    run_study(study, progress=False)
+    paths = draw_figures(study)
+    assert [p.name for p in paths] == ["toy.png", "pings.svg"]
+    assert "messages_ping" in paths[1].read_text()
+
+
+def test_a_metric_missing_from_results_is_a_config_error(tmp_path):
+    text = TOY_STUDY.replace('curves = ["toy curve"]', 'metric = "bits"')
+    folder = write_study(tmp_path / "s", text)
+    study = load_study(folder)
+    run_study(study, progress=False)
+    with pytest.raises(ConfigError, match="metric = 'bits': not in the results; available: "
+                                          "messages_ping, mse"):
+        draw_figures(study)
+
+
+def test_curves_only_go_with_the_mse_metric(tmp_path):
+    text = TOY_STUDY.replace('title = "Toy"', 'title = "Toy"\nmetric = "messages_ping"')
+    with pytest.raises(ConfigError, match="curves are of metric 'mse'"):
+        load_study(write_study(tmp_path / "s", text))

@@ -1,0 +1,1 @@
+"""Communication graphs and their per-link parameters (generators arrive with C-ColME)."""
