@@ -186,6 +186,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"desim: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
         return EXIT_CONFIG
+    except KeyboardInterrupt:  # e.g. while drawing; results are already safe on disk
+        print("desim: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -57,11 +57,12 @@ def summarise(metrics: pd.DataFrame, metric: str, grid: list[str]) -> pd.DataFra
     rows = metrics[metrics["metric"] == metric]
     stats = (
         rows.groupby([*grid, "scenario", "t"], sort=False)["value"]
-        .agg(["mean", "std", "count"])
+        .agg(["mean", "std", "count", "min"])
         .reset_index()
     )
     half = 1.96 * stats["std"].fillna(0.0) / np.sqrt(stats["count"])
-    stats["low"] = stats["mean"] - half
+    # On log axes a band below zero would vanish; the smallest replicate bounds it instead.
+    stats["low"] = np.maximum(stats["mean"] - half, stats["min"])
     stats["high"] = stats["mean"] + half
     return stats
 

@@ -49,7 +49,7 @@ class Registry(Generic[T]):
         """One line explaining that `name` is not a known name of this kind."""
         close = difflib.get_close_matches(str(name), list(self._items), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        allowed = ", ".join(sorted(self._items))
+        allowed = ", ".join(sorted(self._items)) or "none"
         return f"unknown {self.kind} {name!r}{hint}; allowed: {allowed}"
 
     def __contains__(self, name: object) -> bool:

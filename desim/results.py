@@ -98,7 +98,9 @@ def atomic_write(path: Path, write: Callable[[str], None]) -> None:
         raise
 
 
-def write_parquet(frame: pd.DataFrame, path: Path, metadata: dict[bytes, bytes] | None = None):
+def write_parquet(
+    frame: pd.DataFrame, path: Path, metadata: dict[bytes, bytes] | None = None
+) -> None:
     """Write `frame` (without its index) to `path` atomically, adding `metadata` to its schema."""
     table = pa.Table.from_pandas(frame, preserve_index=False)
     if metadata:
@@ -439,10 +441,11 @@ def run_study(study: Study, workers: int = 1, progress: bool = True) -> Summary:
 def _run_pool(todo: list[Run], results_dir: Path, workers: int, finish) -> None:
     """Run `todo` on a process pool, calling `finish(run, record)` as each one completes."""
     pool = ProcessPoolExecutor(max_workers=workers)
-    futures: dict[Future, Run] = {}
+    futures = {pool.submit(execute_run, run, results_dir): run for run in todo}
+    finished: set[Future] = set()
     try:
-        futures = {pool.submit(execute_run, run, results_dir): run for run in todo}
         for future in as_completed(futures):
+            finished.add(future)
             try:
                 record = future.result()
             except KeyboardInterrupt:
@@ -454,3 +457,7 @@ def _run_pool(todo: list[Run], results_dir: Path, workers: int, finish) -> None:
     finally:
         # on Ctrl-C: drop runs not started; running ones finish writing or leave only a .tmp
         pool.shutdown(wait=True, cancel_futures=True)
+        for future, run in futures.items():  # runs that ended while we were stopping count
+            if future not in finished and future.done() and not future.cancelled():
+                if future.exception() is None:
+                    finish(run, future.result())

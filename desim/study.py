@@ -284,9 +284,11 @@ def find_study_file(path: str | Path) -> Path:
 def load_study(path: str | Path, quick: bool = False) -> Study:
     """Read, validate and expand the study at `path` (folder or study.toml).
 
+    [defaults] reach every scenario and curve that declares the key (their own keys win).
     With `quick`, the [quick] table (or `QUICK_FALLBACK`) overrides replicates, t_max,
-    data.agents and checkpoints, and outputs go under ``<study>/quick/``. Raises `ConfigError`
-    with one line naming the file, the field, the value and what is allowed.
+    data.agents and checkpoints (a [grid] on data.agents still wins), and outputs go under
+    ``<study>/quick/``. Raises `ConfigError` with one line naming the file, the field, the
+    value and what is allowed.
     """
     file = find_study_file(path)
     try:
@@ -358,6 +360,7 @@ def _parse(raw: dict, file: Path, quick: bool) -> Study:
         if key not in declared:
             raise ConfigError(unknown_key_message("[defaults]", key, sorted(declared)))
     grid_columns = _grid_columns(grid, data_cls, link_cls, declared)
+    _check_grid_reaches(grid, [*scenarios, *curves])
     plots = _plots(_table(raw, "plot", []), scenarios, curves, settings.title)
 
     points = _points(grid, grid_columns)
@@ -481,6 +484,20 @@ def _grid_columns(grid: dict, data_cls: type, link_cls: type, declared: set[str]
             )
         columns[path] = key
     return columns
+
+
+def _check_grid_reaches(grid: dict, specs: list[ScenarioSpec | CurveSpec]) -> None:
+    """Refuse a swept default that a scenario or curve overrides: its column would lie."""
+    for path in grid:
+        root, _, key = path.partition(".")
+        for spec in specs:
+            if root == "defaults" and key in spec.params:
+                kind = "scenario" if isinstance(spec, ScenarioSpec) else "curve"
+                raise ConfigError(
+                    f"[grid]: {path!r}: {kind} {spec.name!r} sets {key} = "
+                    f"{spec.params[key]!r} itself, so the sweep would not reach it; "
+                    f"remove {key} from that {kind}"
+                )
 
 
 def _column_values(values: list) -> list:

@@ -64,11 +64,15 @@ class IdealCurve:
     are known exactly and Prop. 2 is evaluated on them.
     """
 
+    agents: int | None = param(
+        None, "number of agents M (default: the study's data.agents)", ge=2
+    )
+
     def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:
         """(mean, zeros) of Prop. 2 on the grid `t`."""
         tt = _grid(t)
         s2 = class_variances(data)
-        M, n_classes = int(data.agents), len(s2)
+        M, n_classes = int(self.agents or data.agents), len(s2)
         if getattr(data, "assignment", "random") == "balanced":
             classes = np.arange(M) % n_classes
             sizes = np.bincount(classes, minlength=n_classes)

@@ -79,6 +79,10 @@ BAD_STUDIES = [
      ["'data.agents' = 4", "non-empty list"]),
     ("bad grid value", ("", '[grid]\n"data.agents" = [1, 6]\n'),
      ["grid point agents = 1", "agents = 1", "must be ≥ 2"]),
+    ("swept default overridden by a scenario",
+     ('noise = "gaussian"',
+      'noise = "gaussian"\nepsilon = 2.0\n[grid]\n"defaults.epsilon" = [1.0]'),
+     ["[grid]", "'defaults.epsilon'", "scenario 'Toy B' sets epsilon = 2.0 itself"]),
     ("bad quick value", ("t_max = 20", "t_max = -5"), ["[quick]", "t_max = -5", "≥ 1"]),
     ("TOML syntax", ("seed = 7", "seed = = 7"), ["not valid TOML", "line"]),
 ]

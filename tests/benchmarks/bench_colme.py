@@ -1,0 +1,94 @@
+"""Benchmarks of the DESIGN performance bars that apply to Private-ColME (run on demand).
+
+    python tests/benchmarks/bench_colme.py            # single-run bars (about a minute)
+    python tests/benchmarks/bench_colme.py --study    # also the full Fig. 2 study, 2 workers
+
+Each workload runs in a fresh process so its peak memory (max RSS) is its own; the table
+printed at the end is what goes into closing notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = {"model": "classes", "agents": 200, "class_means": [0.2, 0.4, 0.8], "sigma": 0.5}
+T_MAX = 30_000
+BAR_RR = 4.0  # seconds, PM-I RR on one core
+
+WORKLOADS = {
+    "PM-I non-MoM RR": {"mechanism": "pm1", "weights": "last", "schedule": "rr"},
+    "PM-I non-MoM rRR": {"mechanism": "pm1", "weights": "last", "schedule": "rrr"},
+    "PM-I MoM RR": {"mechanism": "pm1", "weights": "mom", "schedule": "rr"},
+    "PM-II non-MoM RR": {"mechanism": "pm2", "weights": "last", "schedule": "rr"},
+    "PM-II MoM rRR": {"mechanism": "pm2", "weights": "mom", "schedule": "rrr"},
+    "PM-II wMoM RR": {"mechanism": "pm2", "weights": "wmom", "schedule": "rr"},
+}
+
+CHILD = """
+import json, resource, sys, time
+import desim
+from desim.scenario import Scenario
+params, data, t_max = json.loads(sys.argv[1])
+s = Scenario("private-colme", params, data, t_max=t_max, seed=1)
+start = time.perf_counter()
+desim.run(s)
+wall = time.perf_counter() - start
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"wall": wall, "rss_mb": rss}))
+"""
+
+
+def run_single(params: dict) -> dict:
+    """Wall time and peak memory of one M=200, T=3·10⁴ replicate in a fresh process."""
+    arg = json.dumps([params, DATA, T_MAX])
+    out = subprocess.run([sys.executable, "-c", CHILD, arg], check=True, capture_output=True,
+                         text=True, cwd=ROOT)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_study(workers: int) -> float:
+    """Wall time of the full colme-fig2 study (all runs and curves) in a scratch copy."""
+    with tempfile.TemporaryDirectory() as tmp:
+        study = Path(tmp) / "colme-fig2"
+        shutil.copytree(ROOT / "studies" / "colme-fig2", study,
+                        ignore=shutil.ignore_patterns("results", "figures", "quick"))
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import sys; from desim.cli import main; "
+                        "sys.exit(main())", "run", str(study), "--workers", str(workers),
+                        "--no-progress"], check=True, cwd=ROOT)
+        return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--study", action="store_true", help="also time the full Fig. 2 study")
+    args = parser.parse_args()
+    rows = []
+    base = None
+    for name, params in WORKLOADS.items():
+        r = run_single(params)
+        base = base or r["wall"]
+        bar = BAR_RR if name == "PM-I non-MoM RR" else 3 * BAR_RR
+        ok = r["wall"] <= bar and (name == "PM-I non-MoM RR" or r["wall"] <= 3 * base)
+        rows.append((f"Private-ColME M=200 T=3e4 {name}", r["wall"], r["rss_mb"],
+                     f"≤ {bar:g} s" + ("" if name == "PM-I non-MoM RR" else ", ≤ 3× RR"),
+                     "ok" if ok else "FAIL"))
+    if args.study:
+        wall = run_study(2)
+        rows.append(("Fig. 2 study (10 scenarios × 20 runs + curves), 2 workers", wall,
+                     float("nan"), "≤ 600 s", "ok" if wall <= 600 else "FAIL"))
+    print(f"\n{'workload':<66} {'wall s':>8} {'peak MB':>8}  {'bar':<18} result")
+    for name, wall, rss, bar, ok in rows:
+        print(f"{name:<66} {wall:8.2f} {rss:8.0f}  {bar:<18} {ok}")
+
+
+if __name__ == "__main__":
+    main()
