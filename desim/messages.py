@@ -16,7 +16,8 @@ class Batch:
 
     ``kind`` holds indices into ``kinds`` (the protocol's message kinds). ``payload`` is a
     float array of shape (n, width); messages of a kind with a narrower payload are padded
-    with NaN when batches of several kinds are joined.
+    with NaN when batches of several kinds are joined. ``only`` is the kind index when every
+    message has that kind (known when the batch is made), or -1.
     """
 
     src: np.ndarray
@@ -25,6 +26,7 @@ class Batch:
     payload: np.ndarray
     sent_at: np.ndarray
     kinds: tuple[str, ...]
+    only: int = -1
 
     def __len__(self) -> int:
         return len(self.src)
@@ -32,13 +34,11 @@ class Batch:
     def of_kind(self, name: str) -> Batch:
         """The messages of kind `name`, in delivery order (possibly none)."""
         code = self.kinds.index(name)
-        if len(self.kind) and self.kind[0] == code and self.kind[-1] == code:
-            mask = self.kind == code
-            if mask.all():  # the usual case: a batch of one kind
-                return self
-            return self.select(mask)
+        if self.only == code:
+            return self
+        if self.only >= 0:
+            return self.select(slice(0, 0))
         return self.select(self.kind == code)
-        return self.select(mask)
 
     def select(self, index: np.ndarray) -> Batch:
         """The messages picked by a boolean mask or an index array."""
@@ -49,6 +49,7 @@ class Batch:
             self.payload[index],
             self.sent_at[index],
             self.kinds,
+            self.only,
         )
 
     @staticmethod
@@ -56,6 +57,7 @@ class Batch:
         """The messages of `parts` one after the other (send order is kept)."""
         if len(parts) == 1:
             return parts[0]
+        only = parts[0].only if all(p.only == parts[0].only for p in parts) else -1
         width = max(p.payload.shape[1] for p in parts)
         payloads = []
         for p in parts:
@@ -71,4 +73,5 @@ class Batch:
             np.concatenate(payloads),
             np.concatenate([p.sent_at for p in parts]),
             parts[0].kinds,
+            only,
         )

@@ -56,6 +56,7 @@ class Network:
         self._rng_latency = rng_latency
         self._deliver = deliver
         self._pending: dict[float, list[Batch]] = {}
+        self._code_arrays: dict[tuple[int, int], np.ndarray] = {}
         self.sent = np.zeros(len(kinds), dtype=np.int64)
         self.dropped = np.zeros(len(kinds), dtype=np.int64)
 
@@ -91,14 +92,25 @@ class Network:
                     if n == 0:
                         return
             delay = self.links.latency(self._rng_latency, now, src, dst)
-        batch = Batch(src, dst, np.full(n, code), payload, np.full(n, float(now)), self.kinds)
-        if np.ndim(delay) == 0:
+        batch = Batch(src, dst, self._codes(code, n), payload, np.full(n, float(now)),
+                      self.kinds, code)
+        if isinstance(delay, int | float):
             self._file(now + float(delay), batch)
             return
         due = now + np.asarray(delay, dtype=float)
         times, first = np.unique(due, return_inverse=True)
         for i, when in enumerate(times):
             self._file(float(when), batch.select(first == i))
+
+    def _codes(self, code: int, n: int) -> np.ndarray:
+        """A read-only array of n copies of `code` (shared: batches of a kind reuse it)."""
+        key = (code, n)
+        codes = self._code_arrays.get(key)
+        if codes is None:
+            codes = np.full(n, code)
+            codes.flags.writeable = False
+            self._code_arrays[key] = codes
+        return codes
 
     def _file(self, when: float, batch: Batch) -> None:
         parts = self._pending.get(when)

@@ -84,6 +84,9 @@ class PrivateColME(Protocol):
         self._n_included = np.full(m, m)  # row sums of `included`, kept current
         self._agents = np.arange(m)
         self._offset = np.zeros(m, dtype=np.int64)  # RR position last queried, 0 = none yet
+        # z-test quantile Φ⁻¹(1 − θ_t/2) of every slot t, θ_t = theta/ln(t+1) (index 0 unused)
+        t = np.arange(1, ctx.t_max + 2, dtype=float)
+        self._z = np.concatenate([[np.inf], ndtri(1.0 - p.theta / (2.0 * np.log(t + 1.0)))])
 
     # -- slot: new samples, then queries ---------------------------------------------------
     def on_samples(self, t: int, samples: np.ndarray) -> None:
@@ -91,7 +94,7 @@ class PrivateColME(Protocol):
         self.counts += 1
         if self.params.schedule == "rr":
             a = self._agents
-            offset = np.full(len(a), (t - 1) % (len(a) - 1) + 1)
+            offset = (t - 1) % (len(a) - 1) + 1
         else:
             a, offset = self._next_included()
             self._offset[a] = offset
@@ -121,7 +124,8 @@ class PrivateColME(Protocol):
         if len(queries):
             b, a = queries.dst, queries.src
             values, j = self.mech.release(b, a, self.sums[b], self.counts[b])
-            payload = np.column_stack([values, self.counts[b], j])
+            payload = np.empty((len(b), 3))
+            payload[:, 0], payload[:, 1], payload[:, 2] = values, self.counts[b], j
             self.ctx.send("release", b, a, payload)
         releases = batch.of_kind("release")
         if len(releases):
@@ -143,7 +147,7 @@ class PrivateColME(Protocol):
     ) -> np.ndarray:
         """χ_a(b) of §III-C1: |X̄_a − T_{b→a}| < Φ⁻¹(1−θ_t/2)·√(σ_a²/t + Var[T_{b→a}])."""
         t = self.counts[a]
-        z = ndtri(1.0 - self.params.theta / (2.0 * np.log(t + 1.0)))
+        z = self._z[t.astype(np.int64)]
         spread = np.sqrt(self.sigma2[a] / t + var)
         return np.abs(self.sums[a] / t - value) < z * spread
 

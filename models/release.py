@@ -68,12 +68,13 @@ class PSumRelease:
         Returns (values, j): the privatised means (S_b + Z)/t and each release's index j.
         Pairs (b[i], a[i]) must be distinct within one call.
         """
-        j = self.count[b, a] + 1
-        self.count[b, a] = j
+        pair = b * self.count.shape[1] + a
+        j = self.count.ravel()[pair] + 1
+        self.count.ravel()[pair] = j
         fresh = sample_noise(self.rng, self.noise, self.sigma2, len(b))
         if self.mechanism == "pm1":
-            z = self._total[b, a] + fresh
-            self._total[b, a] = z
+            z = self._total.ravel()[pair] + fresh
+            self._total.ravel()[pair] = z
         else:
             nodes = self._node[b, a]
             nodes[np.arange(len(b)), lowest_set_bit(j)] = fresh

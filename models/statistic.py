@@ -47,8 +47,8 @@ class PairStatistic:
         self.weights = weights
         self.sigma2_data = np.asarray(sigma2_data, dtype=float)
         self.sigma2_dp = float(sigma2_dp)
-        self._state = np.zeros((self._ROWS, n_agents, n_agents))
-        self._flat = self._state.reshape(self._ROWS, -1)
+        self._state = np.zeros((n_agents, n_agents, self._ROWS))
+        self._flat = self._state.reshape(-1, self._ROWS)  # one contiguous row per pair
         if mechanism == "pm2":
             self.levels = levels
             self._node = np.zeros((n_agents * n_agents, levels))  # 1/t sum of each level's node
@@ -56,18 +56,18 @@ class PairStatistic:
     @property
     def kappa(self) -> np.ndarray:
         """κ_{b→a}: releases a has received from b."""
-        return self._state[0].astype(np.int64)
+        return self._state[..., 0].astype(np.int64)
 
     @property
     def value(self) -> np.ndarray:
         """T_{b→a} (0 before the first release)."""
-        n, total = self._state[1], self._state[2]
+        n, total = self._state[..., 1], self._state[..., 2]
         return np.divide(total, n, out=np.zeros_like(total), where=n > 0)
 
     @property
     def var(self) -> np.ndarray:
         """Var[T_{b→a}] (+∞ before the first release)."""
-        n, data, noise = self._state[1], self._state[3], self._state[4]
+        n, data, noise = self._state[..., 1], self._state[..., 3], self._state[..., 4]
         num = self.sigma2_data[None, :] * data + self.sigma2_dp * noise
         return np.divide(num, n * n, out=np.full_like(num, np.inf), where=n > 0)
 
@@ -79,30 +79,33 @@ class PairStatistic:
         Returns T_{b→a} and Var[T_{b→a}] of the updated pairs.
         """
         pair = a * self.n_agents + b
-        kappa, n, total, data, noise, node_total = self._flat[:, pair]
-        if not np.array_equal(kappa + 1, j):
+        rows = self._flat.take(pair, axis=0)
+        kappa, n, total, data, noise, node_total = rows.T  # views: updated in place below
+        if (kappa + 1 != j).any():
             raise ValueError("releases must arrive in order, one per index j")
         if self.weights == "last":
-            keep = 0.0
-        elif self.weights == "mom":
-            keep = (j != 1).astype(float)
+            rows[:, 1:] = 0.0
         else:
-            keep = ((j & (j - 1)) != 0).astype(float)
+            restart = j == 1 if self.weights == "mom" else (j & (j - 1)) == 0
+            rows[restart, 1:] = 0.0
         u = 1.0 / t
-        n = n * keep + 1
-        total = total * keep + values
-        data = data * keep + (2 * n - 1) * u
-        noise = noise * keep
+        kappa[:] = j
+        n += 1
+        total += values
+        data += (2 * n - 1) * u
         if self.mechanism == "pm1":
             # every p-sum 1..j is used by release j, and each gains u
-            node_total = node_total * keep
             noise += 2 * u * node_total + j * u * u
             node_total += j * u
         else:
-            nodes = self._node[pair] * np.reshape(keep, (-1, 1))
+            nodes = self._node.take(pair, axis=0)
+            if self.weights != "last":
+                nodes *= ~restart[:, None]
+            else:
+                nodes[:] = 0.0
             nodes[np.arange(len(pair)), lowest_set_bit(j)] = 0.0  # the node that starts at j
             used = set_bits(j, self.levels)
             noise += (used * (2 * u[:, None] * nodes + (u * u)[:, None])).sum(axis=1)
             self._node[pair] = nodes + used * u[:, None]
-        self._flat[:, pair] = (j, n, total, data, noise, node_total)
+        self._flat[pair] = rows
         return total / n, (self.sigma2_data[b] * data + self.sigma2_dp * noise) / (n * n)

@@ -35,9 +35,11 @@ WORKLOADS = {
 CHILD = """
 import json, resource, sys, time
 import desim
+import desim.plugins
 from desim.scenario import Scenario
 params, data, t_max = json.loads(sys.argv[1])
 s = Scenario("private-colme", params, data, t_max=t_max, seed=1)
+desim.plugins.load_plugins()  # imports are not part of the run
 start = time.perf_counter()
 desim.run(s)
 wall = time.perf_counter() - start
