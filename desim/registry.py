@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+from desim.params import ConfigError
 
 T = TypeVar("T")
 
@@ -44,6 +46,15 @@ class Registry(Generic[T]):
             return self._items[name]
         except KeyError:
             raise UnknownName(self.unknown_message(name)) from None
+
+    def lookup(self, name: Any, where: str) -> T:
+        """Like `get`, for names read from a study file: a `ConfigError` naming `where`."""
+        if not isinstance(name, str):
+            raise ConfigError(f"{where} = {name!r}: must be a string naming a {self.kind}")
+        try:
+            return self.get(name)
+        except UnknownName as exc:
+            raise ConfigError(f"{where}: {exc}") from None
 
     def unknown_message(self, name: object) -> str:
         """One line explaining that `name` is not a known name of this kind."""

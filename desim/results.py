@@ -86,12 +86,17 @@ class Summary:
 # atomic files
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 def atomic_write(path: Path, write: Callable[[str], None]) -> None:
     """Call `write(tmp)` on a temporary path in `path`'s folder, then rename it to `path`."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes owner-only files; results are shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -305,7 +310,7 @@ class _Manifest:
             "desim_version": desim.__version__,
             "study": {
                 "title": study.title,
-                "file": str(study.file),
+                "file": study.file.name,
                 "config_hash": study.config_hash,
                 "quick": study.quick,
             },

@@ -15,7 +15,7 @@ from desim.params import ConfigError, build
 from desim.plugins import load_plugins
 from desim.randomness import Streams, stable_key
 from desim.recorder import log_checkpoints
-from desim.registry import DATA, LINKS, PROTOCOLS, UnknownName
+from desim.registry import DATA, LINKS, PROTOCOLS
 
 
 @dataclass(frozen=True)
@@ -65,28 +65,19 @@ class Resolved:
     links: Any
 
 
-def _lookup(registry, name: Any, where: str):
-    if not isinstance(name, str):
-        raise ConfigError(f"{where} = {name!r}: must be a string naming a {registry.kind}")
-    try:
-        return registry.get(name)
-    except UnknownName as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-
-
 def resolve(s: Scenario) -> Resolved:
     """Validate every part of `s`; raises `ConfigError` naming the first bad field."""
     load_plugins()
     label = f"scenario {s.name!r}" if s.name else "scenario"
     if isinstance(s.t_max, bool) or not isinstance(s.t_max, int) or s.t_max < 1:
         raise ConfigError(f"{label}: t_max = {s.t_max!r}: must be an integer ≥ 1")
-    cls = _lookup(PROTOCOLS, s.protocol, f"{label}: protocol")
+    cls = PROTOCOLS.lookup(s.protocol, f"{label}: protocol")
     params = build(cls.Params, s.params, label)
     data = dict(s.data)
-    data_cls = _lookup(DATA, data.pop("model", None), "data.model")
+    data_cls = DATA.lookup(data.pop("model", None), "data.model")
     data_params = build(data_cls, data, "data")
     net = dict(s.network)
-    link_cls = _lookup(LINKS, net.pop("links", "ideal"), "network.links")
+    link_cls = LINKS.lookup(net.pop("links", "ideal"), "network.links")
     links = build(link_cls, net, "network")
     return Resolved(cls, params, data_params, links)
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from desim.params import ConfigError, build, field_names, param, unknown_key_message
 from desim.plugins import load_plugins
-from desim.registry import CURVES, DATA, LINKS, PROTOCOLS, Registry, UnknownName
+from desim.registry import CURVES, DATA, LINKS, PROTOCOLS
 from desim.scenario import Scenario, resolve
 
 #: The file a study folder holds its specification in.
@@ -252,16 +252,6 @@ def _did_you_mean(name: str, allowed: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _lookup(registry: Registry, name: Any, where: str) -> Any:
-    """The object registered as `name`, or a ConfigError naming `where`."""
-    if not isinstance(name, str):
-        raise ConfigError(f"{where} = {name!r}: must be a string naming a {registry.kind}")
-    try:
-        return registry.get(name)
-    except UnknownName as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-
-
 def _params_class(obj: Any) -> type:
     """The params dataclass of a registered object: its `Params`, or itself."""
     return getattr(obj, "Params", obj)
@@ -350,8 +340,8 @@ def _parse(raw: dict, file: Path, quick: bool) -> Study:
         raise ConfigError(
             f"[data]: model is required (a data model name; allowed: {', '.join(DATA)})"
         )
-    data_cls = _params_class(_lookup(DATA, data["model"], "[data]: model"))
-    link_cls = _params_class(_lookup(LINKS, network["links"], "[network]: links"))
+    data_cls = _params_class(DATA.lookup(data["model"], "[data]: model"))
+    link_cls = _params_class(LINKS.lookup(network["links"], "[network]: links"))
 
     scenarios = _scenarios(_table(raw, "scenario", []))
     curves = _curves(_table(raw, "curve", []))
@@ -430,7 +420,7 @@ def _scenarios(tables: list[dict]) -> list[ScenarioSpec]:
         raise ConfigError("no [[scenario]]: a study needs at least one")
     out = []
     for name, protocol, params in _named_tables(tables, "scenario", "protocol"):
-        _lookup(PROTOCOLS, protocol, f"scenario {name!r}: protocol")
+        PROTOCOLS.lookup(protocol, f"scenario {name!r}: protocol")
         out.append(ScenarioSpec(name, protocol, params))
     return out
 
@@ -438,7 +428,7 @@ def _scenarios(tables: list[dict]) -> list[ScenarioSpec]:
 def _curves(tables: list[dict]) -> list[CurveSpec]:
     out = []
     for name, kind, params in _named_tables(tables, "curve", "kind"):
-        _lookup(CURVES, kind, f"curve {name!r}: kind")
+        CURVES.lookup(kind, f"curve {name!r}: kind")
         out.append(CurveSpec(name, kind, params))
     return out
 

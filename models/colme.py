@@ -1,4 +1,4 @@
-"""Private-ColME (seed 002, known data variance): query, privatised release, z-test, combine.
+"""Private-ColME (seed 002): query, privatised release, class test, inverse-variance combine.
 
 Each slot, every agent a queries one other agent b (schedule RR or rRR, §III-E). Agent b
 answers with a privatised running mean (PM-I or PM-II, `models.release`). Agent a keeps the
@@ -9,13 +9,23 @@ bracketing of (3)–(4) corrected as in the digest:
 
     μ_a = (t/σ_a² · X̄_a + Σ_b T_{b→a}/Var[T_{b→a}]) / (t/σ_a² + Σ_b 1/Var[T_{b→a}]).
 
+With unknown data variances (§III-C2, §V) agent a uses its own sample variance V_a, an
+estimate V_{b→a} of σ_b² — released by b (Sch-Var-1) or computed by a from b's releases
+(Sch-Var-2, optionally with the Bayesian correction (19)) — the plug-in V̂ar[T], the Welch
+t-test, and the random weights of eq. (5). Until V_{b→a} exists (or when it is negative and not
+corrected), V̂ar[T_{b→a}] = +∞: b is kept in C_a but gets weight 0.
+
 Choices the paper leaves open, made here:
 - RR order: agent a queries a+1, a+2, … (mod M), skipping itself, so every agent is queried
   exactly once per slot; agent a's k-th other agent is at RR position k (Prop. 3's ℓ).
 - rRR skips agents outside C_a^{(t-1)}. A decision about b is revised only when b answers, so an
   excluded agent is never queried again; if a excludes everyone, a sends no more queries and
   its estimate is its local mean from then on.
-- The z-test is evaluated when b's release arrives, with t = a's current sample count.
+- The test is evaluated when b's release arrives, with t = a's current sample count.
+- Sch-Var-1 splits (ε, δ) equally between the mean and the variance release (§VII-B).
+- Sch-Var-2 uses the unbiased form of (16) for unequal p-sum lengths (it equals (16) when
+  all gaps are equal, as under RR after the first query); under PM-II a differences
+  consecutive releases, whose noises are correlated, and the correction accounts for it.
 """
 
 from __future__ import annotations
@@ -30,9 +40,16 @@ from desim.messages import Batch
 from desim.params import param
 from desim.protocol import Context, Protocol
 from desim.registry import PROTOCOLS
-from models.privacy import mechanism_budget, noise_sigma2
-from models.release import PSumRelease, levels_for
+from models.privacy import mechanism_budget, noise_sigma2, variance_sigma2
+from models.release import (
+    PSumRelease,
+    SampleVarianceRelease,
+    levels_for,
+    lowest_set_bit,
+    set_bits,
+)
 from models.statistic import PairStatistic
+from models.variance import bayes_posterior_mean, sample_variance, welch_dof, welch_threshold
 
 
 @dataclass(frozen=True)
@@ -53,6 +70,15 @@ class PrivateColMEParams:
     budget_t_max: int | None = param(
         None, "t_max in PM-II's budget split ⌊log₂ t_max⌋+1 (default: the run's t_max)", ge=1
     )
+    variance: Literal["known", "sch-var-1", "sch-var-2", "sch-var-2-bayes"] = param(
+        "known", "data variances known, or estimated by Sch-Var-1 / Sch-Var-2 (plain, Bayesian)"
+    )
+    prior: Literal["paper", "jeffreys"] = param(
+        "paper", "Sch-Var-2 Bayesian prior: the paper's (shape (κ+2)/2) or Jeffreys ((κ+1)/2)"
+    )
+    welch_df: Literal["printed", "kappa"] = param(
+        "printed", "Welch ν second term over t_κ − 1 (as printed) or κ − 1 (releases)"
+    )
 
 
 @PROTOCOLS.register("private-colme")
@@ -66,18 +92,32 @@ class PrivateColME(Protocol):
         super().setup(ctx)
         p = self.params
         m = ctx.n_agents
-        self.sigma2 = np.asarray(ctx.public["sigma2"], dtype=float)
-        eps, delta = mechanism_budget(p.mechanism, p.epsilon, p.delta, p.budget_t_max or ctx.t_max)
+        self.known = p.variance == "known"
+        #: σ_a² of every agent, used only when variances are known.
+        self.sigma2 = np.asarray(ctx.public["sigma2"], dtype=float) if self.known else None
+        share = 2.0 if p.variance == "sch-var-1" else 1.0  # the mean release's budget share
+        eps, delta = mechanism_budget(
+            p.mechanism, p.epsilon / share, p.delta / share, p.budget_t_max or ctx.t_max
+        )
+        L = ctx.public["L"]
         #: σ_DP², the noise variance of every p-sum.
-        self.sigma2_dp = noise_sigma2(p.noise, ctx.public["L"], eps, delta)
+        self.sigma2_dp = noise_sigma2(p.noise, L, eps, delta)
         self.mech = PSumRelease(
             m, p.mechanism, p.noise, self.sigma2_dp, ctx.streams.get("dp-noise"), ctx.t_max
         )
-        self.stat = PairStatistic(
-            m, p.mechanism, p.weights, self.sigma2, self.sigma2_dp, levels_for(ctx.t_max)
-        )
-        #: Running sum and count of each agent's own samples.
+        if p.variance == "sch-var-1":
+            self.var_release = SampleVarianceRelease(
+                m, p.mechanism, p.noise, variance_sigma2(L, eps, delta, p.noise),
+                self.sigma2_dp, ctx.streams.get("dp-noise-variance"), ctx.t_max,
+            )
+        self.stat = PairStatistic(m, p.mechanism, p.weights, self.sigma2_dp, levels_for(ctx.t_max))
+        #: V_{b→a}, a's current estimate of σ_b² (+∞: none yet), when variances are unknown.
+        self.v_hat = None if self.known else np.full((m, m), np.inf)
+        # Sch-Var-2 state per pair: last release R and its t, Σ P²/d and Σ c/d over p-sums
+        self._schvar2 = np.zeros((m * m, 4))
+        #: Running sum, sum of squares and count of each agent's own samples.
         self.sums = np.zeros(m)
+        self.sumsq = np.zeros(m)
         self.counts = np.zeros(m)
         #: C_a^{(t)} as a boolean matrix [a, b]: a believes b is in its class (χ_a(b) = 1).
         self.included = np.ones((m, m), dtype=bool)
@@ -91,6 +131,8 @@ class PrivateColME(Protocol):
     # -- slot: new samples, then queries ---------------------------------------------------
     def on_samples(self, t: int, samples: np.ndarray) -> None:
         self.sums += samples
+        if not self.known:
+            self.sumsq += samples * samples
         self.counts += 1
         if self.params.schedule == "rr":
             a = self._agents
@@ -123,8 +165,14 @@ class PrivateColME(Protocol):
         queries = batch.of_kind("query")
         if len(queries):
             b, a = queries.dst, queries.src
-            values, j = self.mech.release(b, a, self.sums[b], self.counts[b])
-            payload = np.empty((len(b), 3))
+            values, j, fresh = self.mech.release(b, a, self.sums[b], self.counts[b])
+            if self.params.variance == "sch-var-1":
+                payload = np.empty((len(b), 4))
+                payload[:, 3] = self.var_release.release(
+                    b, a, j, fresh, self.sums[b], self.sumsq[b], self.counts[b], values
+                )
+            else:
+                payload = np.empty((len(b), 3))
             payload[:, 0], payload[:, 1], payload[:, 2] = values, self.counts[b], j
             self.ctx.send("release", b, a, payload)
         releases = batch.of_kind("release")
@@ -134,29 +182,117 @@ class PrivateColME(Protocol):
     def _take_releases(self, releases: Batch) -> None:
         a, b = releases.dst, releases.src
         values, t_b, j = releases.payload[:, 0], releases.payload[:, 1], releases.payload[:, 2]
-        value, var = self.stat.update(a, b, values, t_b, j.astype(np.int64))
-        decision = self._decide(a, b, value, var)
+        j = j.astype(np.int64)
+        value, data, noise, n = self.stat.update(a, b, values, t_b, j)
+        if self.known:
+            var = (self.sigma2[b] * data + self.sigma2_dp * noise) / (n * n)
+            n_other = t_b
+        else:
+            if self.params.variance == "sch-var-1":
+                v_b = releases.payload[:, 3]
+                v_b = np.where(v_b >= 0, v_b, np.inf)  # a negative release means "unknown"
+            else:
+                v_b = self._sch_var_2(a, b, values, t_b, j)
+            self.v_hat[a, b] = v_b
+            with np.errstate(invalid="ignore"):
+                var = (v_b * data + self.sigma2_dp * noise) / (n * n)
+            var = np.where(np.isnan(var), np.inf, var)
+            n_other = t_b if self.params.welch_df == "printed" else j.astype(float)
+        decision = self._test(a, b, value, var, n_other)
         change = decision.astype(np.int64) - self.included[a, b]
         self.included[a, b] = decision
         self._n_included += np.bincount(a, weights=change, minlength=len(self._agents)).astype(
             np.int64
         )
 
-    def _decide(
-        self, a: np.ndarray, b: np.ndarray, value: np.ndarray, var: np.ndarray
+    def _test(
+        self, a: np.ndarray, b: np.ndarray, value: np.ndarray, var: np.ndarray,
+        n_other: np.ndarray,
     ) -> np.ndarray:
+        """χ_a(b): the z-test with known variances, the Welch t-test otherwise."""
+        if self.known:
+            return self._z_test(a, value, var)
+        return self._welch_test(a, value, var, n_other)
+
+    def _z_test(self, a: np.ndarray, value: np.ndarray, var: np.ndarray) -> np.ndarray:
         """χ_a(b) of §III-C1: |X̄_a − T_{b→a}| < Φ⁻¹(1−θ_t/2)·√(σ_a²/t + Var[T_{b→a}])."""
         t = self.counts[a]
         z = self._z[t.astype(np.int64)]
         spread = np.sqrt(self.sigma2[a] / t + var)
         return np.abs(self.sums[a] / t - value) < z * spread
 
+    def own_variance(self, a: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """V_a^{(t)}, each agent's sample variance of its own data (+∞ before 2 samples)."""
+        return sample_variance(self.sums[a], self.sumsq[a], self.counts[a])
+
+    def _welch_test(
+        self, a: np.ndarray, value: np.ndarray, var: np.ndarray, n_other: np.ndarray
+    ) -> np.ndarray:
+        """χ_a(b) of §III-C2, the Welch t-test with V_a and V̂ar[T_{b→a}] (kept if unknown)."""
+        t = self.counts[a]
+        v_own = self.own_variance(a)
+        unknown = ~np.isfinite(var) | ~np.isfinite(v_own)
+        v_own = np.where(unknown, 1.0, v_own)
+        var = np.where(unknown, 1.0, var)
+        nu = welch_dof(v_own, t, var, n_other)
+        theta = self.params.theta / np.log(t + 1.0)
+        spread = np.sqrt(v_own / t + var)
+        inside = np.abs(self.sums[a] / t - value) < welch_threshold(theta, nu) * spread
+        return inside | unknown
+
+    def _sch_var_2(
+        self, a: np.ndarray, b: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray
+    ) -> np.ndarray:
+        """V_{b→a} of Sch-Var-2: (16) from the noisy p-sums a recovers by differencing releases.
+
+        With P_i = t_i R_i − t_{i−1} R_{i−1} over d_i = t_i − t_{i−1} samples and noise variance
+        c_i σ_DP² (PM-I: c_i = 1; PM-II: 1 + lsb(i), the nodes that end and the one that
+        starts), V' = (Σ P_i²/d_i − (ΣP)²/D)/(k−1) and K = (Σ c_i/d_i − c/D)/(k−1), with
+        D = t_κ, ΣP = t_κ R_κ and c = k (PM-I) or w_H(k) (PM-II); V = V' − K σ_DP².
+        """
+        pair = a * len(self._agents) + b
+        rows = self._schvar2.take(pair, axis=0)
+        r_prev, t_prev, p2d, cd = rows.T
+        psum = t * values - t_prev * r_prev
+        d = t - t_prev
+        if self.params.mechanism == "pm1":
+            c, c_total = 1.0, j.astype(float)
+        else:
+            c = 1.0 + lowest_set_bit(j)
+            c_total = set_bits(j, self.stat.levels).sum(axis=1).astype(float)
+        p2d += psum * psum / d
+        cd += c / d
+        r_prev[:], t_prev[:] = values, t
+        self._schvar2[pair] = rows
+        k = j.astype(float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v_raw = (p2d - t * values * values) / (k - 1)
+            k_noise = self.sigma2_dp * (cd - c_total / t) / (k - 1)
+        v = v_raw - k_noise
+        v = np.where(j >= 2, v, np.inf)
+        negative = v < 0
+        if negative.any():
+            if self.params.variance == "sch-var-2-bayes":
+                v[negative] = bayes_posterior_mean(
+                    np.maximum(v_raw[negative], 0.0), k_noise[negative], k[negative],
+                    self.params.prior,
+                )
+            else:
+                v[negative] = np.inf
+        return v
+
     # -- estimates -------------------------------------------------------------------------
     def estimates(self) -> np.ndarray:
         local = self.sums / np.maximum(self.counts, 1)
+        if self.known:
+            var = self.stat.variance(self.sigma2[None, :])
+            own_var = self.sigma2
+        else:
+            var = self.stat.variance(self.v_hat)
+            own_var = self.own_variance()
         with np.errstate(divide="ignore"):
-            own = self.counts / self.sigma2  # t/σ_a²
-            weight = np.where(self.included, 1.0 / self.stat.var, 0.0)
+            own = self.counts / own_var  # t/σ_a² (or t/V_a, eq. (5))
+            weight = np.where(self.included, 1.0 / var, 0.0)
         np.fill_diagonal(weight, 0.0)
         num = own * local + (weight * self.stat.value).sum(axis=1)
         den = own + weight.sum(axis=1)
@@ -171,8 +307,9 @@ class PrivateColMEOracle(PrivateColME):
 
     uses_oracle = True
 
-    def _decide(
-        self, a: np.ndarray, b: np.ndarray, value: np.ndarray, var: np.ndarray
+    def _test(
+        self, a: np.ndarray, b: np.ndarray, value: np.ndarray, var: np.ndarray,
+        n_other: np.ndarray,
     ) -> np.ndarray:
         classes = self.ctx.oracle_classes
         return classes[a] == classes[b]

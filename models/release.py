@@ -62,11 +62,12 @@ class PSumRelease:
 
     def release(
         self, b: np.ndarray, a: np.ndarray, sums: np.ndarray, counts: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Releases of agents b to agents a; `sums`, `counts` are b's sample sums and counts.
 
-        Returns (values, j): the privatised means (S_b + Z)/t and each release's index j.
-        Pairs (b[i], a[i]) must be distinct within one call.
+        Returns (values, j, fresh): the privatised means (S_b + Z)/t, each release's index j,
+        and the noise of the p-sum that release j completes (PM-I: p-sum j; PM-II: the node
+        at the lowest set bit of j). Pairs (b[i], a[i]) must be distinct within one call.
         """
         pair = b * self.count.shape[1] + a
         j = self.count.ravel()[pair] + 1
@@ -80,4 +81,106 @@ class PSumRelease:
             nodes[np.arange(len(b)), lowest_set_bit(j)] = fresh
             self._node[b, a] = nodes
             z = (nodes * set_bits(j, self.levels)).sum(axis=1)
-        return (sums + z) / counts, j
+        return (sums + z) / counts, j, fresh
+
+
+class SampleVarianceRelease:
+    """Sch-Var-1 (seed 002 §V-A): b also releases a privatised sample variance V_{b→a}.
+
+    It reuses the mean release's split of [1:t] into p-sums (same intervals, same noises Z_i)
+    and adds noise W_i of variance σ_{2,DP}² (Lemma 3) per p-sum, reused like Z_i. With S_i,
+    SS_i and d_i the sum, sum of squares and length of p-sum i, eqs. (6)–(7) give
+    Ṽ̃_i = SS_i + (2 S_i Z_i + Z_i²)/d_i + (d_i − 1) W_i/d_i, and the release (8) is
+
+        V = (SS_b + Σ_i (2 S_i Z_i + Z_i² + (d_i−1) W_i)/d_i)/(t−1) − t R²/(t−1)
+            − σ_DP² (Σ_i 1/d_i − k/t)/(t−1),
+
+    with R the mean release. Only the noise part of each Ṽ̃_i is kept (one number per p-sum):
+    a running total under PM-I, one value per level under PM-II. A release with t < 2 is
+    +∞ (undefined). Negative releases are left to the receiver (which treats them as unknown).
+    """
+
+    def __init__(
+        self,
+        n_agents: int,
+        mechanism: str,
+        noise: str,
+        sigma2_var: float,
+        sigma2_dp: float,
+        rng: np.random.Generator,
+        max_releases: int,
+    ) -> None:
+        self.mechanism = mechanism
+        self.noise = noise
+        self.sigma2_var = sigma2_var
+        self.sigma2_dp = sigma2_dp
+        self.rng = rng
+        n_pairs = n_agents * n_agents
+        levels = levels_for(max_releases) if mechanism == "pm2" else 1
+        self.levels = levels
+        # prefix (S, SS, t) of b's data at a past release: PM-I the last one; PM-II one per
+        # level, at the release index whose lowest set bit is that level (the start of the
+        # next node at lower levels)
+        self._prefix = np.zeros((n_pairs, levels + 1, 3))
+        # per p-sum (PM-I: summed; PM-II: per level) noise part of Ṽ̃ and 1/d
+        self._part = np.zeros((n_pairs, levels, 2))
+        self._n_agents = n_agents
+
+    def release(
+        self,
+        b: np.ndarray,
+        a: np.ndarray,
+        j: np.ndarray,
+        fresh_z: np.ndarray,
+        sums: np.ndarray,
+        sumsq: np.ndarray,
+        counts: np.ndarray,
+        mean_release: np.ndarray,
+    ) -> np.ndarray:
+        """V_{b→a} of eq. (8) for releases j (with the mean-release noises `fresh_z`)."""
+        pair = b * self._n_agents + a
+        n = len(pair)
+        rows = np.arange(n)
+        fresh_w = sample_noise(self.rng, self.noise, self.sigma2_var, n)
+        prefix = self._prefix.take(pair, axis=0)
+        part = self._part.take(pair, axis=0)
+        if self.mechanism == "pm1":
+            start = prefix[:, 0]
+            level = np.zeros(n, dtype=np.int64)
+        else:
+            level = lowest_set_bit(j)
+            # node (lsb, ·) covers releases (j − 2^lsb, j]; its start is the prefix at
+            # index j − 2^lsb, stored under that index's own lowest set bit (or zero)
+            before = j - (1 << level)
+            start = np.where(
+                (before > 0)[:, None],
+                prefix[rows, np.where(before > 0, lowest_set_bit(np.maximum(before, 1)), 0)],
+                0.0,
+            )
+        s_i = sums - start[:, 0]
+        ss_i = sumsq - start[:, 1]
+        d_i = counts - start[:, 2]
+        noise_part = (2 * s_i * fresh_z + fresh_z**2 + (d_i - 1) * fresh_w) / d_i
+        if self.mechanism == "pm1":
+            part[:, 0, 0] += noise_part
+            part[:, 0, 1] += 1.0 / d_i
+            prefix[:, 0] = np.column_stack([sums, sumsq, counts])
+            total_part, inv_d, k = part[:, 0, 0], part[:, 0, 1], j
+        else:
+            part[rows, level, 0] = noise_part
+            part[rows, level, 1] = 1.0 / d_i
+            prefix[rows, level] = np.column_stack([sums, sumsq, counts])
+            used = set_bits(j, self.levels)
+            total_part = (part[:, :, 0] * used).sum(axis=1)
+            inv_d = (part[:, :, 1] * used).sum(axis=1)
+            k = used.sum(axis=1)
+        self._prefix[pair] = prefix
+        self._part[pair] = part
+        t = counts
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v = (
+                (sumsq + total_part) / (t - 1)
+                - t * mean_release**2 / (t - 1)
+                - self.sigma2_dp * (inv_d - k / t) / (t - 1)
+            )
+        return np.where(t >= 2, v, np.inf)

@@ -10,7 +10,7 @@ releases [J0, κ]:
   dyadic block, so the block restarts whenever κ is a power of two.
 
 Var[T] (eq. (2) with (20) for PM-I and the exact dyadic-node form of (21) for PM-II) is
-σ_b²·D/n² + σ_DP²·A/n² with n the block length, D = Σ_r (2r−1)/t_{J0+r−1} the data term and A
+(σ_b²·D + σ_DP²·A)/n² with n the block length, D = Σ_r (2r−1)/t_{J0+r−1} the data term and A
 the noise term Σ_nodes (Σ_{j in block using the node} 1/t_j)². Each release updates D and A
 incrementally, so no per-pair history is stored.
 """
@@ -23,10 +23,11 @@ from models.release import lowest_set_bit, set_bits
 
 
 class PairStatistic:
-    """T_{b→a} and Var[T_{b→a}] for every ordered pair, indexed [a, b] (querier, responder).
+    """T_{b→a} and the terms of Var[T_{b→a}] for every ordered pair, indexed [a, b].
 
-    `sigma2_data` holds σ_b² of every agent (known-variance setting) and `sigma2_dp` is σ_DP².
-    Before b's first release, T = 0 and Var = +∞ (the paper's convention, so b gets weight 0).
+    The data variance σ_b² is the caller's (known, or estimated in the unknown-variance
+    schemes): `variance` combines it with the exact DP term, σ_DP² = `sigma2_dp`. Before b's
+    first release, T = 0 and Var = +∞ (the paper's convention, so b gets weight 0).
     """
 
     # rows of the packed per-pair state (one gather and one scatter per update): κ, block
@@ -38,14 +39,12 @@ class PairStatistic:
         n_agents: int,
         mechanism: str,
         weights: str,
-        sigma2_data: np.ndarray,
         sigma2_dp: float,
         levels: int,
     ) -> None:
         self.n_agents = n_agents
         self.mechanism = mechanism
         self.weights = weights
-        self.sigma2_data = np.asarray(sigma2_data, dtype=float)
         self.sigma2_dp = float(sigma2_dp)
         self._state = np.zeros((n_agents, n_agents, self._ROWS))
         self._flat = self._state.reshape(-1, self._ROWS)  # one contiguous row per pair
@@ -64,19 +63,22 @@ class PairStatistic:
         n, total = self._state[..., 1], self._state[..., 2]
         return np.divide(total, n, out=np.zeros_like(total), where=n > 0)
 
-    @property
-    def var(self) -> np.ndarray:
-        """Var[T_{b→a}] (+∞ before the first release)."""
+    def variance(self, sigma2_data: np.ndarray) -> np.ndarray:
+        """Var[T_{b→a}] of every pair given σ_b² as a matrix [a, b] or a row of agents b.
+
+        +∞ before b's first release to a, and wherever σ_b² is +∞ (unknown).
+        """
         n, data, noise = self._state[..., 1], self._state[..., 3], self._state[..., 4]
-        num = self.sigma2_data[None, :] * data + self.sigma2_dp * noise
+        with np.errstate(invalid="ignore"):
+            num = sigma2_data * data + self.sigma2_dp * noise
         return np.divide(num, n * n, out=np.full_like(num, np.inf), where=n > 0)
 
     def update(
         self, a: np.ndarray, b: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Take releases `values` from b to a, the j-th each, made when b had t samples.
 
-        Returns T_{b→a} and Var[T_{b→a}] of the updated pairs.
+        Returns T_{b→a}, D, A and n of the updated pairs, so that Var[T] = (σ_b²D + σ_DP²A)/n².
         """
         pair = a * self.n_agents + b
         rows = self._flat.take(pair, axis=0)
@@ -108,4 +110,4 @@ class PairStatistic:
             noise += (used * (2 * u[:, None] * nodes + (u * u)[:, None])).sum(axis=1)
             self._node[pair] = nodes + used * u[:, None]
         self._flat[pair] = rows
-        return total / n, (self.sigma2_data[b] * data + self.sigma2_dp * noise) / (n * n)
+        return total / n, data, noise, n

@@ -18,7 +18,7 @@ DATA = {"model": "classes", "agents": 15, "class_means": [0.2, 0.4, 0.8], "sigma
 def test_incremental_variance_equals_closed_form(mechanism, weights):
     rng = np.random.default_rng(3)
     times = np.cumsum(rng.integers(1, 9, size=40)).astype(float)
-    stat = PairStatistic(2, mechanism, weights, np.array([0.3, 0.7]), 5.0, levels=8)
+    stat = PairStatistic(2, mechanism, weights, 5.0, levels=8)
     values = rng.normal(size=40)
     noise_term = analytic.pm1_noise_term if mechanism == "pm1" else analytic.pm2_noise_term
     for k in range(1, 41):
@@ -26,12 +26,12 @@ def test_incremental_variance_equals_closed_form(mechanism, weights):
                     np.array([k]))
         w = analytic.weights(weights, k)
         expect = 0.7 * analytic.data_term(times[:k], w) + 5.0 * noise_term(times[:k], w)
-        assert stat.var[0, 1] == pytest.approx(expect, rel=1e-10)
+        assert stat.variance(np.array([0.3, 0.7]))[0, 1] == pytest.approx(expect, rel=1e-10)
         assert stat.value[0, 1] == pytest.approx(w @ values[:k], rel=1e-12)
 
 
 def test_statistic_rejects_out_of_order_releases():
-    stat = PairStatistic(2, "pm1", "last", np.ones(2), 1.0, levels=4)
+    stat = PairStatistic(2, "pm1", "last", 1.0, levels=4)
     with pytest.raises(ValueError):
         stat.update(np.array([0]), np.array([1]), np.array([0.0]), np.array([1.0]),
                     np.array([2]))
@@ -63,7 +63,7 @@ def test_release_noise_variance_matches_monte_carlo(mechanism, noise):
     n_pairs = len(b)
     t = 3.0
     for j in range(1, kappa + 1):
-        z, _ = mech.release(b, a, np.zeros(n_pairs), np.full(n_pairs, t))
+        z, _, _ = mech.release(b, a, np.zeros(n_pairs), np.full(n_pairs, t))
         k = j if mechanism == "pm1" else bin(j).count("1")
         expect = k * sigma2 / t**2
         # the sample variance of n draws has standard error ≈ var·√((κ₄−1)/n); Laplace κ₄ = 6
