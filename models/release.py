@@ -118,10 +118,10 @@ class SampleVarianceRelease:
         n_pairs = n_agents * n_agents
         levels = levels_for(max_releases) if mechanism == "pm2" else 1
         self.levels = levels
-        # prefix (S, SS, t) of b's data at a past release: PM-I the last one; PM-II one per
-        # level, at the release index whose lowest set bit is that level (the start of the
-        # next node at lower levels)
-        self._prefix = np.zeros((n_pairs, levels + 1, 3))
+        # prefix (S, t) of b's data at a past release: PM-I the last one; PM-II one per
+        # level, at the release index whose lowest set bit is that level (where the nodes that
+        # start later at lower levels begin). Σ_i SS_i = SS_b needs no prefix.
+        self._prefix = np.zeros((n_pairs, levels, 2))
         # per p-sum (PM-I: summed; PM-II: per level) noise part of Ṽ̃ and 1/d
         self._part = np.zeros((n_pairs, levels, 2))
         self._n_agents = n_agents
@@ -158,18 +158,17 @@ class SampleVarianceRelease:
                 0.0,
             )
         s_i = sums - start[:, 0]
-        ss_i = sumsq - start[:, 1]
-        d_i = counts - start[:, 2]
+        d_i = counts - start[:, 1]
         noise_part = (2 * s_i * fresh_z + fresh_z**2 + (d_i - 1) * fresh_w) / d_i
         if self.mechanism == "pm1":
             part[:, 0, 0] += noise_part
             part[:, 0, 1] += 1.0 / d_i
-            prefix[:, 0] = np.column_stack([sums, sumsq, counts])
+            prefix[:, 0, 0], prefix[:, 0, 1] = sums, counts
             total_part, inv_d, k = part[:, 0, 0], part[:, 0, 1], j
         else:
             part[rows, level, 0] = noise_part
             part[rows, level, 1] = 1.0 / d_i
-            prefix[rows, level] = np.column_stack([sums, sumsq, counts])
+            prefix[rows, level, 0], prefix[rows, level, 1] = sums, counts
             used = set_bits(j, self.levels)
             total_part = (part[:, :, 0] * used).sum(axis=1)
             inv_d = (part[:, :, 1] * used).sum(axis=1)
