@@ -142,3 +142,25 @@ def test_claims_sch_var_2_near_known_and_sch_var_1_pays_for_the_split():
     assert gap21.mean() > 3 * gap21.std(ddof=1) / np.sqrt(len(gap21)) and gap21.mean() > 0
     # "converges to the known-variance curve": within a factor 1.5 at the horizon
     assert var2.mean() < 1.5 * known.mean()
+
+
+@pytest.mark.slow
+def test_claim_bayesian_sch_var_2_is_worse_early_and_better_later():
+    """Fig. 3's crossing at reduced scale (M = 100): the Bayesian correction hurts while class
+    estimates are poor (it keeps doubtful agents a plain negative estimate would drop) and
+    helps afterwards."""
+    data = {"model": "classes", "agents": 100, "class_means": [0.2, 0.4, 0.8], "sigma": SIGMA}
+    curves = {}
+    for scheme in ("sch-var-2", "sch-var-2-bayes"):
+        rows = []
+        for r in range(6):
+            out = desim.run(Scenario("private-colme", {"variance": scheme}, data, t_max=2000,
+                                     seed=11, replicate=r, checkpoints=40))
+            mse = out.metrics[out.metrics.metric == "mse"]
+            rows.append(mse.value.to_numpy())
+        curves[scheme] = np.array(rows)
+    t = mse.t.to_numpy()
+    log_ratio = np.log(curves["sch-var-2-bayes"] / curves["sch-var-2"])
+    for window, sign in (((130, 350), 1), ((750, 2000), -1)):
+        per_rep = sign * log_ratio[:, (t >= window[0]) & (t <= window[1])].mean(axis=1)
+        assert per_rep.mean() > 3 * per_rep.std(ddof=1) / np.sqrt(len(per_rep)), window
