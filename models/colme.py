@@ -49,7 +49,7 @@ from models.release import (
     set_bits,
 )
 from models.statistic import PairStatistic
-from models.variance import bayes_posterior_mean, sample_variance, welch_dof, welch_threshold
+from models.variance import bayes_posterior_mean, sample_variance, welch_accepts
 
 
 @dataclass(frozen=True)
@@ -230,15 +230,9 @@ class PrivateColME(Protocol):
     ) -> np.ndarray:
         """χ_a(b) of §III-C2, the Welch t-test with V_a and V̂ar[T_{b→a}] (kept if unknown)."""
         t = self.counts[a]
-        v_own = self.own_variance(a)
-        unknown = ~np.isfinite(var) | ~np.isfinite(v_own)
-        v_own = np.where(unknown, 1.0, v_own)
-        var = np.where(unknown, 1.0, var)
-        nu = welch_dof(v_own, t, var, n_other)
         theta = self.params.theta / np.log(t + 1.0)
-        spread = np.sqrt(v_own / t + var)
-        inside = np.abs(self.sums[a] / t - value) < welch_threshold(theta, nu) * spread
-        return inside | unknown
+        return welch_accepts(self.sums[a] / t - value, self.own_variance(a), t, var, n_other,
+                             theta)
 
     def _sch_var_2(
         self, a: np.ndarray, b: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray
@@ -296,9 +290,10 @@ class PrivateColME(Protocol):
         np.fill_diagonal(weight, 0.0)
         num = own * local + (weight * self.stat.value).sum(axis=1)
         den = own + weight.sum(axis=1)
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore", divide="ignore"):
             mu = num / den
-        return np.where(np.isfinite(own) & (self.counts > 0), mu, local)
+        # nothing to weigh yet (t < 2 with unknown variances) or an exact own mean (σ_a = 0)
+        return np.where(np.isfinite(own) & (den > 0), mu, local)
 
 
 @PROTOCOLS.register("private-colme-oracle")

@@ -164,3 +164,33 @@ def test_claim_bayesian_sch_var_2_is_worse_early_and_better_later():
     for window, sign in (((130, 350), 1), ((750, 2000), -1)):
         per_rep = sign * log_ratio[:, (t >= window[0]) & (t <= window[1])].mean(axis=1)
         assert per_rep.mean() > 3 * per_rep.std(ddof=1) / np.sqrt(len(per_rep)), window
+
+
+def test_fast_welch_decision_equals_the_reference_quantile_test():
+    """welch_accepts (CDF form with quantile prefilters) = |diff| < t-quantile·√(…)."""
+    rng = np.random.default_rng(0)
+    n = 4000
+    t = rng.integers(1, 400, n).astype(float)
+    n_other = np.maximum(t + rng.integers(-3, 3, n), 1.0)
+    v_own = rng.exponential(0.3, n)
+    var = rng.exponential(1e-3, n)
+    var[::97] = np.inf  # unknown V_{b→a}
+    diff = rng.normal(0, 1, n) * np.sqrt(v_own / t + np.where(np.isinf(var), 1e-3, var)) * 3
+    theta = 0.05 / np.log(t + 1)
+    got = variance.welch_accepts(diff, v_own, t, var, n_other, theta)
+    finite = np.isfinite(var)
+    nu = variance.welch_dof(v_own[finite], t[finite], var[finite], n_other[finite])
+    q = variance.welch_threshold(theta[finite], nu)
+    expect = np.abs(diff[finite]) < q * np.sqrt(v_own[finite] / t[finite] + var[finite])
+    np.testing.assert_array_equal(got[finite], expect)
+    assert got[~finite].all()
+    assert 0.05 < expect.mean() < 0.95  # both outcomes are exercised
+
+
+@pytest.mark.parametrize("scheme", ["sch-var-1", "sch-var-2", "sch-var-2-bayes"])
+def test_estimates_are_finite_from_the_first_slot(scheme):
+    data = {"model": "classes", "agents": 10, "class_means": [0.2, 0.8], "sigma": SIGMA}
+    out = desim.run(Scenario("private-colme", {"variance": scheme}, data, t_max=50,
+                             checkpoints=50))
+    mse = out.metrics[out.metrics.metric == "mse"].value.to_numpy()
+    assert np.isfinite(mse).all()
