@@ -194,9 +194,7 @@ class PrivateColME(Protocol):
             else:
                 v_b = self._sch_var_2(a, b, values, t_b, j)
             self.v_hat[a, b] = v_b
-            with np.errstate(invalid="ignore"):
-                var = (v_b * data + self.sigma2_dp * noise) / (n * n)
-            var = np.where(np.isnan(var), np.inf, var)
+            var = (v_b * data + self.sigma2_dp * noise) / (n * n)  # data > 0: ∞ stays ∞
             n_other = t_b if self.params.welch_df == "printed" else j.astype(float)
         decision = self._test(a, b, value, var, n_other)
         change = decision.astype(np.int64) - self.included[a, b]
@@ -248,27 +246,26 @@ class PrivateColME(Protocol):
         rows = self._schvar2.take(pair, axis=0)
         r_prev, t_prev, p2d, cd = rows.T
         psum = t * values - t_prev * r_prev
-        d = t - t_prev
+        inv_d = 1.0 / (t - t_prev)
         if self.params.mechanism == "pm1":
-            c, c_total = 1.0, j.astype(float)
+            c_total = j.astype(float)
+            cd += inv_d
         else:
-            c = 1.0 + lowest_set_bit(j)
             c_total = set_bits(j, self.stat.levels).sum(axis=1).astype(float)
-        p2d += psum * psum / d
-        cd += c / d
+            cd += (1.0 + lowest_set_bit(j)) * inv_d
+        p2d += psum * psum * inv_d
         r_prev[:], t_prev[:] = values, t
         self._schvar2[pair] = rows
-        k = j.astype(float)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            v_raw = (p2d - t * values * values) / (k - 1)
-            k_noise = self.sigma2_dp * (cd - c_total / t) / (k - 1)
+        k1 = np.maximum(j - 1.0, 1.0)  # k − 1; κ = 1 is set to +∞ below
+        v_raw = (p2d - t * values * values) / k1
+        k_noise = self.sigma2_dp * (cd - c_total / t) / k1
         v = v_raw - k_noise
-        v = np.where(j >= 2, v, np.inf)
+        v[j < 2] = np.inf
         negative = v < 0
         if negative.any():
             if self.params.variance == "sch-var-2-bayes":
                 v[negative] = bayes_posterior_mean(
-                    np.maximum(v_raw[negative], 0.0), k_noise[negative], k[negative],
+                    np.maximum(v_raw[negative], 0.0), k_noise[negative], j[negative],
                     self.params.prior,
                 )
             else:

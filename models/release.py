@@ -115,16 +115,19 @@ class SampleVarianceRelease:
         self.sigma2_var = sigma2_var
         self.sigma2_dp = sigma2_dp
         self.rng = rng
-        n_pairs = n_agents * n_agents
-        levels = levels_for(max_releases) if mechanism == "pm2" else 1
-        self.levels = levels
-        # prefix (S, t) of b's data at a past release: PM-I the last one; PM-II one per
-        # level, at the release index whose lowest set bit is that level (where the nodes that
-        # start later at lower levels begin). Σ_i SS_i = SS_b needs no prefix.
-        self._prefix = np.zeros((n_pairs, levels, 2))
-        # per p-sum (PM-I: summed; PM-II: per level) noise part of Ṽ̃ and 1/d
-        self._part = np.zeros((n_pairs, levels, 2))
         self._n_agents = n_agents
+        n_pairs = n_agents * n_agents
+        if mechanism == "pm1":
+            # per pair: prefix (S, t) at the last release, Σ_i noise part of Ṽ̃_i, Σ_i 1/d_i
+            self._pm1 = np.zeros((n_pairs, 4))
+        else:
+            self.levels = levels_for(max_releases)
+            # per pair and level: the prefix (S, t) at the release index whose lowest set bit
+            # is that level (where the nodes that start later at lower levels begin), and the
+            # noise part of Ṽ̃ and 1/d of the level's current node. Σ_i SS_i = SS_b needs no
+            # prefix.
+            self._prefix = np.zeros((n_pairs, self.levels, 2))
+            self._part = np.zeros((n_pairs, self.levels, 2))
 
     def release(
         self,
@@ -140,46 +143,52 @@ class SampleVarianceRelease:
         """V_{b→a} of eq. (8) for releases j (with the mean-release noises `fresh_z`)."""
         pair = b * self._n_agents + a
         n = len(pair)
-        rows = np.arange(n)
         fresh_w = sample_noise(self.rng, self.noise, self.sigma2_var, n)
+        if self.mechanism == "pm1":
+            state = self._pm1.take(pair, axis=0)
+            s_prev, t_prev, total_part, inv_d = state.T  # views, updated in place
+            d_i = counts - t_prev
+            total_part += (2 * (sums - s_prev) * fresh_z + fresh_z**2 + (d_i - 1) * fresh_w) / d_i
+            inv_d += 1.0 / d_i
+            s_prev[:], t_prev[:] = sums, counts
+            self._pm1[pair] = state
+            k = j
+        else:
+            total_part, inv_d, k = self._pm2_parts(pair, j, fresh_z, fresh_w, sums, counts)
+        t1 = np.maximum(counts - 1.0, 1.0)  # t = 1 is +∞ below
+        v = (sumsq + total_part - counts * mean_release**2
+             - self.sigma2_dp * (inv_d - k / counts)) / t1
+        v[counts < 2] = np.inf
+        return v
+
+    def _pm2_parts(
+        self,
+        pair: np.ndarray,
+        j: np.ndarray,
+        fresh_z: np.ndarray,
+        fresh_w: np.ndarray,
+        sums: np.ndarray,
+        counts: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Σ over the nodes of release j of the noise parts of Ṽ̃ and of 1/d, and their number."""
+        rows = np.arange(len(pair))
         prefix = self._prefix.take(pair, axis=0)
         part = self._part.take(pair, axis=0)
-        if self.mechanism == "pm1":
-            start = prefix[:, 0]
-            level = np.zeros(n, dtype=np.int64)
-        else:
-            level = lowest_set_bit(j)
-            # node (lsb, ·) covers releases (j − 2^lsb, j]; its start is the prefix at
-            # index j − 2^lsb, stored under that index's own lowest set bit (or zero)
-            before = j - (1 << level)
-            start = np.where(
-                (before > 0)[:, None],
-                prefix[rows, np.where(before > 0, lowest_set_bit(np.maximum(before, 1)), 0)],
-                0.0,
-            )
+        level = lowest_set_bit(j)
+        # node (lsb, ·) covers releases (j − 2^lsb, j]; its start is the prefix at index
+        # j − 2^lsb, stored under that index's own lowest set bit (or zero)
+        before = j - (1 << level)
+        start = np.where(
+            (before > 0)[:, None],
+            prefix[rows, np.where(before > 0, lowest_set_bit(np.maximum(before, 1)), 0)],
+            0.0,
+        )
         s_i = sums - start[:, 0]
         d_i = counts - start[:, 1]
-        noise_part = (2 * s_i * fresh_z + fresh_z**2 + (d_i - 1) * fresh_w) / d_i
-        if self.mechanism == "pm1":
-            part[:, 0, 0] += noise_part
-            part[:, 0, 1] += 1.0 / d_i
-            prefix[:, 0, 0], prefix[:, 0, 1] = sums, counts
-            total_part, inv_d, k = part[:, 0, 0], part[:, 0, 1], j
-        else:
-            part[rows, level, 0] = noise_part
-            part[rows, level, 1] = 1.0 / d_i
-            prefix[rows, level, 0], prefix[rows, level, 1] = sums, counts
-            used = set_bits(j, self.levels)
-            total_part = (part[:, :, 0] * used).sum(axis=1)
-            inv_d = (part[:, :, 1] * used).sum(axis=1)
-            k = used.sum(axis=1)
+        part[rows, level, 0] = (2 * s_i * fresh_z + fresh_z**2 + (d_i - 1) * fresh_w) / d_i
+        part[rows, level, 1] = 1.0 / d_i
+        prefix[rows, level, 0], prefix[rows, level, 1] = sums, counts
         self._prefix[pair] = prefix
         self._part[pair] = part
-        t = counts
-        with np.errstate(divide="ignore", invalid="ignore"):
-            v = (
-                (sumsq + total_part) / (t - 1)
-                - t * mean_release**2 / (t - 1)
-                - self.sigma2_dp * (inv_d - k / t) / (t - 1)
-            )
-        return np.where(t >= 2, v, np.inf)
+        used = set_bits(j, self.levels)
+        return (part[:, :, 0] * used).sum(axis=1), (part[:, :, 1] * used).sum(axis=1), used.sum(1)

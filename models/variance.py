@@ -47,7 +47,7 @@ def _nonneg(name: str, value: ArrayLike, allow_inf: bool = True) -> np.ndarray:
 
 def _at_least(name: str, value: ArrayLike, low: float) -> np.ndarray:
     x = np.asarray(value, dtype=float)
-    if not np.all(x >= low):
+    if not x.min(initial=low) >= low:  # NaN fails too
         raise ValueError(f"{name} = {value!r}: must be ≥ {low:g} (no NaN)")
     return x
 
@@ -74,11 +74,12 @@ def sample_variance(sum_x: ArrayLike, sum_x2: ArrayLike, t: ArrayLike) -> float 
 
     Round-off below 0 (the exact value is ≥ 0) is clipped to 0.
     """
-    n = _nonneg("t", t)
+    n = np.asarray(t, dtype=float)
+    if not n.min(initial=0.0) >= 0:  # one reduction: this runs once per slot
+        raise ValueError(f"t = {t!r}: must be ≥ 0 (no NaN)")
     s1 = np.asarray(sum_x, dtype=float)
     s2 = np.asarray(sum_x2, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        v = np.maximum((s2 - s1**2 / n) / (n - 1), 0.0)
+    v = np.maximum((s2 - s1 * s1 / np.maximum(n, 1.0)) / np.maximum(n - 1.0, 1.0), 0.0)
     return _out(np.where(n < 2, np.inf, v))
 
 
@@ -136,21 +137,20 @@ def welch_accepts(
     bounds the t quantile above — and evaluates the t CDF only for z between the two. A test
     with an infinite variance (unknown V) accepts (z = 0). Inputs are trusted arrays.
     """
-    s = v_own / t + var_T
-    with np.errstate(invalid="ignore"):  # ∞/∞ where a variance is unknown
-        z = np.abs(diff) / np.sqrt(s)
-    z = np.where(np.isnan(z), 0.0, z)
-    p = 1.0 - np.asarray(theta, dtype=float) / 2.0
-    inside = z < ndtri(np.min(p))
-    df_low = float(np.min(np.minimum(t, n_other))) - 1.0
-    upper = stdtrit(df_low, np.max(p)) if df_low >= 1 else np.inf
+    z = np.abs(diff) / np.sqrt(v_own / t + var_T)  # an infinite variance gives z = 0
+    # scalar bounds (one quantile each): smallest normal, largest Student-t quantile in use
+    th = np.asarray(theta, dtype=float)
+    inside = z < ndtri(1.0 - th.max() / 2.0)
+    df_low = min(t.min(), n_other.min()) - 1.0
+    upper = stdtrit(df_low, 1.0 - th.min() / 2.0) if df_low >= 1 else np.inf
     unsure = ~inside & (z < upper)
     if unsure.any():
         pick = lambda x: x[unsure] if np.ndim(x) else x  # noqa: E731
         nu = welch_dof(pick(v_own), pick(t), pick(var_T), pick(n_other))
         nu = np.atleast_1d(nu)
         cdf = stdtr(np.where(nu > 0, nu, 1.0), pick(z))
-        inside[unsure] = (nu == 0) | (cdf < pick(np.broadcast_to(p, z.shape)))
+        p = np.broadcast_to(1.0 - th / 2.0, z.shape)
+        inside[unsure] = (nu == 0) | (cdf < p[unsure])
     return inside
 
 
@@ -442,15 +442,21 @@ def _h_minus_a(a: np.ndarray, x: np.ndarray) -> np.ndarray:
     ≤ (a+1)/(a+1−x) (no overflow), and h − a = −a(F₁−1)/F₁, F₁ − 1 = x/(a+1)·₁F₁(1; a+2; x)
     (no cancellation). x > a: P(a, x) ≳ 1/2, so h = exp(a ln x − x − ln Γ(a))/P(a, x) is safe.
     """
+    if a.shape != x.shape:
+        a, x = np.broadcast_arrays(a, x)
     small = x <= a
-    xs = np.where(small, x, 0.0)
-    f1 = hyp1f1(1.0, a + 1.0, xs)
-    g_small = -a * (xs / (a + 1.0)) * hyp1f1(1.0, a + 2.0, xs) / f1
-    xl = np.where(small, a + 1.0, x)
-    with np.errstate(divide="ignore", over="ignore", under="ignore", invalid="ignore"):
-        h_large = np.exp(a * np.log(xl) - xl - gammaln(a)) / gammainc(a, xl)
-    h_large = np.where(np.isinf(xl), 0.0, h_large)
-    return np.where(small, g_small, h_large - a)
+    g = np.empty(x.shape)
+    if small.any():  # each branch is evaluated on its own entries only
+        xs, as_ = x[small], a[small]
+        f1 = hyp1f1(1.0, as_ + 1.0, xs)
+        g[small] = -as_ * (xs / (as_ + 1.0)) * hyp1f1(1.0, as_ + 2.0, xs) / f1
+    large = ~small
+    if large.any():
+        xl, al = x[large], a[large]
+        with np.errstate(divide="ignore", over="ignore", under="ignore", invalid="ignore"):
+            h_large = np.exp(al * np.log(xl) - xl - gammaln(al)) / gammainc(al, xl)
+        g[large] = np.where(np.isinf(xl), 0.0, h_large) - al
+    return g
 
 
 def bayes_posterior_mean(
@@ -469,19 +475,21 @@ def bayes_posterior_mean(
     """
     a = np.asarray(posterior_shape(kappa, prior), dtype=float)
     k = np.asarray(kappa, dtype=float)
-    v = _nonneg("v_raw", v_raw, allow_inf=False)
-    c = _nonneg("K_sigma2", K_sigma2, allow_inf=False)
-    a, k, v, c = np.broadcast_arrays(a, k, v, c)
+    v = np.asarray(v_raw, dtype=float)
+    c = np.asarray(K_sigma2, dtype=float)
+    if not (v.min(initial=0.0) >= 0 and c.min(initial=0.0) >= 0 and np.isfinite(v.sum() + c.sum())):
+        _nonneg("v_raw", v_raw, allow_inf=False)  # names the bad argument
+        _nonneg("K_sigma2", K_sigma2, allow_inf=False)
+    if not (a.shape == k.shape == v.shape == c.shape):
+        a, k, v, c = np.broadcast_arrays(a, k, v, c)
     beta = (k - 1) * v / 2
     ok = a > 1
     a1 = np.where(ok, a, 2.0)
     pos_c = c > 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        x = np.where(pos_c, beta / np.where(pos_c, c, 1.0), np.inf)
-    g = _h_minus_a(a1, np.where(pos_c, x, 0.0))
-    with np.errstate(invalid="ignore"):
-        mean_trunc = c * (x + 1.0 + g) / (a1 - 1.0)
-    mean = np.where(pos_c, mean_trunc, beta / (a1 - 1.0))
+    x = np.divide(beta, c, out=np.full(beta.shape, np.inf), where=pos_c)  # c = 0: untruncated
+    g = _h_minus_a(a1, x)
+    with np.errstate(invalid="ignore"):  # 0·∞ where c = 0, not selected
+        mean = np.where(pos_c, c * (x + 1.0 + g), beta) / (a1 - 1.0)
     return _out(np.where(ok, mean, np.inf))
 
 

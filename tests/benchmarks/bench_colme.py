@@ -48,11 +48,11 @@ from desim.scenario import Scenario
 params, data, t_max = json.loads(sys.argv[1])
 s = Scenario("private-colme", params, data, t_max=t_max, seed=1)
 desim.plugins.load_plugins()  # imports are not part of the run
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 desim.run(s)
-wall = time.perf_counter() - start
+wall, cpu = time.perf_counter() - start, time.process_time() - cpu
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"wall": wall, "rss_mb": rss}))
+print(json.dumps({"wall": wall, "cpu": cpu, "rss_mb": rss}))
 """
 
 
@@ -81,29 +81,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", action="store_true", help="also time the full Fig. 2 study")
     args = parser.parse_args()
+    # Bars are judged on the run's CPU time (single-threaded, so = wall time on an idle core),
+    # which a busy machine disturbs far less than wall time; both are printed.
     rows = []
     base = None
     for name, params in WORKLOADS.items():
         r = run_single(params)
-        base = base or r["wall"]
+        base = base or r["cpu"]
         bar = BAR_RR if name == "PM-I non-MoM RR" else 3 * BAR_RR
-        ok = r["wall"] <= bar and (name == "PM-I non-MoM RR" or r["wall"] <= 3 * base)
-        rows.append((f"Private-ColME M=200 T=3e4 {name}", r["wall"], r["rss_mb"],
+        ok = r["cpu"] <= bar and (name == "PM-I non-MoM RR" or r["cpu"] <= 3 * base)
+        rows.append((f"Private-ColME M=200 T=3e4 {name}", r["wall"], r["cpu"], r["rss_mb"],
                      f"≤ {bar:g} s" + ("" if name == "PM-I non-MoM RR" else ", ≤ 3× RR"),
                      "ok" if ok else "FAIL"))
-    known = {"pm1": rows[0][1], "pm2": rows[3][1]}
+    known = {"pm1": rows[0][2], "pm2": rows[3][2]}
     for name, params in UNKNOWN.items():
         r = run_single(params)
         ref = known[params.get("mechanism", "pm1")]
-        rows.append((f"Private-ColME M=200 T=3e4 {name}", r["wall"], r["rss_mb"],
-                     f"≤ 2× known ({2 * ref:.1f} s)", "ok" if r["wall"] <= 2 * ref else "FAIL"))
+        rows.append((f"Private-ColME M=200 T=3e4 {name}", r["wall"], r["cpu"], r["rss_mb"],
+                     f"≤ 2× known ({2 * ref:.1f} s)", "ok" if r["cpu"] <= 2 * ref else "FAIL"))
     if args.study:
         wall = run_study(2)
         rows.append(("Fig. 2 study (10 scenarios × 20 runs + 13 curves), 2 workers", wall,
-                     float("nan"), "≤ 600 s", "ok" if wall <= 600 else "FAIL"))
-    print(f"\n{'workload':<66} {'wall s':>8} {'peak MB':>8}  {'bar':<18} result")
-    for name, wall, rss, bar, ok in rows:
-        print(f"{name:<66} {wall:8.2f} {rss:8.0f}  {bar:<18} {ok}")
+                     float("nan"), float("nan"), "≤ 600 s wall", "ok" if wall <= 600 else "FAIL"))
+    print(f"\n{'workload':<62} {'wall s':>7} {'cpu s':>7} {'peak MB':>8}  {'bar':<20} result")
+    for name, wall, cpu, rss, bar, ok in rows:
+        print(f"{name:<62} {wall:7.2f} {cpu:7.2f} {rss:8.0f}  {bar:<20} {ok}")
 
 
 if __name__ == "__main__":
