@@ -113,7 +113,7 @@ class PrivateColME(Protocol):
         self.stat = PairStatistic(m, p.mechanism, p.weights, self.sigma2_dp, levels_for(ctx.t_max))
         #: V_{b→a}, a's current estimate of σ_b² (+∞: none yet), when variances are unknown.
         self.v_hat = None if self.known else np.full((m, m), np.inf)
-        # Sch-Var-2 state per pair: last release R and its t, Σ P²/d and Σ c/d over p-sums
+        # Sch-Var-2 state per pair: last t·R and t, Σ P²/d and Σ c/d over the p-sums
         self._schvar2 = np.zeros((m * m, 4))
         #: Running sum, sum of squares and count of each agent's own samples.
         self.sums = np.zeros(m)
@@ -124,9 +124,10 @@ class PrivateColME(Protocol):
         self._n_included = np.full(m, m)  # row sums of `included`, kept current
         self._agents = np.arange(m)
         self._offset = np.zeros(m, dtype=np.int64)  # RR position last queried, 0 = none yet
-        # z-test quantile Φ⁻¹(1 − θ_t/2) of every slot t, θ_t = theta/ln(t+1) (index 0 unused)
+        # θ_t = theta/ln(t+1) and the z-test quantile Φ⁻¹(1 − θ_t/2) of every t (index 0 unused)
         t = np.arange(1, ctx.t_max + 2, dtype=float)
-        self._z = np.concatenate([[np.inf], ndtri(1.0 - p.theta / (2.0 * np.log(t + 1.0)))])
+        self._theta = np.concatenate([[1.0], p.theta / np.log(t + 1.0)])
+        self._z = np.concatenate([[np.inf], ndtri(1.0 - self._theta[1:] / 2.0)])
 
     # -- slot: new samples, then queries ---------------------------------------------------
     def on_samples(self, t: int, samples: np.ndarray) -> None:
@@ -193,7 +194,7 @@ class PrivateColME(Protocol):
                 v_b = np.where(v_b >= 0, v_b, np.inf)  # a negative release means "unknown"
             else:
                 v_b = self._sch_var_2(a, b, values, t_b, j)
-            self.v_hat[a, b] = v_b
+            self.v_hat.ravel()[a * len(self._agents) + b] = v_b
             var = (v_b * data + self.sigma2_dp * noise) / (n * n)  # data > 0: ∞ stays ∞
             n_other = t_b if self.params.welch_df == "printed" else j.astype(float)
         decision = self._test(a, b, value, var, n_other)
@@ -228,7 +229,7 @@ class PrivateColME(Protocol):
     ) -> np.ndarray:
         """χ_a(b) of §III-C2, the Welch t-test with V_a and V̂ar[T_{b→a}] (kept if unknown)."""
         t = self.counts[a]
-        theta = self.params.theta / np.log(t + 1.0)
+        theta = self._theta[t.astype(np.int64)]
         return welch_accepts(self.sums[a] / t - value, self.own_variance(a), t, var, n_other,
                              theta)
 
@@ -244,8 +245,9 @@ class PrivateColME(Protocol):
         """
         pair = a * len(self._agents) + b
         rows = self._schvar2.take(pair, axis=0)
-        r_prev, t_prev, p2d, cd = rows.T
-        psum = t * values - t_prev * r_prev
+        sum_prev, t_prev, p2d, cd = rows.T  # t_{i−1}R_{i−1} (the noisy running sum), t_{i−1}
+        total = t * values
+        psum = total - sum_prev
         inv_d = 1.0 / (t - t_prev)
         if self.params.mechanism == "pm1":
             c_total = j.astype(float)
@@ -254,10 +256,10 @@ class PrivateColME(Protocol):
             c_total = set_bits(j, self.stat.levels).sum(axis=1).astype(float)
             cd += (1.0 + lowest_set_bit(j)) * inv_d
         p2d += psum * psum * inv_d
-        r_prev[:], t_prev[:] = values, t
+        sum_prev[:], t_prev[:] = total, t
         self._schvar2[pair] = rows
         k1 = np.maximum(j - 1.0, 1.0)  # k − 1; κ = 1 is set to +∞ below
-        v_raw = (p2d - t * values * values) / k1
+        v_raw = (p2d - total * values) / k1
         k_noise = self.sigma2_dp * (cd - c_total / t) / k1
         v = v_raw - k_noise
         v[j < 2] = np.inf

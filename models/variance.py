@@ -486,10 +486,9 @@ def bayes_posterior_mean(
     ok = a > 1
     a1 = np.where(ok, a, 2.0)
     pos_c = c > 0
-    x = np.divide(beta, c, out=np.full(beta.shape, np.inf), where=pos_c)  # c = 0: untruncated
+    x = np.divide(beta, c, out=np.zeros(beta.shape), where=pos_c)  # c = 0: untruncated, below
     g = _h_minus_a(a1, x)
-    with np.errstate(invalid="ignore"):  # 0·∞ where c = 0, not selected
-        mean = np.where(pos_c, c * (x + 1.0 + g), beta) / (a1 - 1.0)
+    mean = np.where(pos_c, c * (x + 1.0 + g), beta) / (a1 - 1.0)
     return _out(np.where(ok, mean, np.inf))
 
 
