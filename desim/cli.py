@@ -19,7 +19,7 @@ from typing import NoReturn
 
 from desim.params import ConfigError, describe
 from desim.plugins import load_plugins
-from desim.registry import CURVES, DATA, LINKS, PROTOCOLS, Registry
+from desim.registry import CURVES, DATA, LINKS, METRICS, PROTOCOLS, TOPOLOGIES, Registry
 from desim.study import Study, load_study
 
 #: Exit status: success, failed runs, bad input, interrupted (as a shell reports Ctrl-C).
@@ -100,7 +100,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"desim: interrupted; finished runs are kept in {_where(study.results_dir)}; "
               "run the same command again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
-    figures = draw_figures(study) if summary.done + summary.skipped else []
+    figures = draw_figures(study) if summary.done + summary.skipped or study.curve_jobs else []
     workers = f"{args.workers} worker{'s' if args.workers > 1 else ''}"
     print(
         f"desim: {study.title}: {len(study.runs)} runs: {summary.done} done, "
@@ -167,7 +167,7 @@ def _list(args: argparse.Namespace) -> int:
     lines: list[str] = []
     for title, registry in (
         ("protocols", PROTOCOLS), ("data models", DATA), ("link models", LINKS),
-        ("curves", CURVES),
+        ("topologies", TOPOLOGIES), ("curves", CURVES), ("metrics", METRICS),
     ):
         lines += [*_list_registry(title, registry), ""]
     print("\n".join(lines).rstrip())

@@ -3,12 +3,14 @@
 Time is slotted: slot t (t = 1, …, t_max) happens at simulated time t, when every agent
 receives one sample. At each instant the order is fixed: the slot's tick (samples, then what
 the protocol sends in response), then message deliveries in send order (one batch per
-instant, more batches if zero-latency replies are sent meanwhile), then the recorder.
+instant, more batches if zero-latency replies are sent meanwhile), then deadlines a protocol
+set with `Context.call_at` (their zero-latency sends are delivered before the next deadline),
+then the recorder.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +18,7 @@ import pandas as pd
 import simpy
 
 from desim.links import IdealLinks, LinkModel
-from desim.network import PRIORITY_RECORD, PRIORITY_TICK, At, Network
+from desim.network import PRIORITY_DEADLINE, PRIORITY_RECORD, PRIORITY_TICK, At, Network
 from desim.protocol import Context, DataSource, Protocol
 from desim.randomness import Streams
 from desim.recorder import Recorder, log_checkpoints
@@ -45,22 +47,26 @@ class Simulation:
         links: LinkModel | None = None,
         checkpoints: np.ndarray | None = None,
         per_agent: bool = False,
+        metrics: Sequence[Callable[..., dict[str, float]]] = (),
     ) -> None:
         self.env = simpy.Environment()
         self.protocol = protocol
         self.data = data
         self.t_max = int(t_max)
         self.streams = streams
+        # the links of this run: probabilities fixed now (graph, topology stream), public to all
+        self.links = (links or IdealLinks()).bind(data.n_agents, data.public,
+                                                  streams.get("topology"))
         self.network = Network(
             self.env,
             protocol.message_kinds,
-            links or IdealLinks(),
+            self.links,
             streams.get("links"),
             streams.get("latency"),
             protocol.on_deliver,
         )
         self.checkpoints = log_checkpoints(t_max) if checkpoints is None else checkpoints
-        self.recorder = Recorder(protocol, self.network, data.means, per_agent)
+        self.recorder = Recorder(protocol, self.network, data.means, per_agent, data, metrics)
 
     def _clock(self) -> Generator[simpy.Event, None, None]:
         rng = self.streams.get("data")
@@ -72,6 +78,10 @@ class Simulation:
                 block = self.data.sample(rng, DATA_BLOCK)
             self.protocol.on_samples(t, block[i])
 
+    def _call_at(self, when: float, fn: Callable[[], None]) -> None:
+        """Call `fn()` at time `when` (≥ now), after that instant's deliveries."""
+        At(self.env, when - self.env.now, PRIORITY_DEADLINE).callbacks.append(lambda _e: fn())
+
     def run(self) -> RunOutput:
         """Run to `t_max` and return the records."""
         ctx = Context(
@@ -82,6 +92,8 @@ class Simulation:
             send=self.network.send,
             now=lambda: self.env.now,
             oracle_classes=self.data.classes.copy() if self.protocol.uses_oracle else None,
+            links=self.links,
+            call_at=self._call_at,
         )
         self.protocol.setup(ctx)
         self.env.process(self._clock())

@@ -1,12 +1,21 @@
 """Link models: whether a link is up when a message is sent, and when the message arrives.
 
 A link model is asked once per send call, with arrays of sources and destinations, and draws
-from the run's ``links`` stream. Time is in slots and may be fractional.
+from the run's ``links`` stream. Time is in slots and may be fractional. Before a run the engine
+calls `LinkModel.bind` with the number of agents, the run's public facts (e.g. the communication
+graph) and the ``topology`` stream, so a model can fix its per-link probabilities; protocols read
+them through `LinkModel.probabilities` (PriCER optimises its weights for them).
+
+Address ``n_agents`` (one past the agents) is the parameter server (`desim.server`): links to it
+are the uplinks τ_i, links from it are always up.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -14,11 +23,77 @@ from desim.params import param
 from desim.registry import LINKS
 
 
+@dataclass(frozen=True)
+class Connectivity:
+    """Per-slot link probabilities of n agents and a server (seed 004 §II-A).
+
+    `p[i]` = p_i = P(τ_i = 1), node i reaches the server; `P[i, j]` = p_ij = P(τ_ij = 1), node i
+    reaches node j (P_ii = 1); `E[i, j]` = E_{i,j} = E[τ_ij τ_ji], the reciprocity correlation
+    (E_ii = 1).
+    """
+
+    p: np.ndarray
+    P: np.ndarray
+    E: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = len(self.p)
+        for name, a, shape in (("p", self.p, (n,)), ("P", self.P, (n, n)), ("E", self.E, (n, n))):
+            if np.shape(a) != shape:
+                raise ValueError(f"{name} has shape {np.shape(a)}; expected {shape}")
+            if not np.all((a >= 0) & (a <= 1)):
+                raise ValueError(f"{name}: every probability must lie in [0, 1]")
+        if not np.all(np.diag(self.P) == 1):
+            raise ValueError("P: p_ii must be 1 (a node always reaches itself)")
+        low = self.P * self.P.T
+        high = np.minimum(self.P, self.P.T)
+        tol = 1e-12
+        if not (np.all(self.E >= low - tol) and np.all(self.E <= high + tol)):
+            raise ValueError("E: E_{i,j} must lie in [p_ij p_ji, min(p_ij, p_ji)]")
+        if not np.allclose(self.E, self.E.T, rtol=0, atol=tol):
+            raise ValueError("E: E_{i,j} = E[τ_ij τ_ji] must be symmetric")
+
+    @property
+    def n(self) -> int:
+        """Number of nodes n."""
+        return len(self.p)
+
+    @staticmethod
+    def reliable(n: int) -> Connectivity:
+        """Links that never fail: p = 1, P = 1, E = 1."""
+        return Connectivity(np.ones(n), np.ones((n, n)), np.ones((n, n)))
+
+
+def reciprocity_matrix(P: np.ndarray, rho: float) -> np.ndarray:
+    """E_{i,j} = p_ij p_ji + ρ (min(p_ij, p_ji) − p_ij p_ji): ρ = 0 independent, 1 fully reciprocal.
+
+    These are the correlations `IntermittentLinks` realises; E_ii = 1.
+    """
+    if not 0 <= rho <= 1:
+        raise ValueError(f"reciprocity = {rho!r}: must lie in [0, 1]")
+    indep = P * P.T
+    E = indep + rho * (np.minimum(P, P.T) - indep)
+    np.fill_diagonal(E, 1.0)
+    return E
+
+
 class LinkModel:
     """Availability and latency of every link; the default is always up with zero latency."""
 
     #: True when every link is always up with zero latency, so the network can skip both draws.
     ideal: bool = True
+
+    def bind(self, n_agents: int, public: Mapping[str, Any], rng: np.random.Generator) -> LinkModel:
+        """The link model of one run of `n_agents` agents (default: this one, unchanged).
+
+        `public` holds the run's public facts (e.g. ``graph``), `rng` is the run's ``topology``
+        stream, for models whose per-link probabilities depend on a random layout.
+        """
+        return self
+
+    def probabilities(self, n_agents: int) -> Connectivity:
+        """The per-slot probabilities p, P, E of every link (all ones: links never fail)."""
+        return Connectivity.reliable(n_agents)
 
     def available(
         self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray
@@ -51,3 +126,197 @@ class FixedLatency(LinkModel):
         self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray
     ) -> float:
         return self.slots
+
+
+# ---------------------------------------------------------------------------------------------
+# Bernoulli intermittent links (seed 004 §II-A)
+
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+#: Counter streams of one slot: the server uplink, a pair's shared and coupling draws, a link's own.
+_UPLINK, _SHARED, _COUPLE, _OWN = 0, 1, 2, 3
+
+
+def counter_uniform(key: np.uint64, counter: np.ndarray) -> np.ndarray:
+    """U(0, 1) draws that depend only on (key, counter): SplitMix64's output number `counter`.
+
+    A counter-based draw lets every message on a link in a slot see the same τ without storing
+    a realisation of all n² links per slot, and makes availability independent of how many
+    sends a protocol makes or in which order.
+    """
+    with np.errstate(over="ignore"):
+        z = key + counter.astype(np.uint64) * _GAMMA
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+class IntermittentLinks(LinkModel):
+    """Bernoulli links of one run: τ_i ~ Ber(p_i) to the server, τ_ij ~ Ber(p_ij) between nodes.
+
+    One realisation per slot ⌊t⌋ and link, independent across slots and across unordered pairs;
+    τ_ij and τ_ji are coupled so that E[τ_ij τ_ji] = E_{i,j} of `reciprocity_matrix`: with
+    probability ρ both read one shared uniform (E = min(p_ij, p_ji)), otherwise each its own
+    (E = p_ij p_ji). Address n is the server; server → node links are always up.
+    """
+
+    ideal = False
+
+    def __init__(self, conn: Connectivity, reciprocity: float, slots: float = 0.0) -> None:
+        self.conn = conn
+        self.reciprocity = float(reciprocity)
+        self.slots = float(slots)
+        n = conn.n
+        self._stride = np.uint64(n + 1)
+        # node probabilities with a server row and column: P[i, n] = p_i, P[n, i] = 1
+        full = np.ones((n + 1, n + 1))
+        full[:n, :n] = conn.P
+        full[:n, n] = conn.p
+        self._P = full
+        self._key: np.uint64 | None = None
+
+    def probabilities(self, n_agents: int) -> Connectivity:
+        if n_agents != self.conn.n:
+            raise ValueError(f"links were bound for {self.conn.n} agents, not {n_agents}")
+        return self.conn
+
+    def realise(
+        self, rng: np.random.Generator, slot: int | np.ndarray, src: np.ndarray, dst: np.ndarray
+    ) -> np.ndarray:
+        """τ of each link src→dst in slot `slot` (one, or one per link): the same inputs, the
+        same τ."""
+        if self._key is None:  # the run's links stream fixes the key once
+            self._key = np.uint64(rng.integers(0, 2**63))
+        n = self.conn.n
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        stride = self._stride
+        base = np.asarray(slot, dtype=np.uint64) * np.uint64(4)
+
+        def u(stream: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            c = ((base + np.uint64(stream)) * stride + a.astype(np.uint64)) * stride
+            return counter_uniform(self._key, c + b.astype(np.uint64))
+
+        lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+        shared = u(_SHARED, lo, hi)
+        own = u(_OWN, src, dst)
+        if self.reciprocity > 0:
+            coupled = u(_COUPLE, lo, hi) < self.reciprocity
+            own = np.where(coupled, shared, own)
+        uplink = dst == n
+        draw = np.where(uplink, u(_UPLINK, src, np.zeros_like(src)), own)
+        return draw < self._P[src, dst]
+
+    def available(
+        self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray
+    ) -> np.ndarray:
+        return self.realise(rng, math.floor(t), src, dst)
+
+    def latency(
+        self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray
+    ) -> float:
+        return self.slots
+
+
+@LINKS.register("bernoulli")
+@dataclass(frozen=True)
+class BernoulliLinks(LinkModel):
+    """Intermittent links of seed 004: τ_i ~ Ber(p_i) to the server, τ_ij ~ Ber(p_ij) between nodes.
+
+    p comes from `p_server` (one number or one per node) or, with `good` set, from the good/bad
+    split of Fig. 4. P comes from `p_nodes` when given, else p_ij = `p_link` on every link of the
+    study's [topology] graph (every pair without one: the paper's Erdős–Rényi set-up),
+    times exp(−distance/`decay`) when `decay` is set and the graph has positions; unlinked pairs
+    have p_ij = 0. `reciprocity` ρ sets E_{i,j} between p_ij p_ji (0) and min(p_ij, p_ji) (1).
+    """
+
+    p_server: float | list[float] = param(
+        1.0, "p_i: probability that node i reaches the server in a slot (one for all, or a list)",
+        ge=0, le=1,
+    )
+    good: int | None = param(
+        None, "if set: nodes 0…good−1 reach the server with p_good, the others with p_bad", ge=0
+    )
+    p_good: float = param(0.9, "p_i of a good node (with `good`)", ge=0, le=1)
+    p_bad: float = param(0.2, "p_i of a bad node (with `good`)", ge=0, le=1)
+    p_link: float = param(
+        1.0, "p_ij of every link of the [topology] graph (of every pair without one)", ge=0, le=1
+    )
+    decay: float | None = param(
+        None, "geometric graphs: p_ij = p_link·exp(−distance/decay) (distance in the unit square)",
+        gt=0,
+    )
+    p_nodes: list[list[float]] | None = param(
+        None, "explicit P as rows (n × n, p_ii is 1); overrides p_link and the graph", ge=0, le=1
+    )
+    reciprocity: float = param(
+        1.0, "ρ: E[τ_ij τ_ji] = p_ij p_ji + ρ(min(p_ij, p_ji) − p_ij p_ji); 0 independent",
+        ge=0, le=1,
+    )
+    slots: float = param(0.0, "delivery delay of every message, in slots", ge=0)
+    ideal = False
+
+    def __post_init__(self) -> None:
+        if self.p_nodes is not None:
+            n = len(self.p_nodes)
+            if any(len(row) != n for row in self.p_nodes):
+                raise ValueError("p_nodes must be a square matrix (n rows of n numbers)")
+            if not all(0 <= x <= 1 for row in self.p_nodes for x in row):
+                raise ValueError("p_nodes: every probability must lie in [0, 1]")
+
+    def server_probabilities(self, n: int) -> np.ndarray:
+        """p of the run's n nodes."""
+        if self.good is not None:
+            if self.good > n:
+                raise ValueError(f"good = {self.good}: more good nodes than the {n} nodes")
+            return np.where(np.arange(n) < self.good, self.p_good, self.p_bad)
+        if isinstance(self.p_server, list):
+            if len(self.p_server) != n:
+                raise ValueError(
+                    f"p_server has {len(self.p_server)} values; the data have {n} nodes"
+                )
+            return np.asarray(self.p_server, dtype=float)
+        return np.full(n, float(self.p_server))
+
+    def node_probabilities(self, n: int, graph: Any = None) -> np.ndarray:
+        """P of the run's n nodes given the communication graph (None: every pair linked)."""
+        if self.p_nodes is not None:
+            P = np.asarray(self.p_nodes, dtype=float)
+            if P.shape != (n, n):
+                raise ValueError(f"p_nodes is {P.shape[0]}×{P.shape[1] if P.ndim > 1 else 0}; "
+                                 f"the data have {n} nodes")
+        elif graph is None:
+            P = np.full((n, n), self.p_link)
+        else:
+            src, dst = np.asarray(graph.src), np.asarray(graph.dst)
+            P = np.zeros((n, n))
+            weight = np.full(len(src), self.p_link)
+            positions = getattr(graph, "positions", None)
+            if self.decay is not None and positions is not None:
+                dist = np.linalg.norm(positions[src] - positions[dst], axis=1)
+                weight = weight * np.exp(-dist / self.decay)
+            P[src, dst] = weight
+        np.fill_diagonal(P, 1.0)
+        return P
+
+    def connectivity(self, n: int, graph: Any = None) -> Connectivity:
+        """p, P and E of the run's n nodes."""
+        P = self.node_probabilities(n, graph)
+        E = reciprocity_matrix(P, self.reciprocity)
+        return Connectivity(self.server_probabilities(n), P, E)
+
+    def bind(
+        self, n_agents: int, public: Mapping[str, Any], rng: np.random.Generator
+    ) -> IntermittentLinks:
+        conn = self.connectivity(n_agents, public.get("graph"))
+        return IntermittentLinks(conn, self.reciprocity, self.slots)
+
+    def probabilities(self, n_agents: int) -> Connectivity:
+        return self.connectivity(n_agents)
+
+    def available(
+        self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray
+    ) -> np.ndarray:
+        raise RuntimeError("BernoulliLinks must be bound to a run first (LinkModel.bind)")

@@ -17,8 +17,8 @@ from simpy.events import Event
 from desim.links import LinkModel
 from desim.messages import Batch
 
-#: Priorities of same-time events: a slot's tick, then deliveries, then measurements.
-PRIORITY_TICK, PRIORITY_DELIVER, PRIORITY_RECORD = 0, 1, 2
+#: Priorities of same-time events: a slot's tick, deliveries, deadlines, then measurements.
+PRIORITY_TICK, PRIORITY_DELIVER, PRIORITY_DEADLINE, PRIORITY_RECORD = 0, 1, 2, 3
 
 
 class At(Event):
@@ -56,7 +56,7 @@ class Network:
         self._rng_latency = rng_latency
         self._deliver = deliver
         self._pending: dict[float, list[Batch]] = {}
-        self._code_arrays: dict[tuple[int, int], np.ndarray] = {}
+        self._code_arrays: dict[int, np.ndarray] = {}
         self.sent = np.zeros(len(kinds), dtype=np.int64)
         self.dropped = np.zeros(len(kinds), dtype=np.int64)
 
@@ -103,14 +103,17 @@ class Network:
             self._file(float(when), batch.select(first == i))
 
     def _codes(self, code: int, n: int) -> np.ndarray:
-        """A read-only array of n copies of `code` (shared: batches of a kind reuse it)."""
-        key = (code, n)
-        codes = self._code_arrays.get(key)
-        if codes is None:
-            codes = np.full(n, code)
+        """A read-only array of n copies of `code` (shared: batches of a kind reuse it).
+
+        One array per kind, grown when needed, of which a view is handed out: sends of varying
+        sizes must not keep an array per size alive.
+        """
+        codes = self._code_arrays.get(code)
+        if codes is None or len(codes) < n:
+            codes = np.full(max(n, 2 * len(codes) if codes is not None else n), code)
             codes.flags.writeable = False
-            self._code_arrays[key] = codes
-        return codes
+            self._code_arrays[code] = codes
+        return codes[:n]
 
     def _file(self, when: float, batch: Batch) -> None:
         parts = self._pending.get(when)

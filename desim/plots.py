@@ -4,6 +4,12 @@ Each plot shows one metric against the slot t on log–log axes: one line per sc
 over replicates) with a 95% confidence band (mean ± 1.96 standard errors, computed with one
 groupby, which stays fast for hundreds of runs), and the closed-form curves dashed. A study
 with a grid gets one panel per grid point, sharing axes and one legend.
+
+With ``x`` a grid column the plot shows the values at one slot (``at``, default the last)
+against that column instead, on a linear x axis: one line per scenario with its band, the
+curves dashed, and one panel per value of the other grid columns. ``dashed`` metrics (e.g. a
+bound a protocol reports) are drawn dashed in their scenario's colour, on either kind of plot.
+A study may have curves only (an optimiser study): its plots then draw curves alone.
 """
 
 from __future__ import annotations
@@ -70,7 +76,7 @@ def summarise(metrics: pd.DataFrame, metric: str, grid: list[str]) -> pd.DataFra
 def draw_figures(study: Study) -> list[Path]:
     """Draw every plot of `study` from its results; return the files written."""
     metrics = load_metrics(study)
-    if metrics.empty:
+    if metrics.empty and not study.curve_jobs:
         raise ConfigError(f"{study.results_dir}: no finished runs to plot")
     curves = load_curves(study)
     study.figures_dir.mkdir(parents=True, exist_ok=True)
@@ -82,13 +88,19 @@ def draw_plot(
 ) -> Path:
     """Draw one [[plot]] into figures/ and return its path."""
     available = sorted(metrics["metric"].unique())
-    if spec.metric not in available:
-        raise ConfigError(
-            f"plot {spec.file!r}: metric = {spec.metric!r}: not in the results; "
-            f"available: {', '.join(available)}"
-        )
+    wanted = [("metric = ", spec.metric)] + [("dashed: metric ", m) for m in spec.dashed]
+    for what, metric in wanted if spec.scenarios else ():
+        if metric not in available:
+            raise ConfigError(
+                f"plot {spec.file!r}: {what}{metric!r}: not in the results; "
+                f"available: {', '.join(available)}"
+            )
+    if spec.x != "t":
+        return _draw_against_column(study, spec, metrics, curves)
     grid = list(study.grid_columns.values())
-    stats = summarise(metrics[metrics["scenario"].isin(spec.scenarios)], spec.metric, grid)
+    chosen = metrics[metrics["scenario"].isin(spec.scenarios)]
+    stats = summarise(chosen, spec.metric, grid)
+    dashed = {metric: summarise(chosen, metric, grid) for metric in spec.dashed}
     points = study.points
     nrows, ncols = _layout(study)
     palette = sns.color_palette("colorblind", len(spec.scenarios) + len(spec.curves))
@@ -105,6 +117,11 @@ def draw_plot(
                 continue
             ax.plot(line["t"], line["mean"], color=color, lw=1.6, label=name)
             ax.fill_between(line["t"], line["low"], line["high"], color=color, alpha=0.2, lw=0)
+            for k, metric in enumerate(spec.dashed):
+                extra = _at_point(dashed[metric], point)
+                extra = extra[extra["scenario"] == name]
+                ax.plot(extra["t"], extra["mean"], color=color, lw=1.2, ls=_DASHES[k % 3],
+                        label=f"{name}: {metric}")
         if curves is not None and spec.curves:
             here_c = _at_point(curves, point)
             for k, name in enumerate(spec.curves):
@@ -139,7 +156,104 @@ def draw_plot(
     else:
         fig.suptitle(spec.title)
         fig.legend(handles, labels, loc="outside right upper", fontsize="small")
+    return _save(study, spec, fig)
+
+
+def _save(study: Study, spec: PlotSpec, fig: plt.Figure) -> Path:
     path = study.figures_dir / spec.file
     atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format=path.suffix[1:]))
     plt.close(fig)
     return path
+
+
+#: Line styles of a plot's `dashed` metrics, in order.
+_DASHES = ("--", ":", "-.")
+
+
+def _panels(study: Study, x: str) -> list[dict]:
+    """One {column: value} filter per panel: the distinct values of the grid columns but `x`."""
+    others = [c for c in study.grid_columns.values() if c != x]
+    seen: dict[str, dict] = {}
+    for point in study.points:
+        key = {c: point.columns[c] for c in others}
+        seen.setdefault(json.dumps(key, sort_keys=True, default=str), key)
+    return list(seen.values())
+
+
+def _where(frame: pd.DataFrame, values: dict) -> pd.DataFrame:
+    mask = np.ones(len(frame), dtype=bool)
+    for col, value in values.items():
+        mask &= (frame[col] == value).to_numpy()
+    return frame[mask]
+
+
+def _at_slot(frame: pd.DataFrame, at: float | None) -> pd.DataFrame:
+    """The rows of `frame` at slot `at` (None: the last slot it holds)."""
+    if frame.empty:
+        return frame
+    return frame[frame["t"] == (frame["t"].max() if at is None else at)]
+
+
+def _draw_against_column(
+    study: Study, spec: PlotSpec, metrics: pd.DataFrame, curves: pd.DataFrame | None
+) -> Path:
+    """A [[plot]] whose x axis is the grid column `spec.x`, values read at slot `spec.at`."""
+    grid = list(study.grid_columns.values())
+    chosen = _at_slot(metrics[metrics["scenario"].isin(spec.scenarios)], spec.at)
+    stats = {m: summarise(chosen, m, grid) for m in (spec.metric, *spec.dashed)}
+    curve_rows = None
+    if curves is not None and spec.curves:
+        curve_rows = _at_slot(curves[curves["curve"].isin(spec.curves)], spec.at)
+    panels = _panels(study, spec.x)
+    ncols = min(len(panels), PANELS_PER_ROW)
+    nrows = math.ceil(len(panels) / ncols)
+    palette = sns.color_palette("colorblind", len(spec.scenarios) + len(spec.curves))
+    with sns.axes_style("whitegrid"):
+        fig, axes = plt.subplots(
+            nrows, ncols, figsize=(5.2 * ncols + 1.5, 3.9 * nrows), squeeze=False,
+            sharex=True, sharey=True, layout="constrained",
+        )
+    for ax, panel in zip(axes.flat, panels, strict=False):
+        for color, name in zip(palette, spec.scenarios, strict=False):
+            line = _where(stats[spec.metric], {**panel, "scenario": name}).sort_values(spec.x)
+            if line.empty:
+                continue
+            ax.plot(line[spec.x], line["mean"], color=color, lw=1.6, marker="o", ms=3.5,
+                    label=name)
+            ax.fill_between(line[spec.x], line["low"], line["high"], color=color, alpha=0.2,
+                            lw=0)
+            for k, metric in enumerate(spec.dashed):
+                extra = _where(stats[metric], {**panel, "scenario": name}).sort_values(spec.x)
+                ax.plot(extra[spec.x], extra["mean"], color=color, lw=1.2, ls=_DASHES[k % 3],
+                        label=f"{name}: {metric}")
+        for k, name in enumerate(spec.curves):
+            if curve_rows is None:
+                break
+            c = _where(curve_rows, {**panel, "curve": name}).sort_values(spec.x)
+            # curves alone are the subject of the plot (an optimiser study): draw them solid
+            ax.plot(c[spec.x], c["value"], ls="--" if spec.scenarios else "-", marker=".",
+                    lw=1.4, color=palette[len(spec.scenarios) + k], label=name)
+        ax.set_yscale("log")
+        if spec.xlim:
+            ax.set_xlim(*spec.xlim)
+        if spec.ylim:
+            ax.set_ylim(*spec.ylim)
+        ax.grid(True, which="both", alpha=0.3)
+        if panel:
+            ax.set_title(", ".join(f"{k} = {v}" for k, v in panel.items()), fontsize="medium")
+    for k, ax in enumerate(axes.flat):
+        if k >= len(panels):
+            ax.set_visible(False)
+        elif k + ncols >= len(panels):
+            ax.xaxis.set_tick_params(labelbottom=True)
+            ax.set_xlabel(spec.x)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(Y_LABELS.get(spec.metric, spec.metric))
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    if len(panels) == 1:
+        axes.flat[0].set_title(spec.title)
+        axes.flat[0].legend(handles, labels, fontsize="small")
+    else:
+        fig.suptitle(spec.title)
+        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
+    return _save(study, spec, fig)

@@ -41,6 +41,9 @@ class Context:
 
     `send(kind, src, dst, payload)` puts messages on the network; `oracle_classes` is the true
     class of each agent and is set only for protocols that declare ``uses_oracle = True``.
+    `links` is the run's bound link model (its `probabilities` are public: PriCER optimises for
+    them); `call_at(when, fn)` calls `fn()` at time `when`, after that instant's deliveries and
+    before the recorder (deadlines, e.g. of `desim.server`).
     """
 
     n_agents: int
@@ -50,6 +53,8 @@ class Context:
     send: Callable[..., None]
     now: Callable[[], float]
     oracle_classes: np.ndarray | None = None
+    links: Any = None
+    call_at: Callable[[float, Callable[[], None]], None] | None = None
 
 
 class Protocol:

@@ -4,15 +4,25 @@ At each checkpoint it asks the protocol for its estimates and scores them agains
 (`mse`: the mean over agents of the squared error), and reads the network's message counters
 (`messages_<kind>`, and `dropped_<kind>` when links can fail). Per-agent squared errors are
 kept on request.
+
+Further metrics are functions `(protocol, data_source) -> {name: value}` registered in
+`desim.registry.METRICS` and chosen by name (a study's ``[study] metrics``): protocols expose
+state, these functions compare it with the truth the data source holds (DESIGN principle 5).
+A function returns an empty dict when the protocol has no state it can measure.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from desim.network import Network
-from desim.protocol import Protocol
+from desim.protocol import DataSource, Protocol
+
+#: A metric function: the protocol and the data source in, named values out.
+MetricFn = Callable[[Protocol, DataSource], dict[str, float]]
 
 
 def log_checkpoints(t_max: int, n: int = 60) -> np.ndarray:
@@ -27,12 +37,20 @@ class Recorder:
     """Collects tidy (t, metric, value) records of one run."""
 
     def __init__(
-        self, protocol: Protocol, network: Network, truth: np.ndarray, per_agent: bool = False
+        self,
+        protocol: Protocol,
+        network: Network,
+        truth: np.ndarray,
+        per_agent: bool = False,
+        data: DataSource | None = None,
+        metrics: Sequence[MetricFn] = (),
     ) -> None:
         self.protocol = protocol
         self.network = network
         self.truth = truth
         self.per_agent = per_agent
+        self.data = data
+        self.metric_fns = tuple(metrics)
         self._rows: list[tuple[float, str, float]] = []
         self._agents: list[np.ndarray] = []
         self._agent_t: list[float] = []
@@ -49,6 +67,9 @@ class Recorder:
             self._rows.append((t, f"messages_{kind}", float(sent)))
             if not self.network.links.ideal:
                 self._rows.append((t, f"dropped_{kind}", float(dropped)))
+        for fn in self.metric_fns:
+            for name, value in fn(self.protocol, self.data).items():
+                self._rows.append((t, name, float(value)))
         if self.per_agent:
             self._agents.append(err2)
             self._agent_t.append(t)

@@ -1,4 +1,5 @@
-"""Name → class registries: how study files refer to protocols, data models, links and curves.
+"""Name → class registries: how study files refer to protocols, data, links, topologies, curves,
+and metrics.
 
 Nothing in a study file is imported or evaluated from a string: a name is looked up here, and
 an unknown name is an error that lists what is allowed.
@@ -82,3 +83,7 @@ DATA: Registry = Registry("data model")
 LINKS: Registry = Registry("link model")
 #: Closed-form curves: classes with a `curve(t) -> (mean, stderr)` method.
 CURVES: Registry = Registry("curve")
+#: Communication-graph models (classes with `check(n)` and `make(n, rng) -> Graph`).
+TOPOLOGIES: Registry = Registry("topology")
+#: Extra metrics: functions `(protocol, data_source) -> dict[str, float]` the recorder calls.
+METRICS: Registry = Registry("metric")

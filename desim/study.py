@@ -1,8 +1,8 @@
 """Study files: one TOML file that says what to run, how often, over which grid, and what to draw.
 
 `load_study` reads ``study.toml``, validates every table (unknown keys, types, ranges, names of
-protocols, data models, link models and curves, references between tables) and expands the
-study into its runs, before anything is run or written: a bad file stops with one
+protocols, data models, link models, topologies, curves and metrics, references between tables)
+and expands the study into its runs, before anything is run or written: a bad file stops with one
 `ConfigError` line that names the field, the value and what is allowed (DESIGN principle 9).
 
 A run is one (grid point, scenario, replicate): a `desim.scenario.Scenario` with a stable,
@@ -25,15 +25,20 @@ from typing import Any
 
 from desim.params import ConfigError, build, field_names, param, unknown_key_message
 from desim.plugins import load_plugins
-from desim.registry import CURVES, DATA, LINKS, PROTOCOLS
+from desim.registry import CURVES, DATA, LINKS, METRICS, PROTOCOLS, TOPOLOGIES
 from desim.scenario import Scenario, resolve
 
 #: The file a study folder holds its specification in.
 STUDY_FILE = "study.toml"
 #: The top-level tables a study file may have.
-TOP_KEYS = ("study", "quick", "data", "network", "defaults", "scenario", "curve", "plot", "grid")
+TOP_KEYS = (
+    "study", "quick", "data", "network", "topology", "defaults", "scenario", "curve", "plot",
+    "grid",
+)
 #: The tables a grid path may start with.
-GRID_ROOTS = ("data", "network", "defaults")
+GRID_ROOTS = ("data", "network", "topology", "defaults")
+#: The curve parameter that receives the study's [topology] table (at each grid point).
+CURVE_TOPOLOGY_KEY = "topology"
 #: Column names of the results tables, which grid columns must not shadow.
 RESERVED_COLUMNS = frozenset(
     {"scenario", "replicate", "t", "metric", "value", "curve", "stderr", "agent"}
@@ -54,6 +59,7 @@ class StudyTable:
     t_max: int = param(1000, "horizon T: the number of slots simulated", ge=1)
     checkpoints: int = param(60, "number of log-spaced measurement times in [1, T]", ge=2)
     per_agent: bool = param(False, "also keep every agent's squared error (agents.parquet)")
+    metrics: list[str] = param([], "extra metrics recorded at every checkpoint (`desim list`)")
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,9 @@ class PlotTable:
     curves: list[str] = param([], "closed-form curves drawn dashed (default: none)")
     xlim: list[float] | None = param(None, "x-axis limits [low, high]")
     ylim: list[float] | None = param(None, "y-axis limits [low, high]")
+    x: str = param("t", "x axis: the slot t (log scale) or a grid column (linear; values at `at`)")
+    at: float | None = param(None, "with x a grid column: the slot drawn (default: the last)", ge=1)
+    dashed: list[str] = param([], "more metrics of the same scenarios, drawn dashed (e.g. bound)")
 
     def __post_init__(self) -> None:
         name = Path(self.file).name
@@ -87,8 +96,11 @@ class PlotTable:
             )
         for key in ("xlim", "ylim"):
             lim = getattr(self, key)
-            if lim is not None and not (len(lim) == 2 and 0 < lim[0] < lim[1]):
-                raise ValueError(f"{key} = {lim!r}: must be [low, high] with 0 < low < high")
+            linear = key == "xlim" and self.x != "t"  # a grid column: linear, may hold 0
+            ok = lim is None or (len(lim) == 2 and (linear or 0 < lim[0]) and lim[0] < lim[1])
+            if not ok:
+                low = "low < high" if linear else "0 < low < high"
+                raise ValueError(f"{key} = {lim!r}: must be [low, high] with {low}")
 
 
 @dataclass(frozen=True)
@@ -120,6 +132,9 @@ class PlotSpec:
     curves: tuple[str, ...]
     xlim: tuple[float, float] | None
     ylim: tuple[float, float] | None
+    x: str = "t"
+    at: float | None = None
+    dashed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -322,6 +337,9 @@ def _parse(raw: dict, file: Path, quick: bool) -> Study:
     data = dict(_table(raw, "data", {"model": "classes"}))
     network = dict(_table(raw, "network", {}))
     network.setdefault("links", "ideal")
+    topology = _topology_table(raw, file)
+    for name in settings.metrics:
+        METRICS.lookup(name, "[study]: metrics")
     defaults = dict(_table(raw, "defaults", {}))
     grid = dict(_table(raw, "grid", {}))
 
@@ -342,24 +360,28 @@ def _parse(raw: dict, file: Path, quick: bool) -> Study:
         )
     data_cls = _params_class(DATA.lookup(data["model"], "[data]: model"))
     link_cls = _params_class(LINKS.lookup(network["links"], "[network]: links"))
+    topo_cls = (
+        _params_class(TOPOLOGIES.get(topology["model"])) if topology is not None else None
+    )
 
-    scenarios = _scenarios(_table(raw, "scenario", []))
     curves = _curves(_table(raw, "curve", []))
+    scenarios = _scenarios(_table(raw, "scenario", []), bool(curves))
     declared = _declared_defaults(scenarios, curves)
     for key in defaults:
         if key not in declared:
             raise ConfigError(unknown_key_message("[defaults]", key, sorted(declared)))
-    grid_columns = _grid_columns(grid, data_cls, link_cls, declared)
+    grid_columns = _grid_columns(grid, data_cls, link_cls, topo_cls, declared)
     _check_grid_reaches(grid, [*scenarios, *curves])
-    plots = _plots(_table(raw, "plot", []), scenarios, curves, settings.title)
+    plots = _plots(_table(raw, "plot", []), scenarios, curves, settings.title,
+                   list(grid_columns.values()))
 
     points = _points(grid, grid_columns)
     runs: list[Run] = []
     jobs: list[CurveJob] = []
     for i, spec in enumerate(scenarios):
         for point in points:
-            base = _scenario_at(spec, point, data, network, defaults, t_max, checkpoints,
-                                settings)
+            base = _scenario_at(spec, point, data, network, topology, defaults, t_max,
+                                checkpoints, settings)
             _resolve(base, point, spec, defaults)
             for rep in range(replicates):
                 s = dataclasses.replace(base, replicate=rep)
@@ -368,7 +390,7 @@ def _parse(raw: dict, file: Path, quick: bool) -> Study:
     _check_unique_ids(runs)
     for j, curve in enumerate(curves):
         for point in points:
-            jobs.append(_curve_job(curve, j, point, data, defaults))
+            jobs.append(_curve_job(curve, j, point, data, topology, defaults))
 
     effective = copy.deepcopy(raw)
     effective["study"] = {**raw["study"], "replicates": replicates, "t_max": t_max,
@@ -415,9 +437,9 @@ def _named_tables(tables: list[dict], kind: str, type_key: str) -> list[tuple[st
     return out
 
 
-def _scenarios(tables: list[dict]) -> list[ScenarioSpec]:
-    if not tables:
-        raise ConfigError("no [[scenario]]: a study needs at least one")
+def _scenarios(tables: list[dict], has_curves: bool = False) -> list[ScenarioSpec]:
+    if not tables and not has_curves:
+        raise ConfigError("no [[scenario]] and no [[curve]]: a study needs at least one")
     out = []
     for name, protocol, params in _named_tables(tables, "scenario", "protocol"):
         PROTOCOLS.lookup(protocol, f"scenario {name!r}: protocol")
@@ -444,11 +466,14 @@ def _declared_defaults(scenarios: list[ScenarioSpec], curves: list[CurveSpec]) -
     return {name for spec in [*scenarios, *curves] for name in _declared(spec)}
 
 
-def _grid_columns(grid: dict, data_cls: type, link_cls: type, declared: set[str]) -> dict:
+def _grid_columns(
+    grid: dict, data_cls: type, link_cls: type, topo_cls: type | None, declared: set[str]
+) -> dict:
     """Results column (last path component) of every grid path, after checking the paths."""
     allowed = {
         "data": field_names(data_cls),
         "network": field_names(link_cls),
+        "topology": field_names(topo_cls) if topo_cls is not None else [],
         "defaults": sorted(declared),
     }
     columns: dict[str, str] = {}
@@ -456,9 +481,11 @@ def _grid_columns(grid: dict, data_cls: type, link_cls: type, declared: set[str]
         root, _, key = path.partition(".")
         if root not in GRID_ROOTS or not key or "." in key:
             raise ConfigError(
-                f"[grid]: {path!r}: a grid path must be data.<key>, network.<key> or "
-                "defaults.<key>"
+                f"[grid]: {path!r}: a grid path must be data.<key>, network.<key>, "
+                "topology.<key> or defaults.<key>"
             )
+        if root == "topology" and topo_cls is None:
+            raise ConfigError(f"[grid]: {path!r}: the study has no [topology] table to sweep")
         if key not in allowed[root]:
             raise ConfigError(unknown_key_message(f"[grid]: {path!r}", key, allowed[root]))
         if not isinstance(values, list) or not values:
@@ -514,18 +541,40 @@ def _points(grid: dict, columns: dict[str, str]) -> list[GridPoint]:
     return points
 
 
-def _apply_point(point: GridPoint, data: dict, network: dict, defaults: dict):
+def _apply_point(point: GridPoint, data: dict, network: dict, defaults: dict,
+                 topology: dict | None = None):
     data, network, defaults = dict(data), dict(network), dict(defaults)
-    tables = {"data": data, "network": network, "defaults": defaults}
+    topology = dict(topology) if topology is not None else None
+    tables = {"data": data, "network": network, "defaults": defaults, "topology": topology}
     for path, value in point.values.items():
         root, _, key = path.partition(".")
         tables[root][key] = value
-    return data, network, defaults
+    return data, network, defaults, topology
 
 
-def _scenario_at(spec, point, data, network, defaults, t_max, checkpoints, settings) -> Scenario:
+def _topology_table(raw: dict, file: Path) -> dict | None:
+    """The [topology] table (None without one), its model checked, a relative path made absolute.
+
+    A `path` parameter (a graph file) is relative to the study folder, wherever desim runs.
+    """
+    if "topology" not in raw:
+        return None
+    topology = dict(_table(raw, "topology", {}))
+    if "model" not in topology:
+        raise ConfigError(
+            f"[topology]: model is required (a topology name; allowed: {', '.join(TOPOLOGIES)})"
+        )
+    TOPOLOGIES.lookup(topology["model"], "[topology]: model")
+    path = topology.get("path")
+    if isinstance(path, str) and path and not Path(path).is_absolute():
+        topology["path"] = str((file.parent / path).resolve())
+    return topology
+
+
+def _scenario_at(spec, point, data, network, topology, defaults, t_max, checkpoints,
+                 settings) -> Scenario:
     """The scenario `spec` at grid `point` (replicate 0): defaults first, its own keys win."""
-    data, network, defaults = _apply_point(point, data, network, defaults)
+    data, network, defaults, topology = _apply_point(point, data, network, defaults, topology)
     declared = set(_declared(spec))
     params = {k: v for k, v in defaults.items() if k in declared}
     params.update(spec.params)
@@ -540,6 +589,8 @@ def _scenario_at(spec, point, data, network, defaults, t_max, checkpoints, setti
         checkpoints=checkpoints,
         per_agent=settings.per_agent,
         name=spec.name,
+        topology=topology,
+        metrics=tuple(settings.metrics),
     )
 
 
@@ -560,11 +611,15 @@ def _resolve(s: Scenario, point: GridPoint, spec: ScenarioSpec, defaults: dict) 
         raise ConfigError(_at_point(point, message)) from None
 
 
-def _curve_job(curve: CurveSpec, index: int, point: GridPoint, data: dict, defaults: dict):
-    data, _, defaults = _apply_point(point, data, {}, defaults)
+def _curve_job(curve: CurveSpec, index: int, point: GridPoint, data: dict,
+               topology: dict | None, defaults: dict):
+    """A curve at a grid point; a curve declaring `topology` receives the [topology] table."""
+    data, _, defaults, topology = _apply_point(point, data, {}, defaults, topology)
     cls = _params_class(CURVES.get(curve.kind))
     declared = set(field_names(cls))
     table = {k: v for k, v in defaults.items() if k in declared}
+    if CURVE_TOPOLOGY_KEY in declared and topology is not None:
+        table[CURVE_TOPOLOGY_KEY] = topology
     table.update(curve.params)
     try:
         data_cls = _params_class(DATA.get(data["model"]))
@@ -575,7 +630,8 @@ def _curve_job(curve: CurveSpec, index: int, point: GridPoint, data: dict, defau
     return CurveJob(curve, index, point, params, data_params)
 
 
-def _plots(tables: list[dict], scenarios, curves, title: str) -> list[PlotSpec]:
+def _plots(tables: list[dict], scenarios, curves, title: str,
+           columns: list[str] | None = None) -> list[PlotSpec]:
     names = [s.name for s in scenarios]
     curve_names = [c.name for c in curves]
     if not tables:
@@ -604,9 +660,15 @@ def _plots(tables: list[dict], scenarios, curves, title: str) -> list[PlotSpec]:
                 f"{where}: curves = {p.curves!r}: closed-form curves are of metric 'mse', "
                 f"not {p.metric!r}"
             )
+        if p.x != "t" and p.x not in (columns or []):
+            raise ConfigError(
+                f"{where}: x = {p.x!r}: must be 't' or a grid column "
+                f"({', '.join(columns or []) or 'the study has no [grid]'})"
+            )
         out.append(PlotSpec(
             p.file, p.title or title, p.metric, tuple(chosen), tuple(p.curves),
             tuple(p.xlim) if p.xlim else None, tuple(p.ylim) if p.ylim else None,
+            p.x, p.at, tuple(p.dashed),
         ))
     return out
 

@@ -3,4 +3,5 @@
 Importing this package registers its protocols, data models and curves with desim.
 """
 
-from models import baselines, colme, curves, data  # noqa: F401  (registration side effects)
+import models.pricer  # noqa: F401  (PriCER, seed 004: protocol, data, curves)
+from models import baselines, ccolme, ccolme_analytic, colme, curves, data, metrics  # noqa: F401

@@ -1,0 +1,96 @@
+"""Benchmark of the DESIGN performance bar for C-ColME (run on demand, not by pytest).
+
+    python tests/benchmarks/bench_ccolme.py            # the bar: M = 10⁴, r = 10, T = 2000
+    python tests/benchmarks/bench_ccolme.py --study    # also the full ccolme-scale study
+
+Each workload runs in a fresh process, so its peak memory (max RSS) is its own; the graph and
+the data are part of the timed run (as in a study). Wall time depends on what else the machine
+runs, so the table also gives the process's CPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCALE = {"model": "classes", "agents": 10_000, "class_means": [0.0, 1.0], "sigma": 2.0,
+         "distribution": "gaussian"}
+FIG1 = {"model": "classes", "agents": 200, "class_means": [0.2, 0.4, 0.8], "sigma": 0.5}
+BAR = 10.0  # seconds per replicate (the authors' C++ simulator: 29 s on the same machine)
+
+#: name → (protocol, parameters, data, degree, t_max, bar in seconds or None)
+WORKLOADS = {
+    "C-ColME M=1e4 r=10 T=2000": ("c-colme", {}, SCALE, 10, 2000, BAR),
+    "C-ColME oracle M=1e4 r=10 T=2000": ("c-colme", {"rule": "oracle"}, SCALE, 10, 2000, BAR),
+    "Private-C-ColME ε=5 M=1e4 r=10 T=2000": ("private-c-colme", {"epsilon": 5.0}, SCALE, 10,
+                                              2000, BAR),
+    "Private-C-ColME ε=2 M=200 r=10 T=3e4 (fig1 run)": ("private-c-colme", {"epsilon": 2.0},
+                                                        FIG1, 10, 30_000, None),
+}
+
+CHILD = """
+import json, resource, sys, time
+import desim, desim.plugins
+from desim.scenario import Scenario
+protocol, params, data, degree, t_max = json.loads(sys.argv[1])
+s = Scenario(protocol, params, data, t_max=t_max, seed=1,
+             topology={"model": "regular", "degree": degree},
+             metrics=("accuracy", "links"))
+desim.plugins.load_plugins()  # imports are not part of the run
+start, cpu = time.perf_counter(), time.process_time()
+desim.run(s)
+wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"wall": wall, "cpu": cpu, "rss_mb": rss}))
+"""
+
+
+def run_single(protocol: str, params: dict, data: dict, degree: int, t_max: int) -> dict:
+    """Wall time, CPU time and peak memory of one replicate in a fresh process."""
+    arg = json.dumps([protocol, params, data, degree, t_max])
+    out = subprocess.run([sys.executable, "-c", CHILD, arg], check=True, capture_output=True,
+                         text=True, cwd=ROOT)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_study(name: str, workers: int) -> float:
+    """Wall time of a full study (all runs and curves) in a scratch copy."""
+    with tempfile.TemporaryDirectory() as tmp:
+        study = Path(tmp) / name
+        shutil.copytree(ROOT / "studies" / name, study,
+                        ignore=shutil.ignore_patterns("results", "figures", "quick"))
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import sys; from desim.cli import main; "
+                        "sys.exit(main())", "run", str(study), "--workers", str(workers),
+                        "--no-progress"], check=True, cwd=ROOT, capture_output=True)
+        return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--study", action="store_true", help="also time the ccolme-scale study")
+    args = parser.parse_args()
+    rows = []
+    for name, (protocol, params, data, degree, t_max, bar) in WORKLOADS.items():
+        r = run_single(protocol, params, data, degree, t_max)
+        ok = "—" if bar is None else ("ok" if r["wall"] <= bar else "FAIL")
+        rows.append((name, r["wall"], r["cpu"], r["rss_mb"],
+                     "—" if bar is None else f"≤ {bar:g} s", ok))
+    if args.study:
+        wall = run_study("ccolme-scale", 2)
+        rows.append(("ccolme-scale study (7 scenarios × 20 runs), 2 workers", wall,
+                     float("nan"), float("nan"), "—", "—"))
+    print(f"\n{'workload':<52} {'wall s':>8} {'cpu s':>8} {'peak MB':>8}  {'bar':<9} result")
+    for name, wall, cpu, rss, bar, ok in rows:
+        print(f"{name:<52} {wall:8.2f} {cpu:8.2f} {rss:8.0f}  {bar:<9} {ok}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,300 @@
+"""Graph models a study file names in its [topology] table, registered in `TOPOLOGIES`.
+
+Each model is a frozen dataclass of validated parameters with two methods: `check(n)` raises a
+one-line ValueError for a request that cannot be met with n agents (called before any run), and
+`make(n, rng)` draws the graph from the run's ``topology`` stream (a common-random-numbers stream:
+every scenario of a study sees the same graph for the same data set-up and replicate). `build`
+does both and warns when the graph is disconnected. Random r-regular, Watts–Strogatz and
+Barabási–Albert graphs come from networkx (seeded from the stream, so they are reproducible for
+a given networkx version); the others are drawn with numpy and scipy.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import networkx as nx
+import numpy as np
+from scipy.spatial import cKDTree
+
+from desim.params import param
+from desim.registry import TOPOLOGIES
+from topologies.graph import Graph
+
+
+class TopologyWarning(UserWarning):
+    """A graph that can be simulated but probably not as intended (e.g. disconnected)."""
+
+
+class Topology:
+    """Base of the graph models: check the request, draw the graph, warn if disconnected."""
+
+    def check(self, n: int) -> None:
+        """Raise ValueError (one line) if this model cannot make a graph on n agents."""
+
+    def make(self, n: int, rng: np.random.Generator) -> Graph:
+        """Draw the graph on n agents from `rng`."""
+        raise NotImplementedError
+
+    def build(self, n: int, rng: np.random.Generator) -> Graph:
+        """`check`, `make`, and a `TopologyWarning` when G is not connected."""
+        self.check(n)
+        graph = self.make(n, rng)
+        if graph.n_components > 1:
+            sizes = np.bincount(graph.components)
+            warnings.warn(
+                f"{self}: the graph is disconnected ({graph.n_components} components, the "
+                f"largest has {sizes.max()} of {n} agents)", TopologyWarning, stacklevel=2,
+            )
+        return graph
+
+
+def _nx_seed(rng: np.random.Generator) -> int:
+    """An integer seed for networkx drawn from the topology stream."""
+    return int(rng.integers(0, 2**32))
+
+
+def _from_nx(g: nx.Graph, n: int) -> Graph:
+    edges = np.array(list(g.edges()), dtype=np.int64).reshape(-1, 2)
+    return Graph.from_edges(n, edges[:, 0], edges[:, 1])
+
+
+@TOPOLOGIES.register("complete")
+@dataclass(frozen=True)
+class Complete(Topology):
+    """Every pair of agents is linked (the all-to-all setting of ColME)."""
+
+    def make(self, n: int, rng: np.random.Generator) -> Graph:
+        u, v = np.triu_indices(n, k=1)
+        return Graph.from_edges(n, u, v)
+
+
+@TOPOLOGIES.register("regular")
+@dataclass(frozen=True)
+class RandomRegular(Topology):
+    """A uniformly random r-regular graph G(M, r) (Galante et al.; seed 001 §V)."""
+
+    degree: int = param(10, "degree r of every agent", ge=1)
+
+    def check(self, n: int) -> None:
+        if self.degree >= n:
+            raise ValueError(f"degree = {self.degree}: an r-regular graph on M = {n} agents "
+                             f"needs r < M")
+        if self.degree * n % 2:
+            raise ValueError(f"degree = {self.degree} with M = {n} agents: r·M = "
+                             f"{self.degree * n} is odd, so no r-regular graph exists")
+
+    def make(self, n: int, rng: np.random.Generator) -> Graph:
+        return _from_nx(nx.random_regular_graph(self.degree, n, seed=_nx_seed(rng)), n)
+
+
+def _pair_from_index(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pair (i, j), i < j, numbered k = j(j−1)/2 + i (column-wise upper triangle)."""
+    j = np.floor((1.0 + np.sqrt(1.0 + 8.0 * k)) / 2.0).astype(np.int64)
+    j -= j * (j - 1) // 2 > k  # floating-point guard, at most one step either way
+    j += (j + 1) * j // 2 <= k
+    return k - j * (j - 1) // 2, j
+
+
+@TOPOLOGIES.register("erdos-renyi")
+@dataclass(frozen=True)
+class ErdosRenyi(Topology):
+    """G(M, p): every pair of agents is linked independently with probability p."""
+
+    p: float = param(0.1, "probability p of each link", ge=0, le=1)
+
+    def make(self, n: int, rng: np.random.Generator) -> Graph:
+        pairs = n * (n - 1) // 2
+        m = int(rng.binomial(pairs, self.p))  # the number of links, then which ones
+        k = np.sort(rng.choice(pairs, size=m, replace=False)).astype(np.int64)
+        u, v = _pair_from_index(k)
+        return Graph.from_edges(n, u, v)
+
+
+@TOPOLOGIES.register("ring")
+@dataclass(frozen=True)
+class Ring(Topology):
+    """Agents on a cycle, each linked to its k nearest agents on either side."""
+
+    k: int = param(1, "neighbours on each side", ge=1)
+
+    def check(self, n: int) -> None:
+        if 2 * self.k >= n:
+            raise ValueError(f"k = {self.k}: a ring of M = {n} agents needs 2k < M")
+
+    def make(self, n: int, rng: np.random.Generator) -> Graph:
+        a = np.arange(n)
+        u = np.repeat(a, self.k)
+        v = (u + np.tile(np.arange(1, self.k + 1), n)) % n
+        return Graph.from_edges(n, u, v)
+
+
+@TOPOLOGIES.register("grid")
+@dataclass(frozen=True)
+class Grid(Topology):
+    """A 2-D lattice of rows × (M/rows) agents, each linked to its 4 nearest neighbours."""
+
+    rows: int | None = param(
+        None, "number of rows (must divide M; default: the divisor of M closest to √M)", ge=1
+    )
+    periodic: bool = param(False, "wrap around both ways (a torus)")
+
+    def shape(self, n: int) -> tuple[int, int]:
+        """(rows, columns) of the lattice for n agents."""
+        rows = self.rows
+        if rows is None:
+            rows = max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
+        return rows, n // rows
+
+    def check(self, n: int) -> None:
+        if self.rows is not None and n % self.rows:
+            raise ValueError(f"rows = {self.rows} does not divide M = {n} agents")
+
+    def make(self, n: int, rng: np.random.Generator) -> Graph:
+        rows, cols = self.shape(n)
+        idx = np.arange(n).reshape(rows, cols)
+        right_u, right_v = idx[:, :-1].ravel(), idx[:, 1:].ravel()
+        down_u, down_v = idx[:-1, :].ravel(), idx[1:, :].ravel()
+        parts_u, parts_v = [right_u, down_u], [right_v, down_v]
+        if self.periodic:
+            if cols > 2:
+                parts_u.append(idx[:, -1])
+                parts_v.append(idx[:, 0])
+            if rows > 2:
+                parts_u.append(idx[-1, :])
+                parts_v.append(idx[0, :])
+        return Graph.from_edges(n, np.concatenate(parts_u), np.concatenate(parts_v))
+
+
+@TOPOLOGIES.register("watts-strogatz")
+@dataclass(frozen=True)
+class WattsStrogatz(Topology):
+    """Small world: a ring where each agent links its k nearest, each link rewired w.p. p."""
+
+    k: int = param(4, "neighbours in the ring lattice (even: k/2 on each side)", ge=2)
+    p: float = param(0.1, "rewiring probability of each link", ge=0, le=1)
+
+    def check(self, n: int) -> None:
+        if self.k % 2:
+            raise ValueError(f"k = {self.k}: must be even (k/2 neighbours on each side)")
+        if self.k >= n:
+            raise ValueError(f"k = {self.k}: a ring lattice of M = {n} agents needs k < M")
+
+    def make(self, n: int, rng: np.random.Generator) -> Graph:
+        return _from_nx(nx.watts_strogatz_graph(n, self.k, self.p, seed=_nx_seed(rng)), n)
+
+
+@TOPOLOGIES.register("barabasi-albert")
+@dataclass(frozen=True)
+class BarabasiAlbert(Topology):
+    """Scale free: each new agent links to m earlier ones by preferential attachment."""
+
+    m: int = param(3, "links made by each arriving agent", ge=1)
+
+    def check(self, n: int) -> None:
+        if self.m >= n:
+            raise ValueError(f"m = {self.m}: preferential attachment on M = {n} agents needs "
+                             "m < M")
+
+    def make(self, n: int, rng: np.random.Generator) -> Graph:
+        return _from_nx(nx.barabasi_albert_graph(n, self.m, seed=_nx_seed(rng)), n)
+
+
+@TOPOLOGIES.register("geometric")
+@dataclass(frozen=True)
+class Geometric(Topology):
+    """Wireless range: agents uniform in the unit square, linked when within `radius`."""
+
+    radius: float = param(0.1, "communication range (distance in the unit square)", gt=0)
+    torus: bool = param(False, "measure distance on the torus (no border effects)")
+
+    def make(self, n: int, rng: np.random.Generator) -> Graph:
+        pos = rng.random((n, 2))
+        tree = cKDTree(pos, boxsize=1.0 if self.torus else None)
+        pairs = tree.query_pairs(self.radius, output_type="ndarray")
+        return Graph.from_edges(n, pairs[:, 0], pairs[:, 1], positions=pos)
+
+
+@TOPOLOGIES.register("file")
+@dataclass(frozen=True)
+class FromFile(Topology):
+    """A fixed graph read from a file: an edge list ("u v" per line) or GraphML.
+
+    Edge-list agents are integers 0…M−1 (lines starting with # are comments, a third column
+    such as a weight is ignored, both "u v" and "v u" may appear); GraphML nodes are taken in
+    file order and there must be exactly M of them. A relative path in a study file is
+    relative to the study folder.
+    """
+
+    path: str = param("", "the file (.graphml/.xml: GraphML; otherwise an edge list)")
+    format: Literal["auto", "edgelist", "graphml"] = param(
+        "auto", "file format; auto: GraphML for .graphml and .xml, otherwise an edge list"
+    )
+
+    def _read(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        file = Path(self.path)
+        if not self.path:
+            raise ValueError("path is required (the graph file)")
+        if not file.is_file():
+            raise ValueError(f"path = {self.path!r}: no such file")
+        if file.stat().st_size == 0:
+            raise ValueError(f"path = {self.path!r}: the file is empty")
+        fmt = self.format
+        if fmt == "auto":
+            fmt = "graphml" if file.suffix.lower() in (".graphml", ".xml") else "edgelist"
+        if fmt == "graphml":
+            return _read_graphml(file, n)
+        return _read_edgelist(file, n)
+
+    def check(self, n: int) -> None:
+        self._read(n)
+
+    def make(self, n: int, rng: np.random.Generator) -> Graph:
+        u, v = self._read(n)
+        return Graph.from_edges(n, u, v)
+
+
+def _read_edgelist(file: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
+    u: list[int] = []
+    v: list[int] = []
+    with file.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            text = line.split("#", 1)[0].replace(",", " ").split()
+            if not text:
+                continue
+            try:
+                a, b = int(text[0]), int(text[1])
+            except (ValueError, IndexError):
+                raise ValueError(f"{file}:{lineno}: {line.strip()!r}: expected two agent "
+                                 "numbers") from None
+            for x in (a, b):
+                if not 0 <= x < n:
+                    raise ValueError(f"{file}:{lineno}: agent {x} outside 0…{n - 1} "
+                                     f"(M = {n})")
+            if a == b:
+                raise ValueError(f"{file}:{lineno}: self-loop {a}–{b}: G has none")
+            u.append(a)
+            v.append(b)
+    if not u:
+        raise ValueError(f"{file}: no edges (only comments or blank lines)")
+    return np.array(u, dtype=np.int64), np.array(v, dtype=np.int64)
+
+
+def _read_graphml(file: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        g = nx.read_graphml(file)
+    except Exception as exc:  # networkx raises several parser errors; report any of them
+        raise ValueError(f"{file}: not readable GraphML: {exc}") from None
+    if g.number_of_nodes() != n:
+        raise ValueError(f"{file}: {g.number_of_nodes()} nodes, but the data have M = {n} "
+                         "agents")
+    if nx.number_of_selfloops(g):
+        raise ValueError(f"{file}: has self-loops; G has none")
+    index = {node: i for i, node in enumerate(g.nodes())}
+    pairs = np.array([(index[a], index[b]) for a, b in g.edges()], dtype=np.int64)
+    pairs = pairs.reshape(-1, 2)
+    return pairs[:, 0], pairs[:, 1]

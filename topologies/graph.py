@@ -1,0 +1,144 @@
+"""The communication graph G in the form the hot loop uses: CSR arrays, built once per run.
+
+Every undirected link {a, b} is stored twice, as the directed edges a→b and b→a, ordered by
+source and then by destination (compressed sparse rows). Edge e goes from ``src[e]`` to
+``dst[e]``, and ``reverse[e]`` is the index of the opposite edge, so a protocol can hold one
+value per (agent, neighbour) pair in a flat array and exchange values along links with a
+single gather. Connected components of G and the class-restricted components C̃_a of seed 001
+§III-A (the component of a in the subgraph induced by a's class) come from scipy's csgraph.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+class Graph:
+    """An undirected simple graph G on the agents 0, …, n−1 (no self-loops, no multi-edges).
+
+    `indptr` and `indices` are its CSR arrays (both directions of every link, neighbours in
+    increasing order); `positions` holds agents' coordinates for geometric graphs, else None.
+    """
+
+    def __init__(
+        self, n: int, indptr: np.ndarray, indices: np.ndarray,
+        positions: np.ndarray | None = None,
+    ) -> None:
+        self.n = int(n)
+        self.indptr = _frozen(np.asarray(indptr, dtype=np.int64))
+        self.indices = _frozen(np.asarray(indices, dtype=np.int64))
+        self.positions = positions
+        if len(self.indptr) != self.n + 1 or self.indptr[-1] != len(self.indices):
+            raise ValueError("indptr does not match n and indices")
+
+    @classmethod
+    def from_edges(
+        cls, n: int, u: np.ndarray, v: np.ndarray, positions: np.ndarray | None = None
+    ) -> Graph:
+        """The graph with links {u[i], v[i]}; repeated links (either direction) are merged.
+
+        Raises ValueError for an agent outside [0, n) or a self-loop.
+        """
+        u = np.asarray(u, dtype=np.int64).ravel()
+        v = np.asarray(v, dtype=np.int64).ravel()
+        if len(u) != len(v):
+            raise ValueError("u and v must have the same length")
+        if len(u) and (min(u.min(), v.min()) < 0 or max(u.max(), v.max()) >= n):
+            raise ValueError(f"an edge names an agent outside 0…{n - 1}")
+        loops = u == v
+        if loops.any():
+            raise ValueError(f"self-loop at agent {int(u[loops][0])}: G has none")
+        src = np.concatenate([u, v])
+        dst = np.concatenate([v, u])
+        key = np.unique(src * n + dst)  # sorted by (src, dst) and free of duplicates
+        src, dst = key // n, key % n
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
+        return cls(n, indptr, dst, positions)
+
+    # -- arrays over directed edges, in CSR order --------------------------------------------
+    @cached_property
+    def degree(self) -> np.ndarray:
+        """deg(a) = |N_a| of every agent."""
+        return _frozen(np.diff(self.indptr))
+
+    @cached_property
+    def src(self) -> np.ndarray:
+        """Source agent of every directed edge (the agent whose neighbour list holds it)."""
+        return _frozen(np.repeat(np.arange(self.n, dtype=np.int64), self.degree))
+
+    @property
+    def dst(self) -> np.ndarray:
+        """Destination agent of every directed edge (the neighbour)."""
+        return self.indices
+
+    @cached_property
+    def reverse(self) -> np.ndarray:
+        """reverse[e]: index of the edge dst[e]→src[e] (an involution without fixed points)."""
+        # Sorting the edges by (dst, src) lists the reversed edges in CSR order.
+        return _frozen(np.lexsort((self.src, self.dst)).astype(np.int64))
+
+    @property
+    def n_directed(self) -> int:
+        """Number of directed edges, 2|E| = Σ_a deg(a)."""
+        return len(self.indices)
+
+    @property
+    def n_links(self) -> int:
+        """Number of undirected links |E|."""
+        return len(self.indices) // 2
+
+    def links(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every link once, as arrays (u, v) with u < v."""
+        keep = self.src < self.dst
+        return self.src[keep], self.dst[keep]
+
+    def adjacency(self, keep: np.ndarray | None = None) -> sp.csr_array:
+        """The 0/1 adjacency matrix as a scipy CSR array (only the edges in mask `keep`)."""
+        if keep is None:
+            data = np.ones(self.n_directed)
+            return sp.csr_array((data, self.indices, self.indptr), shape=(self.n, self.n))
+        keep = np.asarray(keep, dtype=bool)  # csgraph counts stored zeros as edges: drop them
+        indptr = np.zeros(self.n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.src[keep], minlength=self.n), out=indptr[1:])
+        data = np.ones(int(keep.sum()))
+        return sp.csr_array((data, self.indices[keep], indptr), shape=(self.n, self.n))
+
+    # -- components ------------------------------------------------------------------------
+    @cached_property
+    def components(self) -> np.ndarray:
+        """Label in 0, …, K−1 of the connected component of G holding each agent."""
+        _, labels = connected_components(self.adjacency(), directed=False)
+        return _frozen(labels.astype(np.int64))
+
+    @property
+    def n_components(self) -> int:
+        """K, the number of connected components of G (1: connected)."""
+        return int(self.components.max()) + 1 if self.n else 0
+
+    def restricted_components(self, classes: np.ndarray) -> np.ndarray:
+        """Label of C̃_a for every agent a: components of G without links between classes."""
+        classes = np.asarray(classes)
+        same = classes[self.src] == classes[self.dst]
+        _, labels = connected_components(self.adjacency(same), directed=False)
+        return labels.astype(np.int64)
+
+    def __repr__(self) -> str:
+        low, high = (self.degree.min(), self.degree.max()) if self.n else (0, 0)
+        return (f"Graph(n={self.n}, links={self.n_links}, components={self.n_components}, "
+                f"degree {low}…{high})")
+
+
+def component_sizes(labels: np.ndarray) -> np.ndarray:
+    """|C̃_a| = n_a of every agent, given the component label of every agent."""
+    labels = np.asarray(labels, dtype=np.int64)
+    return np.bincount(labels)[labels]
