@@ -11,15 +11,9 @@ runs, so the table also gives the process's CPU time.
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from harness import run_child, time_study
+
 SCALE = {"model": "classes", "agents": 10_000, "class_means": [0.0, 1.0], "sigma": 2.0,
          "distribution": "gaussian"}
 FIG1 = {"model": "classes", "agents": 200, "class_means": [0.2, 0.4, 0.8], "sigma": 0.5}
@@ -52,39 +46,18 @@ print(json.dumps({"wall": wall, "cpu": cpu, "rss_mb": rss}))
 """
 
 
-def run_single(protocol: str, params: dict, data: dict, degree: int, t_max: int) -> dict:
-    """Wall time, CPU time and peak memory of one replicate in a fresh process."""
-    arg = json.dumps([protocol, params, data, degree, t_max])
-    out = subprocess.run([sys.executable, "-c", CHILD, arg], check=True, capture_output=True,
-                         text=True, cwd=ROOT)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def run_study(name: str, workers: int) -> float:
-    """Wall time of a full study (all runs and curves) in a scratch copy."""
-    with tempfile.TemporaryDirectory() as tmp:
-        study = Path(tmp) / name
-        shutil.copytree(ROOT / "studies" / name, study,
-                        ignore=shutil.ignore_patterns("results", "figures", "quick"))
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import sys; from desim.cli import main; "
-                        "sys.exit(main())", "run", str(study), "--workers", str(workers),
-                        "--no-progress"], check=True, cwd=ROOT, capture_output=True)
-        return time.perf_counter() - start
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", action="store_true", help="also time the ccolme-scale study")
     args = parser.parse_args()
     rows = []
     for name, (protocol, params, data, degree, t_max, bar) in WORKLOADS.items():
-        r = run_single(protocol, params, data, degree, t_max)
+        r = run_child(CHILD, protocol, params, data, degree, t_max)
         ok = "—" if bar is None else ("ok" if r["wall"] <= bar else "FAIL")
         rows.append((name, r["wall"], r["cpu"], r["rss_mb"],
                      "—" if bar is None else f"≤ {bar:g} s", ok))
     if args.study:
-        wall = run_study("ccolme-scale", 2)
+        wall = time_study("ccolme-scale", 2)
         rows.append(("ccolme-scale study (7 scenarios × 20 runs), 2 workers", wall,
                      float("nan"), float("nan"), "—", "—"))
     print(f"\n{'workload':<52} {'wall s':>8} {'cpu s':>8} {'peak MB':>8}  {'bar':<9} result")

@@ -10,15 +10,9 @@ printed at the end is what goes into closing notes.
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from harness import run_child, time_study
+
 DATA = {"model": "classes", "agents": 200, "class_means": [0.2, 0.4, 0.8], "sigma": 0.5}
 T_MAX = 30_000
 BAR_RR = 4.0  # seconds, PM-I RR on one core
@@ -56,27 +50,6 @@ print(json.dumps({"wall": wall, "cpu": cpu, "rss_mb": rss}))
 """
 
 
-def run_single(params: dict) -> dict:
-    """Wall time and peak memory of one M=200, T=3·10⁴ replicate in a fresh process."""
-    arg = json.dumps([params, DATA, T_MAX])
-    out = subprocess.run([sys.executable, "-c", CHILD, arg], check=True, capture_output=True,
-                         text=True, cwd=ROOT)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def run_study(workers: int) -> float:
-    """Wall time of the full colme-fig2 study (all runs and curves) in a scratch copy."""
-    with tempfile.TemporaryDirectory() as tmp:
-        study = Path(tmp) / "colme-fig2"
-        shutil.copytree(ROOT / "studies" / "colme-fig2", study,
-                        ignore=shutil.ignore_patterns("results", "figures", "quick"))
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import sys; from desim.cli import main; "
-                        "sys.exit(main())", "run", str(study), "--workers", str(workers),
-                        "--no-progress"], check=True, cwd=ROOT)
-        return time.perf_counter() - start
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", action="store_true", help="also time the full Fig. 2 study")
@@ -86,7 +59,7 @@ def main() -> None:
     rows = []
     base = None
     for name, params in WORKLOADS.items():
-        r = run_single(params)
+        r = run_child(CHILD, params, DATA, T_MAX)
         base = base or r["cpu"]
         bar = BAR_RR if name == "PM-I non-MoM RR" else 3 * BAR_RR
         ok = r["cpu"] <= bar and (name == "PM-I non-MoM RR" or r["cpu"] <= 3 * base)
@@ -95,12 +68,12 @@ def main() -> None:
                      "ok" if ok else "FAIL"))
     known = {"pm1": rows[0][2], "pm2": rows[3][2]}
     for name, params in UNKNOWN.items():
-        r = run_single(params)
+        r = run_child(CHILD, params, DATA, T_MAX)
         ref = known[params.get("mechanism", "pm1")]
         rows.append((f"Private-ColME M=200 T=3e4 {name}", r["wall"], r["cpu"], r["rss_mb"],
                      f"≤ 2× known ({2 * ref:.1f} s)", "ok" if r["cpu"] <= 2 * ref else "FAIL"))
     if args.study:
-        wall = run_study(2)
+        wall = time_study("colme-fig2", 2)
         rows.append(("Fig. 2 study (10 scenarios × 20 runs + 13 curves), 2 workers", wall,
                      float("nan"), float("nan"), "≤ 600 s wall", "ok" if wall <= 600 else "FAIL"))
     print(f"\n{'workload':<62} {'wall s':>7} {'cpu s':>7} {'peak MB':>8}  {'bar':<20} result")

@@ -14,15 +14,9 @@ closing notes.
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from harness import run_child, time_study
+
 #: (n, bar in seconds): "n = 10 in well under a second", n = 100 within 30 s.
 SIZES = ((10, 0.5), (50, 30.0), (100, 30.0))
 #: Bars of the studies end to end with 2 workers (not in DESIGN: set here, like Fig. 2's).
@@ -49,26 +43,6 @@ print(json.dumps({"wall": wall, "rss_mb": rss, "objective": sol.objective, "ok":
 """
 
 
-def run_optimiser(n: int, search: bool) -> dict:
-    """Wall time, peak memory and objective of one optimisation in a fresh process."""
-    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps([n, search])], check=True,
-                         capture_output=True, text=True, cwd=ROOT)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def run_study(name: str, workers: int) -> float:
-    """Wall time of a full study (all runs, curves and figures) in a scratch copy."""
-    with tempfile.TemporaryDirectory() as tmp:
-        study = Path(tmp) / name
-        shutil.copytree(ROOT / "studies" / name, study,
-                        ignore=shutil.ignore_patterns("results", "figures", "quick"))
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import sys; from desim.cli import main; "
-                        "sys.exit(main())", "run", str(study), "--workers", str(workers),
-                        "--no-progress"], check=True, cwd=ROOT, capture_output=True)
-        return time.perf_counter() - start
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", action="store_true",
@@ -77,14 +51,14 @@ def main() -> None:
     rows = []
     for n, bar in SIZES:
         for search in (False, True):
-            r = run_optimiser(n, search)
+            r = run_child(CHILD, n, search)
             what = "with σ search" if search else "Alg. 3 as printed"
             ok = r["ok"] and r["wall"] <= bar
             rows.append((f"PriCER optimiser n={n}, {what} (objective {r['objective']:.4g})",
                          r["wall"], r["rss_mb"], f"≤ {bar:g} s", "ok" if ok else "FAIL"))
     if args.study:
         for name, bar in STUDY_BARS.items():
-            wall = run_study(name, 2)
+            wall = time_study(name, 2)
             rows.append((f"{name} study end to end, 2 workers", wall, float("nan"),
                          f"≤ {bar:g} s", "ok" if wall <= bar else "FAIL"))
     print(f"\n{'workload':<66} {'wall s':>8} {'peak MB':>8}  {'bar':<10} result")
