@@ -268,7 +268,7 @@ class PrivateColME(Protocol):
             if self.params.variance == "sch-var-2-bayes":
                 v[negative] = bayes_posterior_mean(
                     np.maximum(v_raw[negative], 0.0), k_noise[negative], j[negative],
-                    self.params.prior,
+                    self.params.prior, check=False,
                 )
             else:
                 v[negative] = np.inf

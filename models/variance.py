@@ -424,6 +424,10 @@ def schvar2_eq16(psums: ArrayLike, lengths: ArrayLike, sigma2_dp: float) -> floa
 # ---------------------------------------------------------------- Bayesian fix (19)
 
 
+#: a − κ/2 for each prior of §V-B1 (footnotes 2 and 3).
+_PRIOR_SHIFT = {"paper": 1.0, "jeffreys": 0.5, "uniform": -1.0}
+
+
 def posterior_shape(kappa: ArrayLike, prior: str = "paper") -> float | np.ndarray:
     """Shape a of the §V-B1 posterior: (κ+2)/2 (paper), (κ+1)/2 (Jeffreys), (κ−2)/2 (uniform).
 
@@ -432,7 +436,7 @@ def posterior_shape(kappa: ArrayLike, prior: str = "paper") -> float | np.ndarra
     """
     _check_choice("prior", prior, PRIORS)
     k = _at_least("kappa", kappa, 2)
-    return _out(k / 2 + {"paper": 1.0, "jeffreys": 0.5, "uniform": -1.0}[prior])
+    return _out(k / 2 + _PRIOR_SHIFT[prior])
 
 
 def _h_minus_a(a: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -460,7 +464,11 @@ def _h_minus_a(a: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def bayes_posterior_mean(
-    v_raw: ArrayLike, K_sigma2: ArrayLike, kappa: ArrayLike, prior: str = "paper"
+    v_raw: ArrayLike,
+    K_sigma2: ArrayLike,
+    kappa: ArrayLike,
+    prior: str = "paper",
+    check: bool = True,
 ) -> float | np.ndarray:
     """Posterior mean E[σ_b² | V'] of §V-B1 under the truncated inverse-gamma posterior.
 
@@ -471,15 +479,19 @@ def bayes_posterior_mean(
     so E[σ_b²] = c(x + 1 + h − a)/(a−1), evaluated without under/overflow. Limits: V' → 0 gives
     c/(a−1) (a Pareto posterior); x → ∞ gives β/(a−1) − c (untruncated); c = 0 gives β/(a−1).
     +∞ when a ≤ 1 (the mean diverges; for a ≤ 0, e.g. uniform prior with κ = 2, the posterior
-    is improper too).
+    is improper too). `check = False` skips argument validation (trusted hot-path callers).
     """
-    a = np.asarray(posterior_shape(kappa, prior), dtype=float)
     k = np.asarray(kappa, dtype=float)
     v = np.asarray(v_raw, dtype=float)
     c = np.asarray(K_sigma2, dtype=float)
-    if not (v.min(initial=0.0) >= 0 and c.min(initial=0.0) >= 0 and np.isfinite(v.sum() + c.sum())):
-        _nonneg("v_raw", v_raw, allow_inf=False)  # names the bad argument
-        _nonneg("K_sigma2", K_sigma2, allow_inf=False)
+    if check:
+        a = np.asarray(posterior_shape(kappa, prior), dtype=float)
+        if not (v.min(initial=0.0) >= 0 and c.min(initial=0.0) >= 0
+                and np.isfinite(v.sum() + c.sum())):
+            _nonneg("v_raw", v_raw, allow_inf=False)  # names the bad argument
+            _nonneg("K_sigma2", K_sigma2, allow_inf=False)
+    else:  # trusted callers (a protocol's hot path): the same shape, without the checks
+        a = k / 2 + _PRIOR_SHIFT[prior]
     if not (a.shape == k.shape == v.shape == c.shape):
         a, k, v, c = np.broadcast_arrays(a, k, v, c)
     beta = (k - 1) * v / 2

@@ -194,3 +194,11 @@ def test_estimates_are_finite_from_the_first_slot(scheme):
                              checkpoints=50))
     mse = out.metrics[out.metrics.metric == "mse"].value.to_numpy()
     assert np.isfinite(mse).all()
+
+
+def test_unchecked_posterior_mean_equals_the_checked_one():
+    rng = np.random.default_rng(1)
+    v, c, k = rng.exponential(1.0, 50), rng.exponential(1.0, 50), rng.integers(2, 400, 50)
+    for prior in ("paper", "jeffreys"):
+        np.testing.assert_array_equal(variance.bayes_posterior_mean(v, c, k, prior),
+                                      variance.bayes_posterior_mean(v, c, k, prior, check=False))
