@@ -23,6 +23,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.stats import binom
 
+from models.bits import floor_pow2, popcount
+
 WeightKind = Literal["last", "mom", "wmom"]
 Formula = Literal["exact", "eq21"]
 
@@ -44,24 +46,6 @@ def _out(x: np.ndarray) -> float | np.ndarray:
     return float(x) if np.ndim(x) == 0 else x
 
 
-def _popcount(j: np.ndarray) -> np.ndarray:
-    """w_H(j), the Hamming weight of every j ≥ 0."""
-    j = np.asarray(j, dtype=np.int64)
-    count = np.zeros_like(j)
-    for b in range(int(j.max(initial=0)).bit_length()):
-        count += (j >> b) & 1
-    return count
-
-
-def _floor_pow2(j: np.ndarray) -> np.ndarray:
-    """2^{⌊log₂ j⌋} for every j ≥ 1, exactly in integers."""
-    j = np.asarray(j, dtype=np.int64)
-    out = np.ones_like(j)
-    for b in range(1, int(j.max(initial=1)).bit_length()):
-        out = np.where(j >> b > 0, np.int64(1) << b, out)
-    return out
-
-
 # --------------------------------------------------------------------------- weights
 
 
@@ -75,7 +59,7 @@ def window_start(kind: str, kappa: ArrayLike) -> np.ndarray:
         return k.copy()
     if kind == "mom":
         return np.ones_like(k)
-    return _floor_pow2(k)
+    return floor_pow2(k)
 
 
 def weights(kind: str, kappa: int) -> np.ndarray:
@@ -267,7 +251,7 @@ def prefix_terms(
     r = 1.0 / t.reshape(-1, K)
     j = np.arange(1, K + 1)
     if kind == "last":
-        mult = j if mechanism == "pm1" else _popcount(j)
+        mult = j if mechanism == "pm1" else popcount(j)
         return r.reshape(t.shape), (mult * r**2).reshape(t.shape)
     segs = _segments(kind, K)
     n = (j - window_start(kind, j) + 1).astype(float)

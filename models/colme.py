@@ -40,14 +40,9 @@ from desim.messages import Batch
 from desim.params import param
 from desim.protocol import Context, Protocol
 from desim.registry import PROTOCOLS
+from models.bits import lowest_set_bit, set_bits
 from models.privacy import mechanism_budget, noise_sigma2, variance_sigma2
-from models.release import (
-    PSumRelease,
-    SampleVarianceRelease,
-    levels_for,
-    lowest_set_bit,
-    set_bits,
-)
+from models.release import PSumRelease, SampleVarianceRelease, levels_for
 from models.statistic import PairStatistic
 from models.variance import bayes_posterior_mean, sample_variance, welch_accepts
 

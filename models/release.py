@@ -15,22 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from models.bits import lowest_set_bit, set_bits
 from models.privacy import sample_noise
 
 
 def levels_for(t_max: int) -> int:
     """Number of binary levels PM-II needs for at most `t_max` releases per pair."""
     return max(1, int(t_max).bit_length())
-
-
-def set_bits(j: np.ndarray, levels: int) -> np.ndarray:
-    """Boolean matrix (len(j), levels): bit s of every j."""
-    return ((j[:, None] >> np.arange(levels)) & 1).astype(bool)
-
-
-def lowest_set_bit(j: np.ndarray) -> np.ndarray:
-    """Level of the lowest set bit of every j ≥ 1 (the level of PM-II's new node)."""
-    return np.log2(j & -j).astype(np.int64)
 
 
 class PSumRelease:

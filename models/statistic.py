@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.release import lowest_set_bit, set_bits
+from models.bits import lowest_set_bit, set_bits
 
 
 class PairStatistic:

@@ -19,6 +19,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import gammainc, gammaln, hyp1f1, ndtri, stdtr, stdtrit
 
+from models.bits import lowest_set_bit, popcount
+
 Mechanism = Literal["pm1", "pm2"]
 Prior = Literal["paper", "jeffreys", "uniform"]
 
@@ -50,20 +52,6 @@ def _at_least(name: str, value: ArrayLike, low: float) -> np.ndarray:
     if not x.min(initial=low) >= low:  # NaN fails too
         raise ValueError(f"{name} = {value!r}: must be ≥ {low:g} (no NaN)")
     return x
-
-
-def _popcount(j: np.ndarray) -> np.ndarray:
-    j = np.asarray(j, dtype=np.int64)
-    count = np.zeros_like(j)
-    for b in range(int(j.max(initial=0)).bit_length()):
-        count += (j >> b) & 1
-    return count
-
-
-def _lsb(j: np.ndarray) -> np.ndarray:
-    """Index of the lowest set bit of every j ≥ 1 (lsb(1) = 0, lsb(4) = 2, lsb(6) = 1)."""
-    j = np.asarray(j, dtype=np.int64)
-    return _popcount((j & -j) - 1)
 
 
 # ------------------------------------------------------------------ agent a's own side
@@ -336,7 +324,7 @@ def noise_counts(k: int, mechanism: str) -> tuple[np.ndarray, int]:
     if mechanism == "pm1":
         return np.ones(k), k
     i = np.arange(1, k + 1)
-    return (1 + _lsb(i)).astype(float), int(_popcount(np.asarray(k)))
+    return (1 + lowest_set_bit(i)).astype(float), int(popcount(np.asarray(k)))
 
 
 def _psums_lengths(psums: ArrayLike, lengths: ArrayLike) -> tuple[np.ndarray, np.ndarray]:

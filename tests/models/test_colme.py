@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from models import analytic
-from models.release import PSumRelease, lowest_set_bit, set_bits
+from models.bits import lowest_set_bit, set_bits
+from models.release import PSumRelease
 from models.statistic import PairStatistic
 
 DATA = {"model": "classes", "agents": 15, "class_means": [0.2, 0.4, 0.8], "sigma": 0.5}
