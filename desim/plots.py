@@ -73,6 +73,15 @@ def summarise(metrics: pd.DataFrame, metric: str, grid: list[str]) -> pd.DataFra
     return stats
 
 
+def _panels_figure(nrows: int, ncols: int) -> tuple:
+    """A figure with a grid of panels sharing both axes, in the house style."""
+    with sns.axes_style("whitegrid"):
+        return plt.subplots(
+            nrows, ncols, figsize=(5.2 * ncols + 1.5, 3.9 * nrows), squeeze=False,
+            sharex=True, sharey=True, layout="constrained",
+        )
+
+
 def draw_figures(study: Study) -> list[Path]:
     """Draw every plot of `study` from its results; return the files written."""
     metrics = load_metrics(study)
@@ -104,11 +113,7 @@ def draw_plot(
     points = study.points
     nrows, ncols = _layout(study)
     palette = sns.color_palette("colorblind", len(spec.scenarios) + len(spec.curves))
-    with sns.axes_style("whitegrid"):
-        fig, axes = plt.subplots(
-            nrows, ncols, figsize=(5.2 * ncols + 1.5, 3.9 * nrows), squeeze=False,
-            sharex=True, sharey=True, layout="constrained",
-        )
+    fig, axes = _panels_figure(nrows, ncols)
     for ax, point in zip(axes.flat, points, strict=False):
         here = _at_point(stats, point)
         for color, name in zip(palette, spec.scenarios, strict=False):
@@ -208,11 +213,7 @@ def _draw_against_column(
     ncols = min(len(panels), PANELS_PER_ROW)
     nrows = math.ceil(len(panels) / ncols)
     palette = sns.color_palette("colorblind", len(spec.scenarios) + len(spec.curves))
-    with sns.axes_style("whitegrid"):
-        fig, axes = plt.subplots(
-            nrows, ncols, figsize=(5.2 * ncols + 1.5, 3.9 * nrows), squeeze=False,
-            sharex=True, sharey=True, layout="constrained",
-        )
+    fig, axes = _panels_figure(nrows, ncols)
     for ax, panel in zip(axes.flat, panels, strict=False):
         for color, name in zip(palette, spec.scenarios, strict=False):
             line = _where(stats[spec.metric], {**panel, "scenario": name}).sort_values(spec.x)
