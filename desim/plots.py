@@ -73,6 +73,22 @@ def summarise(metrics: pd.DataFrame, metric: str, grid: list[str]) -> pd.DataFra
     return stats
 
 
+def _finish(study: Study, spec: PlotSpec, fig, axes, n_panels: int) -> Path:
+    """Title and legend (every label once, even if a panel lacks a line), then save."""
+    legend: dict[str, object] = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    handles, labels = list(legend.values()), list(legend)
+    if n_panels == 1:
+        axes.flat[0].set_title(spec.title)
+        axes.flat[0].legend(handles, labels, fontsize="small")
+    else:
+        fig.suptitle(spec.title)
+        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
+    return _save(study, spec, fig)
+
+
 def _panels_figure(nrows: int, ncols: int) -> tuple:
     """A figure with a grid of panels sharing both axes, in the house style."""
     with sns.axes_style("whitegrid"):
@@ -150,18 +166,7 @@ def draw_plot(
             ax.set_xlabel("slot t")
     for ax in axes[:, 0]:
         ax.set_ylabel(Y_LABELS.get(spec.metric, spec.metric))
-    legend: dict[str, object] = {}  # every label once, even if a panel lacks a line
-    for ax in axes.flat:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            legend.setdefault(label, handle)
-    handles, labels = list(legend.values()), list(legend)
-    if len(points) == 1:
-        axes.flat[0].set_title(spec.title)
-        axes.flat[0].legend(handles, labels, fontsize="small")
-    else:
-        fig.suptitle(spec.title)
-        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
-    return _save(study, spec, fig)
+    return _finish(study, spec, fig, axes, len(points))
 
 
 def _save(study: Study, spec: PlotSpec, fig: plt.Figure) -> Path:
@@ -250,11 +255,4 @@ def _draw_against_column(
             ax.set_xlabel(spec.x)
     for ax in axes[:, 0]:
         ax.set_ylabel(Y_LABELS.get(spec.metric, spec.metric))
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    if len(panels) == 1:
-        axes.flat[0].set_title(spec.title)
-        axes.flat[0].legend(handles, labels, fontsize="small")
-    else:
-        fig.suptitle(spec.title)
-        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
-    return _save(study, spec, fig)
+    return _finish(study, spec, fig, axes, len(panels))

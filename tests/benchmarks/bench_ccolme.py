@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import run_child, time_study
+from harness import time_scenario, time_study
 
 SCALE = {"model": "classes", "agents": 10_000, "class_means": [0.0, 1.0], "sigma": 2.0,
          "distribution": "gaussian"}
@@ -29,30 +29,15 @@ WORKLOADS = {
                                                         FIG1, 10, 30_000, None),
 }
 
-CHILD = """
-import json, resource, sys, time
-import desim, desim.plugins
-from desim.scenario import Scenario
-protocol, params, data, degree, t_max = json.loads(sys.argv[1])
-s = Scenario(protocol, params, data, t_max=t_max, seed=1,
-             topology={"model": "regular", "degree": degree},
-             metrics=("accuracy", "links"))
-desim.plugins.load_plugins()  # imports are not part of the run
-start, cpu = time.perf_counter(), time.process_time()
-desim.run(s)
-wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"wall": wall, "cpu": cpu, "rss_mb": rss}))
-"""
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", action="store_true", help="also time the ccolme-scale study")
     args = parser.parse_args()
     rows = []
     for name, (protocol, params, data, degree, t_max, bar) in WORKLOADS.items():
-        r = run_child(CHILD, protocol, params, data, degree, t_max)
+        r = time_scenario(protocol=protocol, params=params, data=data, t_max=t_max, seed=1,
+                          topology={"model": "regular", "degree": degree},
+                          metrics=["accuracy", "links"])
         ok = "—" if bar is None else ("ok" if r["wall"] <= bar else "FAIL")
         rows.append((name, r["wall"], r["cpu"], r["rss_mb"],
                      "—" if bar is None else f"≤ {bar:g} s", ok))

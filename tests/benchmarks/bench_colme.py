@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import run_child, time_study
+from harness import time_scenario, time_study
 
 DATA = {"model": "classes", "agents": 200, "class_means": [0.2, 0.4, 0.8], "sigma": 0.5}
 T_MAX = 30_000
@@ -34,22 +34,6 @@ UNKNOWN = {
     "PM-II non-MoM RR Sch-Var-2": {"mechanism": "pm2", "variance": "sch-var-2"},
 }
 
-CHILD = """
-import json, resource, sys, time
-import desim
-import desim.plugins
-from desim.scenario import Scenario
-params, data, t_max = json.loads(sys.argv[1])
-s = Scenario("private-colme", params, data, t_max=t_max, seed=1)
-desim.plugins.load_plugins()  # imports are not part of the run
-start, cpu = time.perf_counter(), time.process_time()
-desim.run(s)
-wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"wall": wall, "cpu": cpu, "rss_mb": rss}))
-"""
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", action="store_true", help="also time the full Fig. 2 study")
@@ -59,7 +43,7 @@ def main() -> None:
     rows = []
     base = None
     for name, params in WORKLOADS.items():
-        r = run_child(CHILD, params, DATA, T_MAX)
+        r = time_scenario(protocol="private-colme", params=params, data=DATA, t_max=T_MAX, seed=1)
         base = base or r["cpu"]
         bar = BAR_RR if name == "PM-I non-MoM RR" else 3 * BAR_RR
         ok = r["cpu"] <= bar and (name == "PM-I non-MoM RR" or r["cpu"] <= 3 * base)
@@ -68,7 +52,7 @@ def main() -> None:
                      "ok" if ok else "FAIL"))
     known = {"pm1": rows[0][2], "pm2": rows[3][2]}
     for name, params in UNKNOWN.items():
-        r = run_child(CHILD, params, DATA, T_MAX)
+        r = time_scenario(protocol="private-colme", params=params, data=DATA, t_max=T_MAX, seed=1)
         ref = known[params.get("mechanism", "pm1")]
         rows.append((f"Private-ColME M=200 T=3e4 {name}", r["wall"], r["cpu"], r["rss_mb"],
                      f"≤ 2× known ({2 * ref:.1f} s)", "ok" if r["cpu"] <= 2 * ref else "FAIL"))

@@ -21,6 +21,28 @@ def run_child(code: str, *args: object) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+_SCENARIO_CHILD = """
+import json, resource, sys, time
+import desim, desim.plugins
+from desim.scenario import Scenario
+(kwargs,) = json.loads(sys.argv[1])
+kwargs["metrics"] = tuple(kwargs.get("metrics", ()))
+s = Scenario(**kwargs)
+desim.plugins.load_plugins()  # imports are not part of the run
+start, cpu = time.perf_counter(), time.process_time()
+desim.run(s)
+wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"wall": wall, "cpu": cpu, "rss_mb": rss}))
+"""
+
+
+def time_scenario(**scenario: object) -> dict:
+    """Wall time, CPU time and peak memory (MB) of one `desim.Scenario(**scenario)` run in a
+    fresh process; imports and plugin loading are not timed."""
+    return run_child(_SCENARIO_CHILD, scenario)
+
+
 def time_study(name: str, workers: int) -> float:
     """Wall time of a full study (all runs, curves and figures) in a scratch copy."""
     with tempfile.TemporaryDirectory() as tmp:
