@@ -3,7 +3,8 @@
     desim run STUDY [--quick] [--workers N]   run what is not done yet, write results and figures
     desim plot STUDY [--quick]                redraw figures from results/
     desim validate STUDY [--quick]            check the study file, run nothing
-    desim list                                protocols, data models, link models and curves
+    desim summary STUDY [--target X] [--at T] a metric per scenario and grid point, as a table
+    desim list                                every registered name and its parameters
 
 STUDY is a study folder or its study.toml. A bad study file or argument prints one line
 ``desim: error: ...`` and exits with status 2, before anything is written.
@@ -19,7 +20,17 @@ from typing import NoReturn
 
 from desim.params import ConfigError, describe
 from desim.plugins import load_plugins
-from desim.registry import CURVES, DATA, LINKS, METRICS, PROTOCOLS, TOPOLOGIES, Registry
+from desim.registry import (
+    AVAILABILITY,
+    CURVES,
+    DATA,
+    DISTRIBUTIONS,
+    LINKS,
+    METRICS,
+    PROTOCOLS,
+    TOPOLOGIES,
+    Registry,
+)
 from desim.study import Study, load_study
 
 #: Exit status: success, failed runs, bad input, interrupted (as a shell reports Ctrl-C).
@@ -67,10 +78,30 @@ def _parser() -> argparse.ArgumentParser:
     study_command("validate", "check a study file without running it").set_defaults(
         func=_validate
     )
+    summary = study_command(
+        "summary", "print a metric per grid point and scenario: mean ± SE at a slot, and the "
+        "time to reach a target")
+    summary.add_argument("--metric", default="mse", help="the metric (default mse)")
+    summary.add_argument("--at", type=float, metavar="T",
+                         help="the slot (default: each run's last checkpoint)")
+    summary.add_argument("--target", type=_positive, metavar="X",
+                         help="also the time at which the metric first reaches X")
+    summary.add_argument("--csv", type=Path, metavar="FILE", help="also write the table here")
+    summary.set_defaults(func=_summary)
     sub.add_parser("list", help="list protocols, data models, link models and curves",
                    description="list protocols, data models, link models and curves"
                    ).set_defaults(func=_list)
     return parser
+
+
+def _positive(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        x = float("nan")
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number > 0")
+    return x
 
 
 def _where(path: Path) -> str:
@@ -141,6 +172,28 @@ def _validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _summary(args: argparse.Namespace) -> int:
+    from desim.results import load_metrics
+    from desim.summary import summarise_runs
+
+    study = load_study(args.study, quick=args.quick)
+    metrics = load_metrics(study)
+    if metrics.empty:
+        raise ConfigError(f"{_where(study.results_dir)}: no finished runs to summarise")
+    known = sorted(metrics["metric"].unique())
+    if args.metric not in known:
+        raise ConfigError(f"--metric {args.metric!r}: not in the results; "
+                          f"recorded: {', '.join(known)}")
+    table = summarise_runs(metrics, args.metric, list(study.grid_columns.values()), args.at,
+                           args.target)
+    if table.empty:
+        raise ConfigError(f"--at {args.at:g}: no checkpoint at that slot")
+    if args.csv is not None:
+        table.to_csv(args.csv, index=False)
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    return EXIT_OK
+
+
 def _first_line(obj: object) -> str:
     doc = (getattr(obj, "__doc__", None) or "").strip()
     return doc.splitlines()[0] if doc else ""
@@ -167,6 +220,9 @@ def _list(args: argparse.Namespace) -> int:
     lines: list[str] = []
     for title, registry in (
         ("protocols", PROTOCOLS), ("data models", DATA), ("link models", LINKS),
+        ("availability models ([network.outages], [network.nodes])", AVAILABILITY),
+        ("distributions ([network.latency], stragglers' delay, churn sessions)",
+         DISTRIBUTIONS),
         ("topologies", TOPOLOGIES), ("curves", CURVES), ("metrics", METRICS),
     ):
         lines += [*_list_registry(title, registry), ""]

@@ -54,9 +54,8 @@ class Simulation:
         self.data = data
         self.t_max = int(t_max)
         self.streams = streams
-        # the links of this run: probabilities fixed now (graph, topology stream), public to all
-        self.links = (links or IdealLinks()).bind(data.n_agents, data.public,
-                                                  streams.get("topology"))
+        # the links of this run: probabilities fixed now (graph, own streams), public to all
+        self.links = (links or IdealLinks()).bind(data.n_agents, data.public, streams)
         self.network = Network(
             self.env,
             protocol.message_kinds,

@@ -1,10 +1,14 @@
 """Link models: whether a link is up when a message is sent, and when the message arrives.
 
 A link model is asked once per send call, with arrays of sources and destinations, and draws
-from the run's ``links`` stream. Time is in slots and may be fractional. Before a run the engine
-calls `LinkModel.bind` with the number of agents, the run's public facts (e.g. the communication
-graph) and the ``topology`` stream, so a model can fix its per-link probabilities; protocols read
-them through `LinkModel.probabilities` (PriCER optimises its weights for them).
+availability from the run's ``links`` stream and delays from its ``latency`` stream. Time is in
+slots and may be fractional. Before a run the engine calls `LinkModel.bind` with the number of
+agents, the run's public facts (e.g. the communication graph) and the run's `Streams`, so a model
+can fix its per-link probabilities and take the named streams of its parts; protocols read the
+probabilities through `LinkModel.probabilities` (PriCER optimises its weights for them), which
+can also require a message to arrive within a deadline. At delivery time the network asks
+`LinkModel.receivable` whether each destination can still receive (node churn,
+`desim.realistic`).
 
 Address ``n_agents`` (one past the agents) is the parameter server (`desim.server`): links to it
 are the uplinks τ_i, links from it are always up.
@@ -15,12 +19,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from desim.params import param
 from desim.registry import LINKS
+
+if TYPE_CHECKING:
+    from desim.randomness import Streams
 
 
 @dataclass(frozen=True)
@@ -77,23 +84,60 @@ def reciprocity_matrix(P: np.ndarray, rho: float) -> np.ndarray:
     return E
 
 
+def on_time(conn: Connectivity, node: np.ndarray | float, server: np.ndarray | float
+            ) -> Connectivity:
+    """`conn` for messages that must also arrive in time: P and E thinned by delivery chances.
+
+    `node[i]` is the probability that a message of node i to another node arrives within the
+    deadline, `server[i]` the same for its message to the server (one number: the same for
+    all). Delays are independent of availability and of each other (also the two directions of
+    a pair), so p_i ← p_i·server_i, p_ij ← p_ij·node_i and E_{i,j} ← E_{i,j}·node_i·node_j.
+    """
+    n = conn.n
+    node = np.broadcast_to(np.asarray(node, dtype=float), (n,))
+    server = np.broadcast_to(np.asarray(server, dtype=float), (n,))
+    if np.all(node == 1) and np.all(server == 1):
+        return conn
+    P = conn.P * node[:, None]
+    E = conn.E * node[:, None] * node[None, :]
+    np.fill_diagonal(P, 1.0)
+    np.fill_diagonal(E, 1.0)
+    return Connectivity(conn.p * server, P, E)
+
+
+def fixed_on_time(slots: float, deadline: float | None) -> float:
+    """Whether a message delayed exactly `slots` arrives within `deadline` (None: no deadline)."""
+    return 1.0 if deadline is None or slots <= deadline else 0.0
+
+
 class LinkModel:
     """Availability and latency of every link; the default is always up with zero latency."""
 
     #: True when every link is always up with zero latency, so the network can skip both draws.
     ideal: bool = True
+    #: The delivery delay in slots of every message (models with a fixed latency).
+    slots: float = 0.0
+    #: Delivery times are rounded up to a multiple of this many slots (0: exact times).
+    resolution: float = 0.0
 
-    def bind(self, n_agents: int, public: Mapping[str, Any], rng: np.random.Generator) -> LinkModel:
+    def bind(self, n_agents: int, public: Mapping[str, Any], streams: Streams) -> LinkModel:
         """The link model of one run of `n_agents` agents (default: this one, unchanged).
 
-        `public` holds the run's public facts (e.g. ``graph``), `rng` is the run's ``topology``
-        stream, for models whose per-link probabilities depend on a random layout.
+        `public` holds the run's public facts (e.g. ``graph``), `streams` the run's named random
+        streams, for models whose per-link state is random (each takes its own stream by name).
         """
         return self
 
-    def probabilities(self, n_agents: int) -> Connectivity:
-        """The per-slot probabilities p, P, E of every link (all ones: links never fail)."""
-        return Connectivity.reliable(n_agents)
+    def probabilities(
+        self, n_agents: int, within: float | None = None, server_within: float | None = None
+    ) -> Connectivity:
+        """The per-round probabilities p, P, E that a message sent at a round's start is up and
+        arrives within `within` slots (to a node) or `server_within` slots (to the server).
+
+        None means no deadline. Here links never fail, so only the fixed delay `slots` counts.
+        """
+        return on_time(Connectivity.reliable(n_agents), fixed_on_time(self.slots, within),
+                       fixed_on_time(self.slots, server_within))
 
     def available(
         self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray
@@ -102,10 +146,15 @@ class LinkModel:
         return True
 
     def latency(
-        self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray
+        self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray, width: int = 0
     ) -> np.ndarray | float:
-        """Delivery delay in slots of each message sent at t (an array, or one number for all)."""
-        return 0.0
+        """Delivery delay in slots of each message sent at t carrying `width` numbers (an array,
+        or one number for all)."""
+        return self.slots
+
+    def receivable(self, t: float, dst: np.ndarray) -> np.ndarray | bool:
+        """Whether each destination can take delivery at time t (an array, or one bool for all)."""
+        return True
 
 
 @LINKS.register("ideal")
@@ -121,11 +170,6 @@ class FixedLatency(LinkModel):
 
     slots: float = param(1.0, "delivery delay of every message, in slots", ge=0)
     ideal = False
-
-    def latency(
-        self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray
-    ) -> float:
-        return self.slots
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,10 +221,13 @@ class IntermittentLinks(LinkModel):
         self._P = full
         self._key: np.uint64 | None = None
 
-    def probabilities(self, n_agents: int) -> Connectivity:
+    def probabilities(
+        self, n_agents: int, within: float | None = None, server_within: float | None = None
+    ) -> Connectivity:
         if n_agents != self.conn.n:
             raise ValueError(f"links were bound for {self.conn.n} agents, not {n_agents}")
-        return self.conn
+        return on_time(self.conn, fixed_on_time(self.slots, within),
+                       fixed_on_time(self.slots, server_within))
 
     def realise(
         self, rng: np.random.Generator, slot: int | np.ndarray, src: np.ndarray, dst: np.ndarray
@@ -199,25 +246,25 @@ class IntermittentLinks(LinkModel):
             c = ((base + np.uint64(stream)) * stride + a.astype(np.uint64)) * stride
             return counter_uniform(self._key, c + b.astype(np.uint64))
 
+        uplink = dst == n
+        if uplink.all():  # server links only (e.g. relays): the pair draws are not needed
+            return u(_UPLINK, src, np.zeros_like(src)) < self._P[src, dst]
         lo, hi = np.minimum(src, dst), np.maximum(src, dst)
         shared = u(_SHARED, lo, hi)
-        own = u(_OWN, src, dst)
-        if self.reciprocity > 0:
-            coupled = u(_COUPLE, lo, hi) < self.reciprocity
-            own = np.where(coupled, shared, own)
-        uplink = dst == n
-        draw = np.where(uplink, u(_UPLINK, src, np.zeros_like(src)), own)
+        if self.reciprocity == 1:  # coupled draws are < 1: every link reads the shared one
+            own = shared
+        else:
+            own = u(_OWN, src, dst)
+            if self.reciprocity > 0:
+                coupled = u(_COUPLE, lo, hi) < self.reciprocity
+                own = np.where(coupled, shared, own)
+        draw = np.where(uplink, u(_UPLINK, src, np.zeros_like(src)), own) if uplink.any() else own
         return draw < self._P[src, dst]
 
     def available(
         self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray
     ) -> np.ndarray:
         return self.realise(rng, math.floor(t), src, dst)
-
-    def latency(
-        self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray
-    ) -> float:
-        return self.slots
 
 
 @LINKS.register("bernoulli")
@@ -308,13 +355,16 @@ class BernoulliLinks(LinkModel):
         return Connectivity(self.server_probabilities(n), P, E)
 
     def bind(
-        self, n_agents: int, public: Mapping[str, Any], rng: np.random.Generator
+        self, n_agents: int, public: Mapping[str, Any], streams: Streams
     ) -> IntermittentLinks:
         conn = self.connectivity(n_agents, public.get("graph"))
         return IntermittentLinks(conn, self.reciprocity, self.slots)
 
-    def probabilities(self, n_agents: int) -> Connectivity:
-        return self.connectivity(n_agents)
+    def probabilities(
+        self, n_agents: int, within: float | None = None, server_within: float | None = None
+    ) -> Connectivity:
+        return on_time(self.connectivity(n_agents), fixed_on_time(self.slots, within),
+                       fixed_on_time(self.slots, server_within))
 
     def available(
         self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray

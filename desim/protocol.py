@@ -41,9 +41,10 @@ class Context:
 
     `send(kind, src, dst, payload)` puts messages on the network; `oracle_classes` is the true
     class of each agent and is set only for protocols that declare ``uses_oracle = True``.
-    `links` is the run's bound link model (its `probabilities` are public: PriCER optimises for
-    them); `call_at(when, fn)` calls `fn()` at time `when`, after that instant's deliveries and
-    before the recorder (deadlines, e.g. of `desim.server`).
+    `links` is the run's bound link model (its `probabilities(n, within, server_within)` are
+    public: PriCER optimises for them, optionally for messages that must arrive within a
+    deadline); `call_at(when, fn)` calls `fn()` at time `when`, after that instant's deliveries
+    and before the recorder (deadlines, e.g. of `desim.server`).
     """
 
     n_agents: int

@@ -87,3 +87,7 @@ CURVES: Registry = Registry("curve")
 TOPOLOGIES: Registry = Registry("topology")
 #: Extra metrics: functions `(protocol, data_source) -> dict[str, float]` the recorder calls.
 METRICS: Registry = Registry("metric")
+#: Non-negative distributions (subclasses of `desim.distributions.Distribution`).
+DISTRIBUTIONS: Registry = Registry("distribution")
+#: Availability models of links and nodes (subclasses of `desim.availability.Availability`).
+AVAILABILITY: Registry = Registry("availability model")

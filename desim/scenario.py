@@ -22,6 +22,7 @@ from desim.engine import RunOutput, Simulation
 from desim.params import ConfigError, build
 from desim.plugins import load_plugins
 from desim.randomness import Streams, stable_key
+from desim.realistic import NETWORK_TABLES, realistic_links, unknown_table_message
 from desim.recorder import log_checkpoints
 from desim.registry import DATA, LINKS, METRICS, PROTOCOLS, TOPOLOGIES
 
@@ -32,7 +33,9 @@ class Scenario:
 
     `data` must hold ``model`` (a data-model name), `network` ``links`` (a link-model name) and
     `topology`, when given, ``model`` (a topology name); the other keys are that component's
-    parameters. `metrics` names extra metrics (`desim.registry.METRICS`) to record.
+    parameters, except the sub-tables of `network` (``latency``, ``outages``, ``nodes``,
+    ``stragglers``: `desim.realistic`). `metrics` names extra metrics (`desim.registry.METRICS`)
+    to record.
     """
 
     protocol: str
@@ -101,9 +104,7 @@ def resolve(s: Scenario) -> Resolved:
     data = dict(s.data)
     data_cls = DATA.lookup(data.pop("model", None), "data.model")
     data_params = build(data_cls, data, "data")
-    net = dict(s.network)
-    link_cls = LINKS.lookup(net.pop("links", "ideal"), "network.links")
-    links = build(link_cls, net, "network")
+    links = _resolve_links(s.network)
     topology = _resolve_topology(s, data_params)
     if topology is None and getattr(cls, "needs_topology", False):
         raise ConfigError(
@@ -114,6 +115,19 @@ def resolve(s: Scenario) -> Resolved:
         raise ConfigError(f"metrics = {s.metrics!r}: must be a list of metric names")
     metrics = tuple(METRICS.lookup(name, "metrics") for name in s.metrics)
     return Resolved(cls, params, data_params, links, topology, metrics)
+
+
+def _resolve_links(network: dict[str, Any]) -> Any:
+    """The validated link model of a [network] table: the base model, wrapped in
+    `desim.realistic.RealisticLinks` when the table has sub-tables (latency, outages, …)."""
+    net = dict(network)
+    tables = {name: net.pop(name) for name in NETWORK_TABLES if name in net}
+    for key, value in net.items():
+        if isinstance(value, dict):  # a sub-table that does not exist, not a bad parameter
+            raise ConfigError(unknown_table_message(key))
+    link_cls = LINKS.lookup(net.pop("links", "ideal"), "network.links")
+    links = build(link_cls, net, "network")
+    return realistic_links(links, tables) if tables else links
 
 
 def _resolve_topology(s: Scenario, data_params: Any) -> Any:
@@ -133,10 +147,15 @@ def _resolve_topology(s: Scenario, data_params: Any) -> Any:
     return topology
 
 
-def run(s: Scenario) -> RunOutput:
-    """Simulate scenario `s` and return its tidy records."""
+def run(s: Scenario, streams: Streams | None = None) -> RunOutput:
+    """Simulate scenario `s` and return its tidy records.
+
+    `streams` replaces the scenario's own random streams (to compare link models on the same
+    draws); by default they are keyed by `s`.
+    """
     r = resolve(s)
-    streams = Streams(s.seed, s.replicate, s.shared_key, s.run_key)
+    if streams is None:
+        streams = Streams(s.seed, s.replicate, s.shared_key, s.run_key)
     data = r.data_params.make(streams.get("population"))
     if r.topology is not None:
         data.public["graph"] = r.topology.build(data.n_agents, streams.get("topology"))

@@ -25,6 +25,7 @@ from typing import Any
 
 from desim.params import ConfigError, build, field_names, param, unknown_key_message
 from desim.plugins import load_plugins
+from desim.realistic import NETWORK_TABLES, table_keys, unknown_table_message
 from desim.registry import CURVES, DATA, LINKS, METRICS, PROTOCOLS, TOPOLOGIES
 from desim.scenario import Scenario, resolve
 
@@ -37,6 +38,8 @@ TOP_KEYS = (
 )
 #: The tables a grid path may start with.
 GRID_ROOTS = ("data", "network", "topology", "defaults")
+#: The [network] sub-tables whose `file` (a trace) is relative to the study folder.
+TRACE_TABLES = ("outages", "nodes")
 #: The curve parameter that receives the study's [topology] table (at each grid point).
 CURVE_TOPOLOGY_KEY = "topology"
 #: Column names of the results tables, which grid columns must not shadow.
@@ -335,8 +338,7 @@ def _parse(raw: dict, file: Path, quick: bool) -> Study:
         raise ConfigError(f"[study]: title = {settings.title!r}: must be a non-empty string")
     quick_table = build(QuickTable, _table(raw, "quick", {}), "[quick]")
     data = dict(_table(raw, "data", {"model": "classes"}))
-    network = dict(_table(raw, "network", {}))
-    network.setdefault("links", "ideal")
+    network = _network_table(raw)
     topology = _topology_table(raw, file)
     for name in settings.metrics:
         METRICS.lookup(name, "[study]: metrics")
@@ -370,7 +372,7 @@ def _parse(raw: dict, file: Path, quick: bool) -> Study:
     for key in defaults:
         if key not in declared:
             raise ConfigError(unknown_key_message("[defaults]", key, sorted(declared)))
-    grid_columns = _grid_columns(grid, data_cls, link_cls, topo_cls, declared)
+    grid_columns = _grid_columns(grid, data_cls, link_cls, topo_cls, declared, network)
     _check_grid_reaches(grid, [*scenarios, *curves])
     plots = _plots(_table(raw, "plot", []), scenarios, curves, settings.title,
                    list(grid_columns.values()))
@@ -381,7 +383,7 @@ def _parse(raw: dict, file: Path, quick: bool) -> Study:
     for i, spec in enumerate(scenarios):
         for point in points:
             base = _scenario_at(spec, point, data, network, topology, defaults, t_max,
-                                checkpoints, settings)
+                                checkpoints, settings, file.parent)
             _resolve(base, point, spec, defaults)
             for rep in range(replicates):
                 s = dataclasses.replace(base, replicate=rep)
@@ -467,26 +469,34 @@ def _declared_defaults(scenarios: list[ScenarioSpec], curves: list[CurveSpec]) -
 
 
 def _grid_columns(
-    grid: dict, data_cls: type, link_cls: type, topo_cls: type | None, declared: set[str]
+    grid: dict, data_cls: type, link_cls: type, topo_cls: type | None, declared: set[str],
+    network: dict | None = None,
 ) -> dict:
-    """Results column (last path component) of every grid path, after checking the paths."""
+    """Results column (last path component) of every grid path, after checking the paths.
+
+    A path may reach into a [network] sub-table (``network.latency.mean``) or replace a whole
+    one (``network.outages``, with tables as values).
+    """
+    network = network or {}
     allowed = {
         "data": field_names(data_cls),
-        "network": field_names(link_cls),
+        "network": [*field_names(link_cls), *NETWORK_TABLES],
         "topology": field_names(topo_cls) if topo_cls is not None else [],
         "defaults": sorted(declared),
     }
     columns: dict[str, str] = {}
     for path, values in grid.items():
         root, _, key = path.partition(".")
-        if root not in GRID_ROOTS or not key or "." in key:
+        if root == "network" and "." in key:
+            key = _network_grid_key(path, grid, network)
+        elif root not in GRID_ROOTS or not key or "." in key:
             raise ConfigError(
                 f"[grid]: {path!r}: a grid path must be data.<key>, network.<key>, "
-                "topology.<key> or defaults.<key>"
+                "network.<sub-table>.<key>, topology.<key> or defaults.<key>"
             )
-        if root == "topology" and topo_cls is None:
+        elif root == "topology" and topo_cls is None:
             raise ConfigError(f"[grid]: {path!r}: the study has no [topology] table to sweep")
-        if key not in allowed[root]:
+        elif key not in allowed[root]:
             raise ConfigError(unknown_key_message(f"[grid]: {path!r}", key, allowed[root]))
         if not isinstance(values, list) or not values:
             raise ConfigError(f"[grid]: {path!r} = {values!r}: must be a non-empty list of values")
@@ -501,6 +511,26 @@ def _grid_columns(
             )
         columns[path] = key
     return columns
+
+
+def _network_grid_key(path: str, grid: dict, network: dict) -> str:
+    """The key of a grid path ``network.<sub-table>.<key>``, checked against the sub-table."""
+    parts = path.split(".")
+    if len(parts) != 3 or not all(parts):
+        raise ConfigError(f"[grid]: {path!r}: a path into a [network] sub-table must be "
+                          "network.<sub-table>.<key>")
+    _, sub, key = parts
+    if sub not in NETWORK_TABLES:
+        raise ConfigError(f"[grid]: {path!r}: {unknown_table_message(sub)}")
+    table = network.get(sub)
+    if not _is_table(table):
+        raise ConfigError(f"[grid]: {path!r}: the study has no [network.{sub}] table to sweep")
+    models = grid.get(f"network.{sub}.model")
+    models = models if isinstance(models, list) else [table.get("model")]
+    allowed = sorted({k for m in models for k in table_keys(sub, {**table, "model": m})})
+    if key not in allowed:
+        raise ConfigError(unknown_key_message(f"[grid]: {path!r}", key, allowed))
+    return key
 
 
 def _check_grid_reaches(grid: dict, specs: list[ScenarioSpec | CurveSpec]) -> None:
@@ -548,8 +578,35 @@ def _apply_point(point: GridPoint, data: dict, network: dict, defaults: dict,
     tables = {"data": data, "network": network, "defaults": defaults, "topology": topology}
     for path, value in point.values.items():
         root, _, key = path.partition(".")
-        tables[root][key] = value
+        sub, _, subkey = key.partition(".")
+        if subkey:  # network.<sub-table>.<key>: a copy of the sub-table, shared by every point
+            tables[root][sub] = {**tables[root].get(sub, {}), subkey: value}
+        else:
+            tables[root][key] = value
     return data, network, defaults, topology
+
+
+def _network_table(raw: dict) -> dict:
+    """The [network] table (links = "ideal" by default), its sub-tables' names checked."""
+    network = dict(_table(raw, "network", {}))
+    network.setdefault("links", "ideal")
+    for key, value in network.items():
+        if _is_table(value) and key not in NETWORK_TABLES:
+            raise ConfigError(unknown_table_message(key))
+    return network
+
+
+def _trace_files(network: dict, folder: Path) -> dict:
+    """`network` with the trace `file` of its outages and nodes tables made absolute.
+
+    A trace file is relative to the study folder, wherever desim runs.
+    """
+    for sub in TRACE_TABLES:
+        table = network.get(sub)
+        path = table.get("file") if _is_table(table) else None
+        if isinstance(path, str) and path and not Path(path).is_absolute():
+            network = {**network, sub: {**table, "file": str((folder / path).resolve())}}
+    return network
 
 
 def _topology_table(raw: dict, file: Path) -> dict | None:
@@ -572,9 +629,10 @@ def _topology_table(raw: dict, file: Path) -> dict | None:
 
 
 def _scenario_at(spec, point, data, network, topology, defaults, t_max, checkpoints,
-                 settings) -> Scenario:
+                 settings, folder: Path) -> Scenario:
     """The scenario `spec` at grid `point` (replicate 0): defaults first, its own keys win."""
     data, network, defaults, topology = _apply_point(point, data, network, defaults, topology)
+    network = _trace_files(network, folder)
     declared = set(_declared(spec))
     params = {k: v for k, v in defaults.items() if k in declared}
     params.update(spec.params)

@@ -33,6 +33,29 @@ reset freeze once the simulator sees no wrong link uses the truth and is not rep
 
 Data Bernstein parameters β_a (Lemma 2 and the like): uniform σ√(3/20), Gaussian σ/2, Bernoulli
 1/3 (|X − μ| ≤ 1); Laplace noise: β_DP = σ_DP/√2.
+
+Under asynchrony (latency, losses, churn: `desim.links`), message handlers only store what
+arrives, and every agent makes exactly one consensus step per slot, at the end of instant t (two
+engine deadlines, `Context.call_at`): first C_a^(t) from its own χ_a and the last χ_b(a) it
+received (restart, send |C_a|), then, once zero-latency sizes are delivered, the update. Per
+directed edge a keeps b's newest state (X̃_b, t_b, Y_b) by t_b and, for ``values = "stale"``,
+the one before it; a state older than the one held (non-FIFO links) is ignored, and so are
+decisions and sizes older than those held (they carry their send time). The neighbour test runs
+when a newer state arrives, on received values only, and χ_a(b) is sent then (``symmetric``);
+a neighbour never heard from keeps its ``initial`` χ, and a stale test without a previous state
+keeps b. The update mixes the kept neighbours heard from (t_b > 0) whose latest state is at most
+``max_age`` slots old (t − t_b ≤ max_age), with the latest Y_b (that is Y_b^(t_b−1)) and the
+latest |C_b| received (before any, |C_b| of ``initial``: deg b or 0). W_ab keeps a's own |C_a|
+(kept, heard from or not), so W stays row-stochastic with W_aa ≥ 1/(1 + |C_a|) (Metropolis) or
+1/(1 + max degree) and Y_a remains a convex combination of privatised running means: bounded, and
+unbiased when every mixed neighbour shares a's mean. But W is no longer exactly symmetric: a may
+exclude b for lack of recent data while b includes a, or weigh b with an outdated |C_b|. Its
+column sums then differ from 1, so a step no longer preserves the network average of Y: agents
+heard more often weigh more in the consensus, which costs variance (not bias) among agents of one
+mean; and the Y_b^(t_b−1) mixed lags the synchronous Y_b^(t−1) by the age t − t_b. The fallback
+is decided on C_a and the latest |C_b|, heard recently or not. With ideal links, or zero latency
+and always-up links, every state of slot t arrives at t (t_b = t): the synchronous protocol,
+bit for bit (the same operations in the same order).
 """
 
 from __future__ import annotations
@@ -75,6 +98,8 @@ _DOCS: dict[str, tuple[str, dict[str, float]]] = {
     "symmetric": ("keep b only if a and b both keep each other (exchanges decisions)", {}),
     "weights": ("W: 1/(1+max(|C_a|,|C_b|)) (metropolis) or 1/(1+max degree of G)", {}),
     "fallback": ("report the local mean (raw or privatised) when |C̃_a| seems 1 or 2", {}),
+    "max_age": ("mix only neighbours whose latest state is at most this many slots old",
+                {"ge": 0}),
 }
 
 
@@ -122,6 +147,7 @@ class CColMEParams:
     symmetric: bool = _p("symmetric", False)
     weights: Weights = _p("weights", "metropolis")
     fallback: Fallback = _p("fallback", "none")
+    max_age: float = _p("max_age", math.inf)
 
     def __post_init__(self) -> None:
         _check(self)
@@ -149,6 +175,7 @@ class PrivateCColMEParams:
     symmetric: bool = _p("symmetric", True)
     weights: Weights = _p("weights", "metropolis")
     fallback: Fallback = _p("fallback", "local")
+    max_age: float = _p("max_age", math.inf)
 
     def __post_init__(self) -> None:
         _check(self)
@@ -212,6 +239,59 @@ def row_sums(graph: Graph, x: np.ndarray) -> np.ndarray:
     return out
 
 
+def _common(x: np.ndarray) -> float | None:
+    """The value every element of x shares, or None (also for an empty x)."""
+    if len(x) == 0 or not (x == x[0]).all():
+        return None
+    return float(x[0])
+
+
+def _newest(e: np.ndarray, stamp: np.ndarray, held: np.ndarray,
+            strict: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Messages for edge slots e with time stamps: which ones to keep, per edge the newest.
+
+    Messages not newer than the stamp `held` of their edge (strictly, or as new) are dropped.
+    Returns the distinct edges left, the row of each one's newest message (ties: the last to
+    arrive) and the row of the message just before it for that edge (−1 if none).
+    """
+    ok = stamp > held if strict else stamp >= held
+    rows = np.flatnonzero(ok)
+    if len(rows) <= 1:
+        return e[rows], rows, np.full(len(rows), -1)
+    order = rows[np.lexsort((stamp[rows], e[rows]))]  # by edge, then stamp; stable
+    es = e[order]
+    last = np.ones(len(es), dtype=bool)
+    last[:-1] = es[1:] != es[:-1]
+    pos = np.flatnonzero(last)
+    has = (pos > 0) & (es[pos - 1] == es[pos])
+    return es[pos], order[pos], np.where(has, order[pos - 1], -1)
+
+
+class _SendTimes:
+    """Per directed edge, the send time of the message a holds (decision or size), to ignore
+    older ones; stored once when one send (all at one time) reached every edge, as in sync."""
+
+    def __init__(self, n_edges: int) -> None:
+        self._n = n_edges
+        self._all: float | None = 0.0  # 0: the prior, before any message
+        self._each = np.zeros(n_edges)
+
+    def sent(self, e: np.ndarray, at: float) -> None:
+        """The newest send, at time `at`, filled the distinct edge slots e."""
+        if len(e) == self._n:
+            self._all = at
+        else:
+            self.each[e] = at
+
+    @property
+    def each(self) -> np.ndarray:
+        """The send time held for every edge (materialised; callers may write into it)."""
+        if self._all is not None:
+            self._each[:] = self._all
+            self._all = None
+        return self._each
+
+
 # --------------------------------------------------------------------------------------------
 # the protocol
 
@@ -237,6 +317,9 @@ class CColME(Protocol):
         g: Graph = ctx.public["graph"]
         if g.n != ctx.n_agents:
             raise ValueError(f"the graph has {g.n} agents, the data {ctx.n_agents}")
+        if ctx.call_at is None:
+            raise ValueError("this engine gives no timers (Context.call_at); the consensus "
+                             "step runs at a deadline")
         self.graph = g
         m, e = g.n, g.n_directed
         self.src, self.dst, self.reverse = g.src, g.dst, g.reverse
@@ -275,10 +358,15 @@ class CColME(Protocol):
         self._nb_n_prev_all: float | None = 0.0
         self.chi = np.full(e, p.initial == "all")  # χ_a(b), a's own decision
         self.their_chi = self.chi.copy()  # χ_b(a), as b told a
+        self.their_chi_at = _SendTimes(e)  # when b sent it (0: the prior `initial`)
         self.kept = self.chi.copy()  # C_a as a boolean per edge
         self.size = self._count(self.kept)  # |C_a|
         self.nb_size = self.size[self.dst].astype(float)  # |C_b| as b told a
+        self.nb_size_at = _SendTimes(e)  # the slot b sent it in (0: the prior)
         self._kept_idx = np.flatnonzero(self.kept)
+        # the edges of the last consensus step and their weights W_ab (for mixing_matrix)
+        self._mixed_idx: np.ndarray = np.empty(0, dtype=np.int64)
+        self._w: np.ndarray | float = 0.0
         self._fallback = np.zeros(m, dtype=bool)
         self._changed = np.zeros(m, dtype=bool)  # C_a changed in this slot
         self._sent: dict[str, tuple[np.ndarray, np.ndarray | slice]] = {}
@@ -315,8 +403,8 @@ class CColME(Protocol):
         payload[:, 1] = t
         np.take(self.y, self.dst, out=payload[:, 2])
         self._send("state", self.dst, self.src, payload, slice(None))
-        if self.graph.n_directed == 0:  # nobody to talk to: no message will trigger the step
-            self._decided()
+        # the slot's consensus step, after this instant's deliveries (whatever arrived)
+        self.ctx.call_at(t, self._decided)
 
     def _send(self, kind: str, src: np.ndarray, dst: np.ndarray, payload: np.ndarray,
               slots: np.ndarray | slice) -> None:
@@ -324,14 +412,15 @@ class CColME(Protocol):
         self._sent[kind] = (src, slots)
         self.ctx.send(kind, src, dst, payload)
 
-    def _slots(self, batch: Batch, kind: str) -> np.ndarray | slice:
-        """The receiver's edge slot of every message of `batch` (receiver dst, sender src)."""
+    def _slots(self, batch: Batch, kind: str) -> tuple[np.ndarray | slice, bool]:
+        """The receiver's edge slot of every message of `batch` (receiver dst, sender src), and
+        whether the batch is the last send of its kind as sent (so the newest of its kind)."""
         src, slots = self._sent.get(kind, (None, None))
         if batch.src is src:  # delivered as sent (e.g. ideal links): no lookup needed
-            return slots
-        return np.searchsorted(self._keys, batch.dst * self.graph.n + batch.src)
+            return slots, True
+        return np.searchsorted(self._keys, batch.dst * self.graph.n + batch.src), False
 
-    # -- deliveries ------------------------------------------------------------------------
+    # -- deliveries: store what arrived ----------------------------------------------------
     def on_deliver(self, batch: Batch) -> None:
         if batch.only >= 0:  # one kind (always so with ideal links): no need to split
             self._handlers[batch.only](batch)
@@ -342,35 +431,82 @@ class CColME(Protocol):
                 handle(part)
 
     def _on_state(self, batch: Batch) -> None:
-        e = self._slots(batch, "state")
+        e, _ = self._slots(batch, "state")
         x, n, y = batch.payload[:, 0], batch.payload[:, 1], batch.payload[:, 2]
-        if isinstance(e, slice):  # every neighbour's state of one slot: keep the columns
+        if isinstance(e, slice) and len(n) and n[0] > self._newest_state():
+            # every neighbour's state of one slot, newer than all held: keep the columns
             self.nb_x_prev, self.nb_n_prev = self.nb_x, self.nb_n
             self._nb_n_prev_all = self._nb_n_all
             self.nb_x, self.nb_n, self.nb_y = x, n, y
-            self._nb_n_all = float(n[0]) if len(n) else None
+            self._nb_n_all = float(n[0])
         else:
-            self.nb_x_prev, self.nb_n_prev = self.nb_x.copy(), self.nb_n.copy()
-            self.nb_x_prev[e], self.nb_n_prev[e] = self.nb_x[e], self.nb_n[e]
-            self.nb_x, self.nb_n, self.nb_y = self.nb_x.copy(), self.nb_n.copy(), self.nb_y.copy()
-            self.nb_x[e], self.nb_n[e], self.nb_y[e] = x, n, y
-            self._nb_n_prev_all = self._nb_n_all = None
+            if isinstance(e, slice):
+                e = np.arange(self.graph.n_directed)[e]
+            e = self._store_states(e, x, n, y)
+            if len(e) == 0:
+                return
         chi = self._rule(e)
         if self.params.decisions == "irrevocable":
             chi &= self.chi[e]
         self.chi[e] = chi
         if self.params.symmetric:
-            # a = src[e] tells b = dst[e]; b files it in its slot reverse[e]
-            self._send("decision", self.src[e], self.dst[e], chi.astype(float), self.reverse[e])
-        else:
-            self._decided()
+            # a = src[e] tells b = dst[e], with the time it decided; b files it in reverse[e]
+            payload = np.empty((2, len(chi))).T  # contiguous columns, as for states
+            payload[:, 0] = chi
+            payload[:, 1] = self.ctx.now()
+            self._send("decision", self.src[e], self.dst[e], payload, self.reverse[e])
+
+    def _newest_state(self) -> float:
+        """The largest t_b of every state held (0 when none)."""
+        if self._nb_n_all is not None:
+            return self._nb_n_all
+        return float(self.nb_n.max())
+
+    def _store_states(self, e: np.ndarray, x: np.ndarray, n: np.ndarray,
+                      y: np.ndarray) -> np.ndarray:
+        """File states (x, n, y) in the edge slots e, keeping per edge the newest two by t_b.
+
+        Returns the edges that got a newer state; older ones than held are ignored. In place and
+        O(len(e)): with spread latencies batches are small and many.
+        """
+        edges, rows, before = _newest(e, n, self.nb_n[e], strict=True)
+        if len(edges) == 0:
+            return edges
+        # the state this one replaces: an older one of this batch, or the newest held
+        had = before >= 0
+        self.nb_x_prev[edges] = np.where(had, x[before], self.nb_x[edges])
+        self.nb_n_prev[edges] = np.where(had, n[before], self.nb_n[edges])
+        self.nb_x[edges], self.nb_n[edges], self.nb_y[edges] = x[rows], n[rows], y[rows]
+        self._nb_n_prev_all = self._nb_n_all = None
+        return edges
 
     def _on_decision(self, batch: Batch) -> None:
-        self.their_chi[self._slots(batch, "decision")] = batch.payload[:, 0] > 0.5
-        self._decided()
+        e, as_sent = self._slots(batch, "decision")
+        chi, at = batch.payload[:, 0] > 0.5, batch.payload[:, 1]
+        if as_sent:  # the last send, so the newest: one send time for all
+            self.their_chi[e] = chi
+            self.their_chi_at.sent(e, float(at[0]))
+            return
+        # keep per edge the newest decision (by send time), drop older ones
+        times = self.their_chi_at.each
+        e, rows, _ = _newest(e, at, times[e], strict=False)
+        self.their_chi[e], times[e] = chi[rows], at[rows]
 
+    def _on_size(self, batch: Batch) -> None:
+        e, as_sent = self._slots(batch, "size")
+        size, at = batch.payload[:, 0], batch.payload[:, 1]
+        if as_sent:
+            self.nb_size[e] = size
+            self.nb_size_at.sent(e, float(at[0]))
+            return
+        times = self.nb_size_at.each
+        e, rows, _ = _newest(e, at, times[e], strict=False)
+        self.nb_size[e], times[e] = size[rows], at[rows]
+
+    # -- the slot's consensus step (deadlines at the end of instant t) -----------------------
     def _decided(self) -> None:
-        """C_a^(t) is known: restart ages where it changed, tell kept neighbours |C_a|."""
+        """C_a^(t) from χ_a and the last χ_b(a): restart ages where it changed, tell kept
+        neighbours |C_a|, then update (once sizes sent with zero latency are delivered)."""
         kept = self.chi & self.their_chi if self.params.symmetric else self.chi.copy()
         self._changed = self._count(kept != self.kept) > 0
         self.kept = kept
@@ -381,14 +517,13 @@ class CColME(Protocol):
         if not self._sends_sizes or len(self._kept_idx) == 0:
             self._update()
             return
-        # b = dst[idx] tells a = src[idx] its |C_b|, filed in a's slot idx
+        # b = dst[idx] tells a = src[idx] its |C_b| of slot t, filed in a's slot idx
         sender = self.dst[self._kept_idx]
-        self._send("size", sender, self.src[self._kept_idx],
-                   self.size.astype(float)[sender], self._kept_idx)
-
-    def _on_size(self, batch: Batch) -> None:
-        self.nb_size[self._slots(batch, "size")] = batch.payload[:, 0]
-        self._update()
+        payload = np.empty((2, len(sender))).T
+        payload[:, 0] = self.size[sender]
+        payload[:, 1] = self.t
+        self._send("size", sender, self.src[self._kept_idx], payload, self._kept_idx)
+        self.ctx.call_at(self.t, self._update)
 
     # -- neighbour test ----------------------------------------------------------------------
     def _rule(self, e: np.ndarray | slice) -> np.ndarray:
@@ -399,11 +534,13 @@ class CColME(Protocol):
             x_b, n_all, n_b = self.nb_x[e], self._nb_n_all, self.nb_n[e]
         else:
             x_b, n_all, n_b = self.nb_x_prev[e], self._nb_n_prev_all, self.nb_n_prev[e]
-        if n_all == 0.0:  # nothing from the neighbours yet (stale, t = 1): keep them all
+        if n_all is None:  # states of different ages held; maybe not on these edges
+            n_all = _common(n_b)
+        if n_all == 0.0:  # nothing from these neighbours yet (stale, t = 1): keep them all
             return np.ones(len(x_b), dtype=bool)
         a, b = self.src[e], self.dst[e]
         n_a = float(self.t)
-        diff = np.abs((self.priv_sum / n_a)[a] - x_b)
+        diff = np.abs(self.priv_sum[a] / n_a - x_b)
         if n_all is None:  # states of different ages; none yet (t_b = 0) counts as a keep
             unknown = n_b == 0
             n_b = np.where(unknown, n_a, n_b)
@@ -449,24 +586,35 @@ class CColME(Protocol):
         elif reset == "global" and changed.any():
             self.start[:] = self.t - 1
 
+    def _mixed(self) -> tuple[np.ndarray, np.ndarray]:
+        """The kept edges a mixes over in slot t (heard from, at most max_age slots old), in
+        CSR order, and how many each agent has."""
+        n_all, max_age = self._nb_n_all, self.params.max_age
+        if n_all is not None and n_all > 0 and self.t - n_all <= max_age:
+            return self._kept_idx, self.size  # every state of one slot: all kept are mixed
+        mixed = self.kept & (self.nb_n > 0)
+        if math.isfinite(max_age):
+            mixed &= self.t - self.nb_n <= max_age
+        return np.flatnonzero(mixed), self._count(mixed)
+
     def _update(self) -> None:
         """Y_a ← (1−α) X̃_a + α (W_aa Y_a + Σ_b W_ab Y_b), then the fallback decision."""
         p = self.params
         m = self.graph.n
-        idx = self._kept_idx
-        if len(idx) == self.graph.n_directed:  # every link kept: no need to compress
+        idx, counts = self._mixed()
+        if len(idx) == self.graph.n_directed:  # every link mixed: no need to compress
             nb_size, nb_y = self.nb_size, self.nb_y
         else:
             nb_size, nb_y = self.nb_size[idx], self.nb_y[idx]
-        size = self.size
-        w = self._weights(nb_size)
-        # W_aa Y_a + Σ_b W_ab Y_b = Y_a + Σ_b W_ab (Y_b − Y_a) over b ∈ C_a; the kept edges are
-        # in CSR order, so agent a's are the |C_a| consecutive ones
-        rows = size > 0
-        starts = np.cumsum(size)[rows] - size[rows]
+        w = self._weights(nb_size, counts)
+        self._mixed_idx, self._w = idx, w
+        # W_aa Y_a + Σ_b W_ab Y_b = Y_a + Σ_b W_ab (Y_b − Y_a) over the mixed b ∈ C_a; they are
+        # in CSR order, so agent a's are the `counts[a]` consecutive ones
+        rows = counts > 0
+        starts = np.cumsum(counts)[rows] - counts[rows]
         mixed = self.y.copy()
         if len(starts):
-            mixed[rows] += np.add.reduceat(w * (nb_y - np.repeat(self.y, size)), starts)
+            mixed[rows] += np.add.reduceat(w * (nb_y - np.repeat(self.y, counts)), starts)
         age = self.t - self.start
         decay = p.alpha_c / age if p.alpha_p == 1.0 else p.alpha_c * age ** (-p.alpha_p)
         one_minus_alpha = np.minimum(1.0, decay)
@@ -476,22 +624,28 @@ class CColME(Protocol):
         if p.restart == "galante":
             self._restart(self._changed)
         if p.fallback != "none":
+            size = self.size
+            if idx is not self._kept_idx:  # C̃_a is about the kept b, heard recently or not
+                rows = size > 0
+                starts = np.cumsum(size)[rows] - size[rows]
+                nb_size = self.nb_size[self._kept_idx]
             # |C̃_a| = 1: nobody kept; = 2: one neighbour b kept, and b keeps only a
             single = np.zeros(m)
             if len(starts):
                 single[rows] = np.add.reduceat(nb_size, starts)
             self._fallback = (size == 0) | ((size == 1) & (single == 1))
 
-    def _weights(self, nb_size: np.ndarray) -> np.ndarray | float:
-        """W_ab of the kept edges (CSR order) given |C_b| as each b told: eq. (2) or 1/(1+d)."""
+    def _weights(self, nb_size: np.ndarray, counts: np.ndarray) -> np.ndarray | float:
+        """W_ab of the mixed edges (CSR order, `counts` per agent) given |C_b| as each b told:
+        eq. (2) with a's own |C_a|, or 1/(1+d)."""
         if self.params.weights == "metropolis":
-            return 1.0 / (1.0 + np.maximum(np.repeat(self.size, self.size), nb_size))
+            return 1.0 / (1.0 + np.maximum(np.repeat(self.size, counts), nb_size))
         return self._w_const
 
     def mixing_matrix(self) -> sp.csr_array:
         """W^(t) of the last consensus step as a sparse M×M matrix (W_aa on the diagonal)."""
-        idx, m = self._kept_idx, self.graph.n
-        w = np.broadcast_to(self._weights(self.nb_size[idx]), idx.shape)
+        idx, m = self._mixed_idx, self.graph.n
+        w = np.broadcast_to(self._w, idx.shape)
         off = sp.csr_array((w, (self.src[idx], self.dst[idx])), shape=(m, m))
         return (off + sp.diags_array(1.0 - off.sum(axis=1))).tocsr()
 

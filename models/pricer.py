@@ -15,6 +15,16 @@ which computes (1/n) Σ_i τ_i x_i as in §VI — biased). A and σ are computed
 run's link probabilities (`desim.links.LinkModel.probabilities`, public knowledge as in the
 paper) and trust: trusted pairs and self get ε_high, other pairs ε_low, every pair δ.
 
+Under asynchrony (latency, stragglers, outages, churn): a round's shares that reach node j after
+its Stage-1 deadline, and aggregates that reach the server after the server's deadline, are
+lost — counted as late, exactly like a failed link (τ = 0). The optimiser sees the nominal
+link probabilities by default; with ``effective = true`` it is given the effective ones, the
+probability that a message is sent on an up link, between up nodes, and arrives before its
+deadline (`LinkModel.probabilities` with ``within`` = the relay deadline and
+``server_within`` = the server deadline). That product treats the events as independent, which
+they are per message; correlations between messages of one node in one round (a node that is
+down loses all its shares) are not modelled by Thm. 3.2 and are left to the simulation.
+
 The recorder's ``mse`` is ‖x̂̄ − x̄‖² (every agent reports the server's estimate). The metric
 functions ``pricer`` (`[study] metrics = ["pricer"]`) add ``bound`` (the worst-case MSE: the
 Thm. 3.2 bound (4) for PriCER and ColRel), ``expected_mse`` (the exact E‖x̂̄ − x̄‖² for the run's
@@ -75,6 +85,9 @@ class PricerParams:
     server_deadline: float = param(
         0.0, "slots after the forwarding when the server closes the round", ge=0
     )
+    effective: bool = param(
+        False, "optimise for the effective p_i, p_ij: link up and delivered before the deadline"
+    )
 
 
 @PROTOCOLS.register("pricer")
@@ -93,7 +106,13 @@ class Pricer(Protocol):
                              "(data model 'vectors')")
         self.R, self.d = float(ctx.public["R"]), int(ctx.public["d"])
         links = ctx.links
-        self.conn = links.probabilities(n) if links is not None else Connectivity.reliable(n)
+        if links is None:
+            self.conn = Connectivity.reliable(n)
+        elif p.effective:
+            self.conn = links.probabilities(n, within=p.relay_deadline,
+                                            server_within=p.server_deadline)
+        else:
+            self.conn = links.probabilities(n)
         trusted = trust_matrix(p.trust, n, p.trusted, self.conn.P, ctx.streams.get("topology"))
         eps = epsilon_matrix(trusted, p.epsilon_high, p.epsilon_low)
         self.solution: Solution | None = None

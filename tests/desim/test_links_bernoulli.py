@@ -119,7 +119,7 @@ def test_bernoulli_params_build_p_and_P_from_good_nodes_graph_and_distance():
     links = build(BernoulliLinks, {"good": 2, "p_good": 0.9, "p_bad": 0.2, "p_link": 0.8,
                                    "reciprocity": 1.0}, "network")
     ring = _Graph(np.array([0, 1, 1, 2, 2, 3, 3, 0]), np.array([1, 0, 2, 1, 3, 2, 0, 3]))
-    bound = links.bind(4, {"graph": ring}, np.random.default_rng(0))
+    bound = links.bind(4, {"graph": ring}, Streams(0, 0, 0, 0))
     conn = bound.probabilities(4)
     assert np.array_equal(conn.p, [0.9, 0.9, 0.2, 0.2])
     assert conn.P[0, 1] == 0.8 and conn.P[0, 2] == 0 and np.all(np.diag(conn.P) == 1)

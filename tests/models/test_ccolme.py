@@ -150,13 +150,16 @@ def test_consensus_reaches_2x_ideal_with_1_over_t_and_1x_with_sqrt(alpha_p, fact
 
 
 class Driver:
-    """Runs a protocol by hand: zero-latency delivery of everything it sends, all recorded."""
+    """Runs a protocol by hand: zero-latency delivery of everything it sends, all recorded;
+    deadlines run in order once everything sent before them is delivered (as in the engine)."""
 
     def __init__(self, proto: CColME, data: GraphData, seed: int = 0) -> None:
         self.proto, self.sent = proto, []
         self.queue: list[Batch] = []
+        self.deadlines: list = []
         ctx = Context(data.n_agents, 100, dict(data.public), Streams(seed, 0, 1, 2),
-                      self.send, lambda: 0.0, data.classes if proto.uses_oracle else None)
+                      self.send, lambda: 0.0, data.classes if proto.uses_oracle else None,
+                      call_at=lambda when, fn: self.deadlines.append(fn))
         proto.setup(ctx)
 
     def send(self, kind, src, dst, payload=None):
@@ -169,8 +172,11 @@ class Driver:
 
     def slot(self, t: int, samples: np.ndarray) -> None:
         self.proto.on_samples(t, samples)
-        while self.queue:
-            self.proto.on_deliver(self.queue.pop(0))
+        while self.queue or self.deadlines:
+            while self.queue:
+                self.proto.on_deliver(self.queue.pop(0))
+            if self.deadlines:
+                self.deadlines.pop(0)()
 
 
 @pytest.mark.parametrize("rule", ["bernstein", "optimistic"])

@@ -1,0 +1,77 @@
+"""Numbers for a study's README: a metric at one slot, and the time each run takes to reach a
+target (e.g. the first slot at which the MSE falls to 10⁻³).
+
+The recorder measures at checkpoints only, so the time to target is interpolated between the
+last checkpoint above the target and the first one at or below it, linearly in (log t, log
+value) — the scale on which error curves are straight. A run that never reaches the target has
+no time (NaN); the summary reports how many replicates reached it and the median over all of
+them (unreached runs count as later than every reached one, so the median is finite only when
+more than half reached).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def first_crossing(t: np.ndarray, value: np.ndarray, target: float) -> float:
+    """The slot at which a curve measured at checkpoints `t` first reaches `value` ≤ target.
+
+    Log–log interpolation between the checkpoints around the crossing; the first checkpoint
+    when it is already at or below the target; NaN when the curve never gets there.
+    """
+    below = np.flatnonzero(value <= target)
+    if len(below) == 0:
+        return float("nan")
+    i = int(below[0])
+    if i == 0:
+        return float(t[0])
+    v0, v1 = value[i - 1], value[i]
+    if v1 <= 0 or v0 <= 0 or target <= 0:  # log scale undefined: take the checkpoint
+        return float(t[i])
+    frac = (np.log(v0) - np.log(target)) / (np.log(v0) - np.log(v1))
+    return float(np.exp(np.log(t[i - 1]) + frac * (np.log(t[i]) - np.log(t[i - 1]))))
+
+
+def time_to_target(
+    metrics: pd.DataFrame, target: float, metric: str = "mse", grid: list[str] | None = None
+) -> pd.DataFrame:
+    """Per grid point, scenario and replicate: the slot `metric` first reaches `target`."""
+    keys = [*(grid or []), "scenario", "replicate"]
+    rows = metrics[metrics["metric"] == metric].sort_values([*keys, "t"])
+    out = []
+    for key, run in rows.groupby(keys, sort=False):
+        hit = first_crossing(run["t"].to_numpy(float), run["value"].to_numpy(float), target)
+        out.append((*(key if isinstance(key, tuple) else (key,)), hit))
+    return pd.DataFrame(out, columns=[*keys, "t_target"])
+
+
+def summarise_runs(
+    metrics: pd.DataFrame,
+    metric: str = "mse",
+    grid: list[str] | None = None,
+    at: float | None = None,
+    target: float | None = None,
+) -> pd.DataFrame:
+    """One row per grid point and scenario: `metric` at slot `at` (default: each run's last
+    checkpoint) as mean and standard error over replicates, and, with a target, how many
+    replicates reached it and their median time to it."""
+    grid = list(grid or [])
+    keys = [*grid, "scenario"]
+    rows = metrics[metrics["metric"] == metric]
+    if at is None:
+        last = rows.groupby([*keys, "replicate"], sort=False)["t"].transform("max")
+        rows = rows[rows["t"] == last]
+    else:
+        rows = rows[rows["t"] == at]
+    stats = rows.groupby(keys, sort=False)["value"].agg(["mean", "std", "count"])
+    stats["stderr"] = stats["std"].fillna(0.0) / np.sqrt(stats["count"])
+    out = stats[["mean", "stderr", "count"]].rename(columns={"count": "replicates"})
+    if target is not None:
+        hits = time_to_target(metrics, target, metric, grid)
+        late = hits["t_target"].fillna(np.inf)  # never reached: after every reached run
+        per = hits.assign(t_target=late).groupby(keys, sort=False)["t_target"]
+        out["reached"] = per.apply(lambda s: int(np.isfinite(s).sum()))
+        out["t_target_median"] = per.median().replace(np.inf, np.nan)
+    return out.reset_index()

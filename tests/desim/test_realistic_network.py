@@ -1,0 +1,306 @@
+"""Realistic links: outages and churn on the network, the synchronous limit, deadline
+probabilities, study files."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from _toy import TOY_STUDY, write_study
+from test_latency import N, Sender, SenderParams, Zeros
+
+import desim
+from desim.availability import BernoulliAvailability, Markov, Trace, link_entity
+from desim.distributions import Constant, Exponential, Uniform
+from desim.engine import Simulation
+from desim.latency import IidLatency
+from desim.links import BernoulliLinks, FixedLatency, IdealLinks
+from desim.params import ConfigError, build
+from desim.randomness import Streams
+from desim.realistic import RealisticLinks
+from desim.scenario import Scenario, resolve
+from desim.stragglers import Stragglers
+from desim.study import load_study
+
+
+def run(links, until=6, t_max=10):
+    proto = Sender(SenderParams(until))
+    sim = Simulation(proto, Zeros(N), t_max, Streams(5, 0, 1, 2), links=links,
+                     checkpoints=np.array([t_max]))
+    out = sim.run()
+    return proto, sim, out
+
+
+def trace(tmp_path, text, name="trace.csv"):
+    path = tmp_path / name
+    path.write_text(text)
+    return Trace(file=str(path))
+
+
+def test_a_down_node_neither_sends_nor_receives_and_drops_are_counted(tmp_path):
+    # node 1 is down in [2.5, 4.5); latency 1.5 carries slot-1 sends to 2.5 (delivery drop)
+    nodes = trace(tmp_path, "node,start,end,state\n1,2.5,4.5,down\n")
+    links = RealisticLinks(IdealLinks(), latency=IidLatency(Constant(1.5)), nodes=nodes)
+    proto, sim, out = run(links)
+    got = proto.deliveries()
+    for t in range(1, 7):
+        arrive = t + 1.5
+        for kind in (0, 1):
+            for i in range(N):
+                dst = (i + 1 + kind) % N
+                down_at_send = 2.5 <= t < 4.5 and 1 in (i, dst)
+                down_at_arrival = 2.5 <= arrive < 4.5 and dst == 1
+                delivered = (arrive, i, dst, float(t), kind) in got
+                assert delivered == (not down_at_send and not down_at_arrival), (t, i, dst)
+    # per kind, one message to node 1 sent in slots 1 and 2 arrives while it is down (2.5,
+    # 3.5), and in slots 3 and 4 the one to and the one from node 1 cannot be sent
+    assert sim.network.dropped.tolist() == [1 + 1 + 2 * 2, 1 + 1 + 2 * 2]
+    last = out.metrics.set_index("metric")["value"]
+    assert last["dropped_narrow"] == 6 and last["messages_narrow"] == 6 * N
+
+
+def test_a_link_outage_drops_both_directions_and_server_links_too(tmp_path):
+    outages = trace(tmp_path, "src,dst,start,end,state\n2,1,3,5,down\n")
+    proto, sim, _ = run(RealisticLinks(IdealLinks(), outages=outages))
+    got = {(t, s, d) for t, s, d, _, _ in proto.deliveries()}
+    for t in range(1, 7):
+        down = 3 <= t < 5
+        assert ((t, 1, 2) in got) == (not down)  # narrow 1 → 2
+        assert ((t, 4, 1) in got) and ((t, 0, 2) in got)  # other links unaffected
+    assert sim.network.dropped.tolist() == [2, 0]  # only 1 → 2 (narrow) uses the link
+    # with 3 agents the server is address 3: its link to node 0 is down both ways
+    server = trace(tmp_path, "src,dst,start,end,state\n0,3,0,10,down\n", "server.csv")
+    bound = RealisticLinks(IdealLinks(), outages=server).bind(3, {}, Streams(0, 0, 0, 0))
+    up = bound.available(None, 1.0, np.array([0, 3, 1, 1, 0]), np.array([3, 0, 1, 3, 0]))
+    assert up.tolist() == [False, False, True, True, True]  # a node always reaches itself
+
+
+def test_a_message_goes_through_exactly_when_its_link_and_both_nodes_are_up():
+    outages, nodes = Markov(mean_up=6.0, mean_down=2.0), BernoulliAvailability(p=0.8)
+    base = build(BernoulliLinks, {"p_link": 0.9}, "network")
+    proto, sim, _ = run(RealisticLinks(base, outages=outages, nodes=nodes), until=60, t_max=60)
+    # the same realisations, replayed from the run's streams (counter-based: order-free)
+    streams = Streams(5, 0, 1, 2)
+    link_up = outages.bind(N + 1, "link", streams.get("outages"))
+    node_up = nodes.bind(N + 1, "node", streams.get("nodes"))
+    tau = base.bind(N, {}, streams)
+    got = {(t, s, d) for t, s, d, _, _ in proto.deliveries()}
+    src = np.concatenate([np.arange(N), np.arange(N)])
+    dst = np.concatenate([(np.arange(N) + 1) % N, (np.arange(N) + 2) % N])
+    expected = set()
+    for t in range(1, 61):
+        up = (tau.realise(streams.get("links"), t, src, dst)
+              & link_up.up(t, link_entity(src, dst, N + 1))
+              & node_up.up(t, src) & node_up.up(t, dst))
+        expected |= {(float(t), int(s), int(d)) for s, d in zip(src[up], dst[up], strict=True)}
+    assert got == expected
+    assert sim.network.dropped.sum() == 2 * 60 * N - len(expected) > 0
+
+
+# ---- the synchronous limit -------------------------------------------------------------------
+
+ZERO = {"latency": {"model": "constant", "value": 0.0}, "outages": {"model": "always"},
+        "nodes": {"model": "bernoulli", "p": 1.0}, "stragglers": {"fraction": 0.0}}
+
+
+def _same_metrics(s: Scenario) -> None:
+    """s on its base links and on zero-latency, always-up realistic links: the same bytes."""
+    real = dataclasses.replace(s, network={**s.network, **ZERO})
+    assert type(resolve(real).links) is RealisticLinks
+    streams = Streams(s.seed, s.replicate, s.shared_key, s.run_key)
+    a = desim.run(s).metrics
+    b = desim.scenario.run(real, streams).metrics
+    if not a.metric.str.startswith("dropped_").any():  # ideal links record no drops
+        b = b[~b.metric.str.startswith("dropped_")].reset_index(drop=True)
+    assert a.to_csv().encode() == b.to_csv().encode()
+
+
+def test_zero_latency_always_up_reproduces_private_colme_bit_for_bit():
+    _same_metrics(Scenario("private-colme", {"mechanism": "pm2"},
+                           {"model": "classes", "agents": 12, "class_means": [0.2, 0.8]},
+                           t_max=120, seed=4))
+
+
+def test_zero_latency_always_up_reproduces_c_colme_bit_for_bit():
+    _same_metrics(Scenario("private-c-colme", {"epsilon": 2.0},
+                           {"model": "classes", "agents": 20}, t_max=80, seed=4,
+                           topology={"model": "regular", "degree": 4},
+                           metrics=("accuracy", "links")))
+
+
+def test_zero_latency_always_up_reproduces_pricer_bit_for_bit():
+    _same_metrics(Scenario("pricer", {"strategy": "pricer"},
+                           {"model": "vectors", "agents": 5, "dimension": 4},
+                           network={"links": "bernoulli", "good": 2, "p_link": 0.8},
+                           t_max=30, seed=5, metrics=("pricer",)))
+
+
+def test_same_seed_same_bytes_on_a_realistic_network():
+    net = {"links": "bernoulli", "p_link": 0.9, "slots": 0.5,
+           "latency": {"model": "lognormal", "mean": 2.0, "cv": 1.0},
+           "outages": {"model": "markov", "mean_up": 10.0, "mean_down": 3.0},
+           "nodes": {"model": "churn", "session": {"model": "weibull", "shape": 0.7,
+                                                   "scale": 30.0}},
+           "stragglers": {"fraction": 0.3, "slowdown": 3.0,
+                          "delay": {"model": "exponential", "mean": 1.0}}}
+    s = Scenario("private-c-colme", {"epsilon": 2.0}, {"model": "classes", "agents": 20},
+                 t_max=60, seed=8, network=net, topology={"model": "regular", "degree": 4})
+    a, b = desim.run(s).metrics, desim.run(s).metrics
+    assert a.to_csv().encode() == b.to_csv().encode()
+    last = a[a.t == 60].set_index("metric")["value"]
+    assert 0 < last["dropped_state"] < last["messages_state"]
+    other = desim.run(dataclasses.replace(s, seed=9)).metrics
+    assert not a.equals(other)
+
+
+def test_without_sub_tables_the_base_model_and_streams_are_untouched():
+    s = Scenario("local", {}, network={"links": "fixed-latency", "slots": 2.0})
+    assert resolve(s).links == FixedLatency(2.0)
+    assert s.as_dict()["network"] == {"links": "fixed-latency", "slots": 2.0}
+
+
+# ---- deadline probabilities ------------------------------------------------------------------
+
+
+def test_base_models_apply_deadlines_to_their_fixed_delay():
+    for links in (FixedLatency(2.0), build(BernoulliLinks, {"p_link": 0.5, "slots": 2.0}, "n")):
+        late = links.probabilities(3, within=1.5, server_within=2.0)
+        assert np.all(late.P == np.eye(3)) and np.all(late.E == np.eye(3))
+        assert late.p.tolist() == links.probabilities(3).p.tolist()
+        assert np.array_equal(links.probabilities(3, within=2.0).P, links.probabilities(3).P)
+    assert np.all(IdealLinks().probabilities(2, within=0.0, server_within=0.0).P == 1)
+
+
+def test_realistic_probabilities_multiply_availability_and_on_time_chances():
+    base = build(BernoulliLinks, {"p_server": [0.5, 0.8, 1.0], "p_link": 0.9,
+                                  "reciprocity": 0.0, "slots": 0.5}, "network")
+    links = RealisticLinks(
+        base, latency=IidLatency(Exponential(2.0)), outages=BernoulliAvailability(p=0.8),
+        nodes=Markov(mean_up=3.0, mean_down=1.0), stragglers=Stragglers(factors=[1, 3, 1]),
+    ).bind(3, {}, Streams(0, 0, 0, 0))
+    conn = links.probabilities(3, within=4.0, server_within=6.0)
+
+    def on_time(f, w):  # P(0.5 + (f − 1)·1 + L ≤ w), L exponential of mean 2
+        return 1 - math.exp(-(w - 0.5 - (f - 1)) / 2)
+
+    f = [1, 3, 1]
+    q = 0.75
+    for i in range(3):
+        assert conn.p[i] == pytest.approx([0.5, 0.8, 1.0][i] * 0.8 * q * on_time(f[i], 6.0),
+                                          rel=1e-12)
+        for j in range(3):
+            if i == j:
+                assert conn.P[i, j] == conn.E[i, j] == 1
+                continue
+            assert conn.P[i, j] == pytest.approx(0.9 * 0.8 * q * q * on_time(f[i], 4.0),
+                                                 rel=1e-12)
+            assert conn.E[i, j] == pytest.approx(
+                0.81 * 0.8 * q * q * on_time(f[i], 4.0) * on_time(f[j], 4.0), rel=1e-12)
+    # no deadline: availability only; an impossible one: nothing arrives
+    free = links.probabilities(3)
+    assert free.P[0, 1] == pytest.approx(0.9 * 0.8 * q * q, rel=1e-12)
+    assert np.all(links.probabilities(3, within=0.4, server_within=0.4).p == 0)
+
+
+def test_a_random_straggler_delay_is_integrated_in_the_deadline_probability():
+    links = RealisticLinks(IdealLinks(), stragglers=Stragglers(
+        factors=[1, 3], delay={"model": "uniform", "low": 0.0, "high": 2.0})).bind(
+        2, {}, Streams(0, 0, 0, 0))
+    conn = links.probabilities(2, within=2.0)  # P(2D ≤ 2) = P(D ≤ 1) = 1/2 for node 1
+    assert conn.P[0, 1] == 1 and conn.P[1, 0] == pytest.approx(0.5, abs=1 / 4096)
+    assert conn.E[0, 1] == pytest.approx(0.5, abs=1 / 4096)
+    assert np.all(conn.p == 1)  # no server deadline
+
+
+def test_an_unbound_realistic_model_refuses_to_answer():
+    with pytest.raises(RuntimeError, match="bound"):
+        RealisticLinks(IdealLinks()).probabilities(3)
+
+
+# ---- study files -----------------------------------------------------------------------------
+
+NETWORK = """
+[network]
+links = "bernoulli"
+p_link = 0.9
+[network.latency]
+model = "exponential"
+mean = 2.0
+[network.stragglers]
+fraction = 0.2
+"""
+
+
+def _study(tmp_path, extra: str):
+    return load_study(write_study(tmp_path / "s", TOY_STUDY + NETWORK + extra))
+
+
+def test_a_study_sweeps_into_network_sub_tables(tmp_path):
+    study = _study(tmp_path, '[grid]\n"network.latency.mean" = [1.0, 4.0]\n'
+                             '"network.stragglers.fraction" = [0.0, 0.5]\n')
+    assert study.grid_columns == {"network.latency.mean": "mean",
+                                  "network.stragglers.fraction": "fraction"}
+    assert study.points[3].columns == {"mean": 4.0, "fraction": 0.5}
+    nets = [r.scenario.network for r in study.runs if r.scenario.replicate == 0 and
+            r.scenario.name == "Toy A"]
+    assert [n["latency"] for n in nets] == [{"model": "exponential", "mean": m}
+                                            for m in (1.0, 1.0, 4.0, 4.0)]
+    assert [n["stragglers"]["fraction"] for n in nets] == [0.0, 0.5, 0.0, 0.5]
+    assert study.runs[0].run_id == "toy-a_mean-1_fraction-0_r000"
+    assert type(resolve(study.runs[0].scenario).links) is RealisticLinks
+
+
+def test_a_study_can_sweep_whole_sub_tables(tmp_path):
+    study = _study(tmp_path, '[grid]\n"network.outages" = [{model = "bernoulli", p = 0.8}, '
+                             '{model = "markov", mean_up = 8.0, mean_down = 2.0}]\n')
+    assert study.grid_columns == {"network.outages": "outages"}
+    assert study.runs[-1].scenario.network["outages"]["model"] == "markov"
+
+
+def test_a_relative_trace_file_is_found_from_the_study_folder(tmp_path, monkeypatch):
+    folder = write_study(tmp_path / "s", TOY_STUDY + NETWORK + '[network.nodes]\nmodel = "trace"'
+                         '\nfile = "nodes.csv"\n')
+    (folder / "nodes.csv").write_text("node,start,end,state\n0,1,3,down\n")
+    monkeypatch.chdir(tmp_path)
+    study = load_study(folder)
+    assert study.runs[0].scenario.network["nodes"]["file"] == str((folder / "nodes.csv")
+                                                                  .resolve())
+
+
+BAD = [
+    ('[network.latncy]\nmodel = "constant"\n',
+     ["[network]", "unknown sub-table 'latncy'", "did you mean 'latency'",
+      "latency, outages, nodes, stragglers"]),
+    ('[network.outages]\nmodel = "markof"\n',
+     ["[network.outages]", "unknown availability model 'markof'", "did you mean 'markov'"]),
+    ('[network.nodes]\nmodel = "churn"\nsession = { model = "weibull", shape = -1 }\n',
+     ["[network.nodes]", "session", "shape = -1"]),
+    ('[network.nodes]\nmodel = "trace"\nfile = "missing.csv"\n',
+     ["trace", "missing.csv", "cannot be read"]),
+    ('[grid]\n"network.latency.meen" = [1.0]\n',
+     ["[grid]", "'network.latency.meen'", "unknown key 'meen'", "did you mean 'mean'"]),
+    ('[grid]\n"network.outages.p" = [0.5]\n', ["[grid]", "no [network.outages] table"]),
+    ('[grid]\n"network.latncy.mean" = [1.0]\n', ["[grid]", "unknown sub-table 'latncy'"]),
+    ('[grid]\n"network.latency.mean.x" = [1.0]\n', ["[grid]", "network.<sub-table>.<key>"]),
+    ('[grid]\n"network.latency.mean" = [1.0, -1.0]\n',
+     ["grid point mean = -1", "[network.latency]", "mean = -1", "> 0"]),
+]
+
+
+@pytest.mark.parametrize("extra,fragments", BAD, ids=[b[1][1] for b in BAD])
+def test_bad_network_sub_tables_stop_the_study_in_one_line(tmp_path, extra, fragments):
+    with pytest.raises(ConfigError) as info:
+        _study(tmp_path, extra)
+    message = str(info.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+def test_uniform_latency_gives_its_cdf_at_the_deadline():
+    links = RealisticLinks(IdealLinks(), latency=IidLatency(Uniform(0.0, 4.0)))
+    bound = links.bind(2, {}, Streams(0, 0, 0, 0))
+    assert bound.probabilities(2, within=1.0).P[0, 1] == pytest.approx(0.25)
+    assert bound.probabilities(2, server_within=3.0).p.tolist() == [0.75, 0.75]

@@ -1,0 +1,73 @@
+"""`desim.summary` against hand-computed values, and `desim summary` on a real study folder."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from desim.cli import main
+from desim.summary import first_crossing, summarise_runs, time_to_target
+
+
+def test_first_crossing_interpolates_on_log_log_axes():
+    t = np.array([1.0, 10.0, 100.0])
+    value = np.array([1.0, 1e-1, 1e-3])
+    # between t = 10 (0.1) and t = 100 (1e-3): log10 value falls 2 per decade; 1e-2 is halfway
+    assert first_crossing(t, value, 1e-2) == pytest.approx(10 ** 1.5)
+    assert first_crossing(t, value, 2.0) == 1.0  # already there at the first checkpoint
+    assert first_crossing(t, value, 1e-1) == pytest.approx(10.0)  # exactly at a checkpoint
+    assert math.isnan(first_crossing(t, value, 1e-4))  # never
+
+
+def _frame() -> pd.DataFrame:
+    rows = []
+    for rep, scale in enumerate([1.0, 2.0, 100.0]):  # replicate 2 never reaches 1e-2
+        for t, v in [(1, 1.0), (10, 0.1), (100, 1e-3)]:
+            rows.append(("A", rep, t, "mse", v * scale))
+    return pd.DataFrame(rows, columns=["scenario", "replicate", "t", "metric", "value"])
+
+
+def test_time_to_target_per_replicate():
+    hits = time_to_target(_frame(), 1e-2)
+    assert hits["t_target"].iloc[0] == pytest.approx(10 ** 1.5)
+    # replicate 1: 0.2 at t=10, 2e-3 at t=100: log-distance 1 decade of value per 0.5 decade
+    assert hits["t_target"].iloc[1] == pytest.approx(10 ** (1 + math.log10(20) / 2))
+    assert math.isnan(hits["t_target"].iloc[2])
+
+
+def test_summarise_runs_mean_stderr_and_median_time():
+    table = summarise_runs(_frame(), target=1e-2)
+    row = table.iloc[0]
+    last = np.array([1e-3, 2e-3, 1e-1])
+    assert row["mean"] == pytest.approx(last.mean())
+    assert row["stderr"] == pytest.approx(last.std(ddof=1) / math.sqrt(3))
+    assert row["replicates"] == 3 and row["reached"] == 2
+    # the unreached run counts as latest: the median is replicate 1's time
+    assert row["t_target_median"] == pytest.approx(10 ** (1 + math.log10(20) / 2))
+    at10 = summarise_runs(_frame(), at=10)
+    assert at10["mean"].iloc[0] == pytest.approx(np.mean([0.1, 0.2, 10.0]))
+
+
+def test_cli_summary_reads_the_results_of_a_run(toy_study, capsys, tmp_path):
+    assert main(["run", str(toy_study), "--no-progress"]) == 0
+    capsys.readouterr()
+    out_csv = tmp_path / "summary.csv"
+    assert main(["summary", str(toy_study), "--target", "1e9", "--csv", str(out_csv)]) == 0
+    printed = capsys.readouterr().out
+    table = pd.read_csv(out_csv)
+    assert set(table["scenario"]) == {"Toy A", "Toy B"} and "t_target_median" in printed
+    assert (table["reached"] == table["replicates"]).all()  # every run is below 1e9 at once
+
+
+def test_cli_summary_errors_are_one_line(toy_study, capsys):
+    assert main(["summary", str(toy_study)]) == 2  # nothing run yet
+    assert "no results yet; run `desim run" in capsys.readouterr().err
+    assert main(["run", str(toy_study), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["summary", str(toy_study), "--metric", "nope"]) == 2
+    assert "--metric 'nope': not in the results" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["summary", str(toy_study), "--target", "-1"])
