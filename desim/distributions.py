@@ -118,10 +118,11 @@ class Lognormal(Distribution):
     """X = exp(μ + σZ), Z standard normal, parametrised by its mean and coefficient of variation.
 
     σ² = log(1 + cv²) and μ = log(mean) − σ²/2, so sweeping `cv` changes the spread at a fixed
-    mean; cv = 0 is the constant `mean`.
+    mean; cv = 0 is the constant `mean`, and mean = 0 the constant 0 (so a sweep of the mean
+    can start at no delay).
     """
 
-    mean: float = param(1.0, "E[X]", gt=0)
+    mean: float = param(1.0, "E[X] (0: always 0)", ge=0)
     cv: float = param(1.0, "coefficient of variation sd(X)/E[X]", ge=0)
 
     @property
@@ -136,13 +137,15 @@ class Lognormal(Distribution):
 
     def cdf(self, x: np.ndarray) -> np.ndarray:
         x = _array(x)
-        if self.cv == 0:
+        if self.cv == 0 or self.mean == 0:
             return (x >= self.mean).astype(np.float64)
         with np.errstate(divide="ignore"):
             z = (np.log(np.maximum(x, 0.0)) - self.mu) / self.sigma
         return special.ndtr(z)
 
     def ppf(self, u: np.ndarray) -> np.ndarray:
+        if self.mean == 0:
+            return np.zeros_like(_array(u))
         return np.exp(self.mu + self.sigma * special.ndtri(_array(u)))
 
 

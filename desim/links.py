@@ -129,12 +129,14 @@ class LinkModel:
         return self
 
     def probabilities(
-        self, n_agents: int, within: float | None = None, server_within: float | None = None
+        self, n_agents: int, within: float | None = None, server_within: float | None = None,
+        width: int = 1,
     ) -> Connectivity:
         """The per-round probabilities p, P, E that a message sent at a round's start is up and
         arrives within `within` slots (to a node) or `server_within` slots (to the server).
 
-        None means no deadline. Here links never fail, so only the fixed delay `slots` counts.
+        None means no deadline; `width` is the number of values a message carries (for
+        size-proportional latency). Here links never fail, so only the fixed delay counts.
         """
         return on_time(Connectivity.reliable(n_agents), fixed_on_time(self.slots, within),
                        fixed_on_time(self.slots, server_within))
@@ -222,7 +224,8 @@ class IntermittentLinks(LinkModel):
         self._key: np.uint64 | None = None
 
     def probabilities(
-        self, n_agents: int, within: float | None = None, server_within: float | None = None
+        self, n_agents: int, within: float | None = None, server_within: float | None = None,
+        width: int = 1,
     ) -> Connectivity:
         if n_agents != self.conn.n:
             raise ValueError(f"links were bound for {self.conn.n} agents, not {n_agents}")
@@ -361,7 +364,8 @@ class BernoulliLinks(LinkModel):
         return IntermittentLinks(conn, self.reciprocity, self.slots)
 
     def probabilities(
-        self, n_agents: int, within: float | None = None, server_within: float | None = None
+        self, n_agents: int, within: float | None = None, server_within: float | None = None,
+        width: int = 1,
     ) -> Connectivity:
         return on_time(self.connectivity(n_agents), fixed_on_time(self.slots, within),
                        fixed_on_time(self.slots, server_within))

@@ -82,7 +82,8 @@ class RealisticLinks(LinkModel):
         )
 
     def probabilities(
-        self, n_agents: int, within: float | None = None, server_within: float | None = None
+        self, n_agents: int, within: float | None = None, server_within: float | None = None,
+        width: int = 1,
     ) -> Connectivity:
         raise RuntimeError("RealisticLinks must be bound to a run first (LinkModel.bind)")
 

@@ -26,12 +26,33 @@ Choices the paper leaves open, made here:
 - Sch-Var-2 uses the unbiased form of (16) for unequal p-sum lengths (it equals (16) when
   all gaps are equal, as under RR after the first query); under PM-II a differences
   consecutive releases, whose noises are correlated, and the correction accounts for it.
+
+Under asynchrony (links with latency, losses, outages or stragglers):
+- The querier never stalls: RR and rRR advance every slot whatever is outstanding, and an
+  unanswered query is simply never used.
+- b answers when the query arrives, with its running mean then; its mechanism counts the p-sum
+  (and spends the privacy) when it releases, whether or not the release arrives. If b has no
+  new sample since its last release to a (two queries of a answered in one slot), it re-sends
+  that release unchanged (same j: post-processing, no new p-sum; counted in `repeated`), so
+  every p-sum covers at least one sample and t_j increases strictly with j.
+- A release echoes the send time of the query it answers (the links need not be FIFO). a
+  discards a release arriving more than `timeout` slots after that time (`timed_out`), then one
+  whose j is not above the last index κ it took from b (`stale`: older than, or the same as, a
+  release already used); releases arriving together are taken in increasing j.
+- a uses every other release when it arrives: gaps in j (lost or discarded releases) are
+  normal. T and Var[T] stay exact for the releases taken (`models.statistic`); Sch-Var-2
+  differences consecutive taken releases (a gap is a longer p-sum carrying the noises of both
+  node sets' symmetric difference); Welch's κ (welch_df = "kappa") and the Bayesian shape
+  count releases taken. Sch-Var-1's release is self-contained: a uses the last one it took.
+- With ideal links none of this bookkeeping runs (every release arrives at once, in order);
+  with zero latency through other link models it runs and gives the same numbers.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from scipy.special import ndtri
@@ -39,11 +60,10 @@ from scipy.special import ndtri
 from desim.messages import Batch
 from desim.params import param
 from desim.protocol import Context, Protocol
-from desim.registry import PROTOCOLS
-from models.bits import lowest_set_bit, set_bits
+from desim.registry import METRICS, PROTOCOLS
 from models.privacy import mechanism_budget, noise_sigma2, variance_sigma2
 from models.release import PSumRelease, SampleVarianceRelease, levels_for
-from models.statistic import PairStatistic
+from models.statistic import PairStatistic, SchVar2
 from models.variance import bayes_posterior_mean, sample_variance, welch_accepts
 
 
@@ -74,6 +94,14 @@ class PrivateColMEParams:
     welch_df: Literal["printed", "kappa"] = param(
         "printed", "Welch ν second term over t_κ − 1 (as printed) or κ − 1 (releases)"
     )
+    timeout: float = param(
+        math.inf, "slots after sending a query beyond which its answer is discarded", gt=0
+    )
+
+
+# Columns of a release's payload: b's privatised mean R, b's sample count t_b, the release
+# index j, the send time of the query it answers (echoed), and Sch-Var-1's variance release.
+_VALUE, _COUNT, _INDEX, _ASKED, _VARIANCE = range(5)
 
 
 @PROTOCOLS.register("private-colme")
@@ -105,11 +133,24 @@ class PrivateColME(Protocol):
                 m, p.mechanism, p.noise, variance_sigma2(L, eps, delta, p.noise),
                 self.sigma2_dp, ctx.streams.get("dp-noise-variance"), ctx.t_max,
             )
-        self.stat = PairStatistic(m, p.mechanism, p.weights, self.sigma2_dp, levels_for(ctx.t_max))
+        levels = levels_for(ctx.t_max)
+        self.stat = PairStatistic(m, p.mechanism, p.weights, self.sigma2_dp, levels)
         #: V_{b→a}, a's current estimate of σ_b² (+∞: none yet), when variances are unknown.
         self.v_hat = None if self.known else np.full((m, m), np.inf)
-        # Sch-Var-2 state per pair: last t·R and t, Σ P²/d and Σ c/d over the p-sums
-        self._schvar2 = np.zeros((m * m, 4))
+        if p.variance in ("sch-var-2", "sch-var-2-bayes"):
+            self.schvar2 = SchVar2(m * m, p.mechanism, levels)
+        self._width = _VARIANCE + (p.variance == "sch-var-1")  # payload columns
+        # Ideal links deliver every message at once: releases arrive in order, one per query.
+        self.asynchronous = ctx.links is not None and not ctx.links.ideal
+        #: Releases each querier a discarded: older than one it took (stale), or answering a
+        #: query sent more than `timeout` slots before they arrived (timed out).
+        self.stale = np.zeros(m, dtype=np.int64)
+        self.timed_out = np.zeros(m, dtype=np.int64)
+        #: Answers each responder b re-sent unchanged (no new sample since its last to a).
+        self.repeated = np.zeros(m, dtype=np.int64)
+        if self.asynchronous:
+            self._answered = np.zeros((m * m, self._width))  # b's last release to a, [b·m + a]
+            self._received = np.zeros(m * m, dtype=np.int64)  # releases a took from b, [a·m + b]
         #: Running sum, sum of squares and count of each agent's own samples.
         self.sums = np.zeros(m)
         self.sumsq = np.zeros(m)
@@ -161,37 +202,113 @@ class PrivateColME(Protocol):
         queries = batch.of_kind("query")
         if len(queries):
             b, a = queries.dst, queries.src
-            values, j, fresh = self.mech.release(b, a, self.sums[b], self.counts[b])
-            if self.params.variance == "sch-var-1":
-                payload = np.empty((len(b), 4))
-                payload[:, 3] = self.var_release.release(
-                    b, a, j, fresh, self.sums[b], self.sumsq[b], self.counts[b], values
-                )
-            else:
-                payload = np.empty((len(b), 3))
-            payload[:, 0], payload[:, 1], payload[:, 2] = values, self.counts[b], j
+            payload = self._answer(b, a) if self.asynchronous else self._release(b, a)
+            payload[:, _ASKED] = queries.sent_at
             self.ctx.send("release", b, a, payload)
         releases = batch.of_kind("release")
         if len(releases):
-            self._take_releases(releases)
+            if self.asynchronous:
+                self._take_arrivals(releases)
+            else:
+                self._take_releases(releases.dst, releases.src, releases.payload)
 
-    def _take_releases(self, releases: Batch) -> None:
-        a, b = releases.dst, releases.src
-        values, t_b, j = releases.payload[:, 0], releases.payload[:, 1], releases.payload[:, 2]
-        j = j.astype(np.int64)
+    def _release(self, b: np.ndarray, a: np.ndarray) -> np.ndarray:
+        """Payloads of new releases of agents b to agents a (distinct pairs; _ASKED unset)."""
+        values, j, fresh = self.mech.release(b, a, self.sums[b], self.counts[b])
+        payload = np.empty((len(b), self._width))
+        if self.params.variance == "sch-var-1":
+            payload[:, _VARIANCE] = self.var_release.release(
+                b, a, j, fresh, self.sums[b], self.sumsq[b], self.counts[b], values
+            )
+        payload[:, _VALUE], payload[:, _COUNT], payload[:, _INDEX] = values, self.counts[b], j
+        return payload
+
+    def _answer(self, b: np.ndarray, a: np.ndarray) -> np.ndarray:
+        """Payloads answering queries a → b that may repeat a pair or find no new sample.
+
+        A pair's first query here gets a new release if b has a sample its last release to a
+        lacked; every other query gets that last release again (`repeated`).
+        """
+        pair = b * len(self._agents) + a
+        if len(pair) == 1 or not _has_repeats(pair):
+            if (self.counts[b] > self._answered[pair, _COUNT]).all():  # the usual case
+                payload = self._release(b, a)
+                self._answered[pair] = payload
+                return payload
+            first = np.arange(len(pair))
+        else:
+            first = np.sort(np.unique(pair, return_index=True)[1])  # send order: noise draws
+        new = first[self.counts[b[first]] > self._answered[pair[first], _COUNT]]
+        if len(new):
+            self._answered[pair[new]] = self._release(b[new], a[new])
+        again = np.ones(len(b), dtype=bool)
+        again[new] = False
+        self.repeated += np.bincount(b[again], minlength=len(self._agents))
+        return self._answered[pair]
+
+    def _take_arrivals(self, releases: Batch) -> None:
+        """Discard timed-out and stale releases, take the others pair by pair in order of j."""
+        a, b, payload = releases.dst, releases.src, releases.payload
+        m = len(self._agents)
+        if math.isfinite(self.params.timeout):
+            late = self.ctx.now() - payload[:, _ASKED] > self.params.timeout
+            if late.any():
+                self.timed_out += np.bincount(a[late], minlength=m)
+                a, b, payload = a[~late], b[~late], payload[~late]
+        pair = a * m + b
+        if len(pair) > 1 and _has_repeats(pair):
+            # several releases of one pair: round r takes the r-th lowest j of every pair
+            j = payload[:, _INDEX]
+            order = np.lexsort((j, pair))
+            sorted_pair = pair[order]
+            head = np.flatnonzero(np.concatenate(([True], sorted_pair[1:] != sorted_pair[:-1])))
+            rank = np.arange(len(order)) - np.repeat(head, np.diff(np.append(head, len(order))))
+            for r in range(int(rank.max()) + 1):
+                take = order[rank == r]
+                self._take_fresh(a[take], b[take], pair[take], payload[take])
+        elif len(pair):
+            self._take_fresh(a, b, pair, payload)
+
+    def _take_fresh(
+        self, a: np.ndarray, b: np.ndarray, pair: np.ndarray, payload: np.ndarray
+    ) -> None:
+        """Take the releases of distinct pairs whose j is above κ; count the others stale."""
+        last = self.stat.last_index(pair)
+        fresh = payload[:, _INDEX] > last
+        if not fresh.all():
+            self.stale += np.bincount(a[~fresh], minlength=len(self._agents))
+            a, b, payload, last = a[fresh], b[fresh], payload[fresh], last[fresh]
+        if len(a):
+            self._take_releases(a, b, payload, last.astype(np.int64))
+
+    def _take_releases(
+        self, a: np.ndarray, b: np.ndarray, payload: np.ndarray, last: np.ndarray | None = None
+    ) -> None:
+        """Take releases from b to a (distinct pairs, each j above κ): T, V_{b→a}, the test.
+
+        `last` is each pair's κ before these releases; None when every j is κ + 1.
+        """
+        values, t_b = payload[:, _VALUE], payload[:, _COUNT]
+        j = payload[:, _INDEX].astype(np.int64)
         value, data, noise, n = self.stat.update(a, b, values, t_b, j)
         if self.known:
             var = (self.sigma2[b] * data + self.sigma2_dp * noise) / (n * n)
             n_other = t_b
         else:
+            pair = a * len(self._agents) + b
+            if last is None:
+                k = j  # every release was taken
+            else:
+                k = self._received[pair] + 1
+                self._received[pair] = k
             if self.params.variance == "sch-var-1":
-                v_b = releases.payload[:, 3]
+                v_b = payload[:, _VARIANCE]
                 v_b = np.where(v_b >= 0, v_b, np.inf)  # a negative release means "unknown"
             else:
-                v_b = self._sch_var_2(a, b, values, t_b, j)
-            self.v_hat.ravel()[a * len(self._agents) + b] = v_b
+                v_b = self._sch_var_2(a, b, values, t_b, j, last, k)
+            self.v_hat.ravel()[pair] = v_b
             var = (v_b * data + self.sigma2_dp * noise) / (n * n)  # data > 0: ∞ stays ∞
-            n_other = t_b if self.params.welch_df == "printed" else j.astype(float)
+            n_other = t_b if self.params.welch_df == "printed" else k.astype(float)
         decision = self._test(a, b, value, var, n_other)
         change = decision.astype(np.int64) - self.included[a, b]
         self.included[a, b] = decision
@@ -229,40 +346,24 @@ class PrivateColME(Protocol):
                              theta)
 
     def _sch_var_2(
-        self, a: np.ndarray, b: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray
+        self, a: np.ndarray, b: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray,
+        last: np.ndarray | None = None, k: np.ndarray | None = None,
     ) -> np.ndarray:
-        """V_{b→a} of Sch-Var-2: (16) from the noisy p-sums a recovers by differencing releases.
+        """V_{b→a} of Sch-Var-2 (`models.statistic.SchVar2`): +∞ before two releases, and
+        where negative unless the Bayesian correction (19) replaces it.
 
-        With P_i = t_i R_i − t_{i−1} R_{i−1} over d_i = t_i − t_{i−1} samples and noise variance
-        c_i σ_DP² (PM-I: c_i = 1; PM-II: 1 + lsb(i), the nodes that end and the one that
-        starts), V' = (Σ P_i²/d_i − (ΣP)²/D)/(k−1) and K = (Σ c_i/d_i − c/D)/(k−1), with
-        D = t_κ, ΣP = t_κ R_κ and c = k (PM-I) or w_H(k) (PM-II); V = V' − K σ_DP².
+        `last` (the previous index taken) and `k` (releases taken) are None when every release
+        was taken.
         """
         pair = a * len(self._agents) + b
-        rows = self._schvar2.take(pair, axis=0)
-        sum_prev, t_prev, p2d, cd = rows.T  # t_{i−1}R_{i−1} (the noisy running sum), t_{i−1}
-        total = t * values
-        psum = total - sum_prev
-        inv_d = 1.0 / (t - t_prev)
-        if self.params.mechanism == "pm1":
-            c_total = j.astype(float)
-            cd += inv_d
-        else:
-            c_total = set_bits(j, self.stat.levels).sum(axis=1).astype(float)
-            cd += (1.0 + lowest_set_bit(j)) * inv_d
-        p2d += psum * psum * inv_d
-        sum_prev[:], t_prev[:] = total, t
-        self._schvar2[pair] = rows
-        k1 = np.maximum(j - 1.0, 1.0)  # k − 1; κ = 1 is set to +∞ below
-        v_raw = (p2d - total * values) / k1
-        k_noise = self.sigma2_dp * (cd - c_total / t) / k1
+        v_raw, k_noise, k = self.schvar2.update(pair, values, t, j, self.sigma2_dp, last, k)
         v = v_raw - k_noise
-        v[j < 2] = np.inf
+        v[k < 2] = np.inf
         negative = v < 0
         if negative.any():
             if self.params.variance == "sch-var-2-bayes":
                 v[negative] = bayes_posterior_mean(
-                    np.maximum(v_raw[negative], 0.0), k_noise[negative], j[negative],
+                    np.maximum(v_raw[negative], 0.0), k_noise[negative], k[negative],
                     self.params.prior, check=False,
                 )
             else:
@@ -290,6 +391,12 @@ class PrivateColME(Protocol):
         return np.where(np.isfinite(own) & (den > 0), mu, local)
 
 
+def _has_repeats(pair: np.ndarray) -> bool:
+    """Whether some pair id occurs more than once."""
+    ordered = np.sort(pair)
+    return bool((ordered[1:] == ordered[:-1]).any())
+
+
 @PROTOCOLS.register("private-colme-oracle")
 class PrivateColMEOracle(PrivateColME):
     """Private-ColME with the true classes instead of the z-test (the Prop. 3 oracle)."""
@@ -308,3 +415,17 @@ class PrivateColMEOracle(PrivateColME):
         # The oracle knows C_a from the start, so rRR never queries other classes.
         self.included = ctx.oracle_classes[:, None] == ctx.oracle_classes[None, :]
         self._n_included = self.included.sum(axis=1)
+
+
+@METRICS.register("colme-async")
+def asynchrony(protocol: Any, data: Any) -> dict[str, float]:
+    """Private-ColME's releases lost to asynchrony, totals since the start.
+
+    ``stale`` and ``timed_out`` count releases queriers discarded (older than one taken;
+    answering a query sent more than `timeout` slots before), ``repeated`` answers re-sent
+    unchanged because the responder had no new sample.
+    """
+    if not isinstance(protocol, PrivateColME):
+        return {}
+    return {"stale": float(protocol.stale.sum()), "timed_out": float(protocol.timed_out.sum()),
+            "repeated": float(protocol.repeated.sum())}

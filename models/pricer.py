@@ -27,8 +27,9 @@ down loses all its shares) are not modelled by Thm. 3.2 and are left to the simu
 
 The recorder's ``mse`` is ‖x̂̄ − x̄‖² (every agent reports the server's estimate). The metric
 functions ``pricer`` (`[study] metrics = ["pricer"]`) add ``bound`` (the worst-case MSE: the
-Thm. 3.2 bound (4) for PriCER and ColRel), ``expected_mse`` (the exact E‖x̂̄ − x̄‖² for the run's
-data) and ``sigma`` (σ).
+Thm. 3.2 bound (4) for PriCER and ColRel, at the probabilities the optimiser was given),
+``expected_mse`` (the exact E‖x̂̄ − x̄‖² for the run's data and its network's effective
+probabilities, deadlines included) and ``sigma`` (σ).
 
 ColRel and naive are non-private baselines: they send the raw x_i (scaled by α_ij) over links.
 """
@@ -107,12 +108,14 @@ class Pricer(Protocol):
         self.R, self.d = float(ctx.public["R"]), int(ctx.public["d"])
         links = ctx.links
         if links is None:
-            self.conn = Connectivity.reliable(n)
-        elif p.effective:
-            self.conn = links.probabilities(n, within=p.relay_deadline,
-                                            server_within=p.server_deadline)
+            self.conn = self.effective_conn = Connectivity.reliable(n)
         else:
-            self.conn = links.probabilities(n)
+            #: p, P, E of a message arriving in time at this run's network (payload: tag + d)
+            self.effective_conn = links.probabilities(
+                n, within=p.relay_deadline, server_within=p.server_deadline, width=self.d + 1
+            )
+            #: p, P, E the optimiser designs for: nominal, or effective with `effective`
+            self.conn = self.effective_conn if p.effective else links.probabilities(n)
         trusted = trust_matrix(p.trust, n, p.trusted, self.conn.P, ctx.streams.get("topology"))
         eps = epsilon_matrix(trusted, p.epsilon_high, p.epsilon_low)
         self.solution: Solution | None = None
@@ -178,7 +181,8 @@ class Pricer(Protocol):
 
 @METRICS.register("pricer")
 def pricer_metrics(protocol: Protocol, data: DataSource) -> dict[str, float]:
-    """bound (worst-case MSE; Thm. 3.2 for PriCER/ColRel), expected_mse (exact, these data), σ."""
+    """bound (worst-case MSE, Thm. 3.2, for the probabilities designed for), expected_mse (exact
+    for these data and the run's effective probabilities: in time at its network), σ."""
     if not isinstance(protocol, Pricer):
         return {}
     x: Any = getattr(data, "x", None)
@@ -188,5 +192,5 @@ def pricer_metrics(protocol: Protocol, data: DataSource) -> dict[str, float]:
         "sigma": protocol.sigma,
     }
     if x is not None:
-        out["expected_mse"] = expected_mse(protocol.conn, protocol.A, protocol.sigma, x)
+        out["expected_mse"] = expected_mse(protocol.effective_conn, protocol.A, protocol.sigma, x)
     return out

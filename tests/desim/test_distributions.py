@@ -128,3 +128,9 @@ def test_bad_tables_give_one_line_errors_naming_the_table_and_field(table, needl
     assert "\n" not in message
     for needle in needles:
         assert needle in message
+
+
+def test_lognormal_with_mean_zero_is_the_constant_zero():
+    d = Lognormal(mean=0.0, cv=2.0)
+    assert (d.sample(np.random.default_rng(1), 5) == 0).all()
+    assert d.cdf(np.array([-0.1, 0.0, 1.0])).tolist() == [0.0, 1.0, 1.0]

@@ -31,11 +31,13 @@ def test_incremental_variance_equals_closed_form(mechanism, weights):
         assert stat.value[0, 1] == pytest.approx(w @ values[:k], rel=1e-12)
 
 
-def test_statistic_rejects_out_of_order_releases():
+def test_statistic_accepts_gaps_and_rejects_stale_releases():
     stat = PairStatistic(2, "pm1", "last", 1.0, levels=4)
-    with pytest.raises(ValueError):
-        stat.update(np.array([0]), np.array([1]), np.array([0.0]), np.array([1.0]),
-                    np.array([2]))
+    one = np.array([0]), np.array([1])
+    stat.update(*one, np.array([0.0]), np.array([1.0]), np.array([2]))  # release 1 was lost
+    for stale in (1, 2):
+        with pytest.raises(ValueError):
+            stat.update(*one, np.array([0.0]), np.array([2.0]), np.array([stale]))
 
 
 # -- release mechanisms: noise reuse and variance ---------------------------------------------

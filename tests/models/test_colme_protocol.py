@@ -123,7 +123,8 @@ class Tap:
 
 
 def test_only_privatised_values_leave_an_agent():
-    """Queries carry nothing; a release is (S_b + Z)/t with Z of variance k σ_DP²."""
+    """Queries carry nothing; a release is (S_b + Z)/t with Z of variance k σ_DP², b's count,
+    its index and the echoed send time of the query it answers."""
     from desim.protocol import Context
     from desim.randomness import Streams
 
@@ -143,7 +144,8 @@ def test_only_privatised_values_leave_an_agent():
         proto.on_deliver(Batch(src, dst, np.zeros(m, int), np.empty((m, 0)), np.zeros(m),
                                proto.message_kinds))
         kind, src, dst, payload = tap.sent[-1]
-        assert kind == "release" and payload.shape == (m, 3)
+        assert kind == "release" and payload.shape == (m, 4)
+        np.testing.assert_array_equal(payload[:, [1, 3]], np.c_[proto.counts[src], np.zeros(m)])
         exact = proto.sums[src] / proto.counts[src]
         j = payload[:, 2]
         noise.append((payload[:, 0] - exact) * t / np.sqrt(j))  # ~ N(0, σ_DP²) under PM-I

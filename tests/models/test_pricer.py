@@ -150,3 +150,44 @@ def test_pricer_metrics_ignore_other_protocols_and_pricer_needs_vector_data():
     s = desim.Scenario("pricer", {}, t_max=2)
     with pytest.raises(ValueError, match="vector data"):
         desim.run(s)
+
+
+def simulate_late(effective: bool, t_max=2000):
+    """PriCER over Bernoulli links plus exponential latency (mean 1) and one-slot deadlines."""
+    from desim.realistic import realistic_links
+
+    data = VectorData(agents=N, dimension=D, radius=2.0, distribution="normal").make(
+        np.random.default_rng(11))
+    base = build(desim.links.BernoulliLinks, NETWORK, "network")
+    links = realistic_links(base, {"latency": {"model": "exponential", "mean": 1.0,
+                                               "resolution": 0.5}})
+    proto = Logged(build(PricerParams, {"epsilon_low": 2.0, "trust": "ring", "trusted": 1,
+                                        "relay_deadline": 1.0, "server_deadline": 1.0,
+                                        "effective": effective}, "pricer"))
+    sim = Simulation(proto, data, t_max, Streams(5, 0, 1, 2), links=links,
+                     checkpoints=np.array([t_max]))
+    sim.run()
+    return proto, data, np.array(proto.rounds)
+
+
+def test_relays_that_miss_a_deadline_are_lost_as_the_effective_probabilities_say():
+    """A share or relay arrives in time with F(1) = 1 − e^(−1) (deadlines on the 0.5 grid), so
+    the effective p_ij, p_i are the nominal ones times F, and the simulated MSE is the exact
+    expectation at those probabilities, whichever probabilities the optimiser designed for."""
+    f = 1.0 - np.exp(-1.0)
+    nominal, data, est = simulate_late(effective=False)
+    conn, eff = nominal.conn, nominal.effective_conn
+    assert eff.p == pytest.approx(conn.p * f)
+    off = ~np.eye(N, dtype=bool)
+    assert eff.P[off] == pytest.approx(conn.P[off] * f)
+    assert eff.E[off] == pytest.approx(conn.E[off] * f * f)  # independent delays each way
+    truth = data.x.mean(axis=0)
+    designed, _, designed_est = simulate_late(effective=True)
+    assert designed.conn is designed.effective_conn
+    for name, (proto, rounds) in {"nominal": (nominal, est),
+                                  "effective": (designed, designed_est)}.items():
+        err = ((rounds[2:] - truth) ** 2).sum(axis=1)  # rounds 1–2 close after they start
+        se = err.std(ddof=1) / np.sqrt(len(err))
+        expected = po.expected_mse(proto.effective_conn, proto.A, proto.sigma, data.x)
+        assert abs(err.mean() - expected) < 4 * se, name
+        assert pricer_metrics(proto, data)["expected_mse"] == pytest.approx(expected)
