@@ -58,19 +58,21 @@ class Batch:
         if len(parts) == 1:
             return parts[0]
         only = parts[0].only if all(p.only == parts[0].only for p in parts) else -1
-        width = max(p.payload.shape[1] for p in parts)
-        payloads = []
-        for p in parts:
-            if p.payload.shape[1] < width:
-                pad = np.full((len(p), width - p.payload.shape[1]), np.nan)
-                payloads.append(np.hstack([p.payload, pad]))
-            else:
-                payloads.append(p.payload)
+        widths = [p.payload.shape[1] for p in parts]
+        width = max(widths)
+        sizes = [len(p) for p in parts]
+        # one array for all payloads; narrower kinds leave NaN in the columns they lack
+        padded = min(widths) < width
+        payload = np.full((sum(sizes), width), np.nan) if padded else np.empty((sum(sizes), width))
+        start = 0
+        for p, n, w in zip(parts, sizes, widths, strict=True):
+            payload[start : start + n, :w] = p.payload
+            start += n
         return Batch(
             np.concatenate([p.src for p in parts]),
             np.concatenate([p.dst for p in parts]),
             np.concatenate([p.kind for p in parts]),
-            np.concatenate(payloads),
+            payload,
             np.concatenate([p.sent_at for p in parts]),
             parts[0].kinds,
             only,
