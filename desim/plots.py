@@ -63,13 +63,13 @@ def summarise(metrics: pd.DataFrame, metric: str, grid: list[str]) -> pd.DataFra
     rows = metrics[metrics["metric"] == metric]
     stats = (
         rows.groupby([*grid, "scenario", "t"], sort=False)["value"]
-        .agg(["mean", "std", "count", "min"])
+        .agg(value_mean="mean", value_std="std", value_count="count", value_min="min")
         .reset_index()
     )
-    half = 1.96 * stats["std"].fillna(0.0) / np.sqrt(stats["count"])
+    half = 1.96 * stats["value_std"].fillna(0.0) / np.sqrt(stats["value_count"])
     # On log axes a band below zero would vanish; the smallest replicate bounds it instead.
-    stats["low"] = np.maximum(stats["mean"] - half, stats["min"])
-    stats["high"] = stats["mean"] + half
+    stats["value_low"] = np.maximum(stats["value_mean"] - half, stats["value_min"])
+    stats["value_high"] = stats["value_mean"] + half
     return stats
 
 
@@ -136,12 +136,12 @@ def draw_plot(
             line = here[here["scenario"] == name]
             if line.empty:  # e.g. every replicate of it failed
                 continue
-            ax.plot(line["t"], line["mean"], color=color, lw=1.6, label=name)
-            ax.fill_between(line["t"], line["low"], line["high"], color=color, alpha=0.2, lw=0)
+            ax.plot(line["t"], line["value_mean"], color=color, lw=1.6, label=name)
+            ax.fill_between(line["t"], line["value_low"], line["value_high"], color=color, alpha=0.2, lw=0)
             for k, metric in enumerate(spec.dashed):
                 extra = _at_point(dashed[metric], point)
                 extra = extra[extra["scenario"] == name]
-                ax.plot(extra["t"], extra["mean"], color=color, lw=1.2, ls=_DASHES[k % 3],
+                ax.plot(extra["t"], extra["value_mean"], color=color, lw=1.2, ls=_DASHES[k % 3],
                         label=f"{name}: {metric}")
         if curves is not None and spec.curves:
             here_c = _at_point(curves, point)
@@ -224,13 +224,13 @@ def _draw_against_column(
             line = _where(stats[spec.metric], {**panel, "scenario": name}).sort_values(spec.x)
             if line.empty:
                 continue
-            ax.plot(line[spec.x], line["mean"], color=color, lw=1.6, marker="o", ms=3.5,
+            ax.plot(line[spec.x], line["value_mean"], color=color, lw=1.6, marker="o", ms=3.5,
                     label=name)
-            ax.fill_between(line[spec.x], line["low"], line["high"], color=color, alpha=0.2,
+            ax.fill_between(line[spec.x], line["value_low"], line["value_high"], color=color, alpha=0.2,
                             lw=0)
             for k, metric in enumerate(spec.dashed):
                 extra = _where(stats[metric], {**panel, "scenario": name}).sort_values(spec.x)
-                ax.plot(extra[spec.x], extra["mean"], color=color, lw=1.2, ls=_DASHES[k % 3],
+                ax.plot(extra[spec.x], extra["value_mean"], color=color, lw=1.2, ls=_DASHES[k % 3],
                         label=f"{name}: {metric}")
         for k, name in enumerate(spec.curves):
             if curve_rows is None:

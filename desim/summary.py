@@ -55,8 +55,8 @@ def summarise_runs(
     target: float | None = None,
 ) -> pd.DataFrame:
     """One row per grid point and scenario: `metric` at slot `at` (default: each run's last
-    checkpoint) as mean and standard error over replicates, and, with a target, how many
-    replicates reached it and their median time to it."""
+    checkpoint) as its mean over replicates (``value``) and standard error (``stderr``), and,
+    with a target, how many replicates reached it and their median time to it."""
     grid = list(grid or [])
     keys = [*grid, "scenario"]
     rows = metrics[metrics["metric"] == metric]
@@ -65,9 +65,11 @@ def summarise_runs(
         rows = rows[rows["t"] == last]
     else:
         rows = rows[rows["t"] == at]
-    stats = rows.groupby(keys, sort=False)["value"].agg(["mean", "std", "count"])
-    stats["stderr"] = stats["std"].fillna(0.0) / np.sqrt(stats["count"])
-    out = stats[["mean", "stderr", "count"]].rename(columns={"count": "replicates"})
+    # column names a grid column cannot take (results' reserved names), e.g. a swept "mean"
+    stats = rows.groupby(keys, sort=False)["value"].agg(value="mean", value_std="std",
+                                                        replicates="count")
+    stats["stderr"] = stats["value_std"].fillna(0.0) / np.sqrt(stats["replicates"])
+    out = stats[["value", "stderr", "replicates"]]
     if target is not None:
         hits = time_to_target(metrics, target, metric, grid)
         late = hits["t_target"].fillna(np.inf)  # never reached: after every reached run

@@ -22,11 +22,11 @@ def test_summary_is_mean_and_a_1_96_standard_error_band_kept_above_the_smallest_
     })
     stats = summarise(frame, "mse", []).set_index("scenario")
     half = 1.96 * np.std(values, ddof=1) / 2
-    assert stats.loc["a", "mean"] == pytest.approx(3.0)
+    assert stats.loc["a", "value_mean"] == pytest.approx(3.0)
     assert 3.0 - half < 1.0  # the band would reach below every replicate (and, often, 0)
-    assert stats.loc["a", "low"] == pytest.approx(1.0)
-    assert stats.loc["a", "high"] == pytest.approx(3.0 + half)
-    assert stats.loc["b", "low"] == stats.loc["b", "high"] == 5.0  # one replicate: no band
+    assert stats.loc["a", "value_low"] == pytest.approx(1.0)
+    assert stats.loc["a", "value_high"] == pytest.approx(3.0 + half)
+    assert stats.loc["b", "value_low"] == stats.loc["b", "value_high"] == 5.0  # one replicate: no band
 
 
 def test_grid_gives_one_panel_per_point(tmp_path):
@@ -66,3 +66,11 @@ def test_curves_only_go_with_the_mse_metric(tmp_path):
     text = TOY_STUDY.replace('title = "Toy"', 'title = "Toy"\nmetric = "messages_ping"')
     with pytest.raises(ConfigError, match="curves are of metric 'mse'"):
         load_study(write_study(tmp_path / "s", text))
+
+
+def test_a_grid_column_may_share_a_name_with_a_statistic():
+    """A swept parameter called `mean` (e.g. network.latency.mean) is a column like any other."""
+    frame = pd.DataFrame({"mean": [1.0, 1.0, 2.0], "scenario": ["a"] * 3, "replicate": [0, 1, 0],
+                          "t": [1.0] * 3, "metric": ["mse"] * 3, "value": [1.0, 3.0, 5.0]})
+    stats = summarise(frame, "mse", ["mean"]).set_index("mean")
+    assert stats.loc[1.0, "value_mean"] == 2.0 and stats.loc[2.0, "value_mean"] == 5.0

@@ -42,13 +42,13 @@ def test_summarise_runs_mean_stderr_and_median_time():
     table = summarise_runs(_frame(), target=1e-2)
     row = table.iloc[0]
     last = np.array([1e-3, 2e-3, 1e-1])
-    assert row["mean"] == pytest.approx(last.mean())
+    assert row["value"] == pytest.approx(last.mean())
     assert row["stderr"] == pytest.approx(last.std(ddof=1) / math.sqrt(3))
     assert row["replicates"] == 3 and row["reached"] == 2
     # the unreached run counts as latest: the median is replicate 1's time
     assert row["t_target_median"] == pytest.approx(10 ** (1 + math.log10(20) / 2))
     at10 = summarise_runs(_frame(), at=10)
-    assert at10["mean"].iloc[0] == pytest.approx(np.mean([0.1, 0.2, 10.0]))
+    assert at10["value"].iloc[0] == pytest.approx(np.mean([0.1, 0.2, 10.0]))
 
 
 def test_cli_summary_reads_the_results_of_a_run(toy_study, capsys, tmp_path):
