@@ -137,7 +137,8 @@ def draw_plot(
             if line.empty:  # e.g. every replicate of it failed
                 continue
             ax.plot(line["t"], line["value_mean"], color=color, lw=1.6, label=name)
-            ax.fill_between(line["t"], line["value_low"], line["value_high"], color=color, alpha=0.2, lw=0)
+            ax.fill_between(line["t"], line["value_low"], line["value_high"], color=color,
+                            alpha=0.2, lw=0)
             for k, metric in enumerate(spec.dashed):
                 extra = _at_point(dashed[metric], point)
                 extra = extra[extra["scenario"] == name]
@@ -226,8 +227,8 @@ def _draw_against_column(
                 continue
             ax.plot(line[spec.x], line["value_mean"], color=color, lw=1.6, marker="o", ms=3.5,
                     label=name)
-            ax.fill_between(line[spec.x], line["value_low"], line["value_high"], color=color, alpha=0.2,
-                            lw=0)
+            ax.fill_between(line[spec.x], line["value_low"], line["value_high"], color=color,
+                            alpha=0.2, lw=0)
             for k, metric in enumerate(spec.dashed):
                 extra = _where(stats[metric], {**panel, "scenario": name}).sort_values(spec.x)
                 ax.plot(extra[spec.x], extra["value_mean"], color=color, lw=1.2, ls=_DASHES[k % 3],

@@ -363,6 +363,8 @@ class CColME(Protocol):
         self.size = self._count(self.kept)  # |C_a|
         self.nb_size = self.size[self.dst].astype(float)  # |C_b| as b told a
         self.nb_size_at = _SendTimes(e)  # the slot b sent it in (0: the prior)
+        # ideal links deliver every send whole, at once and in order: no send times to keep
+        self._in_order = ctx.links is None or ctx.links.ideal
         self._kept_idx = np.flatnonzero(self.kept)
         # the edges of the last consensus step and their weights W_ab (for mixing_matrix)
         self._mixed_idx: np.ndarray = np.empty(0, dtype=np.int64)
@@ -485,7 +487,8 @@ class CColME(Protocol):
         chi, at = batch.payload[:, 0] > 0.5, batch.payload[:, 1]
         if as_sent:  # the last send, so the newest: one send time for all
             self.their_chi[e] = chi
-            self.their_chi_at.sent(e, float(at[0]))
+            if not self._in_order:
+                self.their_chi_at.sent(e, float(at[0]))
             return
         # keep per edge the newest decision (by send time), drop older ones
         times = self.their_chi_at.each
@@ -497,7 +500,8 @@ class CColME(Protocol):
         size, at = batch.payload[:, 0], batch.payload[:, 1]
         if as_sent:
             self.nb_size[e] = size
-            self.nb_size_at.sent(e, float(at[0]))
+            if not self._in_order:
+                self.nb_size_at.sent(e, float(at[0]))
             return
         times = self.nb_size_at.each
         e, rows, _ = _newest(e, at, times[e], strict=False)

@@ -6,7 +6,8 @@ The bar: Private-ColME, M = 200, T = 10⁴, with exponential latency (mean 5 slo
 a grid of 0.1 slot) and Markov (Gilbert–Elliott) link outages, ≤ 60 s. Exact continuous delivery
 times are timed at T = 2000 for comparison (one event per message). The synchronous workloads
 are re-timed against the CPU times recorded before the realistic network models existed
-(issue 5's closing note): they must not be more than 10 % slower. Each workload runs in a fresh process; bars are judged on CPU time.
+(issue 5's closing note): they must not be more than 10 % slower. Each workload runs in a
+fresh process; bars are judged on CPU time.
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ def test_summary_is_mean_and_a_1_96_standard_error_band_kept_above_the_smallest_
     assert 3.0 - half < 1.0  # the band would reach below every replicate (and, often, 0)
     assert stats.loc["a", "value_low"] == pytest.approx(1.0)
     assert stats.loc["a", "value_high"] == pytest.approx(3.0 + half)
-    assert stats.loc["b", "value_low"] == stats.loc["b", "value_high"] == 5.0  # one replicate: no band
+    # one replicate: no band
+    assert stats.loc["b", "value_low"] == stats.loc["b", "value_high"] == 5.0
 
 
 def test_grid_gives_one_panel_per_point(tmp_path):
