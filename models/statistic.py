@@ -107,16 +107,8 @@ class PairStatistic:
         else:
             restart = j == 1 if self.weights == "mom" else (j & (j - 1)) == 0
             rows[restart, 1:] = 0.0
-        u = 1.0 / t
-        kappa[:] = j
-        n += 1
-        total += values
-        data += (2 * n - 1) * u
-        if self.mechanism == "pm1":
-            # every p-sum 1..j is used by release j, and each gains u
-            noise += 2 * u * node_total + j * u * u
-            node_total += j * u
-        else:
+        u = self._take(rows, values, t, j)
+        if self.mechanism == "pm2":
             nodes = self._node.take(pair, axis=0)
             if self.weights != "last":
                 nodes *= ~restart[:, None]
@@ -128,6 +120,25 @@ class PairStatistic:
             self._node[pair] = nodes + used * u[:, None]
         self._flat[pair] = rows
         return total / n, data, noise, n
+
+    def _take(self, rows: np.ndarray, values: np.ndarray, t: np.ndarray,
+              j: np.ndarray) -> np.ndarray:
+        """Add release j (value, made at t) to the packed `rows` in place: κ, block length and
+        sum, the data term and, for PM-I, the noise term; returns u = 1/t.
+
+        PM-I: release j uses every p-sum 1..j and each gains u (p-sums after the last one taken
+        are new, their sums 0, so this holds with gaps too).
+        """
+        kappa, n, total, data, noise, node_total = rows.T
+        u = 1.0 / t
+        kappa[:] = j
+        n += 1
+        total += values
+        data += (2 * n - 1) * u
+        if self.mechanism == "pm1":
+            noise += 2 * u * node_total + j * u * u
+            node_total += j * u
+        return u
 
     def _update_with_gaps(
         self, pair: np.ndarray, rows: np.ndarray, values: np.ndarray, t: np.ndarray,
@@ -145,15 +156,8 @@ class PairStatistic:
         else:  # j's highest set bit lies above κ's (every bit of κ), so a new dyadic block
             restart = (j ^ last) > last
         rows[restart, 1:] = 0.0
-        u = 1.0 / t
-        kappa[:] = j
-        n += 1
-        total += values
-        data += (2 * n - 1) * u
-        if self.mechanism == "pm1":
-            noise += 2 * u * node_total + j * u * u  # p-sums κ+1..j are new: their sums are 0
-            node_total += j * u
-        else:
+        u = self._take(rows, values, t, j)
+        if self.mechanism == "pm2":
             level = np.arange(self.levels)
             # the node a level holds is j's own only if j and κ agree on every bit from ℓ up
             same = (j[:, None] >> level) == (last[:, None] >> level)

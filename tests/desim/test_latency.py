@@ -22,24 +22,16 @@ from desim.latency import IidLatency, SizeProportional, latency_model
 from desim.links import IdealLinks, counter_uniform
 from desim.messages import Batch
 from desim.params import ConfigError, param
-from desim.protocol import Context, DataSource, Protocol
+from desim.protocol import Context, Protocol
 from desim.randomness import Streams
 from desim.realistic import RealisticLinks
 from desim.stragglers import Stragglers
+from desim.testing import Zeros
 
 N = 5
 STREAMS = (3, 0, 11, 22)
 
 
-class Zeros(DataSource):
-    """n agents that observe 0."""
-
-    def __init__(self, n: int) -> None:
-        self.n_agents, self.means = n, np.zeros(n)
-        self.classes, self.public = np.zeros(n, dtype=np.int64), {}
-
-    def sample(self, rng, n_slots):
-        return np.zeros((n_slots, self.n_agents))
 
 
 @dataclass(frozen=True)

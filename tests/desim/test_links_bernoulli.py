@@ -18,9 +18,10 @@ from desim.links import (
     reciprocity_matrix,
 )
 from desim.params import ConfigError, build
-from desim.protocol import Context, DataSource, Protocol
+from desim.protocol import Context, Protocol
 from desim.randomness import Streams
 from desim.server import ParameterServer, Round, RoundCollector, server_address, tag
+from desim.testing import Zeros
 
 
 def _links(p, P, rho, seed=0):
@@ -156,13 +157,6 @@ def test_links_that_never_fail_report_probability_one():
 # ---- deadlines and the parameter server -------------------------------------------------------
 
 
-class _Zeros(DataSource):
-    def __init__(self, n: int) -> None:
-        self.n_agents, self.means = n, np.zeros(n)
-        self.classes, self.public = np.zeros(n, dtype=np.int64), {}
-
-    def sample(self, rng, n_slots):
-        return np.zeros((n_slots, self.n_agents))
 
 
 @dataclass(frozen=True)
@@ -199,7 +193,7 @@ class _Uplink(Protocol):
 
 def _run(links, deadline=0.0, t_max=40, n=4):
     proto = _Uplink(_NoParams(deadline))
-    sim = Simulation(proto, _Zeros(n), t_max, Streams(1, 0, 1, 2), links=links,
+    sim = Simulation(proto, Zeros(n), t_max, Streams(1, 0, 1, 2), links=links,
                      checkpoints=np.array([t_max]))
     out = sim.run()
     return proto, out

@@ -16,6 +16,7 @@ from desim.params import ConfigError, build
 from desim.protocol import Context, DataSource
 from desim.randomness import Streams
 from desim.registry import PROTOCOLS, TOPOLOGIES
+from desim.testing import ScriptedLinks
 from models.ccolme import CColME, CColMEParams
 from models.metrics import accuracy, corollary1, links
 from topologies.graph import Graph
@@ -68,19 +69,6 @@ def path(n: int) -> Graph:
     return Graph.from_edges(n, np.arange(n - 1), np.arange(1, n))
 
 
-class Links(LinkModel):
-    """Test links: `down(t, src, dst)` drops, `delay(rng, t, n)` latencies (not ideal)."""
-
-    ideal = False
-
-    def __init__(self, down=None, delay=None) -> None:
-        self.down, self.delay = down, delay
-
-    def available(self, rng, t, src, dst):
-        return True if self.down is None else ~self.down(rng, t, src, dst)
-
-    def latency(self, rng, t, src, dst, width=0):
-        return 0.0 if self.delay is None else self.delay(rng, t, len(src))
 
 
 def link_between(a: int, b: int):
@@ -143,7 +131,7 @@ def test_zero_latency_always_up_is_bit_identical_to_ideal_links(name, params):
         data = GraphData(g, np.arange(g.n) % 3, [0.0, 0.6, 1.5], sigma=0.5)
         outs = []
         for cls, links_ in ((None, IdealLinks()), (None, FixedLatency(slots=0.0)),
-                            ("lookup", Links())):
+                            ("lookup", ScriptedLinks())):
             base = PROTOCOLS.get(name)
             proto = protocol(name, type("L", (Lookup, base), {}) if cls else None, **params)
             out = simulate(proto, data, 80, links_, seed=3, metrics=(links, accuracy))
@@ -211,7 +199,7 @@ def test_neighbour_behind_a_link_that_is_always_down_is_never_mixed():
     for shift in ([0.0, 0.0, 0.0], [0.0, 4.0, 4.0], [4.0, 0.0, 0.0]):
         proto = spied()
         simulate(proto, GraphData(g, [0, 0, 0], [0.0], shift=shift), 30,
-                 Links(down=lambda rng, t, s, d: down(s, d)))
+                 ScriptedLinks(down=lambda rng, t, s, d: down(s, d)))
         runs.append(proto)
     same, far1, far0 = runs
     assert same.y[0].tobytes() == far1.y[0].tobytes()
@@ -229,7 +217,7 @@ def test_max_age_stops_mixing_a_neighbour_silent_for_longer(max_age):
     down = link_between(0, 1)
     proto = spied(rule="oracle", max_age=max_age)
     simulate(proto, GraphData(g, [0, 0, 0], [0.0]), 20,
-             Links(down=lambda rng, t, s, dd: down(s, dd) & (t >= d)))
+             ScriptedLinks(down=lambda rng, t, s, dd: down(s, dd) & (t >= d)))
     for s in proto.steps:
         assert (s["W"][0, 1] > 0) == (s["t"] - (min(s["t"], d - 1)) <= max_age), s["t"]
         assert s["W"][1, 2] > 0 and s["W"][2, 1] > 0
@@ -251,7 +239,7 @@ def test_states_arriving_out_of_order_are_ignored():
     tests, and at its first deadline the size of the previous slot, not an older one."""
     k = 6
     g = TOPOLOGIES.get("regular")(degree=2).make(8, np.random.default_rng(0))
-    reverse = Links(delay=lambda rng, t, n: max(0.0, 2.0 * (k - t)))
+    reverse = ScriptedLinks(delay=lambda rng, t, n: max(0.0, 2.0 * (k - t)))
     proto = spied(rule="oracle", values="stale")
     at_decided = []
     orig = proto._decided
@@ -314,7 +302,7 @@ def test_mixing_matrix_doubly_stochastic_in_sync_and_row_stochastic_under_asynch
     most its |C_a| kept neighbours, each with weight ≤ 1/(1 + |C_a|)), columns need not."""
     g = TOPOLOGIES.get("regular")(degree=4).make(40, np.random.default_rng(1))
     data = GraphData(g, np.arange(40) % 2, [0.0, 0.8], sigma=0.5)
-    laggy = Links(down=lambda rng, t, s, d: rng.random(len(s)) < 0.3,
+    laggy = ScriptedLinks(down=lambda rng, t, s, d: rng.random(len(s)) < 0.3,
                   delay=lambda rng, t, n: rng.integers(0, 4, n).astype(float))
     for links_, sync in ((IdealLinks(), True), (laggy, False)):
         proto = spied("private-c-colme", epsilon=5.0, symmetric=True)
@@ -347,7 +335,7 @@ def test_random_latency_and_drops_still_beat_local_estimation():
     m, t_max = 200, 300
     g = TOPOLOGIES.get("regular")(degree=4).make(m, np.random.default_rng(4))
     data = GraphData(g, np.arange(m) % 2, [0.0, 4.0], sigma=1.0)
-    laggy = Links(down=lambda rng, t, s, d: rng.random(len(s)) < 0.2,
+    laggy = ScriptedLinks(down=lambda rng, t, s, d: rng.random(len(s)) < 0.2,
                   delay=lambda rng, t, n: rng.integers(0, 9, n) / 2.0)
     proto = protocol("private-c-colme", epsilon=math.inf)
     out = simulate(proto, data, t_max, laggy, seed=6, metrics=(links, accuracy, corollary1))

@@ -16,6 +16,7 @@ from desim.links import FixedLatency, IdealLinks, LinkModel
 from desim.params import ConfigError, build
 from desim.randomness import Streams
 from desim.registry import DATA, PROTOCOLS
+from desim.testing import ScriptedLinks
 from models.colme import PrivateColME, asynchrony
 from models.release import PSumRelease
 from models.statistic import PairStatistic, SchVar2, noise_difference
@@ -147,19 +148,6 @@ def class_data(m: int, seed: int = 0):
     return spec.make(np.random.default_rng(seed))
 
 
-class Links(LinkModel):
-    """Test links: `down(rng, t, src, dst)` drops, `delay(rng, t, n)` latencies (not ideal)."""
-
-    ideal = False
-
-    def __init__(self, down=None, delay=None) -> None:
-        self.down, self.delay = down, delay
-
-    def available(self, rng, t, src, dst):
-        return True if self.down is None else ~self.down(rng, t, src, dst)
-
-    def latency(self, rng, t, src, dst, width=0):
-        return 0.0 if self.delay is None else self.delay(rng, t, len(src))
 
 
 class Counting(PrivateColME):
@@ -205,7 +193,7 @@ def test_lossy_laggy_run_accounts_for_every_message(params):
     """Exponential latencies (mean 3 slots) and 20% drops: every release delivered is taken,
     stale or timed out, every query delivered gets a new release or a repeat, and all happen."""
     m, t_max = 6, 300
-    links = Links(down=lambda rng, t, src, dst: rng.random(len(src)) < 0.2,
+    links = ScriptedLinks(down=lambda rng, t, src, dst: rng.random(len(src)) < 0.2,
                   delay=lambda rng, t, n: rng.exponential(3.0, n))
     proto, out = simulate({**params, "timeout": 8.0}, m, t_max, links, Counting)
     assert proto.releases_in == proto.taken + proto.stale.sum() + proto.timed_out.sum()
@@ -221,7 +209,7 @@ def test_release_older_than_one_taken_is_stale():
     """Messages sent at odd slots take 2 slots, others none. With two agents, the query of slot s
     is answered at s (even s) or s + 2 (odd s), so release j = x − 1 answered at x arrives at x
     (x even) or x + 2 (x odd): j = 1, 3, 2, 5, 4, … — every even j arrives after j + 1."""
-    links = Links(delay=lambda rng, t, n: 2.0 if t == int(t) and int(t) % 2 else 0.0)
+    links = ScriptedLinks(delay=lambda rng, t, n: 2.0 if t == int(t) and int(t) % 2 else 0.0)
     t_max = 40
     proto, out = simulate({"mechanism": "pm2", "weights": "mom"}, 2, t_max, links, Counting)
     t = np.arange(1, t_max + 1)
@@ -240,7 +228,7 @@ def test_query_answered_in_a_slot_already_answered_repeats_the_release(timeout):
     """Queries of odd slots take 1.5 slots, so b answers at s + 1.5 with the count s + 1 it had
     when it answered the query of slot s + 1: it re-sends that release, which a took already
     (stale) — or which arrives 1.5 slots after the query, beyond a timeout of 1 (timed out)."""
-    links = Links(delay=lambda rng, t, n: 1.5 if t == int(t) and int(t) % 2 else 0.0)
+    links = ScriptedLinks(delay=lambda rng, t, n: 1.5 if t == int(t) and int(t) % 2 else 0.0)
     t_max = 30
     proto, out = simulate({"mechanism": "pm1", "timeout": timeout}, 2, t_max, links, Counting)
     t = np.arange(1, t_max + 1)
@@ -276,7 +264,7 @@ def test_a_stalled_agent_blocks_nobody(schedule):
     """Agent 0 neither answers nor is heard: everyone keeps querying every slot (agent 0 too)
     and takes every release of the others, one per query to them."""
     m, t_max = 5, 40
-    links = Links(down=lambda rng, t, src, dst: (src == 0) | (dst == 0))
+    links = ScriptedLinks(down=lambda rng, t, src, dst: (src == 0) | (dst == 0))
     proto, out = simulate({"mechanism": "pm2", "weights": "mom", "schedule": schedule},
                           m, t_max, links, protocol="private-colme-oracle")
     assert metric(out, "messages_query")[-1] == m * t_max
