@@ -103,23 +103,16 @@ def latency_model(table: Mapping[str, Any], where: str) -> Latency:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(f"{where}: model: unknown latency model {name!r}{hint}; "
                           f"allowed: {', '.join(allowed)}")
-    if name == SIZE_PROPORTIONAL:
-        model = build(SizeProportional, {k: v for k, v in table.items() if k != "model"}, where)
-        resolution = model.resolution
-    else:
-        resolution = table.get("resolution", 0.0)
-        model = IidLatency(distribution({k: v for k, v in table.items() if k != "resolution"},
-                                        where), float(resolution) if _number(resolution) else 0)
-    if not _number(resolution) or not 0 <= resolution < 1 or (
-        resolution > 0 and abs(1 / resolution - round(1 / resolution)) > 1e-9
-    ):
+    resolution = table.get("resolution", 0.0)
+    if isinstance(resolution, bool) or not isinstance(resolution, int | float) or not (
+        0 <= resolution < 1
+    ) or (resolution > 0 and abs(1 / resolution - round(1 / resolution)) > 1e-9):
         raise ConfigError(f"{where}: resolution = {resolution!r}: must be 0 (exact times) or "
                           "1/k slot for a whole number k ≥ 2 (e.g. 0.5, 0.1, 0.01)")
-    return model
-
-
-def _number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
+    rest = {k: v for k, v in table.items() if k not in ("model", "resolution")}
+    if name == SIZE_PROPORTIONAL:
+        return build(SizeProportional, {**rest, "resolution": resolution}, where)
+    return IidLatency(distribution({"model": name, **rest}, where), float(resolution))
 
 
 def latency_keys(table: Mapping[str, Any]) -> list[str]:

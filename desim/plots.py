@@ -151,14 +151,7 @@ def draw_plot(
                 color = palette[len(spec.scenarios) + k]
                 ax.plot(c["t"], c["value"], ls="--", color=color, lw=1.4, label=name)
         ax.set_xscale("log")
-        ax.set_yscale("log")
-        if spec.xlim:
-            ax.set_xlim(*spec.xlim)
-        if spec.ylim:
-            ax.set_ylim(*spec.ylim)
-        ax.grid(True, which="both", alpha=0.3)
-        if point.columns:
-            ax.set_title(point.label, fontsize="medium")
+        _style_panel(ax, spec, point.label if point.columns else "")
     for k, ax in enumerate(axes.flat):
         if k >= len(points):
             ax.set_visible(False)
@@ -168,6 +161,18 @@ def draw_plot(
     for ax in axes[:, 0]:
         ax.set_ylabel(Y_LABELS.get(spec.metric, spec.metric))
     return _finish(study, spec, fig, axes, len(points))
+
+
+def _style_panel(ax, spec: PlotSpec, title: str) -> None:
+    """Log y axis, the plot's axis limits, a light grid and the panel's title (if any)."""
+    ax.set_yscale("log")
+    if spec.xlim:
+        ax.set_xlim(*spec.xlim)
+    if spec.ylim:
+        ax.set_ylim(*spec.ylim)
+    ax.grid(True, which="both", alpha=0.3)
+    if title:
+        ax.set_title(title, fontsize="medium")
 
 
 def _save(study: Study, spec: PlotSpec, fig: plt.Figure) -> Path:
@@ -240,14 +245,7 @@ def _draw_against_column(
             # curves alone are the subject of the plot (an optimiser study): draw them solid
             ax.plot(c[spec.x], c["value"], ls="--" if spec.scenarios else "-", marker=".",
                     lw=1.4, color=palette[len(spec.scenarios) + k], label=name)
-        ax.set_yscale("log")
-        if spec.xlim:
-            ax.set_xlim(*spec.xlim)
-        if spec.ylim:
-            ax.set_ylim(*spec.ylim)
-        ax.grid(True, which="both", alpha=0.3)
-        if panel:
-            ax.set_title(", ".join(f"{k} = {v}" for k, v in panel.items()), fontsize="medium")
+        _style_panel(ax, spec, ", ".join(f"{k} = {v}" for k, v in panel.items()))
     for k, ax in enumerate(axes.flat):
         if k >= len(panels):
             ax.set_visible(False)

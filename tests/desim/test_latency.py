@@ -85,19 +85,23 @@ DISTRIBUTIONS = [
 ]
 
 
-@pytest.mark.parametrize("dist", DISTRIBUTIONS, ids=lambda d: type(d).__name__)
-def test_every_message_arrives_at_its_send_time_plus_its_own_draw(dist):
-    proto, sim = run(RealisticLinks(IdealLinks(), latency=IidLatency(dist)))
-    # the draws, replayed from the same stream: one per message, in send order
+def replayed(dist, due=lambda when: when, until=4, t_max=12):
+    """The (time, src, dst, sent_at, kind) deliveries `run` should make: the latency draws
+    replayed from the same stream, one per message in send order, due at due(t + delay)."""
     rng = Streams(*STREAMS).get("latency")
     expected = []
-    for t in range(1, 5):
+    for t in range(1, until + 1):
         for kind in (0, 1):
             delay = dist.sample(rng, N)
             for i in range(N):
-                dst = (i + 1 + kind) % N
-                expected.append((t + delay[i], i, dst, float(t), kind))
-    expected = [e for e in expected if e[0] < 12 + 1]  # the run ends before T + 1
+                expected.append((due(t + delay[i]), i, (i + 1 + kind) % N, float(t), kind))
+    return [e for e in expected if e[0] < t_max + 1]  # the run ends before T + 1
+
+
+@pytest.mark.parametrize("dist", DISTRIBUTIONS, ids=lambda d: type(d).__name__)
+def test_every_message_arrives_at_its_send_time_plus_its_own_draw(dist):
+    proto, sim = run(RealisticLinks(IdealLinks(), latency=IidLatency(dist)))
+    expected = replayed(dist)
     got = proto.deliveries()
     assert sorted(got) == sorted(expected)  # exact times, nothing lost
     times = [t for t, _ in proto.log]
@@ -208,15 +212,8 @@ def test_deadline_probability_integrates_the_straggler_delay():
 def test_a_resolution_rounds_delivery_times_up_onto_its_grid_and_batches_them():
     dist = Exponential(2.0)
     proto, sim = run(RealisticLinks(IdealLinks(), latency=IidLatency(dist, resolution=0.25)))
-    rng = Streams(*STREAMS).get("latency")
-    expected = []
-    for t in range(1, 5):
-        for kind in (0, 1):
-            delay = dist.sample(rng, N)
-            for i in range(N):
-                due = math.ceil((t + delay[i]) * 4) / 4  # the next quarter slot, or on it
-                expected.append((due, i, (i + 1 + kind) % N, float(t), kind))
-    expected = [e for e in expected if e[0] < 12 + 1]
+    # due times on the next quarter slot, or on it
+    expected = replayed(dist, due=lambda when: math.ceil(when * 4) / 4)
     assert sorted(proto.deliveries()) == sorted(expected)
     times = [t for t, _ in proto.log]
     assert times == sorted(set(times)) and all(t * 4 == int(t * 4) for t in times)
