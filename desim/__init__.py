@@ -1,12 +1,23 @@
-"""desim: a discrete-event network simulator for private collaborative estimation."""
+"""desim: a discrete-event network simulator for private collaborative estimation.
+
+The package is cut in layers that import one way only:
+
+- `desim.kernel`: the simulation kernel — SimPy engine, protocol interface, messages, network,
+  parameter server, named random streams, recorder, registries and validated parameters.
+- `desim.network_models`: what links do — fixed delays, Bernoulli links, latency, availability
+  (outages, churn, traces), stragglers, and their composition.
+- `desim.study`: study files, scenarios, results folders, summaries, figures and the CLI.
+- `desim.models` (the repository's ``models/`` folder): the protocol families and their maths.
+- `desim.topologies` (the ``topologies/`` folder): communication graphs.
+"""
 
 __version__ = "0.1.0"
 
-from desim.engine import RunOutput, Simulation
-from desim.params import ConfigError
-from desim.results import run_study
-from desim.scenario import Scenario, run
-from desim.study import load_study
+from desim.kernel.engine import RunOutput, Simulation
+from desim.kernel.params import ConfigError
+from desim.study.results import run_study
+from desim.study.scenario import Scenario, run
+from desim.study.spec import load_study
 
 __all__ = [
     "ConfigError", "RunOutput", "Scenario", "Simulation", "load_study", "run", "run_study",

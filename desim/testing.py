@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from desim.links import LinkModel
-from desim.protocol import DataSource
+from desim.kernel.links import LinkModel
+from desim.kernel.protocol import DataSource
 
 
 class Zeros(DataSource):

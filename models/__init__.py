@@ -1,7 +1,10 @@
-"""What desim simulates: data models, privacy mechanisms, protocols and their closed forms.
+"""What desim simulates: data models, privacy mechanisms, protocol families and closed forms.
 
-Importing this package registers its protocols, data models and curves with desim.
+Installed as `desim.models`. One sub-package per protocol family — `colme` (Private-ColME),
+`ccolme` (C-ColME and Private-C-ColME on graphs), `pricer` (PriCER and ColRel) — with what the
+families share beside them: the class data model (`data`), the local and ideal baselines
+(`baselines`), DP calibration and the p-sum releases (`privacy`) and metrics (`metrics`).
+Importing this package registers its protocols, data models, metrics and curves with desim.
 """
 
-import models.pricer  # noqa: F401  (PriCER, seed 004: protocol, data, curves)
-from models import baselines, ccolme, ccolme_analytic, colme, curves, data, metrics  # noqa: F401
+from desim.models import baselines, ccolme, colme, data, metrics, pricer  # noqa: F401  (registration side effects)  # noqa: F401  (registration side effects)

@@ -1,13 +1,21 @@
-"""The local and ideal baselines (seed 002 Props. 1 and 2), as protocols without messages."""
+"""The local and ideal baselines (seed 002 Props. 1 and 2): protocols, closed forms and curves.
+
+Every protocol family compares against these two. The protocols exchange no messages; the
+closed forms are Props. 1–2 of "Private Collaborative Mean Estimation" (seed 002); the curves
+are registered in `desim.kernel.registry.CURVES` as ``local`` and ``ideal``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from desim.protocol import Context, Protocol
-from desim.registry import PROTOCOLS
+from desim.kernel.params import param
+from desim.kernel.protocol import Context, Protocol
+from desim.kernel.registry import CURVES, PROTOCOLS
 
 
 @dataclass(frozen=True)
@@ -48,3 +56,90 @@ class Ideal(Local):
         size = np.bincount(classes)
         class_mean = np.bincount(classes, weights=self.sums) / np.maximum(size, 1)
         return class_mean[classes] / max(self.counts, 1)
+
+
+# ------------------------------------------------------------------ closed forms
+
+
+def local_mse(t: ArrayLike, sigma2: ArrayLike) -> np.ndarray:
+    """Prop. 1: (1/(M t)) Σ_a σ_a² (σ²/t for equal variances)."""
+    return np.mean(np.asarray(sigma2, dtype=float)) / np.asarray(t, dtype=float)
+
+
+def ideal_mse(t: ArrayLike, sigma2: ArrayLike, class_sizes_per_agent: ArrayLike) -> np.ndarray:
+    """Prop. 2: (1/(M t)) Σ_a σ_a²/|C_a| for given per-agent σ_a² and class sizes |C_a|."""
+    sizes = np.asarray(class_sizes_per_agent, dtype=float)
+    s2 = np.broadcast_to(np.asarray(sigma2, dtype=float), sizes.shape)
+    return np.mean(s2 / sizes) / np.asarray(t, dtype=float)
+
+
+def expected_inverse_class_size(M: int, n_classes: int) -> float:
+    """E[1/|C_a|] for |C_a| = 1 + Binomial(M−1, 1/Γ), classes drawn uniformly (for Prop. 2).
+
+    Uses the identity E[1/(1+X)] = (1 − (1−q)^{n+1}) / ((n+1) q) for X ~ Binomial(n, q).
+    """
+    if isinstance(M, bool) or int(M) != M or M < 2:
+        raise ValueError(f"M = {M!r}: must be an integer ≥ 2")
+    M = int(M)
+    if int(n_classes) != n_classes or n_classes < 1:
+        raise ValueError(f"n_classes = {n_classes!r}: must be an integer ≥ 1")
+    q = 1.0 / n_classes
+    return float(-np.expm1(M * np.log1p(-q)) / (M * q)) if q < 1 else 1.0 / M
+
+
+# ------------------------------------------------------------------ curves
+
+
+def class_variances(data: Any) -> np.ndarray:
+    """σ_c² of every class: μ_c(1−μ_c) for Bernoulli data, σ² otherwise."""
+    means = np.asarray(data.class_means, dtype=float)
+    if data.distribution == "bernoulli":
+        return means * (1.0 - means)
+    return np.full(len(means), float(data.sigma) ** 2)
+
+
+def time_grid(t: np.ndarray) -> np.ndarray:
+    """`t` as a 1-D float array of times > 0, or a ValueError naming it."""
+    tt = np.asarray(t, dtype=float)
+    if tt.ndim != 1 or np.any(~(tt > 0)):
+        raise ValueError(f"t = {t!r}: must be a 1-D array of times > 0")
+    return tt
+
+
+@CURVES.register("local")
+@dataclass(frozen=True)
+class LocalCurve:
+    """Prop. 1: every agent keeps its own running mean, MSE = mean_a σ_a² / t."""
+
+    def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, zeros) of Prop. 1 on the grid `t`."""
+        tt = time_grid(t)
+        # Classes are equally likely, so the agent average of σ_a² is the class average.
+        return local_mse(tt, class_variances(data)), np.zeros_like(tt)
+
+
+@CURVES.register("ideal")
+@dataclass(frozen=True)
+class IdealCurve:
+    """Prop. 2: agents know their classes and average all class data, MSE = E[σ_a²/|C_a|]/t.
+
+    With random assignment |C_a| = 1 + Binomial(M−1, 1/Γ) (Γ classes) and the exact
+    E[1/|C_a|] = (1 − (1−1/Γ)^M)/(M/Γ) is used; with `assignment = "balanced"` the class sizes
+    are known exactly and Prop. 2 is evaluated on them.
+    """
+
+    agents: int | None = param(
+        None, "number of agents M (default: the study's data.agents)", ge=2
+    )
+
+    def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, zeros) of Prop. 2 on the grid `t`."""
+        tt = time_grid(t)
+        s2 = class_variances(data)
+        M, n_classes = int(self.agents or data.agents), len(s2)
+        if getattr(data, "assignment", "random") == "balanced":
+            classes = np.arange(M) % n_classes
+            sizes = np.bincount(classes, minlength=n_classes)
+            return ideal_mse(tt, s2[classes], sizes[classes]), np.zeros_like(tt)
+        scale = float(np.mean(s2)) * expected_inverse_class_size(M, n_classes)
+        return scale / tt, np.zeros_like(tt)

@@ -13,9 +13,9 @@ from typing import Literal
 
 import numpy as np
 
-from desim.params import param
-from desim.protocol import DataSource
-from desim.registry import DATA
+from desim.kernel.params import param
+from desim.kernel.protocol import DataSource
+from desim.kernel.registry import DATA
 
 
 @DATA.register("classes")

@@ -21,9 +21,9 @@ import networkx as nx
 import numpy as np
 from scipy.spatial import cKDTree
 
-from desim.params import param
-from desim.registry import TOPOLOGIES
-from topologies.graph import Graph
+from desim.kernel.params import param
+from desim.kernel.registry import TOPOLOGIES
+from desim.topologies.graph import Graph
 
 
 class TopologyWarning(UserWarning):

@@ -25,8 +25,9 @@ STUDY_BARS = {"pricer-fig3": 120.0, "pricer-fig4": 600.0}
 CHILD = """
 import json, resource, sys, time
 import numpy as np
-from desim.links import Connectivity, reciprocity_matrix
-from models import pricer_opt as po
+from desim.kernel.links import Connectivity
+from desim.network_models.links import reciprocity_matrix
+from desim.models.pricer import optimiser as po
 n, search = json.loads(sys.argv[1])
 p = np.resize([0.1, 0.1, 0.8, 0.1, 0.1, 0.9, 0.1, 0.1, 0.9, 0.1], n)
 P = np.full((n, n), 0.5)

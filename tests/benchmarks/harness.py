@@ -23,12 +23,12 @@ def run_child(code: str, *args: object) -> dict:
 
 _SCENARIO_CHILD = """
 import json, resource, sys, time
-import desim, desim.plugins
-from desim.scenario import Scenario
+import desim, desim.kernel.plugins
+from desim.study.scenario import Scenario
 (kwargs,) = json.loads(sys.argv[1])
 kwargs["metrics"] = tuple(kwargs.get("metrics", ()))
 s = Scenario(**kwargs)
-desim.plugins.load_plugins()  # imports are not part of the run
+desim.kernel.plugins.load_plugins()  # imports are not part of the run
 start, cpu = time.perf_counter(), time.process_time()
 desim.run(s)
 wall, cpu = time.perf_counter() - start, time.process_time() - cpu
@@ -50,7 +50,7 @@ def time_study(name: str, workers: int) -> float:
         shutil.copytree(ROOT / "studies" / name, study,
                         ignore=shutil.ignore_patterns("results", "figures", "quick"))
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import sys; from desim.cli import main; "
+        subprocess.run([sys.executable, "-c", "import sys; from desim.study.cli import main; "
                         "sys.exit(main())", "run", str(study), "--workers", str(workers),
                         "--no-progress"], check=True, cwd=ROOT, capture_output=True)
         return time.perf_counter() - start

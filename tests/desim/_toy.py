@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from desim.params import param
-from desim.protocol import Context, Protocol
-from desim.registry import CURVES, PROTOCOLS
+from desim.kernel.params import param
+from desim.kernel.protocol import Context, Protocol
+from desim.kernel.registry import CURVES, PROTOCOLS
 
 PROTOCOL = "toy-local-mean"
 CURVE = "toy-local"

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from desim.availability import (
+from desim.kernel.params import ConfigError
+from desim.kernel.registry import AVAILABILITY
+from desim.network_models.availability import (
     Always,
     BernoulliAvailability,
     Markov,
@@ -20,9 +22,7 @@ from desim.availability import (
     link_entity,
     read_trace,
 )
-from desim.distributions import Weibull
-from desim.params import ConfigError
-from desim.registry import AVAILABILITY
+from desim.network_models.distributions import Weibull
 
 
 def _rng(seed: int = 0) -> np.random.Generator:
@@ -317,7 +317,7 @@ def test_tables_build_models():
 
 def test_markov_availability_parameterisation_fixes_p_up_and_burst_length():
     """availability = P fixes P(up) = P and mean_up = mean_down·P/(1−P); too short is an error."""
-    from desim.availability import Markov
+    from desim.network_models.availability import Markov
 
     m = Markov(mean_down=5.0, availability=0.8)
     assert m.up_mean == pytest.approx(20.0)

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from _toy import TOY_STUDY, write_study
 
-from desim.cli import main
+from desim.study.cli import main
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -56,7 +56,7 @@ def test_failing_run_exits_nonzero_and_keeps_the_rest(toy_study, capsys):
 
 
 def test_interrupt_exits_130_and_keeps_results(toy_study, capsys, monkeypatch):
-    import desim.results as results
+    import desim.study.results as results
 
     def interrupted(study, workers=1, progress=True):
         raise KeyboardInterrupt
@@ -137,7 +137,7 @@ def test_no_command_prints_help(capsys):
 
 def test_command_line_process_reports_a_missing_study(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "desim.cli", "validate", str(tmp_path / "absent")],
+        [sys.executable, "-m", "desim.study.cli", "validate", str(tmp_path / "absent")],
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert proc.returncode == 2

@@ -10,7 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from desim.distributions import (
+from desim.kernel.params import ConfigError
+from desim.kernel.registry import DISTRIBUTIONS
+from desim.network_models.distributions import (
     Constant,
     Distribution,
     Exponential,
@@ -21,8 +23,6 @@ from desim.distributions import (
     Weibull,
     distribution,
 )
-from desim.params import ConfigError
-from desim.registry import DISTRIBUTIONS
 
 #: (distribution, the same law in scipy.stats)
 CASES = [

@@ -7,13 +7,14 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from desim.engine import Simulation
-from desim.links import FixedLatency, IdealLinks
-from desim.messages import Batch
-from desim.params import param
-from desim.protocol import Context, DataSource, Protocol
-from desim.randomness import Streams
-from desim.recorder import log_checkpoints
+from desim.kernel.engine import Simulation
+from desim.kernel.links import IdealLinks
+from desim.kernel.messages import Batch
+from desim.kernel.params import param
+from desim.kernel.protocol import Context, DataSource, Protocol
+from desim.kernel.randomness import Streams
+from desim.kernel.recorder import log_checkpoints
+from desim.network_models.links import FixedLatency
 
 
 class ConstantData(DataSource):

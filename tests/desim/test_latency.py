@@ -8,7 +8,13 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from desim.distributions import (
+from desim.kernel.engine import Simulation
+from desim.kernel.links import IdealLinks, counter_uniform
+from desim.kernel.messages import Batch
+from desim.kernel.params import ConfigError, param
+from desim.kernel.protocol import Context, Protocol
+from desim.kernel.randomness import Streams
+from desim.network_models.distributions import (
     Constant,
     Exponential,
     Geometric,
@@ -17,15 +23,9 @@ from desim.distributions import (
     Uniform,
     Weibull,
 )
-from desim.engine import Simulation
-from desim.latency import IidLatency, SizeProportional, latency_model
-from desim.links import IdealLinks, counter_uniform
-from desim.messages import Batch
-from desim.params import ConfigError, param
-from desim.protocol import Context, Protocol
-from desim.randomness import Streams
-from desim.realistic import RealisticLinks
-from desim.stragglers import Stragglers
+from desim.network_models.latency import IidLatency, SizeProportional, latency_model
+from desim.network_models.realistic import RealisticLinks
+from desim.network_models.stragglers import Stragglers
 from desim.testing import Zeros
 
 N = 5
@@ -121,7 +121,7 @@ def test_iid_delays_let_later_messages_overtake_earlier_ones_on_a_link():
     for src in range(N):
         sent = [a for _, s, a in narrow if s == src]  # in delivery order
         overtaken += sum(x > y for x, y in zip(sent, sent[1:], strict=False))
-    assert overtaken > 0  # not FIFO: documented in desim.network
+    assert overtaken > 0  # not FIFO: documented in desim.kernel.network
 
 
 def test_equal_times_from_different_sends_are_one_batch_in_send_order():
@@ -191,7 +191,7 @@ def test_a_fraction_of_the_agents_straggle_chosen_at_random():
 
 
 def test_straggler_tables_report_bad_input():
-    from desim.params import build
+    from desim.kernel.params import build
     with pytest.raises(ConfigError, match="slowdown = 0.5: must be ≥ 1"):
         build(Stragglers, {"slowdown": 0.5}, "[network.stragglers]")
     with pytest.raises(ConfigError, match=r"\[network.stragglers\]: delay: value = -1"):

@@ -7,20 +7,18 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from desim.engine import Simulation
-from desim.links import (
+from desim.kernel.engine import Simulation
+from desim.kernel.links import Connectivity, IdealLinks, counter_uniform
+from desim.kernel.params import ConfigError, build
+from desim.kernel.protocol import Context, Protocol
+from desim.kernel.randomness import Streams
+from desim.kernel.server import ParameterServer, Round, RoundCollector, server_address, tag
+from desim.network_models.links import (
     BernoulliLinks,
-    Connectivity,
     FixedLatency,
-    IdealLinks,
     IntermittentLinks,
-    counter_uniform,
     reciprocity_matrix,
 )
-from desim.params import ConfigError, build
-from desim.protocol import Context, Protocol
-from desim.randomness import Streams
-from desim.server import ParameterServer, Round, RoundCollector, server_address, tag
 from desim.testing import Zeros
 
 

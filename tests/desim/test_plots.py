@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 from _toy import TOY_STUDY, write_study
 
-from desim.params import ConfigError
-from desim.plots import draw_figures, summarise
-from desim.results import run_study
-from desim.study import load_study
+from desim.kernel.params import ConfigError
+from desim.study.plots import draw_figures, summarise
+from desim.study.results import run_study
+from desim.study.spec import load_study
 
 
 def test_summary_is_mean_and_a_1_96_standard_error_band_kept_above_the_smallest_replicate():

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from desim.messages import Batch
-from desim.params import ConfigError, build
-from desim.recorder import log_checkpoints
-from models.colme import PrivateColMEParams
+from desim.kernel.messages import Batch
+from desim.kernel.params import ConfigError, build
+from desim.kernel.recorder import log_checkpoints
+from desim.models.colme.protocol import PrivateColMEParams
 
 
 @given(t_max=st.integers(1, 10**6), n=st.integers(2, 200))

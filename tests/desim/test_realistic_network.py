@@ -12,17 +12,18 @@ from _toy import TOY_STUDY, write_study
 from test_latency import N, Sender, SenderParams, Zeros
 
 import desim
-from desim.availability import BernoulliAvailability, Markov, Trace, link_entity
-from desim.distributions import Constant, Exponential, Uniform
-from desim.engine import Simulation
-from desim.latency import IidLatency
-from desim.links import BernoulliLinks, FixedLatency, IdealLinks
-from desim.params import ConfigError, build
-from desim.randomness import Streams
-from desim.realistic import RealisticLinks
-from desim.scenario import Scenario, resolve
-from desim.stragglers import Stragglers
-from desim.study import load_study
+from desim.kernel.engine import Simulation
+from desim.kernel.links import IdealLinks
+from desim.kernel.params import ConfigError, build
+from desim.kernel.randomness import Streams
+from desim.network_models.availability import BernoulliAvailability, Markov, Trace, link_entity
+from desim.network_models.distributions import Constant, Exponential, Uniform
+from desim.network_models.latency import IidLatency
+from desim.network_models.links import BernoulliLinks, FixedLatency
+from desim.network_models.realistic import RealisticLinks
+from desim.network_models.stragglers import Stragglers
+from desim.study.scenario import Scenario, resolve
+from desim.study.spec import load_study
 
 
 def run(links, until=6, t_max=10):
@@ -111,7 +112,7 @@ def _same_metrics(s: Scenario) -> None:
     assert type(resolve(real).links) is RealisticLinks
     streams = Streams(s.seed, s.replicate, s.shared_key, s.run_key)
     a = desim.run(s).metrics
-    b = desim.scenario.run(real, streams).metrics
+    b = desim.study.scenario.run(real, streams).metrics
     if not a.metric.str.startswith("dropped_").any():  # ideal links record no drops
         b = b[~b.metric.str.startswith("dropped_")].reset_index(drop=True)
     assert a.to_csv().encode() == b.to_csv().encode()

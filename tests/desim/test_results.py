@@ -12,10 +12,10 @@ import pytest
 from _toy import TOY_STUDY, write_study
 
 import desim
-import desim.results as results
-from desim.recorder import log_checkpoints
-from desim.results import run_study
-from desim.study import load_study
+import desim.study.results as results
+from desim.kernel.recorder import log_checkpoints
+from desim.study.results import run_study
+from desim.study.spec import load_study
 
 RUN_FIELDS = {"run_id", "scenario", "replicate", "grid", "status", "config_hash", "spawn",
               "wall_seconds", "error"}

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from _toy import TOY_STUDY, write_study
 
-from desim.cli import main
-from desim.params import ConfigError
-from desim.study import load_study, slug
+from desim.kernel.params import ConfigError
+from desim.study.cli import main
+from desim.study.spec import load_study, slug
 
 # (name, edit of the toy study, fragments the one-line message must contain)
 # An edit is (old, new): the first `old` in the file becomes `new`; old = "" appends `new`.

@@ -1,4 +1,5 @@
-"""`desim.summary` against hand-computed values, and `desim summary` on a real study folder."""
+"""`desim.study.summary` against hand-computed values, and `desim summary` on a real study
+folder."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from desim.cli import main
-from desim.summary import first_crossing, summarise_runs, time_to_target
+from desim.study.cli import main
+from desim.study.summary import first_crossing, summarise_runs, time_to_target
 
 
 def test_first_crossing_interpolates_on_log_log_axes():

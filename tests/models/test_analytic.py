@@ -8,11 +8,9 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from models.analytic import (
+from desim.models.baselines import expected_inverse_class_size, ideal_mse, local_mse
+from desim.models.colme.analytic import (
     data_term,
-    expected_inverse_class_size,
-    ideal_mse,
-    local_mse,
     oracle_mse,
     oracle_mse_rrr,
     pm1_noise_term,
@@ -24,7 +22,7 @@ from models.analytic import (
     var_T,
     weights,
 )
-from models.privacy import mechanism_budget, noise_sigma2
+from desim.models.privacy.calibration import mechanism_budget, noise_sigma2
 
 # ------------------------------------------------------------------------ weights
 

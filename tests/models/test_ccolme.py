@@ -11,16 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import desim
-from desim.engine import Simulation
-from desim.messages import Batch
-from desim.params import ConfigError, build
-from desim.protocol import Context, DataSource
-from desim.randomness import Streams
-from desim.registry import PROTOCOLS, TOPOLOGIES
-from desim.scenario import Scenario
-from models.ccolme import CColME, CColMEParams, PrivateCColMEParams
-from models.ccolme_analytic import consensus_mse_exact
-from topologies.graph import Graph
+from desim.kernel.engine import Simulation
+from desim.kernel.messages import Batch
+from desim.kernel.params import ConfigError, build
+from desim.kernel.protocol import Context, DataSource
+from desim.kernel.randomness import Streams
+from desim.kernel.registry import PROTOCOLS, TOPOLOGIES
+from desim.models.ccolme.analytic import consensus_mse_exact
+from desim.models.ccolme.protocol import CColME, CColMEParams, PrivateCColMEParams
+from desim.study.scenario import Scenario
+from desim.topologies.graph import Graph
 
 
 class GraphData(DataSource):
@@ -135,7 +135,7 @@ def test_consensus_reaches_2x_ideal_with_1_over_t_and_1x_with_sqrt(alpha_p, fact
     w.graph = comp
     ideal = 1.0 / (N * T)
     kept = np.ones(comp.n_directed, bool)
-    from models.ccolme import metropolis_weights
+    from desim.models.ccolme.protocol import metropolis_weights
     we, waa = metropolis_weights(comp, kept)
     wm = np.diag(waa)
     wm[comp.src, comp.dst] = we

@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 import desim
-from desim.params import build
-from desim.registry import CURVES, DATA, METRICS, TOPOLOGIES
-from desim.scenario import Scenario
-from models.ccolme_analytic import (
+from desim.kernel.params import build
+from desim.kernel.registry import CURVES, DATA, METRICS, TOPOLOGIES
+from desim.models.ccolme.analytic import (
     component_average,
     consensus_mse_exact,
     corollary1_rhs,
@@ -19,7 +18,8 @@ from models.ccolme_analytic import (
     privacy_threshold,
     variance_factor,
 )
-from topologies.graph import Graph
+from desim.study.scenario import Scenario
+from desim.topologies.graph import Graph
 
 T = np.array([1, 2, 5, 10, 100, 1000, 5000])
 

@@ -9,17 +9,19 @@ import math
 import numpy as np
 import pytest
 
-from desim.engine import Simulation
-from desim.links import FixedLatency, IdealLinks, LinkModel
-from desim.messages import Batch
-from desim.params import ConfigError, build
-from desim.protocol import Context, DataSource
-from desim.randomness import Streams
-from desim.registry import PROTOCOLS, TOPOLOGIES
+from desim.kernel.engine import Simulation
+from desim.kernel.links import IdealLinks, LinkModel
+from desim.kernel.messages import Batch
+from desim.kernel.params import ConfigError, build
+from desim.kernel.protocol import Context, DataSource
+from desim.kernel.randomness import Streams
+from desim.kernel.registry import PROTOCOLS, TOPOLOGIES
+from desim.models.ccolme.metrics import corollary1
+from desim.models.ccolme.protocol import CColME, CColMEParams
+from desim.models.metrics import accuracy, links
+from desim.network_models.links import FixedLatency
 from desim.testing import ScriptedLinks
-from models.ccolme import CColME, CColMEParams
-from models.metrics import accuracy, corollary1, links
-from topologies.graph import Graph
+from desim.topologies.graph import Graph
 
 
 class GraphData(DataSource):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models import analytic
-from models.bits import lowest_set_bit, set_bits
-from models.release import PSumRelease
-from models.statistic import PairStatistic
+from desim.models.colme import analytic
+from desim.models.colme.statistic import PairStatistic
+from desim.models.privacy.bits import lowest_set_bit, set_bits
+from desim.models.privacy.release import PSumRelease
 
 DATA = {"model": "classes", "agents": 15, "class_means": [0.2, 0.4, 0.8], "sigma": 0.5}
 

@@ -11,15 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from desim.engine import Simulation
-from desim.links import FixedLatency, IdealLinks, LinkModel
-from desim.params import ConfigError, build
-from desim.randomness import Streams
-from desim.registry import DATA, PROTOCOLS
+from desim.kernel.engine import Simulation
+from desim.kernel.links import IdealLinks, LinkModel
+from desim.kernel.params import ConfigError, build
+from desim.kernel.randomness import Streams
+from desim.kernel.registry import DATA, PROTOCOLS
+from desim.models.colme.protocol import PrivateColME, asynchrony
+from desim.models.colme.statistic import PairStatistic, SchVar2, noise_difference
+from desim.models.privacy.release import PSumRelease
+from desim.network_models.links import FixedLatency
 from desim.testing import ScriptedLinks
-from models.colme import PrivateColME, asynchrony
-from models.release import PSumRelease
-from models.statistic import PairStatistic, SchVar2, noise_difference
 
 LEVELS = 8  # PM-II levels of the unit tests: release indices up to 255
 

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 import desim
-from desim.scenario import Scenario
-from models import analytic
-from models.colme import PrivateColME, PrivateColMEParams
-from models.privacy import mechanism_budget, noise_sigma2
+from desim.models import baselines
+from desim.models.colme import analytic
+from desim.models.colme.protocol import PrivateColME, PrivateColMEParams
+from desim.models.privacy.calibration import mechanism_budget, noise_sigma2
+from desim.study.scenario import Scenario
 
 SIGMA = 0.5
 L = SIGMA * np.sqrt(3)
@@ -62,9 +63,9 @@ def test_oracle_class_mse_matches_prop3(params):
 def test_local_and_ideal_match_props_1_and_2():
     m, t_max = 40, 400
     local, t = final_mse("local", {}, m, t_max, replicates=30)
-    assert_within_se(local, analytic.local_mse(t, SIGMA**2))
+    assert_within_se(local, baselines.local_mse(t, SIGMA**2))
     ideal, t = final_mse("ideal", {}, m, t_max, replicates=30)
-    inv_size = analytic.expected_inverse_class_size(m, 3)
+    inv_size = baselines.expected_inverse_class_size(m, 3)
     assert_within_se(ideal, SIGMA**2 * inv_size / t)
 
 
@@ -93,7 +94,7 @@ def test_paper_claims_at_reduced_scale(claim, better, worse):
 
 def test_without_privacy_plain_colme_beats_local_and_reaches_ideal_order():
     sim, t = final_mse("private-colme", {"noise": "none"}, 60, 3000, replicates=3)
-    local = analytic.local_mse(t, SIGMA**2)
+    local = baselines.local_mse(t, SIGMA**2)
     assert sim.mean(axis=0)[-1] < 0.25 * local[-1]
 
 
@@ -125,8 +126,8 @@ class Tap:
 def test_only_privatised_values_leave_an_agent():
     """Queries carry nothing; a release is (S_b + Z)/t with Z of variance k σ_DP², b's count,
     its index and the echoed send time of the query it answers."""
-    from desim.protocol import Context
-    from desim.randomness import Streams
+    from desim.kernel.protocol import Context
+    from desim.kernel.randomness import Streams
 
     m, t_max = 40, 60
     proto = PrivateColME(PrivateColMEParams(mechanism="pm1"))
@@ -140,7 +141,7 @@ def test_only_privatised_values_leave_an_agent():
         proto.on_samples(t, rng.uniform(-L, L, m))
         kind, src, dst, payload = tap.sent[-1]
         assert kind == "query" and payload is None
-        from desim.messages import Batch
+        from desim.kernel.messages import Batch
         proto.on_deliver(Batch(src, dst, np.zeros(m, int), np.empty((m, 0)), np.zeros(m),
                                proto.message_kinds))
         kind, src, dst, payload = tap.sent[-1]

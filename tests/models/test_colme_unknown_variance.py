@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 import desim
-from desim.protocol import Context
-from desim.randomness import Streams
-from desim.scenario import Scenario
-from models import variance
-from models.colme import PrivateColME, PrivateColMEParams
-from models.privacy import sample_noise
-from models.release import PSumRelease, SampleVarianceRelease
+from desim.kernel.protocol import Context
+from desim.kernel.randomness import Streams
+from desim.models.colme import variance
+from desim.models.colme.protocol import PrivateColME, PrivateColMEParams
+from desim.models.privacy.calibration import sample_noise
+from desim.models.privacy.release import PSumRelease, SampleVarianceRelease
+from desim.study.scenario import Scenario
 
 SIGMA, MU = 0.5, 0.8
 L = SIGMA * np.sqrt(3)

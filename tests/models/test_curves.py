@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from desim.params import ConfigError, build
-from desim.registry import CURVES
-from models.analytic import expected_inverse_class_size, oracle_mse
-from models.curves import IdealCurve, LocalCurve, OracleCurve
-from models.privacy import mechanism_budget, noise_sigma2
+from desim.kernel.params import ConfigError, build
+from desim.kernel.registry import CURVES
+from desim.models.baselines import IdealCurve, LocalCurve, expected_inverse_class_size
+from desim.models.colme.analytic import oracle_mse
+from desim.models.colme.curves import OracleCurve
+from desim.models.privacy.calibration import mechanism_budget, noise_sigma2
 
 
 @dataclass(frozen=True)

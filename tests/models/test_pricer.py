@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 import desim
-from desim.engine import Simulation
-from desim.params import build
-from desim.randomness import Streams
-from desim.registry import METRICS
-from desim.server import Round
-from models import pricer_opt as po
-from models.pricer import Pricer, PricerParams, pricer_metrics
-from models.vector_data import VectorData
+from desim.kernel.engine import Simulation
+from desim.kernel.params import build
+from desim.kernel.randomness import Streams
+from desim.kernel.registry import METRICS
+from desim.kernel.server import Round
+from desim.models.pricer import optimiser as po
+from desim.models.pricer.data import VectorData
+from desim.models.pricer.protocol import Pricer, PricerParams, pricer_metrics
 
 N, D = 5, 8
 NETWORK = {"p_server": [0.2, 0.9, 0.5, 0.3, 1.0], "p_link": 0.6, "reciprocity": 0.5}
@@ -36,7 +36,7 @@ def simulate(t_max=3000, network=None, seed=3, **params):
     """Run `Logged` on fixed vectors; the same seed gives the same links, noise and data."""
     data = VectorData(agents=N, dimension=D, radius=2.0, distribution="normal").make(
         np.random.default_rng(11))
-    links = build(desim.links.BernoulliLinks, network or NETWORK, "network")
+    links = build(desim.network_models.links.BernoulliLinks, network or NETWORK, "network")
     proto = Logged(build(PricerParams, {"epsilon_low": 2.0, "trust": "ring", "trusted": 1,
                                         **params}, "pricer"))
     sim = Simulation(proto, data, t_max, Streams(seed, 0, 1, 2), links=links,
@@ -154,11 +154,11 @@ def test_pricer_metrics_ignore_other_protocols_and_pricer_needs_vector_data():
 
 def simulate_late(effective: bool, t_max=2000):
     """PriCER over Bernoulli links plus exponential latency (mean 1) and one-slot deadlines."""
-    from desim.realistic import realistic_links
+    from desim.network_models.realistic import realistic_links
 
     data = VectorData(agents=N, dimension=D, radius=2.0, distribution="normal").make(
         np.random.default_rng(11))
-    base = build(desim.links.BernoulliLinks, NETWORK, "network")
+    base = build(desim.network_models.links.BernoulliLinks, NETWORK, "network")
     links = realistic_links(base, {"latency": {"model": "exponential", "mean": 1.0,
                                                "resolution": 0.5}})
     proto = Logged(build(PricerParams, {"epsilon_low": 2.0, "trust": "ring", "trusted": 1,

@@ -9,8 +9,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import minimize
 
-from desim.links import Connectivity, reciprocity_matrix
-from models import pricer_opt as po
+from desim.kernel.links import Connectivity
+from desim.models.pricer import optimiser as po
+from desim.network_models.links import reciprocity_matrix
 
 
 def random_problem(rng: np.random.Generator, n: int, rho: float | None = None,
@@ -123,7 +124,7 @@ def test_expected_mse_matches_a_direct_monte_carlo_of_the_estimator():
     A = rng.uniform(0, 1.5, (n, n)) * (P > 0)
     x = rng.normal(size=(n, d)) + 0.5
     sigma = 0.3
-    # τ_ij with the coupling of desim.links: shared uniform with probability ρ
+    # τ_ij with the coupling of desim.kernel.links: shared uniform with probability ρ
     u_shared = rng.random((draws, n, n))
     u_shared = np.triu(u_shared, 1) + np.transpose(np.triu(u_shared, 1), (0, 2, 1))
     coupled = rng.random((draws, n, n)) < rho

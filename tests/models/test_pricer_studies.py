@@ -8,10 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from desim.params import ConfigError
-from desim.plots import draw_figures
-from desim.results import run_study
-from desim.study import load_study
+from desim.kernel.params import ConfigError
+from desim.study.plots import draw_figures
+from desim.study.results import run_study
+from desim.study.spec import load_study
 
 STUDIES = Path(__file__).resolve().parents[2] / "studies"
 

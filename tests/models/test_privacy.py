@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from models.privacy import (
+from desim.models.privacy.calibration import (
     gaussian_sigma2,
     laplace_scale,
     mechanism_budget,

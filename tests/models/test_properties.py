@@ -7,10 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import desim
-from desim.scenario import Scenario
-from models import analytic
-from models.release import PSumRelease
-from models.statistic import PairStatistic
+from desim.models.colme import analytic
+from desim.models.colme.statistic import PairStatistic
+from desim.models.privacy.release import PSumRelease
+from desim.study.scenario import Scenario
 
 gaps = st.lists(st.integers(1, 50), min_size=1, max_size=40)
 

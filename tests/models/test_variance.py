@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from models.analytic import data_term, noise_term, var_T, weights
-from models.privacy import gaussian_sigma2, variance_sigma2
-from models.variance import (
+from desim.models.colme.analytic import data_term, noise_term, var_T, weights
+from desim.models.colme.variance import (
     bayes_posterior_mean,
     combination_weights,
     dyadic_split,
@@ -29,6 +28,7 @@ from models.variance import (
     welch_dof,
     welch_threshold,
 )
+from desim.models.privacy.calibration import gaussian_sigma2, variance_sigma2
 
 SIGMA = 0.5
 SIGMA2 = SIGMA**2

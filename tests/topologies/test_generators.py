@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from desim.registry import TOPOLOGIES
-from topologies.generators import TopologyWarning
-from topologies.graph import Graph, component_sizes
+from desim.kernel.registry import TOPOLOGIES
+from desim.topologies.generators import TopologyWarning
+from desim.topologies.graph import Graph, component_sizes
 
 
 def make(name: str, n: int, seed: int = 0, **params) -> Graph:

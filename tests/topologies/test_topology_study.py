@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from desim.params import ConfigError
-from desim.results import run_study
-from desim.study import load_study
+from desim.kernel.params import ConfigError
+from desim.study.results import run_study
+from desim.study.spec import load_study
 
 ROOT = Path(__file__).resolve().parents[2]
 

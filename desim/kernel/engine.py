@@ -1,0 +1,104 @@
+"""The engine: runs one protocol on one data source over a network, slot by slot, on SimPy.
+
+Time is slotted: slot t (t = 1, …, t_max) happens at simulated time t, when every agent
+receives one sample. At each instant the order is fixed: the slot's tick (samples, then what
+the protocol sends in response), then message deliveries in send order (one batch per
+instant, more batches if zero-latency replies are sent meanwhile), then deadlines a protocol
+set with `Context.call_at` (their zero-latency sends are delivered before the next deadline),
+then the recorder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from desim.kernel.links import IdealLinks, LinkModel
+from desim.kernel.network import PRIORITY_DEADLINE, PRIORITY_RECORD, PRIORITY_TICK, At, Network
+from desim.kernel.protocol import Context, DataSource, Protocol
+from desim.kernel.randomness import Streams
+from desim.kernel.recorder import Recorder, log_checkpoints
+
+#: Slots of data drawn per call to the data source (fixed, so data never depend on t_max).
+DATA_BLOCK = 1024
+
+
+@dataclass
+class RunOutput:
+    """What one run produced: tidy metrics, optional per-agent errors, and its wall time."""
+
+    metrics: pd.DataFrame
+    agents: pd.DataFrame | None
+
+
+class Simulation:
+    """One run: a protocol, a data source, a link model and a recorder on a SimPy clock."""
+
+    def __init__(
+        self,
+        protocol: Protocol,
+        data: DataSource,
+        t_max: int,
+        streams: Streams,
+        links: LinkModel | None = None,
+        checkpoints: np.ndarray | None = None,
+        per_agent: bool = False,
+        metrics: Sequence[Callable[..., dict[str, float]]] = (),
+    ) -> None:
+        self.env = simpy.Environment()
+        self.protocol = protocol
+        self.data = data
+        self.t_max = int(t_max)
+        self.streams = streams
+        # the links of this run: probabilities fixed now (graph, own streams), public to all
+        self.links = (links or IdealLinks()).bind(data.n_agents, data.public, streams)
+        self.network = Network(
+            self.env,
+            protocol.message_kinds,
+            self.links,
+            streams.get("links"),
+            streams.get("latency"),
+            protocol.on_deliver,
+        )
+        self.checkpoints = log_checkpoints(t_max) if checkpoints is None else checkpoints
+        self.recorder = Recorder(protocol, self.network, data.means, per_agent, data, metrics)
+
+    def _clock(self) -> Generator[simpy.Event, None, None]:
+        rng = self.streams.get("data")
+        block = np.empty((0, self.data.n_agents))
+        for t in range(1, self.t_max + 1):
+            yield At(self.env, 1, PRIORITY_TICK)
+            i = (t - 1) % DATA_BLOCK
+            if i == 0:
+                block = self.data.sample(rng, DATA_BLOCK)
+            self.protocol.on_samples(t, block[i])
+
+    def _call_at(self, when: float, fn: Callable[[], None]) -> None:
+        """Call `fn()` at time `when` (≥ now), after that instant's deliveries."""
+        At(self.env, when - self.env.now, PRIORITY_DEADLINE).callbacks.append(lambda _e: fn())
+
+    def run(self) -> RunOutput:
+        """Run to `t_max` and return the records."""
+        ctx = Context(
+            n_agents=self.data.n_agents,
+            t_max=self.t_max,
+            public=dict(self.data.public),
+            streams=self.streams,
+            send=self.network.send,
+            now=lambda: self.env.now,
+            oracle_classes=self.data.classes.copy() if self.protocol.uses_oracle else None,
+            links=self.links,
+            call_at=self._call_at,
+        )
+        self.protocol.setup(ctx)
+        self.env.process(self._clock())
+        for t in self.checkpoints:
+            At(self.env, float(t), PRIORITY_RECORD).callbacks.append(
+                lambda _e, t=float(t): self.recorder.measure(t)
+            )
+        self.env.run(until=self.t_max + 1)
+        return RunOutput(self.recorder.metrics(), self.recorder.agents())

@@ -1,0 +1,93 @@
+"""The recorder: measures a run at checkpoint times, apart from the protocol's code.
+
+At each checkpoint it asks the protocol for its estimates and scores them against the truth
+(`mse`: the mean over agents of the squared error), and reads the network's message counters
+(`messages_<kind>`, and `dropped_<kind>` when links can fail). Per-agent squared errors are
+kept on request.
+
+Further metrics are functions `(protocol, data_source) -> {name: value}` registered in
+`desim.kernel.registry.METRICS` and chosen by name (a study's ``[study] metrics``): protocols expose
+state, these functions compare it with the truth the data source holds (DESIGN principle 5).
+A function returns an empty dict when the protocol has no state it can measure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from desim.kernel.network import Network
+from desim.kernel.protocol import DataSource, Protocol
+
+#: A metric function: the protocol and the data source in, named values out.
+MetricFn = Callable[[Protocol, DataSource], dict[str, float]]
+
+
+def log_checkpoints(t_max: int, n: int = 60) -> np.ndarray:
+    """About `n` log-spaced integer slots in [1, t_max], always including 1 and `t_max`."""
+    if t_max < 1:
+        raise ValueError(f"t_max = {t_max}: must be ≥ 1")
+    points = np.unique(np.round(np.logspace(0, np.log10(t_max), max(n, 2))).astype(np.int64))
+    return np.union1d(points[(points >= 1) & (points <= t_max)], [t_max])
+
+
+class Recorder:
+    """Collects tidy (t, metric, value) records of one run."""
+
+    def __init__(
+        self,
+        protocol: Protocol,
+        network: Network,
+        truth: np.ndarray,
+        per_agent: bool = False,
+        data: DataSource | None = None,
+        metrics: Sequence[MetricFn] = (),
+    ) -> None:
+        self.protocol = protocol
+        self.network = network
+        self.truth = truth
+        self.per_agent = per_agent
+        self.data = data
+        self.metric_fns = tuple(metrics)
+        self._rows: list[tuple[float, str, float]] = []
+        self._agents: list[np.ndarray] = []
+        self._agent_t: list[float] = []
+
+    def measure(self, t: float) -> None:
+        """Record every metric at time `t`."""
+        err2 = (np.asarray(self.protocol.estimates(), dtype=float) - self.truth) ** 2
+        if err2.ndim > 1:  # vector estimates: squared Euclidean error per agent
+            err2 = err2.sum(axis=tuple(range(1, err2.ndim)))
+        self._rows.append((t, "mse", float(err2.mean())))
+        for kind, sent, dropped in zip(
+            self.network.kinds, self.network.sent, self.network.dropped, strict=True
+        ):
+            self._rows.append((t, f"messages_{kind}", float(sent)))
+            if not self.network.links.ideal:
+                self._rows.append((t, f"dropped_{kind}", float(dropped)))
+        for fn in self.metric_fns:
+            for name, value in fn(self.protocol, self.data).items():
+                self._rows.append((t, name, float(value)))
+        if self.per_agent:
+            self._agents.append(err2)
+            self._agent_t.append(t)
+
+    def metrics(self) -> pd.DataFrame:
+        """Records as a DataFrame with columns t, metric, value."""
+        t, metric, value = zip(*self._rows, strict=True) if self._rows else ((), (), ())
+        return pd.DataFrame({"t": np.asarray(t, float), "metric": list(metric), "value": value})
+
+    def agents(self) -> pd.DataFrame | None:
+        """Per-agent squared errors (columns t, agent, value), or None if not kept."""
+        if not self.per_agent:
+            return None
+        n = len(self.truth)
+        return pd.DataFrame(
+            {
+                "t": np.repeat(self._agent_t, n),
+                "agent": np.tile(np.arange(n), len(self._agent_t)),
+                "value": np.concatenate(self._agents) if self._agents else [],
+            }
+        )

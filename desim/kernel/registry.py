@@ -1,0 +1,94 @@
+"""Name → class registries: how study files refer to protocols, data, links, topologies, curves,
+and metrics.
+
+Nothing in a study file is imported or evaluated from a string: a name is looked up here, and
+an unknown name is an error that lists what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
+
+from desim.kernel.params import ConfigError
+
+T = TypeVar("T")
+
+
+class UnknownName(KeyError):
+    """A name that is not in a registry; its message lists the allowed names."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; people want a sentence
+        return str(self.args[0])
+
+
+class Registry(Generic[T]):
+    """A mapping from the names used in study files to registered objects of one kind."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator that registers its argument under `name` (names are unique)."""
+
+        def add(obj: T) -> T:
+            if name in self._items:
+                raise ValueError(f"{self.kind} {name!r} is registered twice")
+            self._items[name] = obj
+            return obj
+
+        return add
+
+    def get(self, name: str) -> T:
+        """The object registered as `name`; `UnknownName` says what is allowed otherwise."""
+        try:
+            return self._items[name]
+        except KeyError:
+            raise UnknownName(self.unknown_message(name)) from None
+
+    def lookup(self, name: Any, where: str) -> T:
+        """Like `get`, for names read from a study file: a `ConfigError` naming `where`."""
+        if not isinstance(name, str):
+            raise ConfigError(f"{where} = {name!r}: must be a string naming a {self.kind}")
+        try:
+            return self.get(name)
+        except UnknownName as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+
+    def unknown_message(self, name: object) -> str:
+        """One line explaining that `name` is not a known name of this kind."""
+        close = difflib.get_close_matches(str(name), list(self._items), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        allowed = ", ".join(sorted(self._items)) or "none"
+        return f"unknown {self.kind} {name!r}{hint}; allowed: {allowed}"
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._items))
+
+    def items(self) -> list[tuple[str, T]]:
+        """(name, object) pairs in name order."""
+        return sorted(self._items.items())
+
+
+#: Protocol classes (subclasses of `desim.kernel.protocol.Protocol`).
+PROTOCOLS: Registry = Registry("protocol")
+#: Data models: callables building a `desim.kernel.protocol.DataSource` from validated parameters.
+DATA: Registry = Registry("data model")
+#: Link models (classes implementing `desim.kernel.links.LinkModel`).
+LINKS: Registry = Registry("link model")
+#: Closed-form curves: classes with a `curve(t) -> (mean, stderr)` method.
+CURVES: Registry = Registry("curve")
+#: Communication-graph models (classes with `check(n)` and `make(n, rng) -> Graph`).
+TOPOLOGIES: Registry = Registry("topology")
+#: Extra metrics: functions `(protocol, data_source) -> dict[str, float]` the recorder calls.
+METRICS: Registry = Registry("metric")
+#: Non-negative distributions (subclasses of `desim.network_models.distributions.Distribution`).
+DISTRIBUTIONS: Registry = Registry("distribution")
+#: Availability models of links and nodes (subclasses of
+#: `desim.network_models.availability.Availability`).
+AVAILABILITY: Registry = Registry("availability model")

@@ -1,0 +1,125 @@
+"""The parameter server and round deadlines: collecting messages per round, protocol-agnostic.
+
+The parameter server (PS) is the network address ``n_agents``, one past the agents: agents send
+to it like to any agent, over links the link model decides (the uplinks τ_i of seed 004). A
+`RoundCollector` gathers the messages of one kind that belong to round r — column 0 of their
+payload carries r (`tag`) — and hands them over at r's deadline, a timer of the engine
+(`desim.kernel.protocol.Context.call_at`); a message that arrives after its round closed is late: it
+is counted, not delivered. With zero latency and deadline = the round's start, everything sent
+in the round is collected (deadlines fire after the instant's deliveries). `ParameterServer` is
+a collector at the server address; protocols use plain collectors for their agents' own stage
+deadlines (e.g. PriCER's Stage 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from desim.kernel.messages import Batch
+from desim.kernel.protocol import Context
+
+
+def server_address(n_agents: int) -> int:
+    """The network address of the parameter server: one past the agents."""
+    return n_agents
+
+
+def tag(r: int, payload: np.ndarray) -> np.ndarray:
+    """`payload` rows (one message each) with the round number r prepended as column 0."""
+    payload = np.asarray(payload, dtype=float)
+    if payload.ndim == 1:
+        payload = payload[:, None]
+    return np.column_stack([np.full(len(payload), float(r)), payload])
+
+
+@dataclass(frozen=True)
+class Round:
+    """The messages of round `r` that arrived before its deadline (payload without the tag)."""
+
+    r: int
+    src: np.ndarray
+    dst: np.ndarray
+    payload: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
+class RoundCollector:
+    """Messages of kind `kind` gathered per round and handed to `on_close` at the round's deadline.
+
+    `width` is the payload width after the tag (narrower kinds in a joined batch are NaN-padded,
+    so the collector cuts them back); `late` counts messages that missed their deadline.
+    """
+
+    def __init__(
+        self, ctx: Context, kind: str, width: int, on_close: Callable[[Round], None]
+    ) -> None:
+        if ctx.call_at is None:
+            raise ValueError("this engine gives no timers (Context.call_at); rounds need them")
+        self.ctx = ctx
+        self.kind = kind
+        self.width = int(width)
+        self.on_close = on_close
+        self.late = 0
+        self._parts: dict[int, list[Batch]] = {}
+
+    def open(self, r: int, deadline: float) -> None:
+        """Start collecting round r; it closes at time `deadline` (≥ now)."""
+        if r in self._parts:
+            raise ValueError(f"round {r} of {self.kind!r} is already open")
+        self._parts[r] = []
+        self.ctx.call_at(deadline, lambda: self._close(r))
+
+    def accepts(self, batch: Batch) -> np.ndarray:
+        """Which messages of `batch` (already of this kind) this collector takes: all."""
+        return np.ones(len(batch), dtype=bool)
+
+    def receive(self, batch: Batch) -> None:
+        """File the messages of this kind in `batch` under their rounds (late ones are counted)."""
+        mine = batch.of_kind(self.kind)
+        if len(mine) == 0:
+            return
+        mine = mine.select(self.accepts(mine))
+        rounds = mine.payload[:, 0].astype(np.int64)
+        first = int(rounds[0])
+        if (rounds == first).all():  # the usual case: one round in flight
+            self._file(first, mine)
+            return
+        for r in np.unique(rounds):
+            self._file(int(r), mine.select(rounds == r))
+
+    def _file(self, r: int, batch: Batch) -> None:
+        parts = self._parts.get(r)
+        if parts is None:
+            self.late += len(batch)
+            return
+        parts.append(batch)
+
+    def _close(self, r: int) -> None:
+        parts = self._parts.pop(r)
+        if parts:
+            b = Batch.concat(parts)
+            payload = b.payload[:, 1 : 1 + self.width]
+            self.on_close(Round(r, b.src, b.dst, payload))
+            return
+        empty = np.empty(0, dtype=np.int64)
+        self.on_close(Round(r, empty, empty, np.empty((0, self.width))))
+
+
+class ParameterServer(RoundCollector):
+    """The PS: a round collector for the messages of `kind` addressed to `server_address`."""
+
+    def __init__(
+        self, ctx: Context, kind: str, width: int, on_close: Callable[[Round], None]
+    ) -> None:
+        super().__init__(ctx, kind, width, on_close)
+        #: The server's network address (one past the agents).
+        self.address = server_address(ctx.n_agents)
+
+    def accepts(self, batch: Batch) -> np.ndarray:
+        """Only messages addressed to the server."""
+        return batch.dst == self.address

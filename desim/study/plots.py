@@ -1,0 +1,257 @@
+"""Figures of a study: one file per [[plot]], drawn from results/ without running anything.
+
+Each plot shows one metric against the slot t on log–log axes: one line per scenario (the mean
+over replicates) with a 95% confidence band (mean ± 1.96 standard errors, computed with one
+groupby, which stays fast for hundreds of runs), and the closed-form curves dashed. A study
+with a grid gets one panel per grid point, sharing axes and one legend.
+
+With ``x`` a grid column the plot shows the values at one slot (``at``, default the last)
+against that column instead, on a linear x axis: one line per scenario with its band, the
+curves dashed, and one panel per value of the other grid columns. ``dashed`` metrics (e.g. a
+bound a protocol reports) are drawn dashed in their scenario's colour, on either kind of plot.
+A study may have curves only (an optimiser study): its plots then draw curves alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: never needs a display
+
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from desim.kernel.params import ConfigError  # noqa: E402
+from desim.study.results import atomic_write, load_curves, load_metrics  # noqa: E402
+from desim.study.spec import GridPoint, PlotSpec, Study  # noqa: E402
+
+#: Resolution of written figures.
+DPI = 150
+#: Panels per row when a grid gives several panels.
+PANELS_PER_ROW = 3
+#: Axis labels of the metrics the recorder writes (others are labelled by their name).
+Y_LABELS = {"mse": "mean squared error"}
+
+
+def _at_point(frame: pd.DataFrame, point: GridPoint) -> pd.DataFrame:
+    """The rows of `frame` at grid `point` (all rows without a grid)."""
+    mask = np.ones(len(frame), dtype=bool)
+    for col, value in point.columns.items():
+        mask &= (frame[col] == value).to_numpy()
+    return frame[mask]
+
+
+def _layout(study: Study) -> tuple[int, int]:
+    """(rows, columns) of panels: a table for a two-parameter grid, else rows of panels."""
+    n = len(study.points)
+    grid = study.grid_columns
+    if len(grid) == 2:  # rows follow the first parameter, columns the second (points in order)
+        ncols = len({json.dumps(p.values[list(grid)[1]]) for p in study.points})
+        return n // ncols, ncols
+    ncols = min(n, PANELS_PER_ROW)
+    return math.ceil(n / ncols), ncols
+
+
+def summarise(metrics: pd.DataFrame, metric: str, grid: list[str]) -> pd.DataFrame:
+    """Mean, 95% band and replicate count of `metric` per (grid point, scenario, t)."""
+    rows = metrics[metrics["metric"] == metric]
+    stats = (
+        rows.groupby([*grid, "scenario", "t"], sort=False)["value"]
+        .agg(value_mean="mean", value_std="std", value_count="count", value_min="min")
+        .reset_index()
+    )
+    half = 1.96 * stats["value_std"].fillna(0.0) / np.sqrt(stats["value_count"])
+    # On log axes a band below zero would vanish; the smallest replicate bounds it instead.
+    stats["value_low"] = np.maximum(stats["value_mean"] - half, stats["value_min"])
+    stats["value_high"] = stats["value_mean"] + half
+    return stats
+
+
+def _finish(study: Study, spec: PlotSpec, fig, axes, n_panels: int) -> Path:
+    """Title and legend (every label once, even if a panel lacks a line), then save."""
+    legend: dict[str, object] = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    handles, labels = list(legend.values()), list(legend)
+    if n_panels == 1:
+        axes.flat[0].set_title(spec.title)
+        axes.flat[0].legend(handles, labels, fontsize="small")
+    else:
+        fig.suptitle(spec.title)
+        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
+    return _save(study, spec, fig)
+
+
+def _panels_figure(nrows: int, ncols: int) -> tuple:
+    """A figure with a grid of panels sharing both axes, in the house style."""
+    with sns.axes_style("whitegrid"):
+        return plt.subplots(
+            nrows, ncols, figsize=(5.2 * ncols + 1.5, 3.9 * nrows), squeeze=False,
+            sharex=True, sharey=True, layout="constrained",
+        )
+
+
+def draw_figures(study: Study) -> list[Path]:
+    """Draw every plot of `study` from its results; return the files written."""
+    metrics = load_metrics(study)
+    if metrics.empty and not study.curve_jobs:
+        raise ConfigError(f"{study.results_dir}: no finished runs to plot")
+    curves = load_curves(study)
+    study.figures_dir.mkdir(parents=True, exist_ok=True)
+    return [draw_plot(study, spec, metrics, curves) for spec in study.plots]
+
+
+def draw_plot(
+    study: Study, spec: PlotSpec, metrics: pd.DataFrame, curves: pd.DataFrame | None
+) -> Path:
+    """Draw one [[plot]] into figures/ and return its path."""
+    available = sorted(metrics["metric"].unique())
+    wanted = [("metric = ", spec.metric)] + [("dashed: metric ", m) for m in spec.dashed]
+    for what, metric in wanted if spec.scenarios else ():
+        if metric not in available:
+            raise ConfigError(
+                f"plot {spec.file!r}: {what}{metric!r}: not in the results; "
+                f"available: {', '.join(available)}"
+            )
+    if spec.x != "t":
+        return _draw_against_column(study, spec, metrics, curves)
+    grid = list(study.grid_columns.values())
+    chosen = metrics[metrics["scenario"].isin(spec.scenarios)]
+    stats = summarise(chosen, spec.metric, grid)
+    dashed = {metric: summarise(chosen, metric, grid) for metric in spec.dashed}
+    points = study.points
+    nrows, ncols = _layout(study)
+    palette = sns.color_palette("colorblind", len(spec.scenarios) + len(spec.curves))
+    fig, axes = _panels_figure(nrows, ncols)
+    for ax, point in zip(axes.flat, points, strict=False):
+        here = _at_point(stats, point)
+        for color, name in zip(palette, spec.scenarios, strict=False):
+            line = here[here["scenario"] == name]
+            if line.empty:  # e.g. every replicate of it failed
+                continue
+            ax.plot(line["t"], line["value_mean"], color=color, lw=1.6, label=name)
+            ax.fill_between(line["t"], line["value_low"], line["value_high"], color=color,
+                            alpha=0.2, lw=0)
+            for k, metric in enumerate(spec.dashed):
+                extra = _at_point(dashed[metric], point)
+                extra = extra[extra["scenario"] == name]
+                ax.plot(extra["t"], extra["value_mean"], color=color, lw=1.2, ls=_DASHES[k % 3],
+                        label=f"{name}: {metric}")
+        if curves is not None and spec.curves:
+            here_c = _at_point(curves, point)
+            for k, name in enumerate(spec.curves):
+                c = here_c[here_c["curve"] == name]
+                color = palette[len(spec.scenarios) + k]
+                ax.plot(c["t"], c["value"], ls="--", color=color, lw=1.4, label=name)
+        ax.set_xscale("log")
+        _style_panel(ax, spec, point.label if point.columns else "")
+    for k, ax in enumerate(axes.flat):
+        if k >= len(points):
+            ax.set_visible(False)
+        elif k + ncols >= len(points):  # lowest panel of its column: label the x axis
+            ax.xaxis.set_tick_params(labelbottom=True)
+            ax.set_xlabel("slot t")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(Y_LABELS.get(spec.metric, spec.metric))
+    return _finish(study, spec, fig, axes, len(points))
+
+
+def _style_panel(ax, spec: PlotSpec, title: str) -> None:
+    """Log y axis, the plot's axis limits, a light grid and the panel's title (if any)."""
+    ax.set_yscale("log")
+    if spec.xlim:
+        ax.set_xlim(*spec.xlim)
+    if spec.ylim:
+        ax.set_ylim(*spec.ylim)
+    ax.grid(True, which="both", alpha=0.3)
+    if title:
+        ax.set_title(title, fontsize="medium")
+
+
+def _save(study: Study, spec: PlotSpec, fig: plt.Figure) -> Path:
+    path = study.figures_dir / spec.file
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format=path.suffix[1:]))
+    plt.close(fig)
+    return path
+
+
+#: Line styles of a plot's `dashed` metrics, in order.
+_DASHES = ("--", ":", "-.")
+
+
+def _panels(study: Study, x: str) -> list[dict]:
+    """One {column: value} filter per panel: the distinct values of the grid columns but `x`."""
+    others = [c for c in study.grid_columns.values() if c != x]
+    seen: dict[str, dict] = {}
+    for point in study.points:
+        key = {c: point.columns[c] for c in others}
+        seen.setdefault(json.dumps(key, sort_keys=True, default=str), key)
+    return list(seen.values())
+
+
+def _where(frame: pd.DataFrame, values: dict) -> pd.DataFrame:
+    mask = np.ones(len(frame), dtype=bool)
+    for col, value in values.items():
+        mask &= (frame[col] == value).to_numpy()
+    return frame[mask]
+
+
+def _at_slot(frame: pd.DataFrame, at: float | None) -> pd.DataFrame:
+    """The rows of `frame` at slot `at` (None: the last slot it holds)."""
+    if frame.empty:
+        return frame
+    return frame[frame["t"] == (frame["t"].max() if at is None else at)]
+
+
+def _draw_against_column(
+    study: Study, spec: PlotSpec, metrics: pd.DataFrame, curves: pd.DataFrame | None
+) -> Path:
+    """A [[plot]] whose x axis is the grid column `spec.x`, values read at slot `spec.at`."""
+    grid = list(study.grid_columns.values())
+    chosen = _at_slot(metrics[metrics["scenario"].isin(spec.scenarios)], spec.at)
+    stats = {m: summarise(chosen, m, grid) for m in (spec.metric, *spec.dashed)}
+    curve_rows = None
+    if curves is not None and spec.curves:
+        curve_rows = _at_slot(curves[curves["curve"].isin(spec.curves)], spec.at)
+    panels = _panels(study, spec.x)
+    ncols = min(len(panels), PANELS_PER_ROW)
+    nrows = math.ceil(len(panels) / ncols)
+    palette = sns.color_palette("colorblind", len(spec.scenarios) + len(spec.curves))
+    fig, axes = _panels_figure(nrows, ncols)
+    for ax, panel in zip(axes.flat, panels, strict=False):
+        for color, name in zip(palette, spec.scenarios, strict=False):
+            line = _where(stats[spec.metric], {**panel, "scenario": name}).sort_values(spec.x)
+            if line.empty:
+                continue
+            ax.plot(line[spec.x], line["value_mean"], color=color, lw=1.6, marker="o", ms=3.5,
+                    label=name)
+            ax.fill_between(line[spec.x], line["value_low"], line["value_high"], color=color,
+                            alpha=0.2, lw=0)
+            for k, metric in enumerate(spec.dashed):
+                extra = _where(stats[metric], {**panel, "scenario": name}).sort_values(spec.x)
+                ax.plot(extra[spec.x], extra["value_mean"], color=color, lw=1.2, ls=_DASHES[k % 3],
+                        label=f"{name}: {metric}")
+        for k, name in enumerate(spec.curves):
+            if curve_rows is None:
+                break
+            c = _where(curve_rows, {**panel, "curve": name}).sort_values(spec.x)
+            # curves alone are the subject of the plot (an optimiser study): draw them solid
+            ax.plot(c[spec.x], c["value"], ls="--" if spec.scenarios else "-", marker=".",
+                    lw=1.4, color=palette[len(spec.scenarios) + k], label=name)
+        _style_panel(ax, spec, ", ".join(f"{k} = {v}" for k, v in panel.items()))
+    for k, ax in enumerate(axes.flat):
+        if k >= len(panels):
+            ax.set_visible(False)
+        elif k + ncols >= len(panels):
+            ax.xaxis.set_tick_params(labelbottom=True)
+            ax.set_xlabel(spec.x)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(Y_LABELS.get(spec.metric, spec.metric))
+    return _finish(study, spec, fig, axes, len(panels))

@@ -1,0 +1,174 @@
+"""A scenario: one fully specified run, as plain data, and the function that runs it.
+
+A `Scenario` names its protocol, data model, link model and (optionally) topology and gives
+their parameters as plain tables (what a study file holds); `resolve` validates every table
+through the registries, and `run` builds the objects and simulates. Scenarios are picklable, so
+workers receive them as is.
+
+The communication graph, when a scenario has a topology, is drawn once per run from the
+``topology`` stream (keyed by the data set-up, so every protocol of a study sees the same graph)
+and handed to the protocol as ``ctx.public["graph"]`` (a `desim.topologies.graph.Graph`): the graph
+is public, every agent knows its neighbours. Metric functions named in `metrics` are called by the
+recorder at every checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from desim.kernel.engine import RunOutput, Simulation
+from desim.kernel.params import ConfigError, build
+from desim.kernel.plugins import load_plugins
+from desim.kernel.randomness import Streams, stable_key
+from desim.kernel.recorder import log_checkpoints
+from desim.kernel.registry import DATA, LINKS, METRICS, PROTOCOLS, TOPOLOGIES
+from desim.network_models.realistic import NETWORK_TABLES, realistic_links, unknown_table_message
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One run: protocol, data, network and topology tables, horizon, seed and replicate.
+
+    `data` must hold ``model`` (a data-model name), `network` ``links`` (a link-model name) and
+    `topology`, when given, ``model`` (a topology name); the other keys are that component's
+    parameters, except the sub-tables of `network` (``latency``, ``outages``, ``nodes``,
+    ``stragglers``: `desim.network_models.realistic`). `metrics` names extra metrics
+    (`desim.kernel.registry.METRICS`)
+    to record.
+    """
+
+    protocol: str
+    params: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=lambda: {"model": "classes"})
+    network: dict[str, Any] = field(default_factory=lambda: {"links": "ideal"})
+    t_max: int = 1000
+    seed: int = 0
+    replicate: int = 0
+    checkpoints: int = 60
+    per_agent: bool = False
+    name: str = ""
+    topology: dict[str, Any] | None = None
+    metrics: tuple[str, ...] = ()
+
+    @property
+    def shared_key(self) -> int:
+        """Key of the common-random-number streams: depends on the data set-up only."""
+        return stable_key(self.data)
+
+    @property
+    def run_key(self) -> int:
+        """Key of this scenario's own streams: depends on everything but seed and replicate."""
+        parts = {"protocol": self.protocol, "params": self.params, "data": self.data,
+                 "network": self.network}
+        if self.topology is not None:  # absent keys keep older scenarios' streams unchanged
+            parts["topology"] = self.topology
+        return stable_key(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain-data form (for manifests and config hashes).
+
+        `topology` and `metrics` appear only when set, so scenarios without them keep the
+        config hashes they had before these fields existed (their results stay resumable).
+        """
+        out = asdict(self)
+        if self.topology is None:
+            del out["topology"]
+        if not self.metrics:
+            del out["metrics"]
+        else:
+            out["metrics"] = list(self.metrics)
+        return out
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A scenario's validated components: protocol, data, links, topology, metric functions."""
+
+    protocol_cls: type
+    protocol_params: Any
+    data_params: Any
+    links: Any
+    topology: Any = None
+    metrics: tuple[Callable[..., dict[str, float]], ...] = ()
+
+
+def resolve(s: Scenario) -> Resolved:
+    """Validate every part of `s`; raises `ConfigError` naming the first bad field."""
+    load_plugins()
+    label = f"scenario {s.name!r}" if s.name else "scenario"
+    if isinstance(s.t_max, bool) or not isinstance(s.t_max, int) or s.t_max < 1:
+        raise ConfigError(f"{label}: t_max = {s.t_max!r}: must be an integer ≥ 1")
+    cls = PROTOCOLS.lookup(s.protocol, f"{label}: protocol")
+    params = build(cls.Params, s.params, label)
+    data = dict(s.data)
+    data_cls = DATA.lookup(data.pop("model", None), "data.model")
+    data_params = build(data_cls, data, "data")
+    links = _resolve_links(s.network)
+    topology = _resolve_topology(s, data_params)
+    if topology is None and getattr(cls, "needs_topology", False):
+        raise ConfigError(
+            f"{label}: protocol {s.protocol!r} needs a communication graph: add a [topology] "
+            f"table (models: {', '.join(TOPOLOGIES)})"
+        )
+    if isinstance(s.metrics, str) or not isinstance(s.metrics, list | tuple):
+        raise ConfigError(f"metrics = {s.metrics!r}: must be a list of metric names")
+    metrics = tuple(METRICS.lookup(name, "metrics") for name in s.metrics)
+    return Resolved(cls, params, data_params, links, topology, metrics)
+
+
+def _resolve_links(network: dict[str, Any]) -> Any:
+    """The validated link model of a [network] table: the base model, wrapped in
+    `desim.network_models.realistic.RealisticLinks` when the table has sub-tables (latency,
+    outages, …)."""
+    net = dict(network)
+    tables = {name: net.pop(name) for name in NETWORK_TABLES if name in net}
+    for key, value in net.items():
+        if isinstance(value, dict):  # a sub-table that does not exist, not a bad parameter
+            raise ConfigError(unknown_table_message(key))
+    link_cls = LINKS.lookup(net.pop("links", "ideal"), "network.links")
+    links = build(link_cls, net, "network")
+    return realistic_links(links, tables) if tables else links
+
+
+def _resolve_topology(s: Scenario, data_params: Any) -> Any:
+    """The validated topology of `s` (None without one), checked against the number of agents."""
+    if s.topology is None:
+        return None
+    topo = dict(s.topology)
+    if "model" not in topo:
+        raise ConfigError(f"topology: model is required (allowed: {', '.join(TOPOLOGIES)})")
+    topology = build(TOPOLOGIES.lookup(topo.pop("model"), "topology.model"), topo, "topology")
+    agents = getattr(data_params, "agents", None)
+    if agents is not None:
+        try:
+            topology.check(int(agents))
+        except ValueError as exc:
+            raise ConfigError(f"topology: {exc}") from None
+    return topology
+
+
+def run(s: Scenario, streams: Streams | None = None) -> RunOutput:
+    """Simulate scenario `s` and return its tidy records.
+
+    `streams` replaces the scenario's own random streams (to compare link models on the same
+    draws); by default they are keyed by `s`.
+    """
+    r = resolve(s)
+    if streams is None:
+        streams = Streams(s.seed, s.replicate, s.shared_key, s.run_key)
+    data = r.data_params.make(streams.get("population"))
+    if r.topology is not None:
+        data.public["graph"] = r.topology.build(data.n_agents, streams.get("topology"))
+    sim = Simulation(
+        r.protocol_cls(r.protocol_params),
+        data,
+        s.t_max,
+        streams,
+        links=r.links,
+        checkpoints=log_checkpoints(s.t_max, s.checkpoints),
+        per_agent=s.per_agent,
+        metrics=r.metrics,
+    )
+    return sim.run()

@@ -1,0 +1,8 @@
+"""C-ColME and Private-C-ColME (seed 001, "Private Collaborative Mean Estimation on Graphs"):
+consensus over estimated class-mates on a sparse graph.
+
+`protocol` (both protocols), `analytic` (closed forms and their curves), `metrics`
+(Corollary 1 on each run's graph).
+"""
+
+from desim.models.ccolme import analytic, metrics, protocol  # noqa: F401  (registration)

@@ -1,0 +1,695 @@
+"""C-ColME (Galante, Neglia, Leonardi) and Private-C-ColME (seed 001): consensus over a graph.
+
+Agents sit on a communication graph G (`ctx.public["graph"]`, a `desim.topologies.graph.Graph`) and
+talk only to their neighbours N_a. Every slot t, each agent a
+
+1. takes its sample X_a^(t); with privacy it adds Laplace noise Z_a^(t) of variance
+   σ_DP² = 8L²/ε² to it (Lemma 1 of seed 001 with n = 1), so its privatised running mean is
+   X̃_a^(t) = x̄_a^(t) + (1/t) Σ_s Z_a^(s) (without privacy X̃_a = x̄_a);
+2. sends ``state`` = (X̃_a^(t), t, Y_a^(t−1)) to every neighbour;
+3. decides χ_a(b) for every neighbour b from privatised values only, by the optimistic
+   distance (ccolme.md §1.2, §5.4), the Bernstein test (§5.3) or, for ``rule = "oracle"``, the
+   true classes; with ``symmetric`` it sends χ_a(b) to b (``decision``) and keeps
+   C_a^(t) = {b : χ_a(b) ∧ χ_b(a)}, so that W is symmetric and doubly stochastic;
+4. sends ``size`` = |C_a^(t)| to the neighbours it keeps, and mixes with the Metropolis-type
+   weights of eq. (2), W_ab = 1/(1 + max(|C_a|, |C_b|)) for b ∈ C_a, W_aa = 1 − Σ_b W_ab;
+5. updates Y_a^(t) = (1−α) X̃_a^(t) + α Σ_b W_ab Y_b^(t−1), with 1−α = min(1, c·s^(−p)) at
+   age s = t − t_a^start (s = 1: α = 0), restarting its age when its neighbour set changes
+   (``reset``), and reports Y_a^(t) — or its local mean when its estimated class component has
+   1 or 2 agents (``fallback``, seed 001's last if-then-else, §5.6).
+
+Everything an agent sends is computed from privatised values (DESIGN principle 4): X̃, and Y,
+the decisions and |C| computed from X̃ and neighbours' messages. The raw running mean x̄_a is
+used only for the agent's own, unshared fallback output.
+
+Reconstructions of ccolme.md, implemented as options with the digest's default (marked [R]
+there): the α schedule c/s^p (default c = p = 1, Theorem 1's 1−α = 1/t); ``restart`` ``hard``
+(α = 0 in the slot of the change: the literal reading of seed 001) or ``galante`` (α = 1/2 in
+the next slot, as Galante's code); the Bernstein pair test (§5.3: σ_ab² = σ̃_a² + σ̃_b²,
+β_ab = √k·max(β_a, β_b, σ_a, σ_b, β_DP, σ_DP) over the k = 2 or 4 independent terms of
+X̃_a − X̃_b, exact or simplified threshold, θ_t = θ/ln(t+1)); the DP-adjusted optimistic distance
+with σ̃² = σ² + σ_DP² (§5.4); the size-1-or-2 detector and its output (§5.6). Galante's
+reset freeze once the simulator sees no wrong link uses the truth and is not reproduced.
+
+Data Bernstein parameters β_a (Lemma 2 and the like): uniform σ√(3/20), Gaussian σ/2, Bernoulli
+1/3 (|X − μ| ≤ 1); Laplace noise: β_DP = σ_DP/√2.
+
+Under asynchrony (latency, losses, churn: `desim.kernel.links`), message handlers only store what
+arrives, and every agent makes exactly one consensus step per slot, at the end of instant t (two
+engine deadlines, `Context.call_at`): first C_a^(t) from its own χ_a and the last χ_b(a) it
+received (restart, send |C_a|), then, once zero-latency sizes are delivered, the update. Per
+directed edge a keeps b's newest state (X̃_b, t_b, Y_b) by t_b and, for ``values = "stale"``,
+the one before it; a state older than the one held (non-FIFO links) is ignored, and so are
+decisions and sizes older than those held (they carry their send time). The neighbour test runs
+when a newer state arrives, on received values only, and χ_a(b) is sent then (``symmetric``);
+a neighbour never heard from keeps its ``initial`` χ, and a stale test without a previous state
+keeps b. The update mixes the kept neighbours heard from (t_b > 0) whose latest state is at most
+``max_age`` slots old (t − t_b ≤ max_age), with the latest Y_b (that is Y_b^(t_b−1)) and the
+latest |C_b| received (before any, |C_b| of ``initial``: deg b or 0). W_ab keeps a's own |C_a|
+(kept, heard from or not), so W stays row-stochastic with W_aa ≥ 1/(1 + |C_a|) (Metropolis) or
+1/(1 + max degree) and Y_a remains a convex combination of privatised running means: bounded, and
+unbiased when every mixed neighbour shares a's mean. But W is no longer exactly symmetric: a may
+exclude b for lack of recent data while b includes a, or weigh b with an outdated |C_b|. Its
+column sums then differ from 1, so a step no longer preserves the network average of Y: agents
+heard more often weigh more in the consensus, which costs variance (not bias) among agents of one
+mean; and the Y_b^(t_b−1) mixed lags the synchronous Y_b^(t−1) by the age t − t_b. The fallback
+is decided on C_a and the latest |C_b|, heard recently or not. With ideal links, or zero latency
+and always-up links, every state of slot t arrives at t (t_b = t): the synchronous protocol,
+bit for bit (the same operations in the same order).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import scipy.sparse as sp
+
+from desim.kernel.messages import Batch
+from desim.kernel.params import param
+from desim.kernel.protocol import Context, Protocol
+from desim.kernel.registry import PROTOCOLS
+from desim.models.baselines import Local
+from desim.models.privacy.calibration import laplace_scale
+from desim.topologies.graph import Graph
+
+# --------------------------------------------------------------------------------------------
+# parameters: one table of docs and bounds, two sets of defaults (Galante's and seed 001's)
+
+_DOCS: dict[str, tuple[str, dict[str, float]]] = {
+    "rule": ("neighbour test: optimistic distance, Bernstein test, or the true classes", {}),
+    "noise": ("DP noise on every sample: Laplace of variance 8L²/ε², or none", {}),
+    "epsilon": ("privacy budget ε of every sample (inf: no noise)", {"gt": 0}),
+    "delta": ("optimistic distance: confidence δ, γ = δ/(4 Σ_a deg a)", {"gt": 0, "lt": 1}),
+    "theta": ("Bernstein test level θ_t = theta/ln(t+1)", {"gt": 0, "lt": 1}),
+    "threshold": ("Bernstein threshold: exact root z_t, or the simpler upper bound z'_t", {}),
+    "threshold_scale": ("factor on the Bernstein threshold (seed 001 tuned it)", {"gt": 0}),
+    "alpha_c": ("α schedule 1−α = min(1, c·s^(−p)) at age s: the c", {"gt": 0}),
+    "alpha_p": ("α schedule 1−α = min(1, c·s^(−p)) at age s: the p", {"gt": 0, "le": 1}),
+    "reset": ("restart the age s when neighbour sets change: never, all agents, per agent",
+              {}),
+    "restart": ("after a change: α = 0 in that slot (hard) or α = 1/2 in the next (galante)",
+                {}),
+    "decisions": ("re-test every neighbour each slot, or never re-add a dropped one", {}),
+    "initial": ("C_a before slot 1: every neighbour, or none", {}),
+    "values": ("test against neighbours' values of this slot (fresh) or the last (stale)", {}),
+    "symmetric": ("keep b only if a and b both keep each other (exchanges decisions)", {}),
+    "weights": ("W: 1/(1+max(|C_a|,|C_b|)) (metropolis) or 1/(1+max degree of G)", {}),
+    "fallback": ("report the local mean (raw or privatised) when |C̃_a| seems 1 or 2", {}),
+    "max_age": ("mix only neighbours whose latest state is at most this many slots old",
+                {"ge": 0}),
+}
+
+
+def _p(name: str, default: Any) -> Any:
+    doc, bounds = _DOCS[name]
+    return param(default, doc, **bounds)
+
+
+Rule = Literal["optimistic", "bernstein", "oracle"]
+Noise = Literal["none", "laplace"]
+Threshold = Literal["exact", "simple"]
+Reset = Literal["none", "global", "agent"]
+Restart = Literal["hard", "galante"]
+Decisions = Literal["retest", "irrevocable"]
+Initial = Literal["all", "none"]
+Values = Literal["fresh", "stale"]
+Weights = Literal["metropolis", "max-degree"]
+Fallback = Literal["none", "local", "private-local"]
+
+
+def _check(p: Any) -> None:
+    if p.decisions == "irrevocable" and p.initial == "none":
+        raise ValueError("decisions = 'irrevocable' only drops neighbours, so it needs "
+                         "initial = 'all'")
+
+
+@dataclass(frozen=True)
+class CColMEParams:
+    """C-ColME as in Galante et al.'s code: optimistic distance, irrevocable, global reset."""
+
+    rule: Rule = _p("rule", "optimistic")
+    noise: Noise = _p("noise", "none")
+    epsilon: float = _p("epsilon", 1.0)
+    delta: float = _p("delta", 0.1)
+    theta: float = _p("theta", 0.05)
+    threshold: Threshold = _p("threshold", "exact")
+    threshold_scale: float = _p("threshold_scale", 1.0)
+    alpha_c: float = _p("alpha_c", 1.0)
+    alpha_p: float = _p("alpha_p", 1.0)
+    reset: Reset = _p("reset", "global")
+    restart: Restart = _p("restart", "galante")
+    decisions: Decisions = _p("decisions", "irrevocable")
+    initial: Initial = _p("initial", "all")
+    values: Values = _p("values", "stale")
+    symmetric: bool = _p("symmetric", False)
+    weights: Weights = _p("weights", "metropolis")
+    fallback: Fallback = _p("fallback", "none")
+    max_age: float = _p("max_age", math.inf)
+
+    def __post_init__(self) -> None:
+        _check(self)
+
+
+@dataclass(frozen=True)
+class PrivateCColMEParams:
+    """Private-C-ColME as in seed 001: Laplace noise, Bernstein test, re-tested symmetric
+    decisions, per-agent reset, fallback to the local mean."""
+
+    rule: Rule = _p("rule", "bernstein")
+    noise: Noise = _p("noise", "laplace")
+    epsilon: float = _p("epsilon", 1.0)
+    delta: float = _p("delta", 0.1)
+    theta: float = _p("theta", 0.05)
+    threshold: Threshold = _p("threshold", "exact")
+    threshold_scale: float = _p("threshold_scale", 1.0)
+    alpha_c: float = _p("alpha_c", 1.0)
+    alpha_p: float = _p("alpha_p", 1.0)
+    reset: Reset = _p("reset", "agent")
+    restart: Restart = _p("restart", "hard")
+    decisions: Decisions = _p("decisions", "retest")
+    initial: Initial = _p("initial", "none")
+    values: Values = _p("values", "fresh")
+    symmetric: bool = _p("symmetric", True)
+    weights: Weights = _p("weights", "metropolis")
+    fallback: Fallback = _p("fallback", "local")
+    max_age: float = _p("max_age", math.inf)
+
+    def __post_init__(self) -> None:
+        _check(self)
+
+
+# --------------------------------------------------------------------------------------------
+# the formulas of the neighbour tests
+
+
+def confidence_radius(n: np.ndarray | float, sigma2: np.ndarray | float,
+                      gamma: float) -> np.ndarray:
+    """β(n; σ, γ) = σ √((2/n)(1 + 1/n) ln(√(n+1)/γ)), +∞ for n < 2 (ccolme.md §1.1)."""
+    n = np.asarray(n, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.sqrt(sigma2 * (2.0 / n) * (1.0 + 1.0 / n) * np.log(np.sqrt(n + 1.0) / gamma))
+    return np.where(n < 2, np.inf, r)
+
+
+def bernstein_threshold(n: np.ndarray | float, sigma2: np.ndarray | float,
+                        beta: np.ndarray | float, theta: np.ndarray | float,
+                        exact: bool = True) -> np.ndarray:
+    """z with 2 exp(−n z²/(2(σ² + βz))) = θ (exact), or z' = 2βℓ/n + σ√(2ℓ/n), ℓ = ln(2/θ).
+
+    Accepting H0 (same mean) iff |S| < z bounds the type-I error of a mean of n terms with
+    variance σ² and Bernstein parameter β by θ (seed 001 §II-D, Lemma 4).
+    """
+    n = np.asarray(n, dtype=float)
+    ell = np.log(2.0 / np.asarray(theta, dtype=float))
+    if exact:
+        return (beta * ell + np.sqrt(beta * beta * ell * ell + 2.0 * n * sigma2 * ell)) / n
+    return 2.0 * beta * ell / n + np.sqrt(sigma2 * 2.0 * ell / n)
+
+
+def data_bernstein_parameter(distribution: str, sigma2: np.ndarray) -> np.ndarray:
+    """β_a of every agent's data: uniform σ√(3/20) (Lemma 2), Gaussian σ/2, Bernoulli 1/3."""
+    sigma = np.sqrt(np.asarray(sigma2, dtype=float))
+    if distribution == "uniform":
+        return sigma * math.sqrt(3.0 / 20.0)
+    if distribution == "gaussian":
+        return sigma / 2.0
+    return np.full_like(sigma, 1.0 / 3.0)
+
+
+def metropolis_weights(graph: Graph, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(w_e over directed edges, W_aa) of eq. (2) for the neighbour sets `kept`.
+
+    W_ab = 1/(1 + max(|C_a|, |C_b|)) for kept edges, 0 otherwise; W_aa = 1 − Σ_b W_ab. With
+    symmetric `kept` (kept[e] == kept[reverse[e]]) W is symmetric and doubly stochastic.
+    """
+    size = row_sums(graph, kept.astype(float))
+    w = np.where(kept, 1.0 / (1.0 + np.maximum(size[graph.src], size[graph.dst])), 0.0)
+    return w, 1.0 - row_sums(graph, w)
+
+
+def row_sums(graph: Graph, x: np.ndarray) -> np.ndarray:
+    """Σ over each agent's outgoing edges of the per-edge values x (CSR order)."""
+    out = np.zeros(graph.n, dtype=np.result_type(x.dtype, np.int64))
+    rows = graph.degree > 0
+    if rows.any():
+        out[rows] = np.add.reduceat(x, graph.indptr[:-1][rows])
+    return out
+
+
+def _common(x: np.ndarray) -> float | None:
+    """The value every element of x shares, or None (also for an empty x)."""
+    if len(x) == 0 or not (x == x[0]).all():
+        return None
+    return float(x[0])
+
+
+def _newest(e: np.ndarray, stamp: np.ndarray, held: np.ndarray,
+            strict: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Messages for edge slots e with time stamps: which ones to keep, per edge the newest.
+
+    Messages not newer than the stamp `held` of their edge (strictly, or as new) are dropped.
+    Returns the distinct edges left, the row of each one's newest message (ties: the last to
+    arrive) and the row of the message just before it for that edge (−1 if none).
+    """
+    ok = stamp > held if strict else stamp >= held
+    rows = np.flatnonzero(ok)
+    if len(rows) <= 1:
+        return e[rows], rows, np.full(len(rows), -1)
+    order = rows[np.lexsort((stamp[rows], e[rows]))]  # by edge, then stamp; stable
+    es = e[order]
+    last = np.ones(len(es), dtype=bool)
+    last[:-1] = es[1:] != es[:-1]
+    pos = np.flatnonzero(last)
+    has = (pos > 0) & (es[pos - 1] == es[pos])
+    return es[pos], order[pos], np.where(has, order[pos - 1], -1)
+
+
+class _SendTimes:
+    """Per directed edge, the send time of the message a holds (decision or size), to ignore
+    older ones; stored once when one send (all at one time) reached every edge, as in sync."""
+
+    def __init__(self, n_edges: int) -> None:
+        self._n = n_edges
+        self._all: float | None = 0.0  # 0: the prior, before any message
+        self._each = np.zeros(n_edges)
+
+    def sent(self, e: np.ndarray, at: float) -> None:
+        """The newest send, at time `at`, filled the distinct edge slots e."""
+        if len(e) == self._n:
+            self._all = at
+        else:
+            self.each[e] = at
+
+    @property
+    def each(self) -> np.ndarray:
+        """The send time held for every edge (materialised; callers may write into it)."""
+        if self._all is not None:
+            self._each[:] = self._all
+            self._all = None
+        return self._each
+
+
+# --------------------------------------------------------------------------------------------
+# the protocol
+
+
+@PROTOCOLS.register("c-colme")
+class CColME(Protocol):
+    """C-ColME (Galante et al.): consensus over estimated same-class neighbours of a graph."""
+
+    Params = CColMEParams
+    message_kinds = ("state", "decision", "size")
+    #: The scenario must have a [topology]: the graph arrives as ctx.public["graph"].
+    needs_topology: ClassVar[bool] = True
+
+    def __init__(self, params: Any) -> None:
+        super().__init__(params)
+        # rule = "oracle" is the explicitly named oracle variant: only it sees the classes
+        self.uses_oracle = params.rule == "oracle"
+
+    # -- set-up ------------------------------------------------------------------------------
+    def setup(self, ctx: Context) -> None:
+        super().setup(ctx)
+        p = self.params
+        g: Graph = ctx.public["graph"]
+        if g.n != ctx.n_agents:
+            raise ValueError(f"the graph has {g.n} agents, the data {ctx.n_agents}")
+        if ctx.call_at is None:
+            raise ValueError("this engine gives no timers (Context.call_at); the consensus "
+                             "step runs at a deadline")
+        self.graph = g
+        m, e = g.n, g.n_directed
+        self.src, self.dst, self.reverse = g.src, g.dst, g.reverse
+        self._keys = g.src * m + g.dst  # sorted (CSR order): finds an edge's slot
+        self._rows = g.degree > 0
+        self._starts = g.indptr[:-1][self._rows]
+        L = float(ctx.public["L"])
+        sigma2 = np.broadcast_to(np.asarray(ctx.public["sigma2"], dtype=float), (m,))
+        private = p.noise == "laplace" and math.isfinite(p.epsilon)
+        #: Laplace scale b = 2L/ε of the per-sample noise (0 without privacy).
+        self.laplace_b = laplace_scale(L, p.epsilon) if private else 0.0
+        #: σ_DP² = 2b² = 8L²/ε², the variance of each sample's noise.
+        self.sigma2_dp = 2.0 * self.laplace_b**2
+        self._noise = ctx.streams.get("dp-noise")
+        #: σ̃_a² = σ_a² + σ_DP², the variance of a privatised sample.
+        self.sigma2_tilde = sigma2 + self.sigma2_dp
+        self._equal_var = bool(np.all(sigma2 == sigma2[0])) if m else True
+        self._beta_data = data_bernstein_parameter(ctx.public.get("distribution", "uniform"),
+                                                   sigma2)
+        self._sigma = np.sqrt(sigma2)
+        self._gamma = p.delta / (4.0 * max(e, 1))
+        self._w_const = 1.0 / (1.0 + (g.degree.max() if m else 0))
+
+        # own state
+        self.t = 0
+        self.raw_sum = np.zeros(m)  # Σ X_a: never leaves the agent
+        self.priv_sum = np.zeros(m)  # Σ (X_a + Z_a): what everything shared derives from
+        self.y = np.zeros(m)  # Y_a, the consensus estimate
+        self.start = np.zeros(m)  # t_a^start: age s = t − start (float: α needs no cast)
+        # per directed edge e = (a, b), what a holds about its neighbour b: its last state
+        # (X̃_b, t_b, Y_b) and, for values = "stale", the one before; t_b = 0: none yet
+        self.nb_x, self.nb_n, self.nb_y = np.zeros(e), np.zeros(e), np.zeros(e)
+        self.nb_x_prev, self.nb_n_prev = np.zeros(e), np.zeros(e)
+        # t_b shared by every stored state (synchronous agents), None when they differ
+        self._nb_n_all: float | None = 0.0
+        self._nb_n_prev_all: float | None = 0.0
+        self.chi = np.full(e, p.initial == "all")  # χ_a(b), a's own decision
+        self.their_chi = self.chi.copy()  # χ_b(a), as b told a
+        self.their_chi_at = _SendTimes(e)  # when b sent it (0: the prior `initial`)
+        self.kept = self.chi.copy()  # C_a as a boolean per edge
+        self.size = self._count(self.kept)  # |C_a|
+        self.nb_size = self.size[self.dst].astype(float)  # |C_b| as b told a
+        self.nb_size_at = _SendTimes(e)  # the slot b sent it in (0: the prior)
+        # ideal links deliver every send whole, at once and in order: no send times to keep
+        self._in_order = ctx.links is None or ctx.links.ideal
+        self._kept_idx = np.flatnonzero(self.kept)
+        # the edges of the last consensus step and their weights W_ab (for mixing_matrix)
+        self._mixed_idx: np.ndarray = np.empty(0, dtype=np.int64)
+        self._w: np.ndarray | float = 0.0
+        self._fallback = np.zeros(m, dtype=bool)
+        self._changed = np.zeros(m, dtype=bool)  # C_a changed in this slot
+        self._sent: dict[str, tuple[np.ndarray, np.ndarray | slice]] = {}
+        self._sends_sizes = p.weights == "metropolis" or p.fallback != "none"
+        self._handlers = (self._on_state, self._on_decision, self._on_size)
+        if self.uses_oracle:
+            cls = ctx.oracle_classes
+            self._oracle_chi = cls[g.src] == cls[g.dst]
+
+    def _count(self, mask: np.ndarray) -> np.ndarray:
+        """Number of True edges of each agent (CSR rows)."""
+        if len(self._starts) == self.graph.n:  # nobody isolated: one call
+            return np.add.reduceat(mask, self._starts, dtype=np.int64)
+        out = np.zeros(self.graph.n, dtype=np.int64)
+        if len(self._starts):
+            out[self._rows] = np.add.reduceat(mask, self._starts, dtype=np.int64)
+        return out
+
+    # -- slot: sample, privatise, share ------------------------------------------------------
+    def privatise(self, samples: np.ndarray) -> np.ndarray:
+        """X_a + Z_a with Z_a ~ Laplace(0, 2L/ε) drawn from ``dp-noise`` (X_a without privacy)."""
+        if self.laplace_b == 0.0:
+            return samples
+        return samples + self._noise.laplace(0.0, self.laplace_b, size=len(samples))
+
+    def on_samples(self, t: int, samples: np.ndarray) -> None:
+        self.t = t
+        self.raw_sum += samples
+        self.priv_sum += self.privatise(samples)
+        # message e carries the state of b = dst[e] to a = src[e], filed in a's slot e;
+        # columns are contiguous (the transpose of a C array) for the receiver's arithmetic
+        payload = np.empty((3, self.graph.n_directed)).T
+        np.take(self.priv_sum / t, self.dst, out=payload[:, 0])
+        payload[:, 1] = t
+        np.take(self.y, self.dst, out=payload[:, 2])
+        self._send("state", self.dst, self.src, payload, slice(None))
+        # the slot's consensus step, after this instant's deliveries (whatever arrived)
+        self.ctx.call_at(t, self._decided)
+
+    def _send(self, kind: str, src: np.ndarray, dst: np.ndarray, payload: np.ndarray,
+              slots: np.ndarray | slice) -> None:
+        """Send and remember which receiver slots the messages fill (for the fast path)."""
+        self._sent[kind] = (src, slots)
+        self.ctx.send(kind, src, dst, payload)
+
+    def _slots(self, batch: Batch, kind: str) -> tuple[np.ndarray | slice, bool]:
+        """The receiver's edge slot of every message of `batch` (receiver dst, sender src), and
+        whether the batch is the last send of its kind as sent (so the newest of its kind)."""
+        src, slots = self._sent.get(kind, (None, None))
+        if batch.src is src:  # delivered as sent (e.g. ideal links): no lookup needed
+            return slots, True
+        return np.searchsorted(self._keys, batch.dst * self.graph.n + batch.src), False
+
+    # -- deliveries: store what arrived ----------------------------------------------------
+    def on_deliver(self, batch: Batch) -> None:
+        if batch.only >= 0:  # one kind (always so with ideal links): no need to split
+            self._handlers[batch.only](batch)
+            return
+        for kind, handle in zip(self.message_kinds, self._handlers, strict=True):
+            part = batch.of_kind(kind)
+            if len(part):
+                handle(part)
+
+    def _on_state(self, batch: Batch) -> None:
+        e, _ = self._slots(batch, "state")
+        x, n, y = batch.payload[:, 0], batch.payload[:, 1], batch.payload[:, 2]
+        if isinstance(e, slice) and len(n) and n[0] > self._newest_state():
+            # every neighbour's state of one slot, newer than all held: keep the columns
+            self.nb_x_prev, self.nb_n_prev = self.nb_x, self.nb_n
+            self._nb_n_prev_all = self._nb_n_all
+            self.nb_x, self.nb_n, self.nb_y = x, n, y
+            self._nb_n_all = float(n[0])
+        else:
+            if isinstance(e, slice):
+                e = np.arange(self.graph.n_directed)[e]
+            e = self._store_states(e, x, n, y)
+            if len(e) == 0:
+                return
+        chi = self._rule(e)
+        if self.params.decisions == "irrevocable":
+            chi &= self.chi[e]
+        self.chi[e] = chi
+        if self.params.symmetric:
+            # a = src[e] tells b = dst[e], with the time it decided; b files it in reverse[e]
+            payload = np.empty((2, len(chi))).T  # contiguous columns, as for states
+            payload[:, 0] = chi
+            payload[:, 1] = self.ctx.now()
+            self._send("decision", self.src[e], self.dst[e], payload, self.reverse[e])
+
+    def _newest_state(self) -> float:
+        """The largest t_b of every state held (0 when none)."""
+        if self._nb_n_all is not None:
+            return self._nb_n_all
+        return float(self.nb_n.max())
+
+    def _store_states(self, e: np.ndarray, x: np.ndarray, n: np.ndarray,
+                      y: np.ndarray) -> np.ndarray:
+        """File states (x, n, y) in the edge slots e, keeping per edge the newest two by t_b.
+
+        Returns the edges that got a newer state; older ones than held are ignored. In place and
+        O(len(e)): with spread latencies batches are small and many.
+        """
+        edges, rows, before = _newest(e, n, self.nb_n[e], strict=True)
+        if len(edges) == 0:
+            return edges
+        # the state this one replaces: an older one of this batch, or the newest held
+        had = before >= 0
+        self.nb_x_prev[edges] = np.where(had, x[before], self.nb_x[edges])
+        self.nb_n_prev[edges] = np.where(had, n[before], self.nb_n[edges])
+        self.nb_x[edges], self.nb_n[edges], self.nb_y[edges] = x[rows], n[rows], y[rows]
+        self._nb_n_prev_all = self._nb_n_all = None
+        return edges
+
+    def _on_decision(self, batch: Batch) -> None:
+        e, as_sent = self._slots(batch, "decision")
+        chi, at = batch.payload[:, 0] > 0.5, batch.payload[:, 1]
+        if as_sent:  # the last send, so the newest: one send time for all
+            self.their_chi[e] = chi
+            if not self._in_order:
+                self.their_chi_at.sent(e, float(at[0]))
+            return
+        # keep per edge the newest decision (by send time), drop older ones
+        times = self.their_chi_at.each
+        e, rows, _ = _newest(e, at, times[e], strict=False)
+        self.their_chi[e], times[e] = chi[rows], at[rows]
+
+    def _on_size(self, batch: Batch) -> None:
+        e, as_sent = self._slots(batch, "size")
+        size, at = batch.payload[:, 0], batch.payload[:, 1]
+        if as_sent:
+            self.nb_size[e] = size
+            if not self._in_order:
+                self.nb_size_at.sent(e, float(at[0]))
+            return
+        times = self.nb_size_at.each
+        e, rows, _ = _newest(e, at, times[e], strict=False)
+        self.nb_size[e], times[e] = size[rows], at[rows]
+
+    # -- the slot's consensus step (deadlines at the end of instant t) -----------------------
+    def _decided(self) -> None:
+        """C_a^(t) from χ_a and the last χ_b(a): restart ages where it changed, tell kept
+        neighbours |C_a|, then update (once sizes sent with zero latency are delivered)."""
+        kept = self.chi & self.their_chi if self.params.symmetric else self.chi.copy()
+        self._changed = self._count(kept != self.kept) > 0
+        self.kept = kept
+        self.size = self._count(kept)
+        self._kept_idx = np.flatnonzero(kept)
+        if self.params.restart == "hard":
+            self._restart(self._changed)
+        if not self._sends_sizes or len(self._kept_idx) == 0:
+            self._update()
+            return
+        # b = dst[idx] tells a = src[idx] its |C_b| of slot t, filed in a's slot idx
+        sender = self.dst[self._kept_idx]
+        payload = np.empty((2, len(sender))).T
+        payload[:, 0] = self.size[sender]
+        payload[:, 1] = self.t
+        self._send("size", sender, self.src[self._kept_idx], payload, self._kept_idx)
+        self.ctx.call_at(self.t, self._update)
+
+    # -- neighbour test ----------------------------------------------------------------------
+    def _rule(self, e: np.ndarray | slice) -> np.ndarray:
+        """χ_a(b) for the edges e (a = src[e], b = dst[e]) from privatised values only."""
+        if self.uses_oracle:
+            return self._oracle_chi[e].copy()
+        if self.params.values == "fresh":
+            x_b, n_all, n_b = self.nb_x[e], self._nb_n_all, self.nb_n[e]
+        else:
+            x_b, n_all, n_b = self.nb_x_prev[e], self._nb_n_prev_all, self.nb_n_prev[e]
+        if n_all is None:  # states of different ages held; maybe not on these edges
+            n_all = _common(n_b)
+        if n_all == 0.0:  # nothing from these neighbours yet (stale, t = 1): keep them all
+            return np.ones(len(x_b), dtype=bool)
+        a, b = self.src[e], self.dst[e]
+        n_a = float(self.t)
+        diff = np.abs(self.priv_sum[a] / n_a - x_b)
+        if n_all is None:  # states of different ages; none yet (t_b = 0) counts as a keep
+            unknown = n_b == 0
+            n_b = np.where(unknown, n_a, n_b)
+        else:
+            unknown, n_b = None, n_all
+        if self.params.rule == "optimistic":
+            keep = diff <= self._radius(n_a, a) + self._radius(n_b, b)
+        else:
+            keep = diff < self._bernstein(np.minimum(n_a, n_b), a, b)
+        return keep if unknown is None else keep | unknown
+
+    def _radius(self, n: float | np.ndarray, agents: np.ndarray) -> np.ndarray:
+        """β(n; σ̃_a, γ) of the DP-adjusted optimistic distance for the given agents."""
+        s2 = float(self.sigma2_tilde[0]) if self._equal_var else self.sigma2_tilde[agents]
+        return confidence_radius(n, s2, self._gamma)
+
+    def _bernstein(self, n: float | np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """z_t of the Bernstein pair test on X̃_a − X̃_b (scaled by `threshold_scale`)."""
+        p = self.params
+        terms = 4 if self.sigma2_dp > 0 else 2  # X_a, X_b (and Z_a, Z_b) are independent
+        s_dp = math.sqrt(self.sigma2_dp)
+        if self._equal_var:
+            s2: float | np.ndarray = 2.0 * float(self.sigma2_tilde[0])
+            beta: float | np.ndarray = math.sqrt(terms) * max(
+                float(self._beta_data[0]), float(self._sigma[0]), s_dp / math.sqrt(2.0), s_dp
+            )
+        else:
+            s2 = self.sigma2_tilde[a] + self.sigma2_tilde[b]
+            beta = math.sqrt(terms) * np.maximum.reduce(
+                [self._beta_data[a], self._beta_data[b], self._sigma[a], self._sigma[b],
+                 np.full(len(a), s_dp)]
+            )
+        theta = p.theta / np.log(np.asarray(n, dtype=float) + 1.0)
+        return p.threshold_scale * bernstein_threshold(n, s2, beta, theta,
+                                                       p.threshold == "exact")
+
+    # -- consensus step ----------------------------------------------------------------------
+    def _restart(self, changed: np.ndarray) -> None:
+        """Reset the age s of agents whose C_a changed (or of everyone, for a global reset)."""
+        reset = self.params.reset
+        if reset == "agent":
+            self.start[changed] = self.t - 1
+        elif reset == "global" and changed.any():
+            self.start[:] = self.t - 1
+
+    def _mixed(self) -> tuple[np.ndarray, np.ndarray]:
+        """The kept edges a mixes over in slot t (heard from, at most max_age slots old), in
+        CSR order, and how many each agent has."""
+        n_all, max_age = self._nb_n_all, self.params.max_age
+        if n_all is not None and n_all > 0 and self.t - n_all <= max_age:
+            return self._kept_idx, self.size  # every state of one slot: all kept are mixed
+        mixed = self.kept & (self.nb_n > 0)
+        if math.isfinite(max_age):
+            mixed &= self.t - self.nb_n <= max_age
+        return np.flatnonzero(mixed), self._count(mixed)
+
+    def _update(self) -> None:
+        """Y_a ← (1−α) X̃_a + α (W_aa Y_a + Σ_b W_ab Y_b), then the fallback decision."""
+        p = self.params
+        m = self.graph.n
+        idx, counts = self._mixed()
+        if len(idx) == self.graph.n_directed:  # every link mixed: no need to compress
+            nb_size, nb_y = self.nb_size, self.nb_y
+        else:
+            nb_size, nb_y = self.nb_size[idx], self.nb_y[idx]
+        w = self._weights(nb_size, counts)
+        self._mixed_idx, self._w = idx, w
+        # W_aa Y_a + Σ_b W_ab Y_b = Y_a + Σ_b W_ab (Y_b − Y_a) over the mixed b ∈ C_a; they are
+        # in CSR order, so agent a's are the `counts[a]` consecutive ones
+        rows = counts > 0
+        starts = np.cumsum(counts)[rows] - counts[rows]
+        mixed = self.y.copy()
+        if len(starts):
+            mixed[rows] += np.add.reduceat(w * (nb_y - np.repeat(self.y, counts)), starts)
+        age = self.t - self.start
+        decay = p.alpha_c / age if p.alpha_p == 1.0 else p.alpha_c * age ** (-p.alpha_p)
+        one_minus_alpha = np.minimum(1.0, decay)
+        if p.alpha_c < 1.0:  # α = 0 at age 1 (a (re)start) whatever the schedule
+            one_minus_alpha[age <= 1] = 1.0
+        self.y = one_minus_alpha * (self.priv_sum / self.t) + (1.0 - one_minus_alpha) * mixed
+        if p.restart == "galante":
+            self._restart(self._changed)
+        if p.fallback != "none":
+            size = self.size
+            if idx is not self._kept_idx:  # C̃_a is about the kept b, heard recently or not
+                rows = size > 0
+                starts = np.cumsum(size)[rows] - size[rows]
+                nb_size = self.nb_size[self._kept_idx]
+            # |C̃_a| = 1: nobody kept; = 2: one neighbour b kept, and b keeps only a
+            single = np.zeros(m)
+            if len(starts):
+                single[rows] = np.add.reduceat(nb_size, starts)
+            self._fallback = (size == 0) | ((size == 1) & (single == 1))
+
+    def _weights(self, nb_size: np.ndarray, counts: np.ndarray) -> np.ndarray | float:
+        """W_ab of the mixed edges (CSR order, `counts` per agent) given |C_b| as each b told:
+        eq. (2) with a's own |C_a|, or 1/(1+d)."""
+        if self.params.weights == "metropolis":
+            return 1.0 / (1.0 + np.maximum(np.repeat(self.size, counts), nb_size))
+        return self._w_const
+
+    def mixing_matrix(self) -> sp.csr_array:
+        """W^(t) of the last consensus step as a sparse M×M matrix (W_aa on the diagonal)."""
+        idx, m = self._mixed_idx, self.graph.n
+        w = np.broadcast_to(self._w, idx.shape)
+        off = sp.csr_array((w, (self.src[idx], self.dst[idx])), shape=(m, m))
+        return (off + sp.diags_array(1.0 - off.sum(axis=1))).tocsr()
+
+    # -- what the recorder reads -------------------------------------------------------------
+    def estimates(self) -> np.ndarray:
+        """Y_a, or the local mean for agents in the fallback case."""
+        if self.params.fallback == "none" or self.t == 0:
+            return self.y.copy()
+        local = (self.raw_sum if self.params.fallback == "local" else self.priv_sum) / self.t
+        return np.where(self._fallback, local, self.y)
+
+    def neighbour_decisions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(a, b, b ∈ C_a) for every directed edge of G: the estimated same-class links."""
+        return self.src, self.dst, self.kept.copy()
+
+
+@PROTOCOLS.register("private-c-colme")
+class PrivateCColME(CColME):
+    """Private-C-ColME (seed 001): Laplace noise per sample, Bernstein test, fallback."""
+
+    Params = PrivateCColMEParams
+
+
+@PROTOCOLS.register("ideal-component")
+class IdealComponent(Local):
+    """Prop. 2 of seed 001: agent a pools every sample of C̃_a (its class component in G).
+
+    MSE (1/M) Σ_a σ̄²_{C̃_a}/(n_a t): what no algorithm restricted to G can beat. It uses the
+    true classes, as the paper's benchmark does.
+    """
+
+    uses_oracle = True
+    needs_topology: ClassVar[bool] = True
+
+    def setup(self, ctx: Context) -> None:
+        super().setup(ctx)
+        graph: Graph = ctx.public["graph"]
+        self.labels = graph.restricted_components(ctx.oracle_classes)
+        self.sizes = np.bincount(self.labels)
+
+    def estimates(self) -> np.ndarray:
+        pooled = np.bincount(self.labels, weights=self.sums) / self.sizes
+        return pooled[self.labels] / max(self.counts, 1)

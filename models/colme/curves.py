@@ -1,0 +1,96 @@
+"""The Prop. 3 oracle curve of Private-ColME that study files plot next to simulations.
+
+Each curve is a frozen params dataclass registered in `desim.kernel.registry.CURVES`; its
+`curve(t, data)` returns (mean, stderr) of the average MSE (1/M) Σ_a E[(μ_a^{(t)} − μ_a)²] on the
+time grid `t`, given the study's validated data parameters `data` (agents, class_means, sigma,
+distribution, support_half_width()). Agents are assumed to pick their class uniformly at random,
+as in seed 002 §VII; the stderr is zero for exact closed forms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from desim.kernel.params import param
+from desim.kernel.registry import CURVES
+from desim.models.baselines import class_variances
+from desim.models.colme.analytic import MAX_EXACT_OTHERS, oracle_mse, oracle_mse_rrr
+from desim.models.privacy.calibration import mechanism_budget, noise_sigma2
+
+
+@CURVES.register("oracle")
+@dataclass(frozen=True)
+class OracleCurve:
+    """Prop. 3 (RR) or Remark 3 (rRR): Private-ColME with an oracle class estimator.
+
+    Every other agent is a class-mate with probability p = 1/Γ; the noise variance is the
+    paper's calibration for the data's L and (ε, δ), split by ⌊log₂ t_max⌋+1 for PM-II.
+    """
+
+    mechanism: Literal["pm1", "pm2"] = param("pm1", "p-sum mechanism: PM-I or PM-II")
+    weights: Literal["last", "mom", "wmom"] = param(
+        "last", "weights of the statistic T: non-MoM (last release), MoM or windowed MoM"
+    )
+    noise: Literal["gaussian", "laplace", "none"] = param("gaussian", "law of the DP noise")
+    epsilon: float = param(1.0, "overall privacy parameter ε", gt=0)
+    delta: float = param(1e-6, "overall privacy parameter δ (Gaussian noise only)", gt=0, lt=1)
+    schedule: Literal["rr", "rrr"] = param(
+        "rr", "round robin (Prop. 3) or restricted round robin (Remark 3)"
+    )
+    agents: int | None = param(
+        None, "number of agents M of the curve; absent: the data's number of agents", ge=2
+    )
+    t_max_budget: int | None = param(
+        None, "t_max of the PM-II budget split; absent: the largest time of the grid", ge=1
+    )
+    method: Literal["exact", "montecarlo"] = param(
+        "montecarlo", "sum over all class-mate subsets (M ≤ 21) or stratified Monte Carlo"
+    )
+    draws: int = param(20000, "Monte Carlo draws of class-mate subsets", ge=1)
+    seed: int = param(0, "seed of the Monte Carlo draws", ge=0)
+    formula: Literal["exact", "eq21"] = param(
+        "exact", "PM-II noise variance: exact dyadic-node sum, or eq. (21) as printed"
+    )
+
+    def __post_init__(self) -> None:
+        if (
+            self.method == "exact"
+            and self.schedule == "rr"
+            and self.agents is not None
+            and self.agents - 1 > MAX_EXACT_OTHERS
+        ):
+            raise ValueError(
+                f"method = 'exact' needs agents ≤ {MAX_EXACT_OTHERS + 1}, got {self.agents}; "
+                "use method = 'montecarlo'"
+            )
+
+    def sigma2_dp(self, data: Any, t_max: int) -> float:
+        """σ_DP² of Lemma 1 or 2 at this curve's budget (split for PM-II as in §VII)."""
+        eps, delta = mechanism_budget(self.mechanism, self.epsilon, self.delta, t_max)
+        return noise_sigma2(self.noise, data.support_half_width(), eps, delta)
+
+    def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, stderr) of Prop. 3 (or Remark 3) on the grid `t` of integer times."""
+        s2 = class_variances(data)
+        M = int(self.agents if self.agents is not None else data.agents)
+        p = 1.0 / len(s2)
+        t_max = int(self.t_max_budget if self.t_max_budget is not None else np.max(t))
+        s2_dp = self.sigma2_dp(data, t_max)
+        if self.schedule == "rrr":
+            return oracle_mse_rrr(t, M, p, s2, s2_dp, self.mechanism, self.weights, self.formula)
+        return oracle_mse(
+            t,
+            M,
+            p,
+            s2,
+            s2_dp,
+            self.mechanism,
+            self.weights,
+            method=self.method,
+            n_draws=self.draws,
+            seed=self.seed,
+            formula=self.formula,
+        )

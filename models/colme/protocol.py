@@ -1,0 +1,431 @@
+"""Private-ColME (seed 002): query, privatised release, class test, inverse-variance combine.
+
+Each slot, every agent a queries one other agent b (schedule RR or rRR, §III-E). Agent b answers
+with a privatised running mean (PM-I or PM-II, `desim.models.privacy.release`). Agent a keeps the
+statistic T_{b→a} with its exact variance (`desim.models.colme.statistic`), decides whether b is in
+its class by the z-test of §III-C1 when b answers, and estimates its mean by the inverse-variance
+combination of Lemma 4 over the agents it currently believes are in its class, with the bracketing
+of (3)–(4) corrected as in the digest:
+
+    μ_a = (t/σ_a² · X̄_a + Σ_b T_{b→a}/Var[T_{b→a}]) / (t/σ_a² + Σ_b 1/Var[T_{b→a}]).
+
+With unknown data variances (§III-C2, §V) agent a uses its own sample variance V_a, an
+estimate V_{b→a} of σ_b² — released by b (Sch-Var-1) or computed by a from b's releases
+(Sch-Var-2, optionally with the Bayesian correction (19)) — the plug-in V̂ar[T], the Welch
+t-test, and the random weights of eq. (5). Until V_{b→a} exists (or when it is negative and not
+corrected), V̂ar[T_{b→a}] = +∞: b is kept in C_a but gets weight 0.
+
+Choices the paper leaves open, made here:
+- RR order: agent a queries a+1, a+2, … (mod M), skipping itself, so every agent is queried
+  exactly once per slot; agent a's k-th other agent is at RR position k (Prop. 3's ℓ).
+- rRR skips agents outside C_a^{(t-1)}. A decision about b is revised only when b answers, so an
+  excluded agent is never queried again; if a excludes everyone, a sends no more queries and
+  its estimate is its local mean from then on.
+- The test is evaluated when b's release arrives, with t = a's current sample count.
+- Sch-Var-1 splits (ε, δ) equally between the mean and the variance release (§VII-B).
+- Sch-Var-2 uses the unbiased form of (16) for unequal p-sum lengths (it equals (16) when
+  all gaps are equal, as under RR after the first query); under PM-II a differences
+  consecutive releases, whose noises are correlated, and the correction accounts for it.
+
+Under asynchrony (links with latency, losses, outages or stragglers):
+- The querier never stalls: RR and rRR advance every slot whatever is outstanding, and an
+  unanswered query is simply never used.
+- b answers when the query arrives, with its running mean then; its mechanism counts the p-sum
+  (and spends the privacy) when it releases, whether or not the release arrives. If b has no
+  new sample since its last release to a (two queries of a answered in one slot), it re-sends
+  that release unchanged (same j: post-processing, no new p-sum; counted in `repeated`), so
+  every p-sum covers at least one sample and t_j increases strictly with j.
+- A release echoes the send time of the query it answers (the links need not be FIFO). a
+  discards a release arriving more than `timeout` slots after that time (`timed_out`), then one
+  whose j is not above the last index κ it took from b (`stale`: older than, or the same as, a
+  release already used); releases arriving together are taken in increasing j.
+- a uses every other release when it arrives: gaps in j (lost or discarded releases) are
+  normal. T and Var[T] stay exact for the releases taken (`desim.models.colme.statistic`); Sch-Var-2
+  differences consecutive taken releases (a gap is a longer p-sum carrying the noises of both
+  node sets' symmetric difference); Welch's κ (welch_df = "kappa") and the Bayesian shape
+  count releases taken. Sch-Var-1's release is self-contained: a uses the last one it took.
+- With ideal links none of this bookkeeping runs (every release arrives at once, in order);
+  with zero latency through other link models it runs and gives the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from scipy.special import ndtri
+
+from desim.kernel.messages import Batch
+from desim.kernel.params import param
+from desim.kernel.protocol import Context, Protocol
+from desim.kernel.registry import METRICS, PROTOCOLS
+from desim.models.colme.statistic import PairStatistic, SchVar2
+from desim.models.colme.variance import bayes_posterior_mean, sample_variance, welch_accepts
+from desim.models.privacy.calibration import mechanism_budget, noise_sigma2, variance_sigma2
+from desim.models.privacy.release import PSumRelease, SampleVarianceRelease, levels_for
+
+
+@dataclass(frozen=True)
+class PrivateColMEParams:
+    """Parameters of Private-ColME with known data variance."""
+
+    mechanism: Literal["pm1", "pm2"] = param("pm1", "release mechanism: PM-I or PM-II")
+    weights: Literal["last", "mom", "wmom"] = param(
+        "last", "weights of T: last release (non-MoM), mean of means, windowed MoM"
+    )
+    schedule: Literal["rr", "rrr"] = param("rr", "round robin, or restricted round robin")
+    noise: Literal["gaussian", "laplace", "none"] = param(
+        "gaussian", "DP noise on each p-sum; none gives plain (non-private) ColME"
+    )
+    epsilon: float = param(1.0, "privacy budget ε of every sample", gt=0)
+    delta: float = param(1e-6, "privacy budget δ (Gaussian noise)", gt=0, lt=1)
+    theta: float = param(0.05, "test level numerator: θ_t = theta/ln(t+1)", gt=0, lt=1)
+    budget_t_max: int | None = param(
+        None, "t_max in PM-II's budget split ⌊log₂ t_max⌋+1 (default: the run's t_max)", ge=1
+    )
+    variance: Literal["known", "sch-var-1", "sch-var-2", "sch-var-2-bayes"] = param(
+        "known", "data variances known, or estimated by Sch-Var-1 / Sch-Var-2 (plain, Bayesian)"
+    )
+    prior: Literal["paper", "jeffreys"] = param(
+        "paper", "Sch-Var-2 Bayesian prior: the paper's (shape (κ+2)/2) or Jeffreys ((κ+1)/2)"
+    )
+    welch_df: Literal["printed", "kappa"] = param(
+        "printed", "Welch ν second term over t_κ − 1 (as printed) or κ − 1 (releases)"
+    )
+    timeout: float = param(
+        math.inf, "slots after sending a query beyond which its answer is discarded", gt=0
+    )
+
+
+# Columns of a release's payload: b's privatised mean R, b's sample count t_b, the release
+# index j, the send time of the query it answers (echoed), and Sch-Var-1's variance release.
+_VALUE, _COUNT, _INDEX, _ASKED, _VARIANCE = range(5)
+
+
+@PROTOCOLS.register("private-colme")
+class PrivateColME(Protocol):
+    """Private-ColME: privatised queries, z-test class estimates, inverse-variance combination."""
+
+    Params = PrivateColMEParams
+    message_kinds = ("query", "release")
+
+    def setup(self, ctx: Context) -> None:
+        super().setup(ctx)
+        p = self.params
+        m = ctx.n_agents
+        self.known = p.variance == "known"
+        #: σ_a² of every agent, used only when variances are known.
+        self.sigma2 = np.asarray(ctx.public["sigma2"], dtype=float) if self.known else None
+        share = 2.0 if p.variance == "sch-var-1" else 1.0  # the mean release's budget share
+        eps, delta = mechanism_budget(
+            p.mechanism, p.epsilon / share, p.delta / share, p.budget_t_max or ctx.t_max
+        )
+        L = ctx.public["L"]
+        #: σ_DP², the noise variance of every p-sum.
+        self.sigma2_dp = noise_sigma2(p.noise, L, eps, delta)
+        self.mech = PSumRelease(
+            m, p.mechanism, p.noise, self.sigma2_dp, ctx.streams.get("dp-noise"), ctx.t_max
+        )
+        if p.variance == "sch-var-1":
+            self.var_release = SampleVarianceRelease(
+                m, p.mechanism, p.noise, variance_sigma2(L, eps, delta, p.noise),
+                self.sigma2_dp, ctx.streams.get("dp-noise-variance"), ctx.t_max,
+            )
+        levels = levels_for(ctx.t_max)
+        self.stat = PairStatistic(m, p.mechanism, p.weights, self.sigma2_dp, levels)
+        #: V_{b→a}, a's current estimate of σ_b² (+∞: none yet), when variances are unknown.
+        self.v_hat = None if self.known else np.full((m, m), np.inf)
+        if p.variance in ("sch-var-2", "sch-var-2-bayes"):
+            self.schvar2 = SchVar2(m * m, p.mechanism, levels)
+        self._width = _VARIANCE + (p.variance == "sch-var-1")  # payload columns
+        # Ideal links deliver every message at once: releases arrive in order, one per query.
+        self.asynchronous = ctx.links is not None and not ctx.links.ideal
+        #: Releases each querier a discarded: older than one it took (stale), or answering a
+        #: query sent more than `timeout` slots before they arrived (timed out).
+        self.stale = np.zeros(m, dtype=np.int64)
+        self.timed_out = np.zeros(m, dtype=np.int64)
+        #: Answers each responder b re-sent unchanged (no new sample since its last to a).
+        self.repeated = np.zeros(m, dtype=np.int64)
+        if self.asynchronous:
+            self._answered = np.zeros((m * m, self._width))  # b's last release to a, [b·m + a]
+            self._received = np.zeros(m * m, dtype=np.int64)  # releases a took from b, [a·m + b]
+        #: Running sum, sum of squares and count of each agent's own samples.
+        self.sums = np.zeros(m)
+        self.sumsq = np.zeros(m)
+        self.counts = np.zeros(m)
+        #: C_a^{(t)} as a boolean matrix [a, b]: a believes b is in its class (χ_a(b) = 1).
+        self.included = np.ones((m, m), dtype=bool)
+        self._n_included = np.full(m, m)  # row sums of `included`, kept current
+        self._agents = np.arange(m)
+        self._offset = np.zeros(m, dtype=np.int64)  # RR position last queried, 0 = none yet
+        # θ_t = theta/ln(t+1) and the z-test quantile Φ⁻¹(1 − θ_t/2) of every t (index 0 unused)
+        t = np.arange(1, ctx.t_max + 2, dtype=float)
+        self._theta = np.concatenate([[1.0], p.theta / np.log(t + 1.0)])
+        self._z = np.concatenate([[np.inf], ndtri(1.0 - self._theta[1:] / 2.0)])
+
+    # -- slot: new samples, then queries ---------------------------------------------------
+    def on_samples(self, t: int, samples: np.ndarray) -> None:
+        self.sums += samples
+        if not self.known:
+            self.sumsq += samples * samples
+        self.counts += 1
+        if self.params.schedule == "rr":
+            a = self._agents
+            offset = (t - 1) % (len(a) - 1) + 1
+        else:
+            a, offset = self._next_included()
+            self._offset[a] = offset
+        self.ctx.send("query", a, (a + offset) % len(self._agents))
+
+    def _next_included(self) -> tuple[np.ndarray, np.ndarray]:
+        """rRR: each agent's next RR position whose agent it still includes."""
+        m = len(self._agents)
+        agents = self._agents[self._n_included > 1]  # those including someone besides self
+        offset = self._offset[agents]
+        ahead = np.arange(1, min(16, m - 1) + 1)
+        todo = np.arange(len(agents))
+        while len(todo):  # look a window of positions ahead; rarely nobody in it is included
+            a = agents[todo]
+            cand = (offset[todo, None] + ahead - 1) % (m - 1) + 1
+            hit = self.included[a[:, None], (a[:, None] + cand) % m]
+            first = hit.argmax(axis=1)
+            rows = np.arange(len(todo))
+            found = hit[rows, first]
+            offset[todo] = np.where(found, cand[rows, first], cand[:, -1])
+            todo = todo[~found]
+        return agents, offset
+
+    # -- deliveries: answer queries, take releases -----------------------------------------
+    def on_deliver(self, batch: Batch) -> None:
+        queries = batch.of_kind("query")
+        if len(queries):
+            b, a = queries.dst, queries.src
+            payload = self._answer(b, a) if self.asynchronous else self._release(b, a)
+            payload[:, _ASKED] = queries.sent_at
+            self.ctx.send("release", b, a, payload)
+        releases = batch.of_kind("release")
+        if len(releases):
+            if self.asynchronous:
+                self._take_arrivals(releases)
+            else:
+                self._take_releases(releases.dst, releases.src, releases.payload)
+
+    def _release(self, b: np.ndarray, a: np.ndarray) -> np.ndarray:
+        """Payloads of new releases of agents b to agents a (distinct pairs; _ASKED unset)."""
+        values, j, fresh = self.mech.release(b, a, self.sums[b], self.counts[b])
+        payload = np.empty((len(b), self._width))
+        if self.params.variance == "sch-var-1":
+            payload[:, _VARIANCE] = self.var_release.release(
+                b, a, j, fresh, self.sums[b], self.sumsq[b], self.counts[b], values
+            )
+        payload[:, _VALUE], payload[:, _COUNT], payload[:, _INDEX] = values, self.counts[b], j
+        return payload
+
+    def _answer(self, b: np.ndarray, a: np.ndarray) -> np.ndarray:
+        """Payloads answering queries a → b that may repeat a pair or find no new sample.
+
+        A pair's first query here gets a new release if b has a sample its last release to a
+        lacked; every other query gets that last release again (`repeated`).
+        """
+        pair = b * len(self._agents) + a
+        if len(pair) == 1 or not _has_repeats(pair):
+            if (self.counts[b] > self._answered[pair, _COUNT]).all():  # the usual case
+                payload = self._release(b, a)
+                self._answered[pair] = payload
+                return payload
+            first = np.arange(len(pair))
+        else:
+            first = np.sort(np.unique(pair, return_index=True)[1])  # send order: noise draws
+        new = first[self.counts[b[first]] > self._answered[pair[first], _COUNT]]
+        if len(new):
+            self._answered[pair[new]] = self._release(b[new], a[new])
+        again = np.ones(len(b), dtype=bool)
+        again[new] = False
+        self.repeated += np.bincount(b[again], minlength=len(self._agents))
+        return self._answered[pair]
+
+    def _take_arrivals(self, releases: Batch) -> None:
+        """Discard timed-out and stale releases, take the others pair by pair in order of j."""
+        a, b, payload = releases.dst, releases.src, releases.payload
+        m = len(self._agents)
+        if math.isfinite(self.params.timeout):
+            late = self.ctx.now() - payload[:, _ASKED] > self.params.timeout
+            if late.any():
+                self.timed_out += np.bincount(a[late], minlength=m)
+                a, b, payload = a[~late], b[~late], payload[~late]
+        pair = a * m + b
+        if len(pair) > 1 and _has_repeats(pair):
+            # several releases of one pair: round r takes the r-th lowest j of every pair
+            j = payload[:, _INDEX]
+            order = np.lexsort((j, pair))
+            sorted_pair = pair[order]
+            head = np.flatnonzero(np.concatenate(([True], sorted_pair[1:] != sorted_pair[:-1])))
+            rank = np.arange(len(order)) - np.repeat(head, np.diff(np.append(head, len(order))))
+            for r in range(int(rank.max()) + 1):
+                take = order[rank == r]
+                self._take_fresh(a[take], b[take], pair[take], payload[take])
+        elif len(pair):
+            self._take_fresh(a, b, pair, payload)
+
+    def _take_fresh(
+        self, a: np.ndarray, b: np.ndarray, pair: np.ndarray, payload: np.ndarray
+    ) -> None:
+        """Take the releases of distinct pairs whose j is above κ; count the others stale."""
+        last = self.stat.last_index(pair)
+        fresh = payload[:, _INDEX] > last
+        if not fresh.all():
+            self.stale += np.bincount(a[~fresh], minlength=len(self._agents))
+            a, b, payload, last = a[fresh], b[fresh], payload[fresh], last[fresh]
+        if len(a):
+            self._take_releases(a, b, payload, last.astype(np.int64))
+
+    def _take_releases(
+        self, a: np.ndarray, b: np.ndarray, payload: np.ndarray, last: np.ndarray | None = None
+    ) -> None:
+        """Take releases from b to a (distinct pairs, each j above κ): T, V_{b→a}, the test.
+
+        `last` is each pair's κ before these releases; None when every j is κ + 1.
+        """
+        values, t_b = payload[:, _VALUE], payload[:, _COUNT]
+        j = payload[:, _INDEX].astype(np.int64)
+        value, data, noise, n = self.stat.update(a, b, values, t_b, j)
+        if self.known:
+            var = (self.sigma2[b] * data + self.sigma2_dp * noise) / (n * n)
+            n_other = t_b
+        else:
+            pair = a * len(self._agents) + b
+            if last is None:
+                k = j  # every release was taken
+            else:
+                k = self._received[pair] + 1
+                self._received[pair] = k
+            if self.params.variance == "sch-var-1":
+                v_b = payload[:, _VARIANCE]
+                v_b = np.where(v_b >= 0, v_b, np.inf)  # a negative release means "unknown"
+            else:
+                v_b = self._sch_var_2(a, b, values, t_b, j, last, k)
+            self.v_hat.ravel()[pair] = v_b
+            var = (v_b * data + self.sigma2_dp * noise) / (n * n)  # data > 0: ∞ stays ∞
+            n_other = t_b if self.params.welch_df == "printed" else k.astype(float)
+        decision = self._test(a, b, value, var, n_other)
+        change = decision.astype(np.int64) - self.included[a, b]
+        self.included[a, b] = decision
+        self._n_included += np.bincount(a, weights=change, minlength=len(self._agents)).astype(
+            np.int64
+        )
+
+    def _test(
+        self, a: np.ndarray, b: np.ndarray, value: np.ndarray, var: np.ndarray,
+        n_other: np.ndarray,
+    ) -> np.ndarray:
+        """χ_a(b): the z-test with known variances, the Welch t-test otherwise."""
+        if self.known:
+            return self._z_test(a, value, var)
+        return self._welch_test(a, value, var, n_other)
+
+    def _z_test(self, a: np.ndarray, value: np.ndarray, var: np.ndarray) -> np.ndarray:
+        """χ_a(b) of §III-C1: |X̄_a − T_{b→a}| < Φ⁻¹(1−θ_t/2)·√(σ_a²/t + Var[T_{b→a}])."""
+        t = self.counts[a]
+        z = self._z[t.astype(np.int64)]
+        spread = np.sqrt(self.sigma2[a] / t + var)
+        return np.abs(self.sums[a] / t - value) < z * spread
+
+    def own_variance(self, a: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """V_a^{(t)}, each agent's sample variance of its own data (+∞ before 2 samples)."""
+        return sample_variance(self.sums[a], self.sumsq[a], self.counts[a])
+
+    def _welch_test(
+        self, a: np.ndarray, value: np.ndarray, var: np.ndarray, n_other: np.ndarray
+    ) -> np.ndarray:
+        """χ_a(b) of §III-C2, the Welch t-test with V_a and V̂ar[T_{b→a}] (kept if unknown)."""
+        t = self.counts[a]
+        theta = self._theta[t.astype(np.int64)]
+        return welch_accepts(self.sums[a] / t - value, self.own_variance(a), t, var, n_other,
+                             theta)
+
+    def _sch_var_2(
+        self, a: np.ndarray, b: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray,
+        last: np.ndarray | None = None, k: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """V_{b→a} of Sch-Var-2 (`desim.models.colme.statistic.SchVar2`): +∞ before two releases,
+        and where negative unless the Bayesian correction (19) replaces it.
+
+        `last` (the previous index taken) and `k` (releases taken) are None when every release
+        was taken.
+        """
+        pair = a * len(self._agents) + b
+        v_raw, k_noise, k = self.schvar2.update(pair, values, t, j, self.sigma2_dp, last, k)
+        v = v_raw - k_noise
+        v[k < 2] = np.inf
+        negative = v < 0
+        if negative.any():
+            if self.params.variance == "sch-var-2-bayes":
+                v[negative] = bayes_posterior_mean(
+                    np.maximum(v_raw[negative], 0.0), k_noise[negative], k[negative],
+                    self.params.prior, check=False,
+                )
+            else:
+                v[negative] = np.inf
+        return v
+
+    # -- estimates -------------------------------------------------------------------------
+    def estimates(self) -> np.ndarray:
+        local = self.sums / np.maximum(self.counts, 1)
+        if self.known:
+            var = self.stat.variance(self.sigma2[None, :])
+            own_var = self.sigma2
+        else:
+            var = self.stat.variance(self.v_hat)
+            own_var = self.own_variance()
+        with np.errstate(divide="ignore"):
+            own = self.counts / own_var  # t/σ_a² (or t/V_a, eq. (5))
+            weight = np.where(self.included, 1.0 / var, 0.0)
+        np.fill_diagonal(weight, 0.0)
+        num = own * local + (weight * self.stat.value).sum(axis=1)
+        den = own + weight.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mu = num / den
+        # nothing to weigh yet (t < 2 with unknown variances) or an exact own mean (σ_a = 0)
+        return np.where(np.isfinite(own) & (den > 0), mu, local)
+
+
+def _has_repeats(pair: np.ndarray) -> bool:
+    """Whether some pair id occurs more than once."""
+    ordered = np.sort(pair)
+    return bool((ordered[1:] == ordered[:-1]).any())
+
+
+@PROTOCOLS.register("private-colme-oracle")
+class PrivateColMEOracle(PrivateColME):
+    """Private-ColME with the true classes instead of the z-test (the Prop. 3 oracle)."""
+
+    uses_oracle = True
+
+    def _test(
+        self, a: np.ndarray, b: np.ndarray, value: np.ndarray, var: np.ndarray,
+        n_other: np.ndarray,
+    ) -> np.ndarray:
+        classes = self.ctx.oracle_classes
+        return classes[a] == classes[b]
+
+    def setup(self, ctx: Context) -> None:
+        super().setup(ctx)
+        # The oracle knows C_a from the start, so rRR never queries other classes.
+        self.included = ctx.oracle_classes[:, None] == ctx.oracle_classes[None, :]
+        self._n_included = self.included.sum(axis=1)
+
+
+@METRICS.register("colme-async")
+def asynchrony(protocol: Any, data: Any) -> dict[str, float]:
+    """Private-ColME's releases lost to asynchrony, totals since the start.
+
+    ``stale`` and ``timed_out`` count releases queriers discarded (older than one taken;
+    answering a query sent more than `timeout` slots before), ``repeated`` answers re-sent
+    unchanged because the responder had no new sample.
+    """
+    if not isinstance(protocol, PrivateColME):
+        return {}
+    return {"stale": float(protocol.stale.sum()), "timed_out": float(protocol.timed_out.sum()),
+            "repeated": float(protocol.repeated.sum())}

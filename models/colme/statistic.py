@@ -1,0 +1,234 @@
+"""The statistic T_{b→a} of seed 002 eq. (1) and its exact variance, kept in O(1) per pair.
+
+T_{b→a} = Σ_j w_j R_j is a weighted average of b's releases R_j to a (made when b had t_j
+samples). All three weight choices of the paper average uniformly over a block of recent
+releases [J0, κ]:
+
+- ``last`` (non-MoM): the block is the last release alone;
+- ``mom`` (mean of means): every release, J0 = 1;
+- ``wmom`` (windowed MoM, corrected weight of the digest): J0 = 2^⌊log₂ κ⌋, the current
+  dyadic block, so the block restarts whenever κ is a power of two.
+
+Var[T] (eq. (2) with (20) for PM-I and the exact dyadic-node form of (21) for PM-II) is
+(σ_b²·D + σ_DP²·A)/n² with n the block length, D = Σ_r (2r−1)/t_{J0+r−1} the data term and A
+the noise term Σ_nodes (Σ_{j in block using the node} 1/t_j)². Each release updates D and A
+incrementally, so no per-pair history is stored.
+
+Under asynchrony a receives a subset of b's releases (some are lost or discarded), always in
+increasing j, so the block is taken over the releases a received: ``mom`` restarts at the first
+one, ``wmom`` when the highest bit of j differs from that of the last received index κ (a new
+dyadic block), ``last`` at every release. D is exact for any received subset (its t's
+increase with j); so is PM-I's noise term (release j uses p-sums 1..j, whatever a missed).
+PM-II's node at level ℓ of release j is identified by j >> ℓ, so a level's running 1/t sum is
+reset when j >> ℓ differs from κ >> ℓ (a node a has not seen before), not only at j's lowest set
+bit. When every j is κ + 1 (always so with ideal links) the update does exactly the synchronous
+arithmetic.
+
+`SchVar2` is Sch-Var-2 (§V-B), a's estimate of σ_b² from the same releases.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from desim.models.privacy.bits import lowest_set_bit, set_bits
+
+
+class PairStatistic:
+    """T_{b→a} and the terms of Var[T_{b→a}] for every ordered pair, indexed [a, b].
+
+    The data variance σ_b² is the caller's (known, or estimated in the unknown-variance
+    schemes): `variance` combines it with the exact DP term, σ_DP² = `sigma2_dp`. Before b's
+    first release, T = 0 and Var = +∞ (the paper's convention, so b gets weight 0).
+    """
+
+    # rows of the packed per-pair state (one gather and one scatter per update): κ, block
+    # length n, block sum, D, A and, for PM-I, the sum over p-sums of their running 1/t sums
+    _ROWS = 6
+
+    def __init__(
+        self,
+        n_agents: int,
+        mechanism: str,
+        weights: str,
+        sigma2_dp: float,
+        levels: int,
+    ) -> None:
+        self.n_agents = n_agents
+        self.mechanism = mechanism
+        self.weights = weights
+        self.sigma2_dp = float(sigma2_dp)
+        self._state = np.zeros((n_agents, n_agents, self._ROWS))
+        self._flat = self._state.reshape(-1, self._ROWS)  # one contiguous row per pair
+        if mechanism == "pm2":
+            self.levels = levels
+            self._node = np.zeros((n_agents * n_agents, levels))  # 1/t sum of each level's node
+
+    @property
+    def kappa(self) -> np.ndarray:
+        """κ_{b→a}: releases a has received from b."""
+        return self._state[..., 0].astype(np.int64)
+
+    @property
+    def value(self) -> np.ndarray:
+        """T_{b→a} (0 before the first release)."""
+        n, total = self._state[..., 1], self._state[..., 2]
+        return np.divide(total, n, out=np.zeros_like(total), where=n > 0)
+
+    def variance(self, sigma2_data: np.ndarray) -> np.ndarray:
+        """Var[T_{b→a}] of every pair given σ_b² as a matrix [a, b] or a row of agents b.
+
+        +∞ before b's first release to a, and wherever σ_b² is +∞ (unknown).
+        """
+        n, data, noise = self._state[..., 1], self._state[..., 3], self._state[..., 4]
+        with np.errstate(invalid="ignore"):
+            num = sigma2_data * data + self.sigma2_dp * noise
+        return np.divide(num, n * n, out=np.full_like(num, np.inf), where=n > 0)
+
+    def last_index(self, pair: np.ndarray) -> np.ndarray:
+        """κ of the flat pairs a·n_agents + b: the index j of the last release a took from b."""
+        return self._flat[pair, 0]
+
+    def update(
+        self, a: np.ndarray, b: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Take releases `values` from b to a, the j-th each, made when b had t samples.
+
+        Every j must exceed the pair's κ (gaps are allowed) and the pairs must be distinct.
+        Returns T_{b→a}, D, A and n of the updated pairs, so that Var[T] = (σ_b²D + σ_DP²A)/n².
+        """
+        pair = a * self.n_agents + b
+        rows = self._flat.take(pair, axis=0)
+        kappa, n, total, data, noise, node_total = rows.T  # views: updated in place below
+        if (kappa + 1 != j).any():
+            return self._update_with_gaps(pair, rows, values, t, j)
+        if self.weights == "last":
+            rows[:, 1:] = 0.0
+        else:
+            restart = j == 1 if self.weights == "mom" else (j & (j - 1)) == 0
+            rows[restart, 1:] = 0.0
+        u = self._take(rows, values, t, j)
+        if self.mechanism == "pm2":
+            nodes = self._node.take(pair, axis=0)
+            if self.weights != "last":
+                nodes *= ~restart[:, None]
+            else:
+                nodes[:] = 0.0
+            nodes[np.arange(len(pair)), lowest_set_bit(j)] = 0.0  # the node that starts at j
+            used = set_bits(j, self.levels)
+            noise += (used * (2 * u[:, None] * nodes + (u * u)[:, None])).sum(axis=1)
+            self._node[pair] = nodes + used * u[:, None]
+        self._flat[pair] = rows
+        return total / n, data, noise, n
+
+    def _take(self, rows: np.ndarray, values: np.ndarray, t: np.ndarray,
+              j: np.ndarray) -> np.ndarray:
+        """Add release j (value, made at t) to the packed `rows` in place: κ, block length and
+        sum, the data term and, for PM-I, the noise term; returns u = 1/t.
+
+        PM-I: release j uses every p-sum 1..j and each gains u (p-sums after the last one taken
+        are new, their sums 0, so this holds with gaps too).
+        """
+        kappa, n, total, data, noise, node_total = rows.T
+        u = 1.0 / t
+        kappa[:] = j
+        n += 1
+        total += values
+        data += (2 * n - 1) * u
+        if self.mechanism == "pm1":
+            noise += 2 * u * node_total + j * u * u
+            node_total += j * u
+        return u
+
+    def _update_with_gaps(
+        self, pair: np.ndarray, rows: np.ndarray, values: np.ndarray, t: np.ndarray,
+        j: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """`update` when some j skips indices: blocks and PM-II nodes follow j's identity."""
+        kappa, n, total, data, noise, node_total = rows.T
+        if (j <= kappa).any():
+            raise ValueError("a release index j must exceed the last one taken (κ)")
+        last = kappa.astype(np.int64)  # κ before this release
+        if self.weights == "last":
+            restart = np.ones(len(pair), dtype=bool)
+        elif self.weights == "mom":
+            restart = last == 0
+        else:  # j's highest set bit lies above κ's (every bit of κ), so a new dyadic block
+            restart = (j ^ last) > last
+        rows[restart, 1:] = 0.0
+        u = self._take(rows, values, t, j)
+        if self.mechanism == "pm2":
+            level = np.arange(self.levels)
+            # the node a level holds is j's own only if j and κ agree on every bit from ℓ up
+            same = (j[:, None] >> level) == (last[:, None] >> level)
+            nodes = np.where(same & ~restart[:, None], self._node.take(pair, axis=0), 0.0)
+            used = set_bits(j, self.levels)
+            noise += (used * (2 * u[:, None] * nodes + (u * u)[:, None])).sum(axis=1)
+            self._node[pair] = nodes + used * u[:, None]
+        self._flat[pair] = rows
+        return total / n, data, noise, n
+
+
+def noise_difference(
+    mechanism: str, j: np.ndarray, j_prev: np.ndarray, levels: int
+) -> np.ndarray:
+    """Number of p-sum noises in exactly one of releases j and j_prev < j (0: none before).
+
+    The noise of t_j R_j − t_{j'} R_{j'} is the sum of these (shared noises cancel). PM-I:
+    j − j'. PM-II: the symmetric difference of the dyadic node sets, a node (ℓ, j >> ℓ) being
+    shared when bit ℓ is set in both and j, j' agree from bit ℓ up; 1 + lsb(j) when j' = j − 1.
+    """
+    if mechanism == "pm1":
+        return (j - j_prev).astype(float)
+    used, used_prev = set_bits(j, levels), set_bits(j_prev, levels)
+    level = np.arange(levels)
+    shared = used & ((j[:, None] >> level) == (j_prev[:, None] >> level))
+    return (used.sum(axis=1) + used_prev.sum(axis=1) - 2 * shared.sum(axis=1)).astype(float)
+
+
+class SchVar2:
+    """Sch-Var-2 (§V-B): a's estimate of σ_b² from the noisy p-sums it recovers from b's releases.
+
+    Differencing received releases i−1, i gives P_i = t_i R_i − t_{i−1} R_{i−1} over
+    d_i = t_i − t_{i−1} samples, with noise variance c_i σ_DP² (`noise_difference`: 1 under
+    PM-I and 1 + lsb(j) under PM-II when consecutive). With k received releases,
+    V' = (Σ P_i²/d_i − (ΣP)²/D)/(k−1) and K = (Σ c_i/d_i − c/D)/(k−1), D = t_κ, ΣP = t_κ R_κ,
+    c = the noise count of the last release (PM-I: j; PM-II: w_H(j)); V = V' − Kσ_DP² is
+    unbiased (the unbiased form of (16) for unequal d_i; a gap is a longer p-sum with more
+    noises). Per pair: the last t·R and t, Σ P²/d and Σ c/d.
+    """
+
+    def __init__(self, n_pairs: int, mechanism: str, levels: int) -> None:
+        self.mechanism = mechanism
+        self.levels = levels
+        self._state = np.zeros((n_pairs, 4))
+
+    def update(
+        self, pair: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray,
+        sigma2_dp: float, j_prev: np.ndarray | None = None, k: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Take release j (value R, made at t) of each pair; returns V', Kσ_DP² and k.
+
+        `j_prev` is the index of the pair's previous received release and `k` the number
+        received including this one; `j_prev` None means every release was received (j − 1,
+        and k = j). V' and K are meaningless while k < 2 (the caller sets V = +∞).
+        """
+        rows = self._state.take(pair, axis=0)
+        sum_prev, t_prev, p2d, cd = rows.T  # t_{i−1}R_{i−1} (the noisy running sum), t_{i−1}
+        total = t * values
+        psum = total - sum_prev
+        inv_d = 1.0 / (t - t_prev)
+        if j_prev is None:
+            k = j
+            cd += inv_d if self.mechanism == "pm1" else (1.0 + lowest_set_bit(j)) * inv_d
+        else:
+            cd += noise_difference(self.mechanism, j, j_prev, self.levels) * inv_d
+        c_total = (j.astype(float) if self.mechanism == "pm1"
+                   else set_bits(j, self.levels).sum(axis=1).astype(float))
+        p2d += psum * psum * inv_d
+        sum_prev[:], t_prev[:] = total, t
+        self._state[pair] = rows
+        k1 = np.maximum(k - 1.0, 1.0)  # k − 1; k = 1 is the caller's +∞
+        v_raw = (p2d - total * values) / k1
+        k_noise = sigma2_dp * (cd - c_total / t) / k1
+        return v_raw, k_noise, k

@@ -1,0 +1,3 @@
+"""Differential privacy shared by the protocol families: noise calibration (`calibration`),
+the PM-I/PM-II p-sum releases and the Sch-Var-1 variance releases (`release`), and the bit
+arithmetic of PM-II's binary tree (`bits`)."""
