@@ -1,7 +1,8 @@
 """The local and ideal baselines (seed 002 Props. 1 and 2): protocols, closed forms and curves.
 
 Every protocol family compares against these two. The protocols exchange no messages; the
-closed forms are Props. 1–2 of "Private Collaborative Mean Estimation" (seed 002); the curves
+closed forms are Props. 1–2 of Yakimenka et al., "Differentially-Private Collaborative Online
+Personalized Mean Estimation" (seed 002); the curves
 are registered in `desim.kernel.registry.CURVES` as ``local`` and ``ideal``.
 """
 

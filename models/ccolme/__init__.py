@@ -1,5 +1,5 @@
-"""C-ColME and Private-C-ColME (seed 001, "Private Collaborative Mean Estimation on Graphs"):
-consensus over estimated class-mates on a sparse graph.
+"""C-ColME and Private-C-ColME (seed 001, "Communication-Constrained Private Decentralized
+Online Personalized Mean Estimation"): consensus over estimated class-mates on a sparse graph.
 
 `protocol` (both protocols), `analytic` (closed forms and their curves), `metrics`
 (Corollary 1 on each run's graph).

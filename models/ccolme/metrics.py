@@ -1,5 +1,6 @@
-"""Corollary 1 of seed 001 ("Private Collaborative Mean Estimation on Graphs", C-ColME) as a
-metric: the noise bound of the corollary evaluated on each run's graph and classes.
+"""Corollary 1 of seed 001 ("Communication-Constrained Private Decentralized Online Personalized
+Mean Estimation", C-ColME) as a metric: the noise bound evaluated on each run's graph and
+classes.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Private-ColME (seeds 000 and 002, "Private Collaborative Mean Estimation"): agents query one
-other agent per slot, test who is in their class and combine with inverse-variance weights.
+"""Private-ColME (seeds 000 and 002: Yakimenka et al., "Differentially-Private Collaborative
+Online Personalized Mean Estimation"): agents query one other agent per slot, test who is in
+their class and combine with inverse-variance weights.
 
 `protocol` (the protocol and its metrics), `statistic` (the statistic T and its exact variance
 per pair), `variance` (unknown variance: Sch-Var-1, Sch-Var-2, Bayesian, the Welch test),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -143,10 +144,17 @@ def test_a_users_own_models_module_does_not_matter(tmp_path):
 
 @pytest.mark.slow
 def test_a_built_wheel_installs_desim_only(tmp_path):
+    source = tmp_path / "source"  # a copy, so that building leaves nothing in the repository
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for folder in FOLDERS:
+        shutil.copytree(ROOT / folder, source / folder,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     wheels = tmp_path / "wheels"
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(wheels), str(ROOT)], capture_output=True, text=True, timeout=600)
+         "-w", str(wheels), str(source)], capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr
     (wheel,) = wheels.glob("desim-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
