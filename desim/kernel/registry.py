@@ -8,6 +8,7 @@ an unknown name is an error that lists what is allowed.
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
@@ -23,6 +24,14 @@ class UnknownName(KeyError):
         return str(self.args[0])
 
 
+class RegistryWarning(UserWarning):
+    """A name registered again: the new object replaces the old one."""
+
+
+def _origin(obj: object) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+
+
 class Registry(Generic[T]):
     """A mapping from the names used in study files to registered objects of one kind."""
 
@@ -31,11 +40,18 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
-        """Decorator that registers its argument under `name` (names are unique)."""
+        """Decorator that registers its argument under `name`.
+
+        Registering a name again replaces the old object with a `RegistryWarning` (a notebook
+        cell that defines a protocol, run twice, must not fail; two plug-ins that claim one name
+        are told which wins).
+        """
 
         def add(obj: T) -> T:
-            if name in self._items:
-                raise ValueError(f"{self.kind} {name!r} is registered twice")
+            old = self._items.get(name)
+            if old is not None and old is not obj:
+                warnings.warn(f"{self.kind} {name!r} registered again: {_origin(obj)} replaces "
+                              f"{_origin(old)}", RegistryWarning, stacklevel=2)
             self._items[name] = obj
             return obj
 
