@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import types
 import typing
 from typing import Any, Literal, TypeVar, get_args, get_origin
@@ -145,6 +146,9 @@ def build(cls: type[T], table: dict[str, Any], where: str) -> T:
         if not ok:
             raise ConfigError(f"{where}: {name} = {value!r}: must be {_type_name(tp)}")
         meta = f.metadata
+        if not _finite_ok(v, f):
+            allowed = " (or inf)" if _allows_inf(f) else ""
+            raise ConfigError(f"{where}: {name} = {value!r}: must be a finite number{allowed}")
         if meta.get("nonempty") and isinstance(v, list) and not v:
             raise ConfigError(f"{where}: {name} = []: must not be empty")
         bounds = _bounds_text(meta)
@@ -156,8 +160,25 @@ def build(cls: type[T], table: dict[str, Any], where: str) -> T:
         values[name] = v
     try:
         return cls(**values)
-    except (TypeError, ValueError) as exc:  # cross-field checks in __post_init__
-        raise ConfigError(f"{where}: {exc}") from None
+    except (TypeError, ValueError, ArithmeticError) as exc:  # cross-field checks
+        raise ConfigError(f"{where}: {' '.join(str(exc).split())}") from None
+
+
+def _allows_inf(f: dataclasses.Field) -> bool:
+    """A parameter may be infinite when its default is, or its doc says what inf means."""
+    default = f.default
+    if isinstance(default, float) and math.isinf(default):
+        return True
+    return re.search(r"\binf\b", f.metadata.get("doc", "")) is not None
+
+
+def _finite_ok(value: Any, f: dataclasses.Field) -> bool:
+    """False for NaN anywhere in `value`, and for ±inf unless the parameter allows it."""
+    if isinstance(value, float):
+        return not math.isnan(value) and (math.isfinite(value) or _allows_inf(f))
+    if isinstance(value, list | tuple):
+        return all(_finite_ok(v, f) for v in value)
+    return True
 
 
 def describe(cls: type) -> list[tuple[str, str, Any, str]]:

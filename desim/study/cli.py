@@ -4,20 +4,28 @@
     desim plot STUDY [--quick]                redraw figures from results/
     desim validate STUDY [--quick]            check the study file, run nothing
     desim summary STUDY [--target X] [--at T] a metric per scenario and grid point, as a table
+    desim verify STUDY [--sample N]           re-run stored runs, report changed trajectories
+    desim clean STUDY [--yes]                 remove results of older versions of the study file
     desim list                                every registered name and its parameters
+    desim --version
 
-STUDY is a study folder or its study.toml. A bad study file or argument prints one line
-``desim: error: ...`` and exits with status 2, before anything is written.
+STUDY is a study folder, a study file, or a suite (a folder of study folders: the command acts
+on each in order). A bad study file or argument prints one line ``desim: error: ...`` and
+exits with status 2, before anything is written; so does trouble with the file system.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+import numpy as np
+
+import desim
 from desim.kernel.params import ConfigError, describe
 from desim.kernel.plugins import load_plugins
 from desim.kernel.registry import (
@@ -31,10 +39,18 @@ from desim.kernel.registry import (
     TOPOLOGIES,
     Registry,
 )
-from desim.study.spec import Study, load_study
+from desim.study.spec import Study, find_studies, load_study
 
 #: Exit status: success, failed runs, bad input, interrupted (as a shell reports Ctrl-C).
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class _Stop(Exception):
+    """Stop the command with an exit status (its message is already printed)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
 
 
 def _workers(text: str) -> int:
@@ -62,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
+    parser.add_argument("--version", action="version", version=f"desim {desim.__version__}")
+
     def study_command(name: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("study", metavar="STUDY", help="study folder or its study.toml")
@@ -88,6 +106,18 @@ def _parser() -> argparse.ArgumentParser:
                          help="also the time at which the metric first reaches X")
     summary.add_argument("--csv", type=Path, metavar="FILE", help="also write the table here")
     summary.set_defaults(func=_summary)
+    verify = study_command(
+        "verify", "re-run stored runs and report any whose trajectory fingerprint changed "
+        "(after upgrading desim)")
+    verify.add_argument("--sample", type=_workers, metavar="N",
+                        help="re-run N stored runs chosen at random (default: all)")
+    verify.add_argument("--no-progress", action="store_true", help="no progress bar")
+    verify.set_defaults(func=_verify)
+    clean = study_command(
+        "clean", "remove stored results of older versions of the study file (and damaged "
+        "records set aside)")
+    clean.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    clean.set_defaults(func=_clean)
     sub.add_parser("list", help="list protocols, data models, link models and curves",
                    description="list protocols, data models, link models and curves"
                    ).set_defaults(func=_list)
@@ -120,80 +150,175 @@ def _seconds(s: float) -> str:
     return f"{hours}h{minutes:02d}m{sec:02d}s" if hours else f"{minutes}m{sec:02d}s"
 
 
+def _each(args: argparse.Namespace, act) -> int:
+    """Call `act(study)` on the study (or every sub-study of the suite) STUDY names; return
+    the worst exit status. A suite prints a heading before each sub-study."""
+    files = find_studies(args.study)
+    worst = EXIT_OK
+    for file in files:
+        if len(files) > 1:
+            print(f"== {_where(file.parent)}", flush=True)
+        worst = max(worst, act(load_study(file, quick=args.quick)))
+    if len(files) > 1:
+        word = {EXIT_OK: "ok", EXIT_FAILED: "some runs failed"}.get(worst, "stopped")
+        print(f"desim: suite {_where(Path(args.study))}: {len(files)} studies: {word}")
+    return worst
+
+
+def _notes(notes: list[str]) -> None:
+    for note in notes:
+        print(f"desim: note: {note}", file=sys.stderr)
+
+
 def _run(args: argparse.Namespace) -> int:
-    from desim.study.plots import (
-        draw_figures,  # matplotlib is slow to import; only `run`/`plot` need it
-    )
+    from desim.study.plots import draw_figures  # matplotlib is slow to import
     from desim.study.results import run_study
 
-    study = load_study(args.study, quick=args.quick)
-    try:
-        summary = run_study(study, workers=args.workers, progress=not args.no_progress)
-    except KeyboardInterrupt:
-        print(f"desim: interrupted; finished runs are kept in {_where(study.results_dir)}; "
-              "run the same command again to resume", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    figures = draw_figures(study) if summary.done + summary.skipped or study.curve_jobs else []
-    workers = f"{args.workers} worker{'s' if args.workers > 1 else ''}"
-    print(
-        f"desim: {study.title}: {len(study.runs)} runs: {summary.done} done, "
-        f"{summary.skipped} skipped (already done), {summary.failed} failed "
-        f"in {_seconds(summary.wall_seconds)} with {workers}"
-    )
-    print(f"results: {_where(summary.results_dir)}")
-    if figures:
-        names = ", ".join(f.name for f in figures)
-        print(f"figures: {_where(study.figures_dir)} ({names})")
-    shown = 10  # the manifest has them all; a terminal needs only the first few
-    for what, error in summary.failures[:shown]:
-        print(f"desim: failed: {what}: {error}", file=sys.stderr)
-    if summary.failures:
-        more = len(summary.failures) - shown
-        extra = f" (first {shown} shown)" if more > 0 else ""
-        print(f"desim: {len(summary.failures)} failures{extra}; errors and tracebacks are in "
-              f"{_where(summary.results_dir / 'manifest.json')}", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK
+    def one(study: Study) -> int:
+        try:
+            summary = run_study(study, workers=args.workers, progress=not args.no_progress)
+        except KeyboardInterrupt:
+            print(f"desim: interrupted; finished runs are kept in "
+                  f"{_where(study.results_dir)}; run the same command again to resume",
+                  file=sys.stderr)
+            raise _Stop(EXIT_INTERRUPTED) from None
+        for name in summary.damaged:
+            print(f"desim: note: {name}: damaged record (checksum differs), set aside and "
+                  "run again", file=sys.stderr)
+        for warning in summary.warnings:
+            print(f"desim: warning: {warning}", file=sys.stderr)
+        has_results = summary.done + summary.skipped or study.curve_jobs
+        figures = draw_figures(study) if has_results else []
+        workers = f"{args.workers} worker{'s' if args.workers > 1 else ''}"
+        dedup = len(study.runs) - len(study.unique_runs)
+        shared = f" ({dedup} shown at other grid points)" if dedup else ""
+        print(
+            f"desim: {study.title}: {len(study.unique_runs)} runs{shared}: {summary.done} "
+            f"done, {summary.skipped} skipped (already done), {summary.failed} failed "
+            f"in {_seconds(summary.wall_seconds)} with {workers}"
+        )
+        print(f"results: {_where(summary.results_dir)}")
+        if summary.stale:
+            print(f"desim: note: {summary.stale} stored runs of an older version of "
+                  f"{study.file.name} are kept (not shown); `{study.command('clean')}` "
+                  "removes them", file=sys.stderr)
+        if figures:
+            names = ", ".join(f.name for f in figures)
+            print(f"figures: {_where(study.figures_dir)} ({names})")
+        shown = 10  # the manifest has them all; a terminal needs only the first few
+        for what, error in summary.failures[:shown]:
+            print(f"desim: failed: {what}: {error}", file=sys.stderr)
+        if summary.failures:
+            more = len(summary.failures) - shown
+            extra = f" (first {shown} shown)" if more > 0 else ""
+            print(f"desim: {len(summary.failures)} failures{extra}; errors and tracebacks are "
+                  f"in {_where(summary.results_dir / 'manifest.json')}", file=sys.stderr)
+            return EXIT_FAILED
+        return EXIT_OK
+
+    return _each(args, one)
 
 
 def _plot(args: argparse.Namespace) -> int:
     from desim.study.plots import draw_figures
+    from desim.study.results import load_results
 
-    study = load_study(args.study, quick=args.quick)
-    for path in draw_figures(study):
-        print(_where(path))
-    return EXIT_OK
+    def one(study: Study) -> int:
+        loaded = load_results(study)
+        _notes(loaded.notes)
+        for path in draw_figures(study, loaded):
+            print(_where(path))
+        return EXIT_OK
+
+    return _each(args, one)
 
 
 def _count(study: Study) -> str:
-    return f"ok: {len(study.runs)} runs, {len(study.curve_jobs)} curves"
+    unique = len(study.unique_runs)
+    dedup = len(study.runs) - unique
+    shared = f" (and {dedup} shown at other grid points)" if dedup else ""
+    return f"ok: {unique} runs{shared}, {len(study.curve_jobs)} curves"
 
 
 def _validate(args: argparse.Namespace) -> int:
-    print(_count(load_study(args.study, quick=args.quick)))
-    return EXIT_OK
+    def one(study: Study) -> int:
+        print(_count(study))
+        return EXIT_OK
+
+    return _each(args, one)
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from desim.study.results import load_metrics
+    from desim.study.results import load_results
     from desim.study.summary import summarise_runs
 
-    study = load_study(args.study, quick=args.quick)
-    metrics = load_metrics(study)
-    if metrics.empty:
-        raise ConfigError(f"{_where(study.results_dir)}: no finished runs to summarise")
-    known = sorted(metrics["metric"].unique())
-    if args.metric not in known:
-        raise ConfigError(f"--metric {args.metric!r}: not in the results; "
-                          f"recorded: {', '.join(known)}")
-    table = summarise_runs(metrics, args.metric, list(study.grid_columns.values()), args.at,
-                           args.target)
-    if table.empty:
-        raise ConfigError(f"--at {args.at:g}: no checkpoint at that slot")
-    if args.csv is not None:
-        table.to_csv(args.csv, index=False)
-    print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
-    return EXIT_OK
+    def one(study: Study) -> int:
+        loaded = load_results(study)
+        _notes(loaded.notes)
+        metrics = loaded.metrics
+        if metrics.empty:
+            raise ConfigError(f"{_where(study.results_dir)}: no finished runs to summarise")
+        known = sorted(metrics["metric"].unique())
+        if args.metric not in known:
+            raise ConfigError(f"--metric {args.metric!r}: not in the results; "
+                              f"recorded: {', '.join(known)}")
+        if args.at is not None:
+            slots = np.unique(metrics["t"].to_numpy(float))
+            if args.at not in slots:
+                shown = ", ".join(f"{t:g}" for t in slots[:60])
+                more = " ..." if len(slots) > 60 else ""
+                raise ConfigError(f"--at {args.at:g}: no checkpoint at that slot; "
+                                  f"checkpoints: {shown}{more}")
+        table = summarise_runs(metrics, args.metric, list(study.grid_columns.values()),
+                               args.at, args.target)
+        if args.csv is not None:
+            table.to_csv(args.csv, index=False)
+        print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        return EXIT_OK
+
+    return _each(args, one)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from desim.study.results import verify_study
+
+    def one(study: Study) -> int:
+        found = verify_study(study, args.sample, progress=not args.no_progress)
+        for run_id, h in found.changed:
+            print(f"desim: changed: {run_id} (config hash {h}…): its trajectory differs "
+                  "from the stored one", file=sys.stderr)
+        for run_id, error in found.failed:
+            print(f"desim: failed: {run_id}: {error}", file=sys.stderr)
+        same = len(found.checked) - len(found.changed) - len(found.failed)
+        print(f"desim: {study.title}: verified {len(found.checked)} runs: {same} identical, "
+              f"{len(found.changed)} changed, {len(found.failed)} failed")
+        return EXIT_FAILED if found.changed or found.failed else EXIT_OK
+
+    return _each(args, one)
+
+
+def _clean(args: argparse.Namespace) -> int:
+    from desim.study.results import clean_study, stale_files
+
+    def one(study: Study) -> int:
+        files = stale_files(study)
+        if not files:
+            print(f"desim: {_where(study.results_dir)}: nothing to clean")
+            return EXIT_OK
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise ConfigError(f"{_where(study.results_dir)}: {len(files)} files of older "
+                                  "versions; add --yes to remove them")
+            answer = input(f"remove {len(files)} files of older versions from "
+                           f"{_where(study.results_dir)}? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                print("desim: nothing removed")
+                return EXIT_OK
+        removed = clean_study(study)
+        print(f"desim: removed {removed} files from {_where(study.results_dir)}")
+        return EXIT_OK
+
+    return _each(args, one)
 
 
 def _first_line(obj: object) -> str:
@@ -244,9 +369,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"desim: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
         return EXIT_CONFIG
+    except _Stop as stop:
+        return stop.code
     except KeyboardInterrupt:  # e.g. while drawing; results are already safe on disk
         print("desim: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # e.g. `desim summary ... | head`: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush is silent
+        return EXIT_OK
+    except OSError as exc:  # the file system: read-only, full, a file where a folder goes
+        where = f"{exc.filename}: " if exc.filename else ""
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        print(f"desim: error: {where}{reason}; nothing already stored was lost",
+              file=sys.stderr)
+        return EXIT_CONFIG
 
 
 if __name__ == "__main__":

@@ -1,15 +1,22 @@
-"""Figures of a study: one file per [[plot]], drawn from results/ without running anything.
+"""Figures of a study: one file per [[plot]], drawn from its results without running anything.
 
-Each plot shows one metric against the slot t on log–log axes: one line per scenario (the mean
-over replicates) with a 95% confidence band (mean ± 1.96 standard errors, computed with one
+Each plot shows one metric against the slot t: one line per scenario (the mean over
+replicates) with a 95% confidence band (mean ± 1.96 standard errors, computed with one
 groupby, which stays fast for hundreds of runs), and the closed-form curves dashed. A study
-with a grid gets one panel per grid point, sharing axes and one legend.
+with a grid gets one panel per grid point (at most `PANELS_PER_ROW` per row), sharing axes and
+one legend.
 
 With ``x`` a grid column the plot shows the values at one slot (``at``, default the last)
-against that column instead, on a linear x axis: one line per scenario with its band, the
-curves dashed, and one panel per value of the other grid columns. ``dashed`` metrics (e.g. a
-bound a protocol reports) are drawn dashed in their scenario's colour, on either kind of plot.
-A study may have curves only (an optimiser study): its plots then draw curves alone.
+against that column instead: one line per scenario with its band, the curves dashed, and one
+panel per value of the other grid columns. ``dashed`` metrics (e.g. a bound a protocol
+reports) are drawn dashed in their scenario's colour, on either kind of plot. A study may have
+curves only (an optimiser study): its plots then draw curves alone.
+
+A scenario has one colour in every figure of its study, and a curve that is the closed form of
+a scenario (its ``scenario`` key, or a name that starts with the scenario's name) is drawn in
+that colour, dashed. Axes are log or linear per plot (`xscale`, `yscale`; by default the slot
+is on a log axis, a grid column on a linear one, errors on a log axis and counts or fractions
+on a linear one). Text is drawn as written: a ``$`` in a name is a dollar sign, not math.
 """
 
 from __future__ import annotations
@@ -28,15 +35,18 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from desim.kernel.params import ConfigError  # noqa: E402
-from desim.study.results import atomic_write, load_curves, load_metrics  # noqa: E402
+from desim.study.results import Loaded, load_results  # noqa: E402
 from desim.study.spec import GridPoint, PlotSpec, Study  # noqa: E402
+from desim.study.store import atomic_write  # noqa: E402
 
 #: Resolution of written figures.
 DPI = 150
-#: Panels per row when a grid gives several panels.
-PANELS_PER_ROW = 3
+#: Most panels in one row of a figure.
+PANELS_PER_ROW = 4
 #: Axis labels of the metrics the recorder writes (others are labelled by their name).
 Y_LABELS = {"mse": "mean squared error"}
+#: Matplotlib settings of every figure: text as written (no mathtext), no TeX.
+RC = {"text.parse_math": False, "text.usetex": False}
 
 
 def _at_point(frame: pd.DataFrame, point: GridPoint) -> pd.DataFrame:
@@ -48,17 +58,43 @@ def _at_point(frame: pd.DataFrame, point: GridPoint) -> pd.DataFrame:
 
 
 def _layout(study: Study) -> tuple[int, int]:
-    """(rows, columns) of panels: a table for a two-parameter grid, else rows of panels."""
+    """(rows, columns) of panels: a table for a two-parameter grid (when its second parameter
+    has at most `PANELS_PER_ROW` values), else rows of at most `PANELS_PER_ROW` panels."""
     n = len(study.points)
     grid = study.grid_columns
     if len(grid) == 2:  # rows follow the first parameter, columns the second (points in order)
         ncols = len({json.dumps(p.values[list(grid)[1]]) for p in study.points})
-        return n // ncols, ncols
+        if ncols <= PANELS_PER_ROW:
+            return n // ncols, ncols
     ncols = min(n, PANELS_PER_ROW)
     return math.ceil(n / ncols), ncols
 
 
-def summarise(metrics: pd.DataFrame, metric: str, grid: list[str]) -> pd.DataFrame:
+def colours(study: Study) -> dict[tuple[str, str], tuple]:
+    """The colour of every scenario and curve of `study`, the same in all its figures.
+
+    Keys are ("scenario", name) and ("curve", name); a curve paired with a scenario shares
+    its colour, the other curves get colours after the scenarios'.
+    """
+    scenarios = [s.name for s in study.scenarios]
+    pairs = {c.name: study.curve_scenario(c) for c in study.curves}
+    alone = [c.name for c in study.curves if pairs[c.name] is None]
+    n = len(scenarios) + len(alone)
+    palette = (sns.color_palette("colorblind", n) if n <= 10
+               else sns.color_palette("husl", n))
+    out: dict[tuple[str, str], tuple] = {}
+    for i, name in enumerate(scenarios):
+        out[("scenario", name)] = palette[i]
+    for j, name in enumerate(alone):
+        out[("curve", name)] = palette[len(scenarios) + j]
+    for name, scenario in pairs.items():
+        if scenario is not None:
+            out[("curve", name)] = out[("scenario", scenario)]
+    return out
+
+
+def summarise(metrics: pd.DataFrame, metric: str, grid: list[str], log: bool = True
+              ) -> pd.DataFrame:
     """Mean, 95% band and replicate count of `metric` per (grid point, scenario, t)."""
     rows = metrics[metrics["metric"] == metric]
     stats = (
@@ -67,8 +103,9 @@ def summarise(metrics: pd.DataFrame, metric: str, grid: list[str]) -> pd.DataFra
         .reset_index()
     )
     half = 1.96 * stats["value_std"].fillna(0.0) / np.sqrt(stats["value_count"])
+    low = stats["value_mean"] - half
     # On log axes a band below zero would vanish; the smallest replicate bounds it instead.
-    stats["value_low"] = np.maximum(stats["value_mean"] - half, stats["value_min"])
+    stats["value_low"] = np.maximum(low, stats["value_min"]) if log else low
     stats["value_high"] = stats["value_mean"] + half
     return stats
 
@@ -82,10 +119,12 @@ def _finish(study: Study, spec: PlotSpec, fig, axes, n_panels: int) -> Path:
     handles, labels = list(legend.values()), list(legend)
     if n_panels == 1:
         axes.flat[0].set_title(spec.title)
-        axes.flat[0].legend(handles, labels, fontsize="small")
+        if handles:
+            axes.flat[0].legend(handles, labels, fontsize="small")
     else:
         fig.suptitle(spec.title)
-        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
+        if handles:
+            fig.legend(handles, labels, loc="outside right upper", fontsize="small")
     return _save(study, spec, fig)
 
 
@@ -93,28 +132,29 @@ def _panels_figure(nrows: int, ncols: int) -> tuple:
     """A figure with a grid of panels sharing both axes, in the house style."""
     with sns.axes_style("whitegrid"):
         return plt.subplots(
-            nrows, ncols, figsize=(5.2 * ncols + 1.5, 3.9 * nrows), squeeze=False,
+            nrows, ncols, figsize=(4.6 * ncols + 2.0, 3.6 * nrows), squeeze=False,
             sharex=True, sharey=True, layout="constrained",
         )
 
 
-def draw_figures(study: Study) -> list[Path]:
-    """Draw every plot of `study` from its results; return the files written."""
-    metrics = load_metrics(study)
+def draw_figures(study: Study, loaded: Loaded | None = None) -> list[Path]:
+    """Draw every plot of `study` from its current results; return the files written."""
+    loaded = loaded or load_results(study)
+    metrics = loaded.metrics
     if metrics.empty and not study.curve_jobs:
         raise ConfigError(f"{study.results_dir}: no finished runs to plot")
-    curves = load_curves(study)
     study.figures_dir.mkdir(parents=True, exist_ok=True)
-    return [draw_plot(study, spec, metrics, curves) for spec in study.plots]
+    with matplotlib.rc_context(RC):
+        return [draw_plot(study, spec, metrics, loaded.curves) for spec in study.plots]
 
 
 def draw_plot(
     study: Study, spec: PlotSpec, metrics: pd.DataFrame, curves: pd.DataFrame | None
 ) -> Path:
-    """Draw one [[plot]] into figures/ and return its path."""
+    """Draw one [[plot]] into the figures folder and return its path."""
     available = sorted(metrics["metric"].unique())
     wanted = [("metric = ", spec.metric)] + [("dashed: metric ", m) for m in spec.dashed]
-    for what, metric in wanted if spec.scenarios else ():
+    for what, metric in wanted if spec.scenarios and not metrics.empty else ():
         if metric not in available:
             raise ConfigError(
                 f"plot {spec.file!r}: {what}{metric!r}: not in the results; "
@@ -123,16 +163,18 @@ def draw_plot(
     if spec.x != "t":
         return _draw_against_column(study, spec, metrics, curves)
     grid = list(study.grid_columns.values())
+    log = spec.yscale == "log"
     chosen = metrics[metrics["scenario"].isin(spec.scenarios)]
-    stats = summarise(chosen, spec.metric, grid)
-    dashed = {metric: summarise(chosen, metric, grid) for metric in spec.dashed}
+    stats = summarise(chosen, spec.metric, grid, log)
+    dashed = {metric: summarise(chosen, metric, grid, log) for metric in spec.dashed}
     points = study.points
     nrows, ncols = _layout(study)
-    palette = sns.color_palette("colorblind", len(spec.scenarios) + len(spec.curves))
+    colour = colours(study)
     fig, axes = _panels_figure(nrows, ncols)
     for ax, point in zip(axes.flat, points, strict=False):
         here = _at_point(stats, point)
-        for color, name in zip(palette, spec.scenarios, strict=False):
+        for name in spec.scenarios:
+            color = colour[("scenario", name)]
             line = here[here["scenario"] == name]
             if line.empty:  # e.g. every replicate of it failed
                 continue
@@ -146,11 +188,12 @@ def draw_plot(
                         label=f"{name}: {metric}")
         if curves is not None and spec.curves:
             here_c = _at_point(curves, point)
-            for k, name in enumerate(spec.curves):
+            for name in spec.curves:
                 c = here_c[here_c["curve"] == name]
-                color = palette[len(spec.scenarios) + k]
-                ax.plot(c["t"], c["value"], ls="--", color=color, lw=1.4, label=name)
-        ax.set_xscale("log")
+                if c.empty:
+                    continue
+                ax.plot(c["t"], c["value"], ls="--", color=colour[("curve", name)], lw=1.4,
+                        label=name)
         _style_panel(ax, spec, point.label if point.columns else "")
     for k, ax in enumerate(axes.flat):
         if k >= len(points):
@@ -159,13 +202,18 @@ def draw_plot(
             ax.xaxis.set_tick_params(labelbottom=True)
             ax.set_xlabel("slot t")
     for ax in axes[:, 0]:
-        ax.set_ylabel(Y_LABELS.get(spec.metric, spec.metric))
+        ax.set_ylabel(_y_label(spec.metric))
     return _finish(study, spec, fig, axes, len(points))
 
 
+def _y_label(metric: str) -> str:
+    return Y_LABELS.get(metric, metric.replace("_", " "))
+
+
 def _style_panel(ax, spec: PlotSpec, title: str) -> None:
-    """Log y axis, the plot's axis limits, a light grid and the panel's title (if any)."""
-    ax.set_yscale("log")
+    """The plot's axis scales and limits, a light grid and the panel's title (if any)."""
+    ax.set_xscale(spec.xscale)
+    ax.set_yscale(spec.yscale)
     if spec.xlim:
         ax.set_xlim(*spec.xlim)
     if spec.ylim:
@@ -177,8 +225,10 @@ def _style_panel(ax, spec: PlotSpec, title: str) -> None:
 
 def _save(study: Study, spec: PlotSpec, fig: plt.Figure) -> Path:
     path = study.figures_dir / spec.file
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format=path.suffix[1:]))
-    plt.close(fig)
+    try:
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format=path.suffix[1:]))
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -210,23 +260,29 @@ def _at_slot(frame: pd.DataFrame, at: float | None) -> pd.DataFrame:
     return frame[frame["t"] == (frame["t"].max() if at is None else at)]
 
 
+def _panel_title(study: Study, panel: dict) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in panel.items())
+
+
 def _draw_against_column(
     study: Study, spec: PlotSpec, metrics: pd.DataFrame, curves: pd.DataFrame | None
 ) -> Path:
     """A [[plot]] whose x axis is the grid column `spec.x`, values read at slot `spec.at`."""
     grid = list(study.grid_columns.values())
+    log = spec.yscale == "log"
     chosen = _at_slot(metrics[metrics["scenario"].isin(spec.scenarios)], spec.at)
-    stats = {m: summarise(chosen, m, grid) for m in (spec.metric, *spec.dashed)}
+    stats = {m: summarise(chosen, m, grid, log) for m in (spec.metric, *spec.dashed)}
     curve_rows = None
     if curves is not None and spec.curves:
         curve_rows = _at_slot(curves[curves["curve"].isin(spec.curves)], spec.at)
     panels = _panels(study, spec.x)
     ncols = min(len(panels), PANELS_PER_ROW)
     nrows = math.ceil(len(panels) / ncols)
-    palette = sns.color_palette("colorblind", len(spec.scenarios) + len(spec.curves))
+    colour = colours(study)
     fig, axes = _panels_figure(nrows, ncols)
     for ax, panel in zip(axes.flat, panels, strict=False):
-        for color, name in zip(palette, spec.scenarios, strict=False):
+        for name in spec.scenarios:
+            color = colour[("scenario", name)]
             line = _where(stats[spec.metric], {**panel, "scenario": name}).sort_values(spec.x)
             if line.empty:
                 continue
@@ -238,20 +294,22 @@ def _draw_against_column(
                 extra = _where(stats[metric], {**panel, "scenario": name}).sort_values(spec.x)
                 ax.plot(extra[spec.x], extra["value_mean"], color=color, lw=1.2, ls=_DASHES[k % 3],
                         label=f"{name}: {metric}")
-        for k, name in enumerate(spec.curves):
+        for name in spec.curves:
             if curve_rows is None:
                 break
             c = _where(curve_rows, {**panel, "curve": name}).sort_values(spec.x)
+            if c.empty:
+                continue
             # curves alone are the subject of the plot (an optimiser study): draw them solid
             ax.plot(c[spec.x], c["value"], ls="--" if spec.scenarios else "-", marker=".",
-                    lw=1.4, color=palette[len(spec.scenarios) + k], label=name)
-        _style_panel(ax, spec, ", ".join(f"{k} = {v}" for k, v in panel.items()))
+                    lw=1.4, color=colour[("curve", name)], label=name)
+        _style_panel(ax, spec, _panel_title(study, panel))
     for k, ax in enumerate(axes.flat):
         if k >= len(panels):
             ax.set_visible(False)
         elif k + ncols >= len(panels):
             ax.xaxis.set_tick_params(labelbottom=True)
-            ax.set_xlabel(spec.x)
+            ax.set_xlabel(study.label(spec.x))
     for ax in axes[:, 0]:
-        ax.set_ylabel(Y_LABELS.get(spec.metric, spec.metric))
+        ax.set_ylabel(_y_label(spec.metric))
     return _finish(study, spec, fig, axes, len(panels))

@@ -1,35 +1,41 @@
-"""Running a study and keeping what it produced (DESIGN principles 7, 8 and 9).
+"""Running a study and keeping what it produced.
 
-Layout of ``results/``:
+A results folder belongs to one study file (``results/`` for ``study.toml``,
+``results-<name>/`` for another ``<name>.toml`` in the same folder; ``quick/`` holds the
+``--quick`` ones) and holds:
 
-- ``runs/<run_id>.parquet`` one file per finished run (its tidy metrics, with the run's config
-  hash in the file's metadata), written atomically the moment the run ends;
-  ``runs/<run_id>.agents.parquet`` next to it when the study keeps per-agent errors;
-- ``metrics.parquet`` columns ``scenario, replicate, t, metric, value`` and one column per grid
-  parameter, rebuilt from the run files of the study's current runs;
-- ``curves.parquet`` the closed-form curves: ``curve, t, metric, value, stderr`` (+ grid);
-- ``agents.parquet`` per-agent squared errors ``scenario, replicate, t, agent, value`` (+ grid);
-- ``manifest.json`` versions, git commit, config hash, seed, platform, times and per-run status.
+- ``runs/``: one record per finished run, named by its config hash, with a sidecar holding its
+  checksums, trajectory fingerprint and provenance (`desim.study.store`);
+- ``metrics.parquet``: columns ``scenario, replicate, t, metric, value`` and one column per grid
+  parameter, built from the records of the study's *current* runs (a run the grid does not
+  reach appears at every grid point);
+- ``curves.parquet``: the closed-form curves ``curve, t, metric, value, stderr`` (+ grid),
+  each kept while its config hash stays the same (a resume recomputes none of them);
+- ``agents.parquet``: per-agent squared errors, when the study keeps them;
+- ``manifest.json``: the study's config hash and seed, every run's status, config hash, spawn
+  keys and wall time, the curves, the checksums of the tables above, warnings raised by runs
+  (e.g. a disconnected graph), and one entry per invocation that changed anything (desim
+  version, git commit, workers, wall time). No absolute path.
 
-A run whose file exists with the same config hash is skipped, so a study interrupted by Ctrl-C
-or a crash resumes where it stopped. Every file is written to a temporary name in its folder
-and then renamed, so no reader ever sees half a file.
+Results belong to a configuration: loaders show only records whose config hash is the current
+study file's, and say how many belong to an older version (kept until `desim clean`). One
+writer per results folder (a lock). A failed run never replaces or shrinks what earlier runs
+produced, a no-op resume writes nothing, and every file is written to a temporary name and
+renamed, so no reader ever sees half a file.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import platform
-import subprocess
+import random
 import sys
-import tempfile
+import threading
 import time
 import traceback
-from collections.abc import Callable
+import warnings
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,33 +45,53 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-import desim
 from desim.kernel.params import ConfigError
 from desim.kernel.recorder import log_checkpoints
 from desim.study.scenario import run as run_scenario
-from desim.study.spec import Run, Study
+from desim.study.spec import Run, Study, canonical_hash
+from desim.study.store import (
+    DAMAGED_DIR,
+    RUNS_DIR,
+    StudyLock,
+    check_inside,
+    clean_temporaries,
+    fingerprint,
+    intact,
+    json_text,
+    now,
+    provenance,
+    read_sidecar,
+    record_path,
+    set_aside,
+    sha256_file,
+    stored_hashes,
+    write_json,
+    write_parquet,
+    write_record,
+)
 
-RUNS_DIR = "runs"
 METRICS_FILE = "metrics.parquet"
 CURVES_FILE = "curves.parquet"
 AGENTS_FILE = "agents.parquet"
 MANIFEST_FILE = "manifest.json"
-#: Parquet metadata key holding a run file's config hash (what resuming compares).
-HASH_KEY = b"desim.config_hash"
 #: Version of the manifest layout, bumped when fields change meaning.
-MANIFEST_SCHEMA = 1
+MANIFEST_SCHEMA = 2
 #: The manifest is rewritten at most this often while runs finish (and always at the end).
 MANIFEST_INTERVAL = 2.0
+#: Invocations the manifest remembers (the oldest are dropped beyond this).
+MAX_INVOCATIONS = 100
 
 #: Status of a run in the manifest.
-DONE, FAILED, SKIPPED, PENDING = "done", "failed", "skipped-resumed", "pending"
+DONE, FAILED, PENDING = "done", "failed", "pending"
 
 
 @dataclass
 class Summary:
     """What `run_study` did: run counts by outcome, wall time, where results are, failures.
 
-    `failures` lists (what, error) for every failed run (by run id) and every failed curve.
+    `failures` lists (what, error) for every failed run (by run id) and every failed curve;
+    `warnings` the distinct warnings runs raised; `damaged` the records set aside; `stale` the
+    stored runs of older versions of the study file.
     """
 
     done: int
@@ -75,6 +101,9 @@ class Summary:
     wall_seconds: float
     results_dir: Path
     failures: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)
+    stale: int = 0
 
     @property
     def ok(self) -> bool:
@@ -83,212 +112,429 @@ class Summary:
 
 
 # --------------------------------------------------------------------------------------------
-# atomic files
+# paths
 
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
+def check_outputs(study: Study) -> None:
+    """Refuse output folders that are links (or lead) out of the study folder, or are files."""
+    for path in (study.output_root, study.results_dir, study.results_dir / RUNS_DIR,
+                 study.figures_dir):
+        if path.is_symlink() or path.exists():
+            check_inside(study.folder, path, path.name)
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"{path}: is a file, where desim keeps a folder; move it away")
+    for name in (METRICS_FILE, CURVES_FILE, AGENTS_FILE, MANIFEST_FILE):
+        path = study.results_dir / name
+        if path.is_symlink():
+            check_inside(study.folder, path, name)
+        if path.is_dir():
+            raise ConfigError(f"{path}: is a folder, where desim keeps a file; move it away")
 
 
-def atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    """Call `write(tmp)` on a temporary path in `path`'s folder, then rename it to `path`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes owner-only files; results are shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_parquet(
-    frame: pd.DataFrame, path: Path, metadata: dict[bytes, bytes] | None = None
-) -> None:
-    """Write `frame` (without its index) to `path` atomically, adding `metadata` to its schema."""
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    if metadata:
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
-    atomic_write(path, lambda tmp: pq.write_table(table, tmp))
-
-
-def write_json(obj: Any, path: Path) -> None:
-    """Write `obj` as indented JSON to `path` atomically."""
-    text = json.dumps(obj, indent=2, default=str) + "\n"
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
-
-
-def _file_hash(path: Path) -> str | None:
-    """The config hash stored in a run file, or None if the file is absent or unreadable."""
-    try:
-        meta = pq.read_schema(path).metadata or {}
-    except (OSError, pa.ArrowInvalid):
-        return None
-    value = meta.get(HASH_KEY)
-    return value.decode() if value else None
+def run_path(results_dir: Path, run: Run, agents: bool = False) -> Path:
+    """Path of the record of `run` (or of its per-agent errors)."""
+    return record_path(results_dir, run.config_hash, agents)
 
 
 # --------------------------------------------------------------------------------------------
 # one run (executed in a worker process when workers > 1)
 
 
-def run_path(results_dir: Path, run: Run, agents: bool = False) -> Path:
-    """Path of the record of `run` (or of its per-agent errors)."""
-    suffix = ".agents.parquet" if agents else ".parquet"
-    return results_dir / RUNS_DIR / f"{run.run_id}{suffix}"
-
-
-def _with_keys(frame: pd.DataFrame, run: Run) -> pd.DataFrame:
-    """`frame` with the run's scenario, replicate and grid columns in front."""
+def _with_keys(frame: pd.DataFrame, run: Run, columns: dict[str, Any]) -> pd.DataFrame:
+    """`frame` with the run's scenario, replicate and grid `columns` in front."""
     keys = {"scenario": run.scenario.name, "replicate": run.scenario.replicate}
-    keys.update(run.point.columns)
+    keys.update(columns)
     front = pd.DataFrame({k: [v] * len(frame) for k, v in keys.items()})
     front["replicate"] = front["replicate"].astype(np.int64)
     return pd.concat([front, frame.reset_index(drop=True)], axis=1)
 
 
-def is_done(results_dir: Path, run: Run) -> bool:
-    """True when `run`'s record exists with the run's current config hash."""
-    if _file_hash(run_path(results_dir, run)) != run.config_hash:
-        return False
-    if run.scenario.per_agent:
-        return _file_hash(run_path(results_dir, run, agents=True)) == run.config_hash
-    return True
+def _short_traceback() -> str:
+    """The current traceback without absolute paths (the manifest holds none)."""
+    text = traceback.format_exc()
+    root = str(Path(__file__).resolve().parents[2]) + os.sep
+    return text.replace(root, "").replace(sys.prefix + os.sep, "<python>" + os.sep)
 
 
-def execute_run(run: Run, results_dir: Path) -> dict[str, Any]:
-    """Simulate `run`, write its record(s), and return its manifest status fields.
+def simulate(run: Run) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
+    """Run `run`'s scenario: (metrics sorted by t and metric, per-agent errors or None,
+    the distinct warnings it raised, as one-line texts)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = run_scenario(run.scenario)
+    metrics = out.metrics.sort_values(["t", "metric"], kind="stable").reset_index(drop=True)
+    agents = out.agents if run.scenario.per_agent else None
+    notes = sorted({f"{w.category.__name__}: {' '.join(str(w.message).split())}"
+                    for w in caught})
+    return metrics, agents, notes
 
-    Exceptions of the simulation are caught and returned as a failed status so that one bad
-    run never stops the others; KeyboardInterrupt is not caught.
+
+def execute_run(run: Run, results_dir: Path, head: dict[str, Any] | None = None
+                ) -> dict[str, Any]:
+    """Simulate `run`, write its record(s) and sidecar, and return its status fields.
+
+    `head` is the invocation's provenance (computed once, in the main process). Exceptions of
+    the simulation are caught and returned as a failed status so that one bad run never stops
+    the others; KeyboardInterrupt is not caught.
     """
     start = time.perf_counter()
     try:
-        out = run_scenario(run.scenario)
-        meta = {HASH_KEY: run.config_hash.encode(), b"desim.run_id": run.run_id.encode()}
-        if run.scenario.per_agent and out.agents is not None:
-            # the agents file goes first: the main record marks the run as complete
-            write_parquet(_with_keys(out.agents, run), run_path(results_dir, run, True), meta)
-        metrics = out.metrics.sort_values(["t", "metric"], kind="stable")
-        write_parquet(_with_keys(metrics, run), run_path(results_dir, run), meta)
+        metrics, agents, notes = simulate(run)
+        wall = round(time.perf_counter() - start, 3)
+        side_head = {
+            "run_id": run.run_id, "scenario": run.scenario.name,
+            "replicate": run.scenario.replicate, "grid": run.columns, "spawn": run.spawn,
+            "provenance": {**(head or provenance()), "wall_seconds": wall, "finished": now()},
+            "warnings": notes,
+        }
+        side = write_record(
+            results_dir, run.config_hash, _with_keys(metrics, run, run.columns),
+            None if agents is None else _with_keys(agents, run, run.columns), side_head,
+        )
     except Exception as exc:  # recorded in the manifest; the study goes on
         return {
             "status": FAILED,
             "wall_seconds": round(time.perf_counter() - start, 3),
-            "error": f"{type(exc).__name__}: {exc}",
-            "traceback": traceback.format_exc(),
+            "error": f"{type(exc).__name__}: {' '.join(str(exc).split())}",
+            "traceback": _short_traceback(),
         }
-    return {"status": DONE, "wall_seconds": round(time.perf_counter() - start, 3), "error": None}
+    return {"status": DONE, "sidecar": side}
 
 
 # --------------------------------------------------------------------------------------------
 # closed-form curves
 
 
-def compute_curves(study: Study) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
-    """Every curve of `study` at every grid point on the checkpoint times, and their status."""
+def _curve_key(name: str, columns: dict[str, Any]) -> str:
+    return json.dumps([name, columns], sort_keys=True, default=str)
+
+
+def _curve_rows(job, t: np.ndarray, mean: np.ndarray, stderr: np.ndarray) -> pd.DataFrame:
+    frame = pd.DataFrame({"curve": [job.curve.name] * len(t)})
+    for col, value in job.point.columns.items():
+        frame[col] = [value] * len(t)
+    frame["t"] = t
+    frame["metric"] = "mse"
+    frame["value"] = mean
+    frame["stderr"] = stderr
+    return frame
+
+
+def compute_curves(
+    study: Study, cached: pd.DataFrame | None = None, cached_hashes: dict[str, str] | None = None,
+    progress: bool = False,
+) -> tuple[pd.DataFrame, list[dict[str, Any]], int]:
+    """Every curve of `study` at every grid point on the checkpoint times, their status, and
+    how many were computed (not taken from `cached`).
+
+    `cached` is the previous curves table and `cached_hashes` maps each of its (curve, grid)
+    keys to the config hash it was computed with: a curve whose hash is unchanged is reused.
+    A curve the grid does not reach is computed once and shown at every grid point.
+    """
     t = log_checkpoints(study.t_max, study.checkpoints).astype(float)
+    cached_hashes = cached_hashes or {}
+    reuse: dict[str, pd.DataFrame] = {}
+    if cached is not None and not cached.empty and cached_hashes:
+        for key, rows in cached.groupby(["curve", *study.grid_columns.values()], sort=False,
+                                        dropna=False):
+            name, *values = key if isinstance(key, tuple) else (key,)
+            columns = dict(zip(study.grid_columns.values(), values, strict=True))
+            reuse[_curve_key(name, columns)] = rows
+    todo = {job.config_hash for job in study.curve_jobs
+            if cached_hashes.get(_curve_key(job.curve.name, job.point.columns))
+            != job.config_hash}
+    bar = tqdm(total=len(todo), desc="curves", unit="curve", file=sys.stderr,
+               disable=not (progress and todo))
+    computed: dict[str, tuple[np.ndarray, np.ndarray] | str] = {}
     frames, status = [], []
     for job in study.curve_jobs:
-        entry = {"curve": job.curve.name, "grid": job.point.columns, "status": DONE, "error": None}
-        try:
-            mean, stderr = job.params.curve(t.copy(), job.data)
-            mean = np.broadcast_to(np.asarray(mean, dtype=float), t.shape)
-            stderr = np.broadcast_to(np.asarray(stderr, dtype=float), t.shape)
-        except Exception as exc:  # a broken curve must not cost the simulated results
-            entry.update(status=FAILED, error=f"{type(exc).__name__}: {exc}")
-            status.append(entry)
-            continue
+        key = _curve_key(job.curve.name, job.point.columns)
+        entry = {"curve": job.curve.name, "grid": job.point.columns,
+                 "config_hash": job.config_hash, "status": DONE, "error": None}
         status.append(entry)
-        frame = pd.DataFrame({"curve": [job.curve.name] * len(t)})
-        for col, value in job.point.columns.items():
-            frame[col] = [value] * len(t)
-        frame["t"] = t
-        frame["metric"] = "mse"
-        frame["value"] = mean
-        frame["stderr"] = stderr
-        frames.append(frame)
+        if job.config_hash not in todo and key in reuse:
+            frames.append(reuse[key])
+            continue
+        if job.config_hash not in computed:
+            try:
+                mean, stderr = job.params.curve(t.copy(), job.data)
+                mean = np.broadcast_to(np.asarray(mean, dtype=float), t.shape)
+                stderr = np.broadcast_to(np.asarray(stderr, dtype=float), t.shape)
+                computed[job.config_hash] = (mean, stderr)
+            except Exception as exc:  # a broken curve must not cost the simulated results
+                computed[job.config_hash] = f"{type(exc).__name__}: {exc}"
+            bar.update(1)
+        result = computed[job.config_hash]
+        if isinstance(result, str):
+            entry.update(status=FAILED, error=result)
+            continue
+        frames.append(_curve_rows(job, t, *result))
+    bar.close()
     columns = ["curve", *study.grid_columns.values(), "t", "metric", "value", "stderr"]
     curves = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
-    return curves[columns], status
+    return curves[columns], status, len(computed)
 
 
 # --------------------------------------------------------------------------------------------
-# tables rebuilt from run files
+# the state of a results folder
 
 
-def _gather(study: Study, results_dir: Path, runs: list[Run], agents: bool) -> pd.DataFrame:
-    """The records of `runs` in study order, each sorted by time (and metric or agent)."""
+@dataclass
+class State:
+    """What a results folder holds for a study: the sidecars of its current runs (by config
+    hash) and the number of stored runs that belong to older versions of the study file."""
+
+    sidecars: dict[str, dict[str, Any]]
+    stale: int
+    stored: set[str]
+
+
+def _complete(side: dict[str, Any], run: Run, results_dir: Path) -> bool:
+    names = {record_path(results_dir, run.config_hash).name}
+    if run.scenario.per_agent:
+        names.add(record_path(results_dir, run.config_hash, agents=True).name)
+    return names <= set(side["files"]) and all(
+        (results_dir / RUNS_DIR / n).is_file() for n in side["files"])
+
+
+def scan(study: Study) -> State:
+    """The current runs of `study` that have a complete record, and the count of stale ones."""
+    results_dir = study.results_dir
+    stored = stored_hashes(results_dir)
+    sidecars = {}
+    for run in study.unique_runs:
+        if run.config_hash in stored:
+            side = read_sidecar(results_dir, run.config_hash)
+            if side is not None and _complete(side, run, results_dir):
+                sidecars[run.config_hash] = side
+    current = {r.config_hash for r in study.unique_runs}
+    return State(sidecars, len(stored - current), stored)
+
+
+# --------------------------------------------------------------------------------------------
+# tables built from run records
+
+
+def _digest(study: Study, sidecars: dict[str, dict[str, Any]]) -> str:
+    """What a metrics table built from `sidecars` holds: its runs, where, and their content."""
+    rows = [[r.scenario.name, r.scenario.replicate, r.point.columns, r.config_hash,
+             sidecars[r.config_hash]["files"]] for r in study.runs if r.config_hash in sidecars]
+    return canonical_hash({"grid": list(study.grid_columns.values()), "runs": rows})
+
+
+def read_record(results_dir: Path, side: dict[str, Any], agents: bool = False
+                ) -> pd.DataFrame | None:
+    """A run's record, read only if its bytes match the sidecar's checksum (else None)."""
+    path = record_path(results_dir, side["config_hash"], agents)
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    import hashlib
+
+    if hashlib.sha256(data).hexdigest() != side["files"].get(path.name):
+        return None
+    try:
+        return pq.read_table(pa.BufferReader(data)).to_pandas()
+    except (OSError, pa.ArrowException):
+        return None
+
+
+def _gather(study: Study, results_dir: Path, sidecars: dict[str, dict[str, Any]],
+            agents: bool) -> tuple[pd.DataFrame, list[str]]:
+    """The table of every current run with a record, in study order, and the damaged ones."""
     grid = list(study.grid_columns.values())
     last = ["t", "agent", "value"] if agents else ["t", "metric", "value"]
     columns = ["scenario", "replicate", *grid, *last]
-    frames = [pd.read_parquet(run_path(results_dir, r, agents)) for r in runs]
+    records: dict[str, pd.DataFrame | None] = {}
+    frames, damaged = [], []
+    for run in study.runs:  # (scenario, grid point, replicate) order; records sorted by t
+        h = run.config_hash
+        if h not in sidecars:
+            continue
+        if h not in records:
+            records[h] = read_record(results_dir, sidecars[h], agents)
+            if records[h] is None:
+                damaged.append(record_path(results_dir, h, agents).name)
+        if records[h] is not None:
+            frames.append(_with_keys(records[h][last], run, run.point.columns))
     if not frames:
-        return pd.DataFrame(columns=columns)
-    # runs are in study order (scenario, grid point, replicate) and each file is sorted
-    return pd.concat(frames, ignore_index=True)[columns]
+        return pd.DataFrame(columns=columns), damaged
+    return pd.concat(frames, ignore_index=True)[columns], damaged
 
 
-def rebuild_tables(study: Study, done: list[Run]) -> None:
-    """Rewrite metrics.parquet (and agents.parquet) from the records of the `done` runs."""
-    results_dir = study.results_dir
-    order = {r.run_id: i for i, r in enumerate(study.runs)}
-    done = sorted(done, key=lambda r: order[r.run_id])
-    write_parquet(_gather(study, results_dir, done, False), results_dir / METRICS_FILE)
-    if study.per_agent:
-        write_parquet(_gather(study, results_dir, done, True), results_dir / AGENTS_FILE)
+def _table_entry(path: Path, digest: str, n: int) -> dict[str, Any]:
+    return {"sha256": sha256_file(path), "runs": digest, "count": n}
 
 
-def load_metrics(study: Study) -> pd.DataFrame:
-    """The study's metrics.parquet; a `ConfigError` says to run the study first if absent."""
-    path = study.results_dir / METRICS_FILE
-    if not path.is_file():
-        flag = " --quick" if study.quick else ""
-        raise ConfigError(f"{path}: no results yet; run `desim run {study.folder}{flag}` first")
-    return pd.read_parquet(path)
+def _table_valid(path: Path, entry: Any, digest: str) -> bool:
+    if not isinstance(entry, dict) or entry.get("runs") != digest:
+        return False
+    try:
+        return path.is_file() and sha256_file(path) == entry.get("sha256")
+    except OSError:
+        return False
 
 
-def load_curves(study: Study) -> pd.DataFrame | None:
-    """The study's curves.parquet, or None when it has none."""
-    path = study.results_dir / CURVES_FILE
-    return pd.read_parquet(path) if path.is_file() else None
+def rebuild_tables(study: Study, sidecars: dict[str, dict[str, Any]],
+                   tables: dict[str, Any]) -> dict[str, Any]:
+    """Bring metrics.parquet (and agents.parquet) up to date with the current records.
+
+    A table is rewritten only when what it should hold changed (a no-op resume writes
+    nothing), and never replaced by one holding no run: a failed invocation leaves the
+    previous table (of an older version) in place, where loaders see it is not current.
+    Returns the table entries for the manifest.
+    """
+    out = dict(tables)
+    digest = _digest(study, sidecars)
+    names = [(METRICS_FILE, False)] + ([(AGENTS_FILE, True)] if study.per_agent else [])
+    for name, agents in names:
+        path = study.results_dir / name
+        if _table_valid(path, tables.get(name), digest):
+            continue
+        frame, damaged = _gather(study, study.results_dir, sidecars, agents)
+        if damaged:  # checked at start-up; damaged since then: leave the table for next time
+            continue
+        if frame.empty:
+            continue
+        write_parquet(frame, path)
+        out[name] = _table_entry(path, digest, len({h for h in sidecars}))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# loading results for plots and summaries
+
+
+@dataclass
+class Loaded:
+    """A study's current results: metrics, curves (or None) and notes for the user."""
+
+    metrics: pd.DataFrame
+    curves: pd.DataFrame | None
+    notes: list[str]
+    state: State
 
 
 def read_manifest(study: Study) -> dict[str, Any] | None:
-    """The study's manifest.json, or None when absent or unreadable."""
+    """The study's manifest.json, or None when absent, unreadable or not desim's."""
+    path = study.results_dir / MANIFEST_FILE
     try:
-        return json.loads((study.results_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
+        if not path.is_file() or path.stat().st_size > 256 << 20:
+            return None
+        out = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return out if isinstance(out, dict) else None
+
+
+def _stale_note(study: Study, stale: int) -> str:
+    return (f"{stale} stored run{'s' if stale != 1 else ''} of an older version of "
+            f"{study.file.name} kept in {study.results_dir.name}/ (not shown; "
+            f"`{study.command('clean')}` removes them)")
+
+
+def load_results(study: Study) -> Loaded:
+    """The results of `study`'s current runs and curves, and what the user should know.
+
+    Nothing of an older version of the study file is returned. metrics.parquet is used when
+    its checksum and content match the current records; otherwise the table is rebuilt (in
+    memory) from the records, each checked against its checksum.
+    """
+    check_outputs(study)
+    state = scan(study)
+    manifest = read_manifest(study) or {}
+    tables = manifest.get("tables") if isinstance(manifest.get("tables"), dict) else {}
+    notes: list[str] = []
+    n_runs = len(study.unique_runs)
+    if not state.sidecars and n_runs:
+        if state.stale:
+            raise ConfigError(
+                f"{study.results_dir}: no results of the current {study.file.name}: "
+                f"{_stale_note(study, state.stale)}; run `{study.command('run')}`")
+        if not (study.results_dir / CURVES_FILE).is_file():
+            raise ConfigError(f"{study.results_dir}: no results yet; run "
+                              f"`{study.command('run')}` first")
+    path = study.results_dir / METRICS_FILE
+    digest = _digest(study, state.sidecars)
+    metrics = None
+    if _table_valid(path, tables.get(METRICS_FILE), digest):
+        try:
+            metrics = pd.read_parquet(path)
+        except (OSError, pa.ArrowException):
+            metrics = None
+    if metrics is None:
+        metrics, damaged = _gather(study, study.results_dir, state.sidecars, False)
+        for name in damaged:
+            notes.append(f"{RUNS_DIR}/{name}: damaged (checksum differs); not shown; "
+                         f"`{study.command('run')}` sets it aside and runs it again")
+        if path.exists() and state.sidecars and not damaged:
+            notes.append(f"{METRICS_FILE} does not match the run records (damaged, or of "
+                         "another version); rebuilt from them")
+    done = len(state.sidecars)
+    if n_runs and done < n_runs:
+        notes.append(f"{done} of {n_runs} runs have results; `{study.command('run')}` "
+                     "runs the rest")
+    if state.stale:
+        notes.append(_stale_note(study, state.stale))
+    curves = _load_curves(study, manifest, tables, notes)
+    return Loaded(metrics, curves, notes, state)
+
+
+def _load_curves(study: Study, manifest: dict[str, Any], tables: dict[str, Any],
+                 notes: list[str]) -> pd.DataFrame | None:
+    """The rows of curves.parquet whose curve is current (same config hash)."""
+    path = study.results_dir / CURVES_FILE
+    if not study.curve_jobs or not path.is_file():
+        return None
+    entry = tables.get(CURVES_FILE)
+    if not isinstance(entry, dict):
+        notes.append(f"{CURVES_FILE}: not described by the manifest; curves not shown")
+        return None
+    try:
+        if sha256_file(path) != entry.get("sha256"):
+            raise ValueError
+        curves = pd.read_parquet(path)
+    except (OSError, ValueError, pa.ArrowException):
+        notes.append(f"{CURVES_FILE}: damaged; curves not shown (`{study.command('run')}` "
+                     "recomputes them)")
+        return None
+    stored = {_curve_key(e.get("curve"), e.get("grid")): e.get("config_hash")
+              for e in manifest.get("curves", []) if isinstance(e, dict)
+              and e.get("status") == DONE}
+    current = {_curve_key(j.curve.name, j.point.columns) for j in study.curve_jobs
+               if stored.get(_curve_key(j.curve.name, j.point.columns)) == j.config_hash}
+    if len(current) < len(study.curve_jobs):
+        notes.append(f"{len(study.curve_jobs) - len(current)} of {len(study.curve_jobs)} "
+                     f"curves are not computed for the current {study.file.name}; "
+                     f"`{study.command('run')}` computes them")
+    grid = list(study.grid_columns.values())
+    keys = [_curve_key(row[0], dict(zip(grid, row[1:], strict=True)))
+            for row in curves[["curve", *grid]].itertuples(index=False, name=None)]
+    return curves[[k in current for k in keys]].reset_index(drop=True)
+
+
+def load_metrics(study: Study) -> pd.DataFrame:
+    """The metrics of `study`'s current runs (see `load_results`)."""
+    return load_results(study).metrics
+
+
+def load_curves(study: Study) -> pd.DataFrame | None:
+    """The current curves of `study`, or None when it has none."""
+    return load_results(study).curves
 
 
 # --------------------------------------------------------------------------------------------
 # the manifest
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def git_commit(folder: Path) -> str | None:
-    """The commit checked out in the git repository holding `folder`, or None."""
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(folder), "rev-parse", "HEAD"],
-            capture_output=True, text=True, timeout=10, check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (out.stdout.strip() or None) if out.returncode == 0 else None
-
-
-def _run_entry(run: Run) -> dict[str, Any]:
+def _run_entry(run: Run, points: int) -> dict[str, Any]:
     return {
         "run_id": run.run_id,
         "scenario": run.scenario.name,
         "replicate": run.scenario.replicate,
-        "grid": run.point.columns,
+        "grid": run.columns,
+        "points": points,
         "status": PENDING,
         "config_hash": run.config_hash,
         "spawn": run.spawn,
@@ -298,78 +544,85 @@ def _run_entry(run: Run) -> dict[str, Any]:
 
 
 class _Manifest:
-    """The manifest of one `run_study` call, rewritten atomically as runs finish."""
+    """The manifest of a results folder, kept up to date while one `run_study` call runs.
 
-    def __init__(self, study: Study, workers: int) -> None:
+    Everything but ``invocations`` describes the results as they are; an invocation is added
+    only when it changed something, so a no-op resume leaves the file byte-identical.
+    """
+
+    def __init__(self, study: Study, old: dict[str, Any], head: dict[str, Any], workers: int
+                 ) -> None:
         self.path = study.results_dir / MANIFEST_FILE
         self.study = study
+        self.old = old
         self.start = time.perf_counter()
         self._written = 0.0
-        self.head: dict[str, Any] = {
-            "schema": MANIFEST_SCHEMA,
-            "desim_version": desim.__version__,
-            "study": {
-                "title": study.title,
-                "file": study.file.name,
-                "config_hash": study.config_hash,
-                "quick": study.quick,
-            },
-            "root_seed": study.seed,
-            "git_commit": git_commit(study.folder),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "pandas": pd.__version__,
-            "pyarrow": pa.__version__,
-            "workers": workers,
-            "started": _now(),
-            "finished": None,
-            "wall_seconds": None,
-            "interrupted": False,
-        }
+        points: dict[str, int] = {}
+        for run in study.runs:
+            points[run.config_hash] = points.get(run.config_hash, 0) + 1
+        self.runs = {r.config_hash: _run_entry(r, points[r.config_hash])
+                     for r in study.unique_runs}
         self.curves: list[dict[str, Any]] = []
-        self.runs = {run.run_id: _run_entry(run) for run in study.runs}
+        self.tables: dict[str, Any] = dict(old.get("tables") or {}) if isinstance(
+            old.get("tables"), dict) else {}
+        self.warnings: dict[str, int] = {}
+        self.invocation = {"started": now(), "finished": None, **head, "workers": workers,
+                           "ran": 0, "failed": 0, "curves_computed": 0, "interrupted": False,
+                           "wall_seconds": None}
+        invocations = old.get("invocations") if old.get("schema") == MANIFEST_SCHEMA else None
+        self.invocations = list(invocations) if isinstance(invocations, list) else []
+
+    def done(self, run_hash: str, side: dict[str, Any]) -> None:
+        """Record a run with a record (finished now or earlier)."""
+        self.runs[run_hash].update(status=DONE, error=None,
+                                   wall_seconds=side.get("provenance", {}).get("wall_seconds"))
+        self.runs[run_hash].pop("traceback", None)
+        for note in side.get("warnings", []):
+            self.warnings[note] = self.warnings.get(note, 0) + 1
 
     def counts(self) -> dict[str, int]:
         """Number of runs by status."""
-        out = {DONE: 0, SKIPPED: 0, FAILED: 0, PENDING: 0}
+        out = {DONE: 0, FAILED: 0, PENDING: 0}
         for entry in self.runs.values():
             out[entry["status"]] += 1
         return out
 
+    def body(self) -> dict[str, Any]:
+        """The manifest without its invocations (what a no-op resume must leave unchanged)."""
+        s = self.study
+        return {
+            "schema": MANIFEST_SCHEMA,
+            "study": {"title": s.title, "file": s.file.name, "config_hash": s.config_hash,
+                      "quick": s.quick},
+            "root_seed": s.seed,
+            "counts": self.counts(),
+            "warnings": [f"{n} runs: {w}" for w, n in sorted(self.warnings.items())],
+            "tables": dict(sorted(self.tables.items())),
+            "curves": self.curves,
+            "runs": list(self.runs.values()),
+        }
+
+    def unchanged(self) -> bool:
+        """True when the results are described exactly as the manifest on disk says."""
+        old = {k: v for k, v in self.old.items() if k != "invocations"}
+        return json_text(old) == json_text(self.body())
+
     def write(self, final: bool = False, force: bool = False) -> None:
         """Rewrite manifest.json (throttled unless `final` or `force`)."""
-        now = time.perf_counter()
-        if not (final or force) and now - self._written < MANIFEST_INTERVAL:
+        clock = time.perf_counter()
+        if not (final or force) and clock - self._written < MANIFEST_INTERVAL:
             return
-        self._written = now
-        head = dict(self.head)
-        head["wall_seconds"] = round(now - self.start, 3)
+        self._written = clock
+        inv = dict(self.invocation, wall_seconds=round(clock - self.start, 3))
         if final:
-            head["finished"] = _now()
-        body = {**head, "counts": self.counts(), "curves": self.curves,
-                "runs": list(self.runs.values())}
+            inv["finished"] = now()
+        body = self.body()
+        body["invocations"] = (self.invocations + [inv])[-MAX_INVOCATIONS:]
         write_json(body, self.path)
 
 
 # --------------------------------------------------------------------------------------------
 # running
-
-
-def _previous_wall_times(study: Study) -> dict[str, float]:
-    """Wall time of runs recorded by an earlier call, keyed by config hash."""
-    old = read_manifest(study) or {}
-    return {
-        r["config_hash"]: r["wall_seconds"]
-        for r in old.get("runs", [])
-        if isinstance(r, dict) and r.get("status") in (DONE, SKIPPED) and "config_hash" in r
-    }
-
-
-def _clean_temporaries(folder: Path) -> None:
-    """Remove temporary files left by a run killed while writing (never a finished file)."""
-    for tmp in folder.glob(".*.tmp"):
-        tmp.unlink(missing_ok=True)
 
 
 def run_study(study: Study, workers: int = 1, progress: bool = True) -> Summary:
@@ -378,75 +631,144 @@ def run_study(study: Study, workers: int = 1, progress: bool = True) -> Summary:
     `workers` = 1 runs in this process; more use a process pool. Runs are written as they
     finish; a failing run is recorded in the manifest and the others go on; on
     KeyboardInterrupt, finished runs stay, the manifest and metrics.parquet are brought up to
-    date, and the interrupt propagates.
+    date, and the interrupt propagates. Raises `StudyLocked` (a `ConfigError`) at once when
+    another process is writing into the same results folder.
     """
-    if workers < 1:
-        raise ConfigError(f"workers = {workers}: must be an integer ≥ 1")
+    if isinstance(workers, bool) or not isinstance(workers, int | np.integer) or workers < 1:
+        raise ConfigError(f"workers = {workers!r}: must be an integer ≥ 1")
+    check_outputs(study)
+    with StudyLock(study.results_dir):
+        return _run_locked(study, int(workers), progress)
+
+
+def _current_records(study: Study) -> tuple[dict[str, dict[str, Any]], list[str], int]:
+    """(sidecars of the current runs whose files are intact, damaged files set aside,
+    number of stale stored runs)."""
+    results_dir = study.results_dir
+    state = scan(study)
+    sidecars, damaged = {}, []
+    for h, side in state.sidecars.items():
+        if intact(results_dir, side):
+            sidecars[h] = side
+        else:
+            damaged += [f"{RUNS_DIR}/{DAMAGED_DIR}/{n}" for n in set_aside(results_dir, h)]
+    return sidecars, damaged, state.stale
+
+
+def _run_locked(study: Study, workers: int, progress: bool) -> Summary:
     results_dir = study.results_dir
     (results_dir / RUNS_DIR).mkdir(parents=True, exist_ok=True)
-    _clean_temporaries(results_dir / RUNS_DIR)
-    _clean_temporaries(results_dir)
-    manifest = _Manifest(study, workers)
+    clean_temporaries(results_dir / RUNS_DIR)
+    clean_temporaries(results_dir)
+    old = read_manifest(study) or {}
+    head = provenance()
+    manifest = _Manifest(study, old, head, workers)
+    sidecars, damaged, stale = _current_records(study)
+    skipped = len(sidecars)
+    for h, side in sidecars.items():
+        manifest.done(h, side)
 
-    curves, manifest.curves = compute_curves(study)
-    write_parquet(curves, results_dir / CURVES_FILE)
+    cached, hashes = _cached_curves(study, old, manifest.tables)
+    curves, manifest.curves, computed = compute_curves(study, cached, hashes, progress)
+    curves_path = results_dir / CURVES_FILE
+    if study.curve_jobs and (computed or not _table_valid(
+            curves_path, manifest.tables.get(CURVES_FILE), _curves_digest(manifest.curves))):
+        write_parquet(curves, curves_path)
+        manifest.tables[CURVES_FILE] = _table_entry(
+            curves_path, _curves_digest(manifest.curves), len(manifest.curves))
+    manifest.invocation["curves_computed"] = computed
 
-    previous = _previous_wall_times(study)
-    todo: list[Run] = []
-    for run in study.runs:
-        if is_done(results_dir, run):
-            manifest.runs[run.run_id].update(
-                status=SKIPPED, wall_seconds=previous.get(run.config_hash)
-            )
-        else:
-            todo.append(run)
-    manifest.write(force=True)
-
+    todo = [r for r in study.unique_runs if r.config_hash not in sidecars]
+    if todo:
+        manifest.write(force=True)
     bar = tqdm(total=len(todo), desc=study.title[:40], unit="run",
                disable=not (progress and todo), file=sys.stderr)
 
     def finish(run: Run, record: dict[str, Any]) -> None:
-        manifest.runs[run.run_id].update(record)
+        if record["status"] == DONE:
+            sidecars[run.config_hash] = record["sidecar"]
+            manifest.done(run.config_hash, record["sidecar"])
+            manifest.invocation["ran"] += 1
+        else:
+            manifest.runs[run.config_hash].update(
+                {k: v for k, v in record.items() if k != "sidecar"})
+            manifest.invocation["failed"] += 1
         bar.update(1)
         manifest.write()
 
     try:
         if workers == 1 or len(todo) <= 1:
             for run in todo:
-                finish(run, execute_run(run, results_dir))
+                finish(run, execute_run(run, results_dir, head))
         else:
-            _run_pool(todo, results_dir, min(workers, len(todo)), finish)
+            _run_pool(todo, results_dir, min(workers, len(todo)), finish, head)
     except KeyboardInterrupt:
-        manifest.head["interrupted"] = True
+        manifest.invocation["interrupted"] = True
         raise
     finally:
         bar.close()
-        ok = {DONE, SKIPPED}
-        rebuild_tables(study, [r for r in study.runs if manifest.runs[r.run_id]["status"] in ok])
-        manifest.write(final=True)
+        manifest.tables = rebuild_tables(study, sidecars, manifest.tables)
+        if todo or computed or damaged or not manifest.unchanged():
+            manifest.write(final=True)
 
     counts = manifest.counts()
-    failures = [
-        (e["run_id"], e["error"]) for e in manifest.runs.values() if e["status"] == FAILED
-    ]
-    failures += [
-        (f"curve {c['curve']!r}", c["error"]) for c in manifest.curves if c["status"] == FAILED
-    ]
+    failures = [(e["run_id"], e["error"]) for e in manifest.runs.values()
+                if e["status"] == FAILED]
+    failures += [(f"curve {c['curve']!r}", c["error"]) for c in manifest.curves
+                 if c["status"] == FAILED]
     return Summary(
-        done=counts[DONE],
-        skipped=counts[SKIPPED],
+        done=counts[DONE] - skipped,
+        skipped=skipped,
         failed=counts[FAILED],
         pending=counts[PENDING],
         wall_seconds=time.perf_counter() - manifest.start,
         results_dir=results_dir,
         failures=failures,
+        warnings=manifest.body()["warnings"],
+        damaged=damaged,
+        stale=stale,
     )
 
 
-def _run_pool(todo: list[Run], results_dir: Path, workers: int, finish) -> None:
+def _curves_digest(entries: list[dict[str, Any]]) -> str:
+    return canonical_hash([[e["curve"], e["grid"], e["config_hash"], e["status"]]
+                           for e in entries])
+
+
+def _cached_curves(study: Study, old: dict[str, Any], tables: dict[str, Any]
+                   ) -> tuple[pd.DataFrame | None, dict[str, str]]:
+    """The previous curves table and the config hash of each of its curves (if trustworthy)."""
+    path = study.results_dir / CURVES_FILE
+    entries = [e for e in old.get("curves", []) if isinstance(e, dict)
+               and e.get("status") == DONE and isinstance(e.get("config_hash"), str)]
+    if not study.curve_jobs or not entries or not _table_valid(
+            path, tables.get(CURVES_FILE), _curves_digest(old.get("curves", []))):
+        return None, {}
+    try:
+        cached = pd.read_parquet(path)
+    except (OSError, pa.ArrowException):
+        return None, {}
+    return cached, {_curve_key(e["curve"], e["grid"]): e["config_hash"] for e in entries}
+
+
+def _watch_parent(parent: int) -> None:
+    """Worker initialiser: end this worker when its parent process is gone."""
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="desim-parent-watch").start()
+
+
+def _run_pool(todo: list[Run], results_dir: Path, workers: int, finish,
+              head: dict[str, Any]) -> None:
     """Run `todo` on a process pool, calling `finish(run, record)` as each one completes."""
-    pool = ProcessPoolExecutor(max_workers=workers)
-    futures = {pool.submit(execute_run, run, results_dir): run for run in todo}
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_watch_parent,
+                               initargs=(os.getpid(),))
+    futures = {pool.submit(execute_run, run, results_dir, head): run for run in todo}
     finished: set[Future] = set()
     try:
         for future in as_completed(futures):
@@ -466,3 +788,68 @@ def _run_pool(todo: list[Run], results_dir: Path, workers: int, finish) -> None:
             if future not in finished and future.done() and not future.cancelled():
                 if future.exception() is None:
                     finish(run, future.result())
+
+
+# --------------------------------------------------------------------------------------------
+# verify and clean
+
+
+@dataclass
+class Verified:
+    """What `verify_study` found: run ids checked, and those whose fingerprint changed."""
+
+    checked: list[str]
+    changed: list[tuple[str, str]]
+    failed: list[tuple[str, str]]
+
+
+def verify_study(study: Study, sample: int | None = None, seed: int = 0,
+                 progress: bool = False) -> Verified:
+    """Re-run stored runs of `study` (all, or `sample` of them chosen with `seed`) in memory
+    and compare each trajectory's fingerprint with the stored one. Writes nothing."""
+    state = scan(study)
+    runs = [r for r in study.unique_runs if r.config_hash in state.sidecars]
+    if not runs:
+        raise ConfigError(f"{study.results_dir}: no stored runs of the current "
+                          f"{study.file.name} to verify; run `{study.command('run')}` first")
+    if sample is not None and sample < len(runs):
+        runs = sorted(random.Random(seed).sample(runs, sample),
+                      key=lambda r: study.unique_runs.index(r))
+    out = Verified([], [], [])
+    for run in tqdm(runs, desc="verify", unit="run", file=sys.stderr, disable=not progress):
+        out.checked.append(run.run_id)
+        try:
+            metrics, _, _ = simulate(run)
+        except Exception as exc:
+            out.failed.append((run.run_id, f"{type(exc).__name__}: {exc}"))
+            continue
+        if fingerprint(metrics) != state.sidecars[run.config_hash]["fingerprint"]:
+            out.changed.append((run.run_id, run.config_hash[:12]))
+    return out
+
+
+def stale_files(study: Study) -> list[Path]:
+    """Files in the results folder of `study` that belong to no current run (older versions
+    of the study file, damaged records set aside)."""
+    runs_dir = study.results_dir / RUNS_DIR
+    if not runs_dir.is_dir():
+        return []
+    current = {r.config_hash for r in study.unique_runs}
+    out = [p for p in sorted(runs_dir.iterdir())
+           if p.is_file() and not p.name.startswith(".") and p.name.split(".")[0] not in current]
+    damaged = runs_dir / DAMAGED_DIR
+    if damaged.is_dir() and not damaged.is_symlink():
+        out += sorted(p for p in damaged.iterdir() if p.is_file())
+    return out
+
+
+def clean_study(study: Study) -> int:
+    """Remove the stale files of `study` (under its lock); return how many were removed."""
+    check_outputs(study)
+    if not study.results_dir.is_dir():
+        return 0
+    with StudyLock(study.results_dir):
+        files = stale_files(study)
+        for path in files:
+            path.unlink(missing_ok=True)
+    return len(files)

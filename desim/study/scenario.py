@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from desim.kernel.engine import RunOutput, Simulation
 from desim.kernel.params import ConfigError, build
@@ -51,6 +54,21 @@ class Scenario:
     name: str = ""
     topology: dict[str, Any] | None = None
     metrics: tuple[str, ...] = ()
+    folder: str = ""
+    """The folder relative file paths (traces, graph files) are read from ('' = the working
+    directory); not part of the scenario's identity, so a study folder can move."""
+
+    def __post_init__(self) -> None:
+        # numpy scalars (np.int64 from a sweep in Python) are numbers like any other; kept as
+        # Python numbers, so hashes and random-stream keys do not depend on how they were made
+        for name in ("t_max", "seed", "replicate", "checkpoints"):
+            value = getattr(self, name)
+            if isinstance(value, np.generic):
+                object.__setattr__(self, name, value.item())
+        for name in ("params", "data", "network"):
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                object.__setattr__(self, name, _plain_numbers(value))
 
     @property
     def shared_key(self) -> int:
@@ -73,6 +91,7 @@ class Scenario:
         config hashes they had before these fields existed (their results stay resumable).
         """
         out = asdict(self)
+        del out["folder"]
         if self.topology is None:
             del out["topology"]
         if not self.metrics:
@@ -98,14 +117,22 @@ def resolve(s: Scenario) -> Resolved:
     """Validate every part of `s`; raises `ConfigError` naming the first bad field."""
     load_plugins()
     label = f"scenario {s.name!r}" if s.name else "scenario"
-    if isinstance(s.t_max, bool) or not isinstance(s.t_max, int) or s.t_max < 1:
-        raise ConfigError(f"{label}: t_max = {s.t_max!r}: must be an integer ≥ 1")
+    for name, low, high in (("t_max", 1, MAX_T), ("seed", 0, 2**63 - 1),
+                            ("replicate", 0, 2**31 - 1), ("checkpoints", 2, MAX_T)):
+        _check_int(label, name, getattr(s, name), low, high)
+    for name, kind in (("params", dict), ("data", dict), ("network", dict)):
+        if not isinstance(getattr(s, name), kind):
+            raise ConfigError(f"{label}: {name} = {getattr(s, name)!r}: must be a table (dict)")
+    if s.topology is not None and not isinstance(s.topology, dict):
+        raise ConfigError(f"{label}: topology = {s.topology!r}: must be a table (dict) or None")
+    if not isinstance(s.protocol, str):
+        raise ConfigError(f"{label}: protocol = {s.protocol!r}: must be a protocol name")
     cls = PROTOCOLS.lookup(s.protocol, f"{label}: protocol")
-    params = build(cls.Params, s.params, label)
-    data = dict(s.data)
+    params = build(cls.Params, _plain_numbers(s.params), label)
+    data = _plain_numbers(dict(s.data))
     data_cls = DATA.lookup(data.pop("model", None), "data.model")
     data_params = build(data_cls, data, "data")
-    links = _resolve_links(s.network)
+    links = _resolve_links(_with_folder(s.network, s.folder, "network"))
     topology = _resolve_topology(s, data_params)
     if topology is None and getattr(cls, "needs_topology", False):
         raise ConfigError(
@@ -116,6 +143,43 @@ def resolve(s: Scenario) -> Resolved:
         raise ConfigError(f"metrics = {s.metrics!r}: must be a list of metric names")
     metrics = tuple(METRICS.lookup(name, "metrics") for name in s.metrics)
     return Resolved(cls, params, data_params, links, topology, metrics)
+
+
+#: Longest horizon (and most checkpoints) a scenario may ask for.
+MAX_T = 10**9
+
+
+def _check_int(label: str, name: str, value: Any, low: int, high: int) -> None:
+    """Refuse a non-integer or out-of-range scenario field (numpy integers are integers)."""
+    ok = isinstance(value, int | np.integer) and not isinstance(value, bool)
+    if not ok or not low <= int(value) <= high:
+        raise ConfigError(f"{label}: {name} = {value!r}: must be an integer in [{low}, {high}]")
+
+
+def _plain_numbers(table: dict[str, Any]) -> dict[str, Any]:
+    """`table` with numpy scalars (np.int64, np.float64) as Python numbers, lists kept."""
+    out = {}
+    for key, value in table.items():
+        if isinstance(value, np.generic):
+            value = value.item()
+        elif isinstance(value, np.ndarray):
+            value = value.tolist()
+        out[key] = value
+    return out
+
+
+def _with_folder(table: dict[str, Any] | None, folder: str, what: str) -> dict[str, Any] | None:
+    """`table` with its relative file paths (trace `file`, graph `path`) joined to `folder`."""
+    if table is None or not folder:
+        return table
+    out = dict(table)
+    if what == "topology" and isinstance(out.get("path"), str):
+        out["path"] = str(Path(folder) / out["path"])
+    for sub in ("outages", "nodes"):
+        inner = out.get(sub) if what == "network" else None
+        if isinstance(inner, dict) and isinstance(inner.get("file"), str):
+            out[sub] = {**inner, "file": str(Path(folder) / inner["file"])}
+    return out
 
 
 def _resolve_links(network: dict[str, Any]) -> Any:
@@ -136,7 +200,7 @@ def _resolve_topology(s: Scenario, data_params: Any) -> Any:
     """The validated topology of `s` (None without one), checked against the number of agents."""
     if s.topology is None:
         return None
-    topo = dict(s.topology)
+    topo = _plain_numbers(_with_folder(s.topology, s.folder, "topology"))
     if "model" not in topo:
         raise ConfigError(f"topology: model is required (allowed: {', '.join(TOPOLOGIES)})")
     topology = build(TOPOLOGIES.lookup(topo.pop("model"), "topology.model"), topo, "topology")

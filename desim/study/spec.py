@@ -5,8 +5,15 @@ protocols, data models, link models, topologies, curves and metrics, references 
 and expands the study into its runs, before anything is run or written: a bad file stops with one
 `ConfigError` line that names the field, the value and what is allowed (DESIGN principle 9).
 
-A run is one (grid point, scenario, replicate): a `desim.study.scenario.Scenario` with a stable,
-readable id and a config hash, which is what lets `desim run` resume where it stopped.
+A run is one (grid point, scenario, replicate): a `desim.study.scenario.Scenario` with a
+stable, readable id and a config hash, which is what lets `desim run` resume where it stopped.
+The config hash covers the scenario and the grid values that reach it: a scenario whose
+parameters do not include a swept key is the same run at every value of that key, runs once
+and is shown at every grid point (curves likewise).
+
+A study file reads only files inside its own folder (a study file may be shared and run by
+someone else), and a folder without a study.toml whose sub-folders hold study files is a
+*suite* (`find_studies`).
 """
 
 from __future__ import annotations
@@ -17,11 +24,12 @@ import difflib
 import hashlib
 import itertools
 import json
+import math
 import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from desim.kernel.params import ConfigError, build, field_names, param, unknown_key_message
 from desim.kernel.plugins import load_plugins
@@ -50,6 +58,13 @@ RESERVED_COLUMNS = frozenset(
 QUICK_FALLBACK = {"replicates": 2, "t_max": 1000}
 #: File types a plot may be written as.
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
+#: Largest study file read (bytes) and deepest nesting of tables and arrays allowed in it.
+MAX_STUDY_BYTES = 1 << 20
+MAX_DEPTH = 16
+#: Longest scenario or curve name (characters; files are named by hash, not by name).
+MAX_NAME = 500
+#: Values a plot title may use, as {name}.
+TITLE_FIELDS = ("agents", "replicates", "t_max", "checkpoints", "seed")
 
 
 @dataclass(frozen=True)
@@ -89,6 +104,11 @@ class PlotTable:
     x: str = param("t", "x axis: the slot t (log scale) or a grid column (linear; values at `at`)")
     at: float | None = param(None, "with x a grid column: the slot drawn (default: the last)", ge=1)
     dashed: list[str] = param([], "more metrics of the same scenarios, drawn dashed (e.g. bound)")
+    xscale: Literal["linear", "log"] | None = param(
+        None, "x-axis scale (default: log for the slot t, linear for a grid column)")
+    yscale: Literal["linear", "log"] | None = param(
+        None, "y-axis scale (default: log for errors and variances, linear for counts and "
+        "fractions)")
 
     def __post_init__(self) -> None:
         name = Path(self.file).name
@@ -99,8 +119,12 @@ class PlotTable:
             )
         for key in ("xlim", "ylim"):
             lim = getattr(self, key)
-            linear = key == "xlim" and self.x != "t"  # a grid column: linear, may hold 0
-            ok = lim is None or (len(lim) == 2 and (linear or 0 < lim[0]) and lim[0] < lim[1])
+            if key == "xlim":  # a grid column is on a linear axis by default: may hold 0
+                linear = (self.xscale or ("log" if self.x == "t" else "linear")) == "linear"
+            else:
+                linear = (self.yscale or default_scale(self.metric)) == "linear"
+            ok = lim is None or (len(lim) == 2 and all(map(math.isfinite, lim))
+                                 and (linear or 0 < lim[0]) and lim[0] < lim[1])
             if not ok:
                 low = "low < high" if linear else "0 < low < high"
                 raise ValueError(f"{key} = {lim!r}: must be [low, high] with {low}")
@@ -122,6 +146,8 @@ class CurveSpec:
     name: str
     kind: str
     params: dict[str, Any]
+    scenario: str | None = None
+    """The scenario this curve is the closed form of (drawn in its colour), if any."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +164,8 @@ class PlotSpec:
     x: str = "t"
     at: float | None = None
     dashed: tuple[str, ...] = ()
+    xscale: str = "log"
+    yscale: str = "log"
 
 
 @dataclass(frozen=True)
@@ -167,6 +195,8 @@ class Run:
     scenario_index: int
     point: GridPoint
     config_hash: str
+    columns: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The grid columns that reach the run (the others leave it unchanged)."""
 
     @property
     def spawn(self) -> dict[str, int]:
@@ -189,6 +219,7 @@ class CurveJob:
     point: GridPoint
     params: Any
     data: Any
+    config_hash: str = ""
 
 
 @dataclass(frozen=True)
@@ -211,26 +242,63 @@ class Study:
     runs: tuple[Run, ...]
     curve_jobs: tuple[CurveJob, ...]
     config_hash: str
+    agents: int | None = None
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Axis label of each grid column, from its parameter's description."""
+
+    def label(self, column: str) -> str:
+        """The axis label of a grid column (the column name when it has no description)."""
+        return self.labels.get(column, column)
+
+    def curve_scenario(self, curve: CurveSpec) -> str | None:
+        """The scenario `curve` is the closed form of: its ``scenario`` key, else the longest
+        scenario name its name starts with (``local (Prop. 1)`` → ``local``), else None."""
+        if curve.scenario is not None:
+            return curve.scenario
+        names = [s.name for s in self.scenarios
+                 if curve.name == s.name or curve.name.startswith(s.name + " ")]
+        return max(names, key=len) if names else None
 
     @property
     def folder(self) -> Path:
-        """The study folder (the one holding study.toml)."""
+        """The study folder (the one holding the study file)."""
         return self.file.parent
 
     @property
     def output_root(self) -> Path:
-        """Where results/ and figures/ go: the study folder, or its quick/ sub-folder."""
+        """Where the results and figures folders go: the study folder, or its quick/ folder."""
         return self.folder / "quick" if self.quick else self.folder
 
     @property
+    def _suffix(self) -> str:
+        # study.toml keeps results/ and figures/; another file <name>.toml in the same folder
+        # gets results-<name>/ and figures-<name>/, so two files never share results
+        return "" if self.file.name == STUDY_FILE else f"-{self.file.stem}"
+
+    @property
     def results_dir(self) -> Path:
-        """The results folder of this study (quick runs have their own)."""
-        return self.output_root / "results"
+        """The results folder of this study file (quick runs have their own)."""
+        return self.output_root / f"results{self._suffix}"
 
     @property
     def figures_dir(self) -> Path:
-        """The figures folder of this study (quick runs have their own)."""
-        return self.output_root / "figures"
+        """The figures folder of this study file (quick runs have their own)."""
+        return self.output_root / f"figures{self._suffix}"
+
+    @property
+    def unique_runs(self) -> tuple[Run, ...]:
+        """The runs to execute: one per config hash, in study order (a grid key that does not
+        reach a scenario repeats its run at every value; it runs once)."""
+        seen: dict[str, Run] = {}
+        for run in self.runs:
+            seen.setdefault(run.config_hash, run)
+        return tuple(seen.values())
+
+    def command(self, verb: str) -> str:
+        """The desim command line that does `verb` on this study (for messages)."""
+        flag = " --quick" if self.quick else ""
+        target = self.folder if self.file.name == STUDY_FILE else self.file
+        return f"desim {verb} {target}{flag}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -276,13 +344,53 @@ def _params_class(obj: Any) -> type:
 
 
 def find_study_file(path: str | Path) -> Path:
-    """The study.toml of `path`, which may be the study folder or the file itself."""
+    """The study file of `path`, which may be the study folder or the file itself.
+
+    The file must be a regular file of at most `MAX_STUDY_BYTES` (never a FIFO or a device,
+    which would hang or flood the reader).
+    """
     p = Path(path)
     file = p / STUDY_FILE if p.is_dir() else p
-    if not file.is_file():
+    if not file.exists():
         where = f"{p}: no {STUDY_FILE} in this folder" if p.is_dir() else f"{p}: no such file"
-        raise ConfigError(f"{where} (STUDY is a study folder or its {STUDY_FILE})")
+        raise ConfigError(f"{where} (STUDY is a study folder, its {STUDY_FILE}, or a folder "
+                          "of study folders)")
+    if not file.is_file():
+        raise ConfigError(f"{file}: not a regular file; a study file is a TOML text file")
+    size = file.stat().st_size
+    if size > MAX_STUDY_BYTES:
+        raise ConfigError(f"{file}: {size} bytes; a study file may hold at most "
+                          f"{MAX_STUDY_BYTES} bytes")
     return file
+
+
+def find_studies(path: str | Path) -> list[Path]:
+    """The study files `path` names: one, or every sub-study of a suite, in name order.
+
+    A suite is a folder without a study.toml whose sub-folders (at any depth, not inside
+    results or figures folders) hold study.toml files.
+    """
+    p = Path(path)
+    if p.is_dir() and not (p / STUDY_FILE).exists():
+        found = sorted(
+            f for f in p.rglob(STUDY_FILE)
+            if not any(part.startswith(("results", "figures", "quick", "."))
+                       for part in f.relative_to(p).parts[:-1])
+        )
+        if found:
+            return found
+    return [find_study_file(p)]
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of tables and arrays in `value`, counted up to `limit` + 1."""
+    if limit < 0:
+        return 1
+    if isinstance(value, dict):
+        return 1 + max((_depth(v, limit - 1) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v, limit - 1) for v in value), default=0)
+    return 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -304,8 +412,14 @@ def load_study(path: str | Path, quick: bool = False) -> Study:
             raw = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{file}: tables or arrays nested too deep (at most {MAX_DEPTH} "
+                          "levels)") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{file}: cannot be read: {exc}") from None
+        raise ConfigError(f"{file}: cannot be read: {type(exc).__name__}") from None
+    if _depth(raw, MAX_DEPTH) > MAX_DEPTH:
+        raise ConfigError(f"{file}: tables or arrays nested too deep (at most {MAX_DEPTH} "
+                          "levels)")
     try:
         return _parse(raw, file.resolve(), quick)
     except ConfigError as exc:
@@ -366,7 +480,8 @@ def _parse(raw: dict, file: Path, quick: bool) -> Study:
         _params_class(TOPOLOGIES.get(topology["model"])) if topology is not None else None
     )
 
-    curves = _curves(_table(raw, "curve", []))
+    scenario_names = [t.get("name") for t in _table(raw, "scenario", [])]
+    curves = _curves(_table(raw, "curve", []), scenario_names)
     scenarios = _scenarios(_table(raw, "scenario", []), bool(curves))
     declared = _declared_defaults(scenarios, curves)
     for key in defaults:
@@ -380,25 +495,38 @@ def _parse(raw: dict, file: Path, quick: bool) -> Study:
     points = _points(grid, grid_columns)
     runs: list[Run] = []
     jobs: list[CurveJob] = []
+    _check_size(settings, replicates, t_max, checkpoints, data, grid, len(scenarios))
     for i, spec in enumerate(scenarios):
+        reach = _reaching(spec, grid)
         for point in points:
             base = _scenario_at(spec, point, data, network, topology, defaults, t_max,
                                 checkpoints, settings, file.parent)
             _resolve(base, point, spec, defaults)
+            values = {p: v for p, v in point.values.items() if p in reach}
+            columns = {grid_columns[p]: point.columns[grid_columns[p]] for p in values}
             for rep in range(replicates):
                 s = dataclasses.replace(base, replicate=rep)
-                runs.append(Run(_run_id(spec.name, point, rep), s, i, point,
-                                canonical_hash({"scenario": s.as_dict(), "grid": point.values})))
+                # only the grid values that reach the scenario: a run the sweep does not
+                # change has one hash (and runs once); a reached one keeps its old hash
+                h = canonical_hash({"scenario": s.as_dict(), "grid": values})
+                runs.append(Run(_run_id(spec.name, columns, rep), s, i, point, h, columns))
     _check_unique_ids(runs)
     for j, curve in enumerate(curves):
         for point in points:
-            jobs.append(_curve_job(curve, j, point, data, topology, defaults))
+            jobs.append(_curve_job(curve, j, point, data, topology, defaults, t_max,
+                                   checkpoints, file.parent))
+    agents = data.get("agents") if isinstance(data.get("agents"), int) else None
+    fields = {"agents": "varied" if "data.agents" in grid else agents,
+              "replicates": replicates, "t_max": t_max, "checkpoints": checkpoints,
+              "seed": settings.seed}
+    plots = [dataclasses.replace(q, title=_fill_title(q.title, fields, q.file)) for q in plots]
 
     effective = copy.deepcopy(raw)
     effective["study"] = {**raw["study"], "replicates": replicates, "t_max": t_max,
                           "checkpoints": checkpoints}
     effective["data"] = data
     effective.pop("quick", None)
+    effective.pop("plot", None)  # figures do not change results: retitling keeps the hash
     return Study(
         file=file,
         title=settings.title,
@@ -416,7 +544,137 @@ def _parse(raw: dict, file: Path, quick: bool) -> Study:
         runs=tuple(runs),
         curve_jobs=tuple(jobs),
         config_hash=canonical_hash(effective),
+        agents=agents,
+        labels=_labels(grid_columns, data_cls, link_cls, topo_cls, [*scenarios, *curves]),
     )
+
+
+def _short_doc(doc: str) -> str:
+    """The first phrase of a parameter's description, for an axis label."""
+    text = re.split(r" \(|;|:|, ", doc, maxsplit=1)[0].strip()
+    return text if 0 < len(text) <= 48 else ""
+
+
+def _labels(columns: dict[str, str], data_cls: type, link_cls: type, topo_cls: type | None,
+            specs: list) -> dict[str, str]:
+    """Axis label of every grid column: ``<description> (<column>)`` when one is declared."""
+    def doc_of(cls: type | None, key: str) -> str:
+        if cls is None:
+            return ""
+        for f in dataclasses.fields(cls):
+            if f.name == key:
+                return f.metadata.get("doc", "")
+        return ""
+
+    out = {}
+    for path, column in columns.items():
+        root, _, key = path.partition(".")
+        doc = ""
+        if root == "data":
+            doc = doc_of(data_cls, key)
+        elif root == "topology":
+            doc = doc_of(topo_cls, key)
+        elif root == "network" and "." not in key:
+            doc = doc_of(link_cls, key)
+        elif root == "network":
+            sub, _, inner = key.partition(".")
+            doc = f"{sub} {inner}"
+        elif root == "defaults":
+            for spec in specs:
+                doc = doc_of(_params_class(PROTOCOLS.get(spec.protocol)) if isinstance(
+                    spec, ScenarioSpec) else _params_class(CURVES.get(spec.kind)), key)
+                if doc:
+                    break
+        short = _short_doc(doc)
+        out[column] = f"{short} ({column})" if short and short != column else column
+    return out
+
+
+def _fill_title(title: str, fields: dict[str, Any], file: str) -> str:
+    """`title` with {agents}, {replicates}, {t_max}, ... replaced by the study's values."""
+
+    def value(match: re.Match) -> str:
+        name = match.group(1)
+        if name not in fields:
+            raise ConfigError(
+                f"plot {file!r}: title: unknown field {{{name}}}; allowed: "
+                + ", ".join(f"{{{k}}}" for k in TITLE_FIELDS)
+            )
+        v = fields[name]
+        if isinstance(v, int) and v >= 10_000:
+            return f"{v:,}".replace(",", " ")  # 10 000: a thin grouping, as in the papers
+        return "?" if v is None else str(v)
+
+    return re.sub(r"\{([^{}]*)\}", value, title)
+
+
+def _reaching(spec: ScenarioSpec | CurveSpec, grid: dict) -> set[str]:
+    """The grid paths that reach `spec`: its own tables always; a [defaults] key only when
+    `spec` declares it; for a curve, data and (if it declares one) the topology."""
+    declared = set(_declared(spec))
+    out = set()
+    for path in grid:
+        root, _, key = path.partition(".")
+        if root == "defaults":
+            ok = key in declared
+        elif isinstance(spec, CurveSpec):
+            ok = root == "data" or (root == "topology" and CURVE_TOPOLOGY_KEY in declared)
+        else:
+            ok = True
+        if ok:
+            out.add(path)
+    return out
+
+
+#: Largest study desim runs without --force: runs, agent-slots of one run, total agent-slots.
+MAX_RUNS = 200_000
+MAX_AGENT_SLOTS_PER_RUN = 10**11
+MAX_AGENT_SLOTS = 10**13
+MAX_CHECKPOINTS = 100_000
+#: Bytes a run holds per agent and checkpoint (estimates, errors, per-agent records).
+BYTES_PER_AGENT_CHECKPOINT = 64
+
+
+def _check_size(settings, replicates: int, t_max: int, checkpoints: int, data: dict,
+                grid: dict, n_scenarios: int) -> None:
+    """Refuse a study too large to finish: run count, time and memory, estimated up front.
+
+    A run costs about agents × t_max agent-slots of work and holds agents × checkpoints
+    values; the estimate uses the largest agent count the grid reaches.
+    """
+    points = math.prod(len(v) for v in grid.values() if isinstance(v, list))
+    runs = points * max(n_scenarios, 1) * replicates
+    if runs > MAX_RUNS:
+        raise ConfigError(f"[study]: replicates = {replicates} × {points} grid points × "
+                          f"{n_scenarios} scenarios = {runs} runs: at most {MAX_RUNS} allowed")
+    if checkpoints > MAX_CHECKPOINTS:
+        raise ConfigError(f"[study]: checkpoints = {checkpoints}: at most {MAX_CHECKPOINTS}")
+    sizes = [data.get("agents")] + list(grid.get("data.agents", []))
+    agents = max((a for a in sizes if isinstance(a, int) and not isinstance(a, bool)),
+                 default=1)
+    per_run = agents * t_max
+    if per_run > MAX_AGENT_SLOTS_PER_RUN:
+        raise ConfigError(f"[study]: t_max = {t_max} with {agents} agents = {per_run:.3g} "
+                          f"agent-slots per run: at most {MAX_AGENT_SLOTS_PER_RUN:.0e}")
+    if per_run * runs > MAX_AGENT_SLOTS:
+        raise ConfigError(f"[study]: {runs} runs of {per_run:.3g} agent-slots = "
+                          f"{per_run * runs:.3g}: at most {MAX_AGENT_SLOTS:.0e} in one study")
+    memory = agents * min(checkpoints, t_max) * BYTES_PER_AGENT_CHECKPOINT + agents * 4096
+    available = _memory_bytes()
+    if available and memory > available:
+        raise ConfigError(f"[data]: agents = {agents}: one run needs about "
+                          f"{memory / 2**30:.3g} GiB; this machine has "
+                          f"{available / 2**30:.3g} GiB")
+
+
+def _memory_bytes() -> int | None:
+    """Physical memory of this machine in bytes (None when unknown)."""
+    try:
+        import os
+
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _named_tables(tables: list[dict], kind: str, type_key: str) -> list[tuple[str, str, dict]]:
@@ -429,6 +687,9 @@ def _named_tables(tables: list[dict], kind: str, type_key: str) -> list[tuple[st
         if not isinstance(name, str) or not name.strip():
             shown = "is missing" if name is None else f"= {name!r}"
             raise ConfigError(f"{where}: name {shown}: must be a non-empty string")
+        if len(name) > MAX_NAME or not name.isprintable():
+            raise ConfigError(f"{where}: name = {name[:40]!r}...: must be at most {MAX_NAME} "
+                              "printable characters")
         if name in seen:
             raise ConfigError(f"{kind} {name!r}: name is used twice; {kind} names must be unique")
         seen.add(name)
@@ -449,11 +710,17 @@ def _scenarios(tables: list[dict], has_curves: bool = False) -> list[ScenarioSpe
     return out
 
 
-def _curves(tables: list[dict]) -> list[CurveSpec]:
+def _curves(tables: list[dict], scenarios: list[str] | None = None) -> list[CurveSpec]:
     out = []
     for name, kind, params in _named_tables(tables, "curve", "kind"):
         CURVES.lookup(kind, f"curve {name!r}: kind")
-        out.append(CurveSpec(name, kind, params))
+        scenario = params.pop("scenario", None)
+        if scenario is not None and scenario not in (scenarios or []):
+            raise ConfigError(
+                f"curve {name!r}: scenario = {scenario!r}: must name a [[scenario]] (the one "
+                f"the curve is the closed form of); allowed: {', '.join(scenarios or [])}"
+            )
+        out.append(CurveSpec(name, kind, params, scenario))
     return out
 
 
@@ -596,16 +863,46 @@ def _network_table(raw: dict) -> dict:
     return network
 
 
-def _trace_files(network: dict, folder: Path) -> dict:
-    """`network` with the trace `file` of its outages and nodes tables made absolute.
+#: Largest file (trace, graph) a study may read, in bytes.
+MAX_INPUT_BYTES = 64 << 20
 
-    A trace file is relative to the study folder, wherever desim runs.
+
+def check_input_file(folder: Path, path: Any, field: str, what: str = "file") -> None:
+    """Refuse a file a study reads unless it is a regular file inside the study `folder`.
+
+    `path` is relative to the study folder; an absolute path, a path climbing out with '..'
+    or through a link, a FIFO or device, and a file over `MAX_INPUT_BYTES` are refused in one
+    line that never shows the file's content (a study file may come from someone else).
+    """
+    if not isinstance(path, str) or not path:
+        return  # the component's own validation names a bad type
+    if Path(path).is_absolute():
+        raise ConfigError(f"{field} = {path!r}: must be a path relative to the study folder")
+    target = folder / path
+    try:
+        target.resolve().relative_to(folder.resolve())
+    except ValueError:
+        raise ConfigError(f"{field} = {path!r}: leads out of the study folder; a study reads "
+                          "only files inside its own folder") from None
+    if not target.exists():
+        raise ConfigError(f"{field} = {path!r}: no such {what} in the study folder")
+    if not target.is_file():
+        raise ConfigError(f"{field} = {path!r}: not a regular file (a {what} is a text file)")
+    size = target.stat().st_size
+    if size > MAX_INPUT_BYTES:
+        raise ConfigError(f"{field} = {path!r}: {size} bytes; at most {MAX_INPUT_BYTES}")
+
+
+def _trace_files(network: dict, folder: Path) -> dict:
+    """`network` with the trace `file` of its outages and nodes tables checked.
+
+    A trace file is relative to the study folder and stays so in the scenario (its config hash
+    holds no absolute path); the scenario resolves it against its folder when it runs.
     """
     for sub in TRACE_TABLES:
         table = network.get(sub)
-        path = table.get("file") if _is_table(table) else None
-        if isinstance(path, str) and path and not Path(path).is_absolute():
-            network = {**network, sub: {**table, "file": str((folder / path).resolve())}}
+        if _is_table(table) and "file" in table:
+            check_input_file(folder, table["file"], f"[network.{sub}]: file", "trace file")
     return network
 
 
@@ -622,9 +919,8 @@ def _topology_table(raw: dict, file: Path) -> dict | None:
             f"[topology]: model is required (a topology name; allowed: {', '.join(TOPOLOGIES)})"
         )
     TOPOLOGIES.lookup(topology["model"], "[topology]: model")
-    path = topology.get("path")
-    if isinstance(path, str) and path and not Path(path).is_absolute():
-        topology["path"] = str((file.parent / path).resolve())
+    if "path" in topology:
+        check_input_file(file.parent, topology["path"], "[topology]: path", "graph file")
     return topology
 
 
@@ -649,6 +945,7 @@ def _scenario_at(spec, point, data, network, topology, defaults, t_max, checkpoi
         name=spec.name,
         topology=topology,
         metrics=tuple(settings.metrics),
+        folder=str(folder),
     )
 
 
@@ -670,13 +967,16 @@ def _resolve(s: Scenario, point: GridPoint, spec: ScenarioSpec, defaults: dict) 
 
 
 def _curve_job(curve: CurveSpec, index: int, point: GridPoint, data: dict,
-               topology: dict | None, defaults: dict):
+               topology: dict | None, defaults: dict, t_max: int = 0, checkpoints: int = 0,
+               folder: Path | None = None):
     """A curve at a grid point; a curve declaring `topology` receives the [topology] table."""
     data, _, defaults, topology = _apply_point(point, data, {}, defaults, topology)
     cls = _params_class(CURVES.get(curve.kind))
     declared = set(field_names(cls))
     table = {k: v for k, v in defaults.items() if k in declared}
     if CURVE_TOPOLOGY_KEY in declared and topology is not None:
+        if isinstance(topology.get("path"), str) and folder is not None:  # a graph file
+            topology = {**topology, "path": str(folder / topology["path"])}
         table[CURVE_TOPOLOGY_KEY] = topology
     table.update(curve.params)
     try:
@@ -685,7 +985,15 @@ def _curve_job(curve: CurveSpec, index: int, point: GridPoint, data: dict,
         params = build(cls, table, f"curve {curve.name!r}")
     except ConfigError as exc:
         raise ConfigError(_at_point(point, str(exc))) from None
-    return CurveJob(curve, index, point, params, data_params)
+    # what the curve's values depend on: equal hashes are one computation (and a cache hit)
+    h = canonical_hash({"kind": curve.kind, "params": _plain(params), "data": _plain(data_params),
+                        "t_max": t_max, "checkpoints": checkpoints})
+    return CurveJob(curve, index, point, params, data_params, h)
+
+
+def _plain(obj: Any) -> Any:
+    """A params dataclass as plain data (other objects as they are)."""
+    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
 
 
 def _plots(tables: list[dict], scenarios, curves, title: str,
@@ -727,13 +1035,21 @@ def _plots(tables: list[dict], scenarios, curves, title: str,
             p.file, p.title or title, p.metric, tuple(chosen), tuple(p.curves),
             tuple(p.xlim) if p.xlim else None, tuple(p.ylim) if p.ylim else None,
             p.x, p.at, tuple(p.dashed),
+            p.xscale or ("log" if p.x == "t" else "linear"),
+            p.yscale or default_scale(p.metric),
         ))
     return out
 
 
-def _run_id(name: str, point: GridPoint, replicate: int) -> str:
+def default_scale(metric: str) -> str:
+    """The y scale a metric is drawn on by default: log for errors, variances and bounds
+    (they span decades), linear for counts and fractions (which may be 0)."""
+    return "log" if any(k in metric for k in ("mse", "var", "bound", "error")) else "linear"
+
+
+def _run_id(name: str, columns: dict[str, Any], replicate: int) -> str:
     parts = [slug(name)]
-    parts += [f"{col}-{slug(v)}" for col, v in point.columns.items()]
+    parts += [f"{col}-{slug(v)}" for col, v in columns.items()]
     parts.append(f"r{replicate:03d}")
     return "_".join(parts)
 
@@ -742,6 +1058,8 @@ def _check_unique_ids(runs: list[Run]) -> None:
     seen: dict[str, Run] = {}
     for run in runs:
         other = seen.get(run.run_id)
+        if other is not None and other.config_hash == run.config_hash:
+            continue  # the same run at another grid point that does not reach it
         if other is not None and other.scenario.name != run.scenario.name:
             raise ConfigError(
                 f"scenarios {other.scenario.name!r} and {run.scenario.name!r} give the same run "

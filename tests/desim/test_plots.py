@@ -50,7 +50,7 @@ def test_other_metrics_and_formats_can_be_plotted(tmp_path):
     run_study(study, progress=False)
     paths = draw_figures(study)
     assert [p.name for p in paths] == ["toy.png", "pings.svg"]
-    assert "messages_ping" in paths[1].read_text()
+    assert "messages ping" in paths[1].read_text()  # the axis label, as words
 
 
 def test_a_metric_missing_from_results_is_a_config_error(tmp_path):

@@ -18,10 +18,14 @@ from desim.study.results import run_study
 from desim.study.spec import load_study
 
 RUN_FIELDS = {"run_id", "scenario", "replicate", "grid", "status", "config_hash", "spawn",
-              "wall_seconds", "error"}
-HEAD_FIELDS = {"schema", "desim_version", "study", "root_seed", "git_commit", "platform",
-               "python", "numpy", "pandas", "pyarrow", "workers", "started", "finished",
-               "wall_seconds", "interrupted", "counts", "curves", "runs"}
+              "wall_seconds", "error", "points"}
+HEAD_FIELDS = {"schema", "study", "root_seed", "counts", "warnings", "tables", "curves", "runs",
+               "invocations"}
+INVOCATION_FIELDS = {"started", "finished", "desim_version", "git_commit", "git_dirty", "python",
+                     "numpy", "scipy", "simpy", "pandas", "pyarrow", "platform", "workers", "ran",
+                     "failed", "interrupted", "wall_seconds"}
+PROVENANCE_FIELDS = {"desim_version", "git_commit", "git_dirty", "python", "numpy", "scipy",
+                     "simpy", "pandas", "pyarrow", "platform", "wall_seconds", "finished"}
 
 
 def manifest(folder):
@@ -30,6 +34,10 @@ def manifest(folder):
 
 def mtimes(folder):
     return {p.name: p.stat().st_mtime_ns for p in (folder / "results" / "runs").iterdir()}
+
+
+def record(folder, run, suffix=".parquet"):
+    return folder / "results" / "runs" / f"{run.config_hash}{suffix}"
 
 
 def test_results_follow_the_output_contract(toy_study):
@@ -57,52 +65,78 @@ def test_results_follow_the_output_contract(toy_study):
     np.testing.assert_allclose(c.value, 0.25 / checkpoints)
     assert (c.metric == "mse").all() and (c.stderr == 0).all()
 
+    # records are named by config hash, each with a sidecar: checksums, fingerprint, provenance
     runs = sorted(p.name for p in (res / "runs").iterdir())
-    assert runs == ["toy-a_r000.parquet", "toy-a_r001.parquet", "toy-b_r000.parquet",
-                    "toy-b_r001.parquet"]
-    meta = pq.read_schema(res / "runs" / "toy-a_r000.parquet").metadata
+    assert runs == sorted(f"{r.config_hash}{s}" for r in study.runs for s in (".json",
+                                                                             ".parquet"))
+    meta = pq.read_schema(record(toy_study, study.runs[0])).metadata
     assert meta[b"desim.config_hash"].decode() == study.runs[0].config_hash
+    side = json.loads(record(toy_study, study.runs[0], ".json").read_text())
+    assert side["config_hash"] == study.runs[0].config_hash and side["run_id"] == "toy-a_r000"
+    assert PROVENANCE_FIELDS <= set(side["provenance"])
+    assert side["provenance"]["desim_version"] == desim.__version__
+    assert side["provenance"]["wall_seconds"] >= 0 and side["provenance"]["scipy"]
+    assert side["files"] == {f"{study.runs[0].config_hash}.parquet":
+                             results.sha256_file(record(toy_study, study.runs[0]))}
+    trajectory = pd.read_parquet(record(toy_study, study.runs[0]))
+    assert side["fingerprint"] == results.fingerprint(trajectory)
     assert not (res / "agents.parquet").exists()
 
     man = manifest(toy_study)
-    assert HEAD_FIELDS <= set(man)
-    assert man["desim_version"] == desim.__version__ and man["root_seed"] == 7
-    assert man["study"]["config_hash"] == study.config_hash
-    assert man["counts"] == {"done": 4, "skipped-resumed": 0, "failed": 0, "pending": 0}
-    assert man["finished"] and man["wall_seconds"] >= 0 and man["interrupted"] is False
+    assert HEAD_FIELDS <= set(man) and man["root_seed"] == 7
+    assert man["study"] == {"title": "toy", "file": "study.toml",
+                            "config_hash": study.config_hash, "quick": False}
+    assert man["counts"] == {"done": 4, "failed": 0, "pending": 0}
+    (inv,) = man["invocations"]
+    assert INVOCATION_FIELDS <= set(inv) and inv["desim_version"] == desim.__version__
+    assert inv["finished"] and inv["wall_seconds"] >= 0 and inv["interrupted"] is False
+    assert (inv["ran"], inv["failed"], inv["workers"]) == (4, 0, 1)
     for entry, run in zip(man["runs"], study.runs, strict=True):
         assert RUN_FIELDS <= set(entry)
         assert entry["status"] == "done" and entry["run_id"] == run.run_id
         assert entry["config_hash"] == run.config_hash and entry["spawn"] == run.spawn
         assert set(entry["spawn"]) == {"seed", "replicate", "shared_key", "run_key"}
+        assert entry["wall_seconds"] is not None
+    assert str(toy_study.parent) not in (res / "manifest.json").read_text()  # no absolute path
 
 
-def test_rerun_skips_everything_and_rewrites_nothing(toy_study):
+def snapshot(folder):
+    """Bytes and modification times of every file of a results folder."""
+    res = folder / "results"
+    return {str(p.relative_to(res)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(res.rglob("*")) if p.is_file() and not p.name.startswith(".desim")}
+
+
+def test_a_no_op_resume_leaves_every_file_byte_identical(toy_study):
     run_study(load_study(toy_study), progress=False)
-    before = mtimes(toy_study)
-    metrics = (toy_study / "results" / "metrics.parquet").read_bytes()
+    before = snapshot(toy_study)
     summary = run_study(load_study(toy_study), progress=False)
     assert (summary.done, summary.skipped) == (0, 4)
-    assert mtimes(toy_study) == before
-    assert (toy_study / "results" / "metrics.parquet").read_bytes() == metrics
+    assert snapshot(toy_study) == before  # manifest, records, sidecars, tables: untouched
     entries = manifest(toy_study)["runs"]
-    assert {e["status"] for e in entries} == {"skipped-resumed"}
+    assert {e["status"] for e in entries} == {"done"}
     assert all(e["wall_seconds"] is not None for e in entries)  # kept from the first call
 
 
 def test_changed_config_reruns_only_affected_runs(toy_study):
-    run_study(load_study(toy_study), progress=False)
+    old = load_study(toy_study)
+    run_study(old, progress=False)
     before = mtimes(toy_study)
     text = TOY_STUDY.replace('noise = "gaussian"', 'noise = "gaussian"\nepsilon = 50.0')
     write_study(toy_study, text)
-    summary = run_study(load_study(toy_study), progress=False)
-    assert (summary.done, summary.skipped) == (2, 2)
+    new = load_study(toy_study)
+    summary = run_study(new, progress=False)
+    assert (summary.done, summary.skipped, summary.stale) == (2, 2, 2)
     after = mtimes(toy_study)
-    assert after["toy-a_r000.parquet"] == before["toy-a_r000.parquet"]
-    assert after["toy-b_r000.parquet"] != before["toy-b_r000.parquet"]
+    assert after[record(toy_study, new.runs[0]).name] == before[record(toy_study, old.runs[0]).name]
+    assert new.runs[2].config_hash != old.runs[2].config_hash
+    # the older version's records are kept (never overwritten), only not shown
+    assert after[record(toy_study, old.runs[2]).name] == before[record(toy_study, old.runs[2]).name]
+    assert record(toy_study, new.runs[2]).name in after
     status = {e["run_id"]: e["status"] for e in manifest(toy_study)["runs"]}
-    assert status == {"toy-a_r000": "skipped-resumed", "toy-a_r001": "skipped-resumed",
-                      "toy-b_r000": "done", "toy-b_r001": "done"}
+    assert status == {"toy-a_r000": "done", "toy-a_r001": "done", "toy-b_r000": "done",
+                      "toy-b_r001": "done"}
+    assert [i["ran"] for i in manifest(toy_study)["invocations"]] == [4, 2]
 
 
 def test_failed_run_is_recorded_and_the_others_are_kept(toy_study):
@@ -135,8 +169,8 @@ def test_interrupt_keeps_finished_runs_and_resumes(toy_study, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         run_study(load_study(toy_study), progress=False)
     man = manifest(toy_study)
-    assert man["interrupted"] is True
-    assert man["counts"] == {"done": 2, "skipped-resumed": 0, "failed": 0, "pending": 2}
+    assert man["invocations"][-1]["interrupted"] is True
+    assert man["counts"] == {"done": 2, "failed": 0, "pending": 2}
     m = pd.read_parquet(toy_study / "results" / "metrics.parquet")
     assert set(m.scenario) == {"Toy A"}  # the finished runs are in the tables
     assert not list((toy_study / "results" / "runs").glob(".*.tmp"))
@@ -155,7 +189,7 @@ def test_metrics_bytes_do_not_depend_on_the_worker_count(tmp_path):
     run_study(load_study(one), workers=1, progress=False)
     summary = run_study(load_study(two), workers=2, progress=False)
     assert summary.done == 8
-    assert manifest(two)["workers"] == 2
+    assert manifest(two)["invocations"][-1]["workers"] == 2
     for name in ("metrics.parquet", "curves.parquet"):
         assert (one / "results" / name).read_bytes() == (two / "results" / name).read_bytes()
     m = pd.read_parquet(one / "results" / "metrics.parquet")

@@ -1,0 +1,335 @@
+"""The run records of a results folder, how they are trusted, and the one writer allowed.
+
+A finished run leaves two files in ``runs/``, both named by the run's config hash (never by
+its scenario name, which may be long or hold any character):
+
+- ``<hash>.parquet`` its tidy metrics (``t, metric, value`` behind the run's keys), and
+  ``<hash>.agents.parquet`` when the study keeps per-agent errors;
+- ``<hash>.json`` its sidecar, written last (a run is done when its sidecar is): run id,
+  config hash, the sha256 of each of its files, the *fingerprint* of its trajectory (a hash of
+  its metrics: what `desim verify` compares after an upgrade) and its provenance (desim version,
+  git commit and dirty flag, versions of numpy, scipy, simpy, pandas, pyarrow, platform, wall
+  time, warnings raised while it ran).
+
+A record is trusted only when its files hash to what its sidecar says; a damaged one is moved
+to ``runs/damaged/`` (named in one line) and run again. Records of an older version of the
+study file keep their own hashes, so they are never overwritten; `desim clean` removes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from filelock import FileLock, Timeout
+
+import desim
+from desim.kernel.params import ConfigError
+
+RUNS_DIR = "runs"
+DAMAGED_DIR = "damaged"
+#: The lock file of a results folder (held by the one `desim run` writing into it).
+LOCK_FILE = ".desim.lock"
+#: Who holds the lock: pid, host, start time (read by the writer that is turned away).
+OWNER_FILE = ".desim.lock.owner"
+#: Version of the sidecar layout.
+SIDECAR_SCHEMA = 1
+#: Columns of a run record that its fingerprint covers (the keys are the study's, not the run's).
+TRAJECTORY = ("t", "metric", "value")
+
+
+class StudyLocked(ConfigError):
+    """Another process is writing into the same results folder."""
+
+
+# --------------------------------------------------------------------------------------------
+# atomic files
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+def atomic_write(path: Path, write: Callable[[str], None]) -> None:
+    """Call `write(tmp)` on a temporary path in `path`'s folder, then rename it to `path`."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".desim.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes owner-only files; results are shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_parquet(
+    frame: pd.DataFrame, path: Path, metadata: dict[bytes, bytes] | None = None
+) -> None:
+    """Write `frame` (without its index) to `path` atomically, adding `metadata` to its schema."""
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    if metadata:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp))
+
+
+def json_text(obj: Any) -> str:
+    """The indented JSON text desim writes (a fixed form, so equal objects give equal bytes)."""
+    return json.dumps(obj, indent=2, default=str, ensure_ascii=False) + "\n"
+
+
+def write_json(obj: Any, path: Path) -> None:
+    """Write `obj` as indented JSON to `path` atomically."""
+    text = json_text(obj)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def clean_temporaries(folder: Path) -> None:
+    """Remove temporary files a killed writer left in `folder` (regular files only).
+
+    Called only by the lock holder, so no other writer's file is ever removed.
+    """
+    if not folder.is_dir() or folder.is_symlink():
+        return
+    for tmp in folder.glob(".*.tmp"):
+        if tmp.is_file() and not tmp.is_symlink():
+            tmp.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------------------------
+# hashes
+
+
+def sha256_file(path: Path) -> str:
+    """sha256 hex digest of the bytes of `path`."""
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fingerprint(frame: pd.DataFrame) -> str:
+    """Hash of a run's trajectory: its ``t, metric, value`` columns, exactly (bit for bit).
+
+    Two runs with the same fingerprint measured the same values at the same times.
+    """
+    h = hashlib.sha256()
+    for col in TRAJECTORY:
+        values = frame[col]
+        h.update(col.encode() + b"\0")
+        if col == "metric":
+            h.update("\x1f".join(map(str, values)).encode())
+        else:
+            h.update(np.ascontiguousarray(values.to_numpy(dtype=np.float64)).tobytes())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# provenance
+
+
+def _git(args: list[str], where: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True,
+                             timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def provenance() -> dict[str, Any]:
+    """What made a run: desim's version and git state, library versions, platform.
+
+    The git commit and dirty flag are those of the checkout desim is imported from (the code
+    that ran), None when desim is installed without git.
+    """
+    code = Path(desim.__file__).resolve().parent.parent
+    commit = _git(["rev-parse", "HEAD"], code)
+    dirty = None
+    if commit is not None:
+        status = _git(["status", "--porcelain", "--untracked-files=no"], code)
+        dirty = bool(status) if status is not None else None
+    return {
+        "desim_version": desim.__version__,
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": _version("scipy"),
+        "simpy": _version("simpy"),
+        "pandas": pd.__version__,
+        "pyarrow": pa.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def now() -> str:
+    """The current UTC time, to the second, ISO 8601."""
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+# --------------------------------------------------------------------------------------------
+# records and sidecars
+
+
+def record_path(results_dir: Path, config_hash: str, agents: bool = False) -> Path:
+    """Path of the record of the run with `config_hash` (or of its per-agent errors)."""
+    suffix = ".agents.parquet" if agents else ".parquet"
+    return results_dir / RUNS_DIR / f"{config_hash}{suffix}"
+
+
+def sidecar_path(results_dir: Path, config_hash: str) -> Path:
+    """Path of the sidecar of the run with `config_hash`."""
+    return results_dir / RUNS_DIR / f"{config_hash}.json"
+
+
+def read_sidecar(results_dir: Path, config_hash: str) -> dict[str, Any] | None:
+    """The sidecar of `config_hash`, or None when absent, unreadable or not this run's."""
+    path = sidecar_path(results_dir, config_hash)
+    try:
+        if not path.is_file() or path.stat().st_size > 1 << 20:
+            return None
+        side = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(side, dict) and side.get("config_hash") == config_hash and isinstance(
+        side.get("files"), dict) and isinstance(side.get("fingerprint"), str)
+    return side if ok else None
+
+
+def stored_hashes(results_dir: Path) -> set[str]:
+    """Config hashes of every run that has a sidecar in `results_dir` (any version)."""
+    folder = results_dir / RUNS_DIR
+    if not folder.is_dir():
+        return set()
+    return {p.name[:-5] for p in folder.glob("*.json") if not p.name.startswith(".")}
+
+
+def intact(results_dir: Path, side: dict[str, Any]) -> bool:
+    """True when every file of a run's sidecar exists with the sha256 it records."""
+    for name, digest in side["files"].items():
+        path = results_dir / RUNS_DIR / name
+        try:
+            if Path(name).name != name or sha256_file(path) != digest:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def set_aside(results_dir: Path, config_hash: str) -> list[str]:
+    """Move every file of the run `config_hash` to ``runs/damaged/``; return their names."""
+    runs = results_dir / RUNS_DIR
+    target = runs / DAMAGED_DIR
+    target.mkdir(exist_ok=True)
+    moved = []
+    for path in sorted(runs.glob(f"{config_hash}.*")):
+        if path.is_file():
+            os.replace(path, target / path.name)
+            moved.append(path.name)
+    return moved
+
+
+def write_record(
+    results_dir: Path, config_hash: str, frame: pd.DataFrame, agents: pd.DataFrame | None,
+    head: dict[str, Any],
+) -> dict[str, Any]:
+    """Write a run's record(s), then its sidecar (`head` plus checksums); return the sidecar."""
+    meta = {b"desim.config_hash": config_hash.encode()}
+    files = {}
+    if agents is not None:
+        path = record_path(results_dir, config_hash, agents=True)
+        write_parquet(agents, path, meta)
+        files[path.name] = sha256_file(path)
+    path = record_path(results_dir, config_hash)
+    write_parquet(frame, path, meta)
+    files[path.name] = sha256_file(path)
+    side = {"schema": SIDECAR_SCHEMA, **head, "config_hash": config_hash,
+            "fingerprint": fingerprint(frame), "files": dict(sorted(files.items()))}
+    write_json(side, sidecar_path(results_dir, config_hash))
+    return side
+
+
+# --------------------------------------------------------------------------------------------
+# paths that stay inside the study folder
+
+
+def check_inside(folder: Path, path: Path, what: str) -> None:
+    """Refuse `path` when it (or a link on the way) leads out of the study `folder`."""
+    base = folder.resolve()
+    try:
+        path.resolve().relative_to(base)
+    except ValueError:
+        raise ConfigError(
+            f"{what}: {path} leads out of the study folder {folder} (a link or '..'); "
+            "desim reads and writes only inside the study folder"
+        ) from None
+
+
+# --------------------------------------------------------------------------------------------
+# one writer
+
+
+class StudyLock:
+    """The lock of one results folder: `desim run` and `desim clean` hold it while writing.
+
+    A `filelock.FileLock` (an OS lock, released by the system when its holder dies, so a lock
+    left by a killed process is recovered), plus an owner file that says who holds it.
+    """
+
+    def __init__(self, results_dir: Path) -> None:
+        self.results_dir = results_dir
+        self.lock = FileLock(str(results_dir / LOCK_FILE), timeout=0)
+
+    def __enter__(self) -> StudyLocked | StudyLock:
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.lock.acquire()
+        except Timeout:
+            raise StudyLocked(f"{self.results_dir}: {self.holder()} is writing into this "
+                              "results folder; wait for it to finish") from None
+        owner = {"pid": os.getpid(), "host": socket.gethostname(), "since": now()}
+        try:
+            (self.results_dir / OWNER_FILE).write_text(json.dumps(owner), encoding="utf-8")
+        except OSError:
+            pass  # the lock itself is what counts
+        return self
+
+    def holder(self) -> str:
+        """Who holds the lock, as words ("another desim process" when unknown)."""
+        try:
+            owner = json.loads((self.results_dir / OWNER_FILE).read_text(encoding="utf-8"))
+            return f"desim process {owner['pid']} on {owner['host']} (since {owner['since']})"
+        except (OSError, ValueError, KeyError, TypeError):
+            return "another desim process"
+
+    def __exit__(self, *exc: object) -> None:
+        (self.results_dir / OWNER_FILE).unlink(missing_ok=True)
+        self.lock.release()
+
+
+def wall_clock() -> float:
+    """A monotonic clock for wall times."""
+    return time.perf_counter()
