@@ -39,7 +39,7 @@ from desim.kernel.registry import (
     TOPOLOGIES,
     Registry,
 )
-from desim.study.spec import Study, find_studies, load_study
+from desim.study.spec import Study, check_setups, find_studies, load_study
 
 #: Exit status: success, failed runs, bad input, interrupted (as a shell reports Ctrl-C).
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -175,6 +175,7 @@ def _run(args: argparse.Namespace) -> int:
     from desim.study.results import run_study
 
     def one(study: Study) -> int:
+        check_setups(study)
         try:
             summary = run_study(study, workers=args.workers, progress=not args.no_progress)
         except KeyboardInterrupt:
@@ -242,6 +243,7 @@ def _count(study: Study) -> str:
 
 def _validate(args: argparse.Namespace) -> int:
     def one(study: Study) -> int:
+        check_setups(study)
         print(_count(study))
         return EXIT_OK
 

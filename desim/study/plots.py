@@ -16,7 +16,7 @@ A scenario has one colour in every figure of its study, and a curve that is the 
 a scenario (its ``scenario`` key, or a name that starts with the scenario's name) is drawn in
 that colour, dashed. Axes are log or linear per plot (`xscale`, `yscale`; by default the slot
 is on a log axis, a grid column on a linear one, errors on a log axis and counts or fractions
-on a linear one). Text is drawn as written: a ``$`` in a name is a dollar sign, not math.
+on a linear one). Names and titles are drawn as written: a ``$`` is a dollar sign, not math.
 """
 
 from __future__ import annotations
@@ -45,8 +45,13 @@ DPI = 150
 PANELS_PER_ROW = 4
 #: Axis labels of the metrics the recorder writes (others are labelled by their name).
 Y_LABELS = {"mse": "mean squared error"}
-#: Matplotlib settings of every figure: text as written (no mathtext), no TeX.
-RC = {"text.parse_math": False, "text.usetex": False}
+#: Matplotlib settings of every figure: no TeX (names and titles are escaped by `_text`).
+RC = {"text.usetex": False}
+
+
+def _text(text: str) -> str:
+    """A name or title drawn as written: a ``$`` is a dollar sign, never the start of math."""
+    return text.replace("$", r"\$")
 
 
 def _at_point(frame: pd.DataFrame, point: GridPoint) -> pd.DataFrame:
@@ -103,9 +108,9 @@ def summarise(metrics: pd.DataFrame, metric: str, grid: list[str], log: bool = T
         .reset_index()
     )
     half = 1.96 * stats["value_std"].fillna(0.0) / np.sqrt(stats["value_count"])
-    low = stats["value_mean"] - half
-    # On log axes a band below zero would vanish; the smallest replicate bounds it instead.
-    stats["value_low"] = np.maximum(low, stats["value_min"]) if log else low
+    # The band never goes below the smallest replicate: on a log axis a band below zero would
+    # vanish, and a count or a fraction is never negative.
+    stats["value_low"] = np.maximum(stats["value_mean"] - half, stats["value_min"])
     stats["value_high"] = stats["value_mean"] + half
     return stats
 
@@ -118,11 +123,11 @@ def _finish(study: Study, spec: PlotSpec, fig, axes, n_panels: int) -> Path:
             legend.setdefault(label, handle)
     handles, labels = list(legend.values()), list(legend)
     if n_panels == 1:
-        axes.flat[0].set_title(spec.title)
+        axes.flat[0].set_title(_text(spec.title))
         if handles:
             axes.flat[0].legend(handles, labels, fontsize="small")
     else:
-        fig.suptitle(spec.title)
+        fig.suptitle(_text(spec.title))
         if handles:
             fig.legend(handles, labels, loc="outside right upper", fontsize="small")
     return _save(study, spec, fig)
@@ -146,6 +151,7 @@ def draw_figures(study: Study, loaded: Loaded | None = None) -> list[Path]:
     study.figures_dir.mkdir(parents=True, exist_ok=True)
     with matplotlib.rc_context(RC):
         return [draw_plot(study, spec, metrics, loaded.curves) for spec in study.plots]
+
 
 
 def draw_plot(
@@ -178,14 +184,14 @@ def draw_plot(
             line = here[here["scenario"] == name]
             if line.empty:  # e.g. every replicate of it failed
                 continue
-            ax.plot(line["t"], line["value_mean"], color=color, lw=1.6, label=name)
+            ax.plot(line["t"], line["value_mean"], color=color, lw=1.6, label=_text(name))
             ax.fill_between(line["t"], line["value_low"], line["value_high"], color=color,
                             alpha=0.2, lw=0)
             for k, metric in enumerate(spec.dashed):
                 extra = _at_point(dashed[metric], point)
                 extra = extra[extra["scenario"] == name]
                 ax.plot(extra["t"], extra["value_mean"], color=color, lw=1.2, ls=_DASHES[k % 3],
-                        label=f"{name}: {metric}")
+                        label=_text(f"{name}: {metric}"))
         if curves is not None and spec.curves:
             here_c = _at_point(curves, point)
             for name in spec.curves:
@@ -193,7 +199,7 @@ def draw_plot(
                 if c.empty:
                     continue
                 ax.plot(c["t"], c["value"], ls="--", color=colour[("curve", name)], lw=1.4,
-                        label=name)
+                        label=_text(name))
         _style_panel(ax, spec, point.label if point.columns else "")
     for k, ax in enumerate(axes.flat):
         if k >= len(points):
@@ -207,7 +213,7 @@ def draw_plot(
 
 
 def _y_label(metric: str) -> str:
-    return Y_LABELS.get(metric, metric.replace("_", " "))
+    return _text(Y_LABELS.get(metric, metric.replace("_", " ")))
 
 
 def _style_panel(ax, spec: PlotSpec, title: str) -> None:
@@ -220,7 +226,7 @@ def _style_panel(ax, spec: PlotSpec, title: str) -> None:
         ax.set_ylim(*spec.ylim)
     ax.grid(True, which="both", alpha=0.3)
     if title:
-        ax.set_title(title, fontsize="medium")
+        ax.set_title(_text(title), fontsize="medium")
 
 
 def _save(study: Study, spec: PlotSpec, fig: plt.Figure) -> Path:
@@ -287,13 +293,13 @@ def _draw_against_column(
             if line.empty:
                 continue
             ax.plot(line[spec.x], line["value_mean"], color=color, lw=1.6, marker="o", ms=3.5,
-                    label=name)
+                    label=_text(name))
             ax.fill_between(line[spec.x], line["value_low"], line["value_high"], color=color,
                             alpha=0.2, lw=0)
             for k, metric in enumerate(spec.dashed):
                 extra = _where(stats[metric], {**panel, "scenario": name}).sort_values(spec.x)
                 ax.plot(extra[spec.x], extra["value_mean"], color=color, lw=1.2, ls=_DASHES[k % 3],
-                        label=f"{name}: {metric}")
+                        label=_text(f"{name}: {metric}"))
         for name in spec.curves:
             if curve_rows is None:
                 break
@@ -302,14 +308,14 @@ def _draw_against_column(
                 continue
             # curves alone are the subject of the plot (an optimiser study): draw them solid
             ax.plot(c[spec.x], c["value"], ls="--" if spec.scenarios else "-", marker=".",
-                    lw=1.4, color=colour[("curve", name)], label=name)
+                    lw=1.4, color=colour[("curve", name)], label=_text(name))
         _style_panel(ax, spec, _panel_title(study, panel))
     for k, ax in enumerate(axes.flat):
         if k >= len(panels):
             ax.set_visible(False)
         elif k + ncols >= len(panels):
             ax.xaxis.set_tick_params(labelbottom=True)
-            ax.set_xlabel(study.label(spec.x))
+            ax.set_xlabel(_text(study.label(spec.x)))
     for ax in axes[:, 0]:
         ax.set_ylabel(_y_label(spec.metric))
     return _finish(study, spec, fig, axes, len(panels))

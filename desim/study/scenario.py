@@ -14,6 +14,7 @@ recorder at every checkpoint.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -211,6 +212,25 @@ def _resolve_topology(s: Scenario, data_params: Any) -> Any:
         except ValueError as exc:
             raise ConfigError(f"topology: {exc}") from None
     return topology
+
+
+def check_setup(s: Scenario) -> None:
+    """Build what a run of `s` builds before it simulates (its data, graph and bound links)
+    and refuse, with a `ConfigError`, what does not fit the population: e.g. a list of 3 link
+    probabilities for 10 nodes, a trace row naming agent 999, an unreadable trace file."""
+    r = resolve(s)
+    label = f"scenario {s.name!r}" if s.name else "scenario"
+    streams = Streams(s.seed, s.replicate, s.shared_key, s.run_key)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a disconnected graph is for the run to report
+            data = r.data_params.make(streams.get("population"))
+            if r.topology is not None:
+                data.public["graph"] = r.topology.build(data.n_agents, streams.get("topology"))
+            r.links.bind(data.n_agents, data.public, streams)
+    except (ValueError, IndexError, KeyError, TypeError, ArithmeticError, UnicodeError,
+            OSError) as exc:
+        raise ConfigError(f"{label}: {' '.join(str(exc).split())[:300]}") from None
 
 
 def run(s: Scenario, streams: Streams | None = None) -> RunOutput:

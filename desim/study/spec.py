@@ -35,7 +35,7 @@ from desim.kernel.params import ConfigError, build, field_names, param, unknown_
 from desim.kernel.plugins import load_plugins
 from desim.kernel.registry import CURVES, DATA, LINKS, METRICS, PROTOCOLS, TOPOLOGIES
 from desim.network_models.realistic import NETWORK_TABLES, table_keys, unknown_table_message
-from desim.study.scenario import Scenario, resolve
+from desim.study.scenario import Scenario, check_setup, resolve
 
 #: The file a study folder holds its specification in.
 STUDY_FILE = "study.toml"
@@ -255,8 +255,8 @@ class Study:
         scenario name its name starts with (``local (Prop. 1)`` → ``local``), else None."""
         if curve.scenario is not None:
             return curve.scenario
-        names = [s.name for s in self.scenarios
-                 if curve.name == s.name or curve.name.startswith(s.name + " ")]
+        names = [s.name for s in self.scenarios if curve.name == s.name
+                 or any(curve.name.startswith(s.name + sep) for sep in (" ", ",", ":"))]
         return max(names, key=len) if names else None
 
     @property
@@ -588,6 +588,21 @@ def _labels(columns: dict[str, str], data_cls: type, link_cls: type, topo_cls: t
         short = _short_doc(doc)
         out[column] = f"{short} ({column})" if short and short != column else column
     return out
+
+
+def check_setups(study: Study) -> None:
+    """`check_setup` for every distinct data, network and topology set-up of the study's runs
+    (replicate 0): what `desim validate` and `desim run` check before any run."""
+    seen = set()
+    for run in study.unique_runs:
+        s = run.scenario
+        key = canonical_hash([s.data, s.network, s.topology, s.seed])
+        if s.replicate == 0 and key not in seen:
+            seen.add(key)
+            try:
+                check_setup(s)
+            except ConfigError as exc:
+                raise ConfigError(f"{study.file}: {_at_point(run.point, str(exc))}") from None
 
 
 def _fill_title(title: str, fields: dict[str, Any], file: str) -> str:

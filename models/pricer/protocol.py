@@ -70,8 +70,9 @@ class PricerParams:
         "links", "trusted pairs: link neighbours, i+1…i+k (ring), k random, all or none"
     )
     trusted: int = param(0, "k, the trusted neighbours of every node (ring, random)", ge=0)
-    epsilon_high: float = param(1e3, "ε_ij of trusted pairs and of a node to itself", gt=0)
-    epsilon_low: float = param(0.1, "ε_ij of the other pairs", gt=0)
+    epsilon_high: float = param(
+        1e3, "ε_ij of trusted pairs and of a node to itself (inf: no constraint)", gt=0)
+    epsilon_low: float = param(0.1, "ε_ij of the other pairs (inf: no constraint)", gt=0)
     delta: float = param(1e-3, "δ_ij of every pair", gt=0, le=1)
     sigma_search: bool = param(
         True, "search σ beyond σ_thr after Alg. 3 (false: Alg. 3 as printed, σ = σ_thr)"

@@ -465,3 +465,50 @@ def test_migrated_records_rebuild_metrics_byte_identical(folder, tmp_path):
     path = tmp_path / "metrics.parquet"
     results.write_parquet(frame, path)
     assert path.read_bytes() == (study.results_dir / "metrics.parquet").read_bytes()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
+def test_workers_end_with_their_parent(tmp_path):
+    import signal
+    import time
+
+    folder = write_study(tmp_path / "s", SLOW_STUDY.replace("t_max = 20000", "t_max = 2000000")
+                         .replace("replicates = 3", "replicates = 4"))
+    code = ("import sys; from desim.study.results import run_study; "
+            "from desim.study.spec import load_study; "
+            f"run_study(load_study({str(folder)!r}), workers=2, progress=False)")
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers := _children(parent.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(workers) >= 2
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(map(_alive, workers))
+    finally:
+        for pid in _children(parent.pid):
+            os.kill(pid, signal.SIGKILL)

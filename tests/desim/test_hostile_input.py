@@ -1,0 +1,228 @@
+"""Hostile and careless study files: whatever a declared parameter is set to (non-finite,
+huge, mis-shaped, of the wrong type, unicode), desim either accepts the study or refuses it
+with one `ConfigError` line, before anything is written; it never ends in a traceback.
+
+The values are generated for every parameter every registered component declares, not
+picked per example, so that fixes stay general.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+from _toy import TOY_STUDY, write_study
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from desim.kernel.params import ConfigError
+from desim.kernel.plugins import load_plugins
+from desim.kernel.registry import CURVES, DATA, LINKS, PROTOCOLS, TOPOLOGIES
+from desim.study.cli import main
+from desim.study.spec import load_study
+
+load_plugins()
+
+
+def toml_value(value) -> str:
+    """`value` written as a TOML value (inline tables and arrays for containers)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
+    raise TypeError(value)
+
+
+def _fields(registry) -> list[tuple[str, str]]:
+    out = []
+    for name, obj in registry.items():
+        cls = getattr(obj, "Params", obj)
+        if dataclasses.is_dataclass(cls):
+            out += [(name, f.name) for f in dataclasses.fields(cls)]
+    return out
+
+
+#: (where, component name, parameter name) of every declared parameter.
+TARGETS = (
+    [("scenario", c, p) for c, p in _fields(PROTOCOLS)]
+    + [("data", c, p) for c, p in _fields(DATA)]
+    + [("network", c, p) for c, p in _fields(LINKS)]
+    + [("topology", c, p) for c, p in _fields(TOPOLOGIES)]
+    + [("curve", c, p) for c, p in _fields(CURVES)]
+)
+
+text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60)
+numbers = st.one_of(
+    st.sampled_from([math.nan, math.inf, -math.inf, 1e308, -1e308, 5e-324, 0.0, -0.0, -1.0]),
+    st.sampled_from([0, -1, 2**63 - 1, -(2**63), 10**12, 10**15]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+)
+values = st.one_of(
+    numbers, st.booleans(), text,
+    st.lists(numbers, max_size=12),
+    st.lists(st.lists(numbers, max_size=4), max_size=4),
+    st.lists(text, max_size=3),
+    st.dictionaries(st.sampled_from(["model", "p", "x", "mean"]), numbers, max_size=3),
+    st.just([]), st.just({}), st.just("$x_$"), st.just("é" * 300),
+)
+
+
+def study_text(where: str, component: str, key: str, value) -> str:
+    """A small valid study with `key = value` set on `component` at `where`."""
+    head = TOY_STUDY.split("[[scenario]]")[0]
+    line = f"{json.dumps(key)} = {toml_value(value)}\n"
+    scenario = '[[scenario]]\nname = "A"\nprotocol = "toy-local-mean"\n'
+    if where == "scenario":
+        return (head + f'[[scenario]]\nname = "X"\nprotocol = {json.dumps(component)}\n'
+                + line)
+    if where == "data":
+        head = head.split("[data]")[0] + f"[data]\nmodel = {json.dumps(component)}\n" + line + \
+            "\n[defaults]\nepsilon = 1.0\n\n"
+        return head + scenario
+    if where == "network":
+        return head + f"[network]\nlinks = {json.dumps(component)}\n" + line + "\n" + scenario
+    if where == "topology":
+        return head + f"[topology]\nmodel = {json.dumps(component)}\n" + line + "\n" + scenario
+    return head + scenario + f'\n[[curve]]\nname = "c"\nkind = {json.dumps(component)}\n' + line
+
+
+def assert_accepted_or_one_line(folder: Path) -> None:
+    try:
+        load_study(folder)
+    except ConfigError as exc:
+        message = str(exc)
+        assert "\n" not in message and message
+        assert len(message) < 2000  # a line for a person, not a dump
+    assert not (folder / "results").exists()
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(target=st.sampled_from(TARGETS), value=values)
+def test_any_value_of_any_parameter_is_accepted_or_refused_in_one_line(tmp_path, target, value):
+    where, component, key = target
+    folder = write_study(tmp_path / "s", study_text(where, component, key, value))
+    assert_accepted_or_one_line(folder)
+
+
+def study_with(study: dict, data: dict | None = None, grid: str = "") -> str:
+    """The toy study with [study] (and [data]) keys replaced."""
+    settings = {"title": "toy", "seed": 7, "replicates": 2, "t_max": 50, "checkpoints": 8}
+    settings.update(study)
+    table = {"model": "classes", "agents": 6, "class_means": [0.2, 0.8], "sigma": 0.5}
+    table.update(data or {})
+    rest = TOY_STUDY[TOY_STUDY.index("[defaults]"):]
+    return ("[study]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in settings.items())
+            + "\n[data]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in table.items())
+            + "\n" + rest + grid)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(["seed", "replicates", "t_max", "checkpoints", "title", "metrics",
+                            "per_agent"]), value=values)
+def test_any_study_setting_is_accepted_or_refused_in_one_line(tmp_path, key, value):
+    folder = write_study(tmp_path / "s", study_with({key: value}))
+    assert_accepted_or_one_line(folder)
+
+
+@pytest.mark.parametrize("extra,fragment", [
+    ('[[plot]]\nfile = "y.png"\nylim = [1e-6, inf]\n', "ylim"),
+    ('[[plot]]\nfile = "y.png"\ntitle = "M = {agnets}"\n', "unknown field {agnets}"),
+    ('[[plot]]\nfile = "y.png"\nyscale = "symlog"\n', "yscale"),
+])
+def test_bad_plot_tables_are_refused(tmp_path, extra, fragment):
+    folder = write_study(tmp_path / "s", TOY_STUDY + extra)
+    with pytest.raises(ConfigError, match=fragment.replace("{", r"\{").replace("}", r"\}")):
+        load_study(folder)
+
+
+MANY = "[" + ", ".join(f"{1 + i}.0" for i in range(1000)) + "]"
+
+
+@pytest.mark.parametrize("study,data,grid,fragment", [
+    ({"replicates": 10**9}, {}, "", "runs: at most"),
+    ({}, {"agents": 10**12}, "", "agent-slots per run"),
+    ({"t_max": 10**15}, {}, "", "agent-slots per run"),
+    ({"checkpoints": 10**15}, {}, "", "checkpoints"),
+    ({}, {}, f'[grid]\n"defaults.epsilon" = {MANY}\n"data.sigma" = {MANY}\n', "runs"),
+])
+def test_absurd_sizes_are_refused_with_an_estimate(tmp_path, study, data, grid, fragment):
+    folder = write_study(tmp_path / "s", study_with(study, data, grid))
+    with pytest.raises(ConfigError, match=fragment):
+        load_study(folder)
+
+
+def test_deep_toml_is_refused_in_one_line(tmp_path):
+    folder = write_study(tmp_path / "s", TOY_STUDY + "[grid]\n\"data.x\" = " + "[" * 600
+                         + "]" * 600 + "\n")
+    with pytest.raises(ConfigError, match="nested too deep"):
+        load_study(folder)
+
+
+@pytest.mark.parametrize("path", ["../../etc/passwd", "/etc/passwd", "sub/../../outside.txt"])
+def test_files_outside_the_study_folder_are_not_read(tmp_path, capsys, path):
+    (tmp_path / "outside.txt").write_text("SECRET first line\n")
+    folder = write_study(tmp_path / "s", TOY_STUDY + f'[network.nodes]\nmodel = "trace"\n'
+                         f'file = "{path}"\n')
+    (folder / "sub").mkdir()
+    assert main(["validate", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "SECRET" not in err and "root:" not in err
+    assert "study folder" in err
+
+
+def test_a_fifo_or_a_huge_study_file_is_refused(tmp_path):
+    import os
+
+    folder = tmp_path / "s"
+    folder.mkdir()
+    os.mkfifo(folder / "study.toml")
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_study(folder)
+    (folder / "study.toml").unlink()
+    (folder / "study.toml").write_text(TOY_STUDY + "#" * (2 << 20))
+    with pytest.raises(ConfigError, match="at most"):
+        load_study(folder)
+
+
+def test_mathtext_in_names_and_titles_is_drawn_as_text(tmp_path):
+    from desim.study.plots import draw_figures
+    from desim.study.results import run_study
+
+    text = TOY_STUDY.replace('"Toy B"', '"$x_$ cost"').replace('title = "Toy"',
+                                                               'title = "Toy $\\\\alpha_$"')
+    folder = write_study(tmp_path / "s", text)
+    study = load_study(folder)
+    run_study(study, progress=False)
+    assert [p.name for p in draw_figures(study)] == ["toy.png"]
+
+
+@pytest.mark.parametrize("key,value,fragment", [
+    ("p_server", [0.5, 0.5, 0.5], "p_server has 3 values; the data have 6 nodes"),
+    ("p_nodes", [[0.5] * 3] * 3, "p_nodes is 3×3"),
+])
+def test_shapes_are_checked_against_the_population_by_validate(tmp_path, capsys, key, value,
+                                                               fragment):
+    folder = write_study(tmp_path / "s", study_text("network", "bernoulli", key, value))
+    assert main(["validate", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and fragment in err
+    assert main(["run", str(folder), "--no-progress"]) == 2
+    assert not (folder / "results").exists()
