@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -75,15 +76,19 @@ def _layout(study: Study) -> tuple[int, int]:
     return math.ceil(n / ncols), ncols
 
 
-def colours(study: Study) -> dict[tuple[str, str], tuple]:
+def colours(study: Study, spec: PlotSpec | None = None) -> dict[tuple[str, str], tuple]:
     """The colour of every scenario and curve of `study`, the same in all its figures.
 
     Keys are ("scenario", name) and ("curve", name); a curve paired with a scenario shares
-    its colour, the other curves get colours after the scenarios'.
+    its colour, the other curves get colours after the scenarios'. When the study has more
+    lines than the palette has well-separated colours, the unpaired curves of `spec` take
+    the colours after the scenarios' in that figure (distinct within the figure).
     """
     scenarios = [s.name for s in study.scenarios]
     pairs = {c.name: study.curve_scenario(c) for c in study.curves}
     alone = [c.name for c in study.curves if pairs[c.name] is None]
+    if len(scenarios) + len(alone) > 10 and spec is not None:
+        alone = [c for c in spec.curves if pairs[c] is None]
     n = len(scenarios) + len(alone)
     palette = (sns.color_palette("colorblind", n) if n <= 10
                else sns.color_palette("husl", n))
@@ -175,7 +180,7 @@ def draw_plot(
     dashed = {metric: summarise(chosen, metric, grid, log) for metric in spec.dashed}
     points = study.points
     nrows, ncols = _layout(study)
-    colour = colours(study)
+    colour = colours(study, spec)
     fig, axes = _panels_figure(nrows, ncols)
     for ax, point in zip(axes.flat, points, strict=False):
         here = _at_point(stats, point)
@@ -200,7 +205,7 @@ def draw_plot(
                     continue
                 ax.plot(c["t"], c["value"], ls="--", color=colour[("curve", name)], lw=1.4,
                         label=_text(name))
-        _style_panel(ax, spec, point.label if point.columns else "")
+        _style_panel(ax, spec, _panel_title(study, point.columns))
     for k, ax in enumerate(axes.flat):
         if k >= len(points):
             ax.set_visible(False)
@@ -266,8 +271,24 @@ def _at_slot(frame: pd.DataFrame, at: float | None) -> pd.DataFrame:
     return frame[frame["t"] == (frame["t"].max() if at is None else at)]
 
 
+def _show(value) -> str:
+    """A grid value for a panel title: a table (stored as JSON text) as ``model (k v, ...)``."""
+    if isinstance(value, str) and value.startswith("{"):
+        try:
+            table = json.loads(value)
+        except ValueError:
+            return value
+        model = table.pop("model", None)
+        inner = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+                          for k, v in table.items())
+        return f"{model} ({inner})" if model and inner else str(model or inner)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def _panel_title(study: Study, panel: dict) -> str:
-    return ", ".join(f"{k} = {v}" for k, v in panel.items())
+    """`column = value, ...`, wrapped to fit above a panel."""
+    text = ", ".join(f"{k} = {_show(v)}" for k, v in panel.items())
+    return textwrap.fill(text, 44)
 
 
 def _draw_against_column(
@@ -284,7 +305,7 @@ def _draw_against_column(
     panels = _panels(study, spec.x)
     ncols = min(len(panels), PANELS_PER_ROW)
     nrows = math.ceil(len(panels) / ncols)
-    colour = colours(study)
+    colour = colours(study, spec)
     fig, axes = _panels_figure(nrows, ncols)
     for ax, panel in zip(axes.flat, panels, strict=False):
         for name in spec.scenarios:

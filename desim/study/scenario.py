@@ -14,6 +14,7 @@ recorder at every checkpoint.
 
 from __future__ import annotations
 
+import csv
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -133,8 +134,15 @@ def resolve(s: Scenario) -> Resolved:
     data = _plain_numbers(dict(s.data))
     data_cls = DATA.lookup(data.pop("model", None), "data.model")
     data_params = build(data_cls, data, "data")
-    links = _resolve_links(_with_folder(s.network, s.folder, "network"))
-    topology = _resolve_topology(s, data_params)
+    try:  # trace and graph files are read here: their trouble is one line, never their content
+        links = _resolve_links(_with_folder(s.network, s.folder, "network"))
+        topology = _resolve_topology(s, data_params)
+    except ConfigError:
+        raise
+    except (UnicodeError, OSError, csv.Error, ValueError, IndexError, KeyError) as exc:
+        what = "not UTF-8 text" if isinstance(exc, UnicodeError) else " ".join(
+            str(exc).split())[:200]
+        raise ConfigError(f"{label}: a trace or graph file cannot be read: {what}") from None
     if topology is None and getattr(cls, "needs_topology", False):
         raise ConfigError(
             f"{label}: protocol {s.protocol!r} needs a communication graph: add a [topology] "
@@ -227,7 +235,10 @@ def check_setup(s: Scenario) -> None:
             data = r.data_params.make(streams.get("population"))
             if r.topology is not None:
                 data.public["graph"] = r.topology.build(data.n_agents, streams.get("topology"))
-            r.links.bind(data.n_agents, data.public, streams)
+            links = r.links.bind(data.n_agents, data.public, streams)
+            check = getattr(r.protocol_cls, "check_setup", None)  # a protocol's own checks
+            if callable(check):
+                check(r.protocol_params, data, links)
     except (ValueError, IndexError, KeyError, TypeError, ArithmeticError, UnicodeError,
             OSError) as exc:
         raise ConfigError(f"{label}: {' '.join(str(exc).split())[:300]}") from None

@@ -98,6 +98,21 @@ class Pricer(Protocol):
     Params = PricerParams
     message_kinds = ("share", "relay")
 
+    @classmethod
+    def check_setup(cls, params: PricerParams, data: DataSource, links: Any) -> None:
+        """Raise `InfeasibleError` (one line) when a node cannot reach the server at all (no
+        direct link and no relay), so that `desim validate` refuses the study before any run.
+
+        Only the link probabilities are needed: the condition (3) of unbiasedness fails for
+        such a node whatever the privacy budgets, so the optimiser is not run.
+        """
+        if params.strategy == "naive" or "R" not in data.public or "d" not in data.public:
+            return
+        n = data.n_agents
+        conn = links.probabilities(n) if links is not None else Connectivity.reliable(n)
+        Problem(conn, np.full((n, n), np.inf), np.full((n, n), params.delta),
+                float(data.public["R"]), int(data.public["d"]))
+
     def setup(self, ctx: Context) -> None:
         super().setup(ctx)
         p = self.params

@@ -226,3 +226,71 @@ def test_shapes_are_checked_against_the_population_by_validate(tmp_path, capsys,
     assert err.count("\n") == 1 and fragment in err
     assert main(["run", str(folder), "--no-progress"]) == 2
     assert not (folder / "results").exists()
+
+
+@pytest.mark.parametrize("field,value,ok", [
+    ("seed", 1.5, False), ("seed", -1, False), ("t_max", 10**15, False), ("t_max", True, False),
+    ("t_max", "50", False), ("replicate", None, False), ("checkpoints", 1, False),
+    ("t_max", __import__("numpy").int64(50), True), ("seed", __import__("numpy").uint32(3), True),
+])
+def test_the_python_api_validates_like_a_study_file(field, value, ok):
+    import numpy as np
+
+    import desim
+
+    kwargs = {"protocol": "local", "data": {"model": "classes", "agents": np.int64(6)},
+              "t_max": 50, "checkpoints": 4, field: value}
+    if ok:
+        out = desim.run(desim.Scenario(**kwargs))
+        assert len(out.metrics) > 0
+    else:
+        with pytest.raises(ConfigError, match=field):
+            desim.run(desim.Scenario(**kwargs))
+
+
+@pytest.mark.parametrize("content,fragment", [
+    (bytes(range(256)) * 10, "not UTF-8 text"),
+    ("node,start,end,state\n0,1,3,dówn\n".encode("latin-1"), "not UTF-8 text"),
+    (b"node,start,end,state\n0,1,3," + b"x" * 200_000 + b"\n", "field larger"),
+    (b"node,start,end,state\n999,1,3,down\n", "999 is out of range"),
+    (b"node,start,end,state\n-1,1,3,down\n", "-1 is out of range"),
+])
+def test_hostile_trace_files_are_one_line_without_their_content(tmp_path, capsys, content,
+                                                                fragment):
+    folder = write_study(tmp_path / "s", TOY_STUDY + '[network.nodes]\nmodel = "trace"\n'
+                         'file = "n.csv"\n')
+    (folder / "n.csv").write_bytes(content)
+    assert main(["validate", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and fragment in err and "xxxx" not in err
+
+
+PRICER = """\
+[study]
+title = "stranded"
+replicates = 1
+t_max = 2
+
+[data]
+model = "vectors"
+agents = 4
+dimension = 3
+
+[network]
+links = "bernoulli"
+p_server = [0.0, 0.5, 0.5, 0.5]
+p_link = {p_link}
+
+[[scenario]]
+name = "PriCER"
+protocol = "pricer"
+"""
+
+
+def test_a_pricer_study_whose_node_cannot_reach_the_server_fails_validate(tmp_path, capsys):
+    folder = write_study(tmp_path / "s", PRICER.format(p_link=0.0))
+    assert main(["validate", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "node 0 cannot reach the server" in err
+    folder = write_study(tmp_path / "t", PRICER.format(p_link=0.5))  # node 0 relays: fine
+    assert main(["validate", str(folder)]) == 0
