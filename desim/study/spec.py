@@ -520,6 +520,8 @@ def _parse(raw: dict, file: Path, quick: bool) -> Study:
               "replicates": replicates, "t_max": t_max, "checkpoints": checkpoints,
               "seed": settings.seed}
     plots = [dataclasses.replace(q, title=_fill_title(q.title, fields, q.file)) for q in plots]
+    if not settings.metrics:
+        _check_plot_metrics(plots, scenarios)
 
     effective = copy.deepcopy(raw)
     effective["study"] = {**raw["study"], "replicates": replicates, "t_max": t_max,
@@ -588,6 +590,25 @@ def _labels(columns: dict[str, str], data_cls: type, link_cls: type, topo_cls: t
         short = _short_doc(doc)
         out[column] = f"{short} ({column})" if short and short != column else column
     return out
+
+
+def _check_plot_metrics(plots: list[PlotSpec], scenarios: list[ScenarioSpec]) -> None:
+    """Refuse a plot of a metric no scenario records (checked when the study records only the
+    recorder's own metrics: mse, messages_<kind> and dropped_<kind>)."""
+    recorded = {"mse"}
+    for spec in scenarios:
+        kinds = getattr(PROTOCOLS.get(spec.protocol), "message_kinds", ())
+        recorded |= {f"{what}_{kind}" for kind in kinds for what in ("messages", "dropped")}
+    for plot in plots:
+        if not plot.scenarios:
+            continue
+        for key, metric in [("metric", plot.metric), *(("dashed", m) for m in plot.dashed)]:
+            if metric not in recorded:
+                raise ConfigError(
+                    f"plot {plot.file!r}: {key} = {metric!r}: no scenario records it"
+                    f"{_did_you_mean(metric, sorted(recorded))}; recorded: "
+                    f"{', '.join(sorted(recorded))} (more with [study] metrics)"
+                )
 
 
 def check_setups(study: Study) -> None:
@@ -894,16 +915,21 @@ def check_input_file(folder: Path, path: Any, field: str, what: str = "file") ->
     if Path(path).is_absolute():
         raise ConfigError(f"{field} = {path!r}: must be a path relative to the study folder")
     target = folder / path
+    shown = path if len(path) <= 80 else path[:77] + "..."
     try:
         target.resolve().relative_to(folder.resolve())
     except ValueError:
-        raise ConfigError(f"{field} = {path!r}: leads out of the study folder; a study reads "
+        raise ConfigError(f"{field} = {shown!r}: leads out of the study folder; a study reads "
                           "only files inside its own folder") from None
-    if not target.exists():
-        raise ConfigError(f"{field} = {path!r}: no such {what} in the study folder")
-    if not target.is_file():
-        raise ConfigError(f"{field} = {path!r}: not a regular file (a {what} is a text file)")
-    size = target.stat().st_size
+    try:
+        exists, regular = target.exists(), target.is_file()
+        size = target.stat().st_size if regular else 0
+    except OSError as exc:  # e.g. a name too long for the file system
+        raise ConfigError(f"{field} = {shown!r}: {exc.strerror or exc}") from None
+    if not exists:
+        raise ConfigError(f"{field} = {shown!r}: no such {what} in the study folder")
+    if not regular:
+        raise ConfigError(f"{field} = {shown!r}: not a regular file (a {what} is a text file)")
     if size > MAX_INPUT_BYTES:
         raise ConfigError(f"{field} = {path!r}: {size} bytes; at most {MAX_INPUT_BYTES}")
 

@@ -294,3 +294,10 @@ def test_a_pricer_study_whose_node_cannot_reach_the_server_fails_validate(tmp_pa
     assert err.count("\n") == 1 and "node 0 cannot reach the server" in err
     folder = write_study(tmp_path / "t", PRICER.format(p_link=0.5))  # node 0 relays: fine
     assert main(["validate", str(folder)]) == 0
+
+
+def test_a_plot_of_a_metric_no_scenario_records_fails_validate(tmp_path):
+    folder = write_study(tmp_path / "s", TOY_STUDY + '[[plot]]\nfile = "m.png"\nmetric = "mse_"\n')
+    with pytest.raises(ConfigError, match="metric = 'mse_': no scenario records it .did you "
+                                          "mean 'mse'"):
+        load_study(folder)

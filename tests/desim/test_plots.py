@@ -56,6 +56,13 @@ def test_other_metrics_and_formats_can_be_plotted(tmp_path):
 def test_a_metric_missing_from_results_is_a_config_error(tmp_path):
     text = TOY_STUDY.replace('curves = ["toy curve"]', 'metric = "bits"')
     folder = write_study(tmp_path / "s", text)
+    # refused before any run: no scenario of the study records it
+    with pytest.raises(ConfigError, match="metric = 'bits': no scenario records it; recorded: "
+                                          "dropped_ping, messages_ping, mse"):
+        load_study(folder)
+    # with [study] metrics the names are known only after a run: refused when drawing
+    folder = write_study(tmp_path / "t", text.replace("checkpoints = 8",
+                                                      'checkpoints = 8\nmetrics = ["accuracy"]'))
     study = load_study(folder)
     run_study(study, progress=False)
     with pytest.raises(ConfigError, match="metric = 'bits': not in the results; available: "
