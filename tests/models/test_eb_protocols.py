@@ -5,6 +5,7 @@ fail or are late, deterministic k-means, and study-file errors."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,12 +13,15 @@ import pytest
 from desim.kernel.engine import Simulation
 from desim.kernel.params import ConfigError, build
 from desim.kernel.randomness import Streams
-from desim.kernel.registry import METRICS, PROTOCOLS
+from desim.kernel.registry import CURVES, METRICS, PROTOCOLS
 from desim.models.data import ClassData
 from desim.models.eb import analytic
 from desim.models.eb import mechanisms as mech
 from desim.models.eb.data import BernoulliPrior, HierarchicalGaussian
 from desim.network_models.links import BernoulliLinks, FixedLatency
+from desim.study.spec import load_study
+
+STUDIES = Path(__file__).resolve().parents[2] / "studies"
 
 
 def simulate(name, params, data_spec, t_max, seed=0, links=None, log=None):
@@ -219,3 +223,27 @@ def test_known_priors_send_nothing():
 def test_bad_parameters_are_one_line_config_errors(name, params, match):
     with pytest.raises(ConfigError, match=match):
         build(PROTOCOLS.get(name).Params, params, "scenario 'x'")
+
+
+# -- curves and the bundled studies --------------------------------------------------------------
+def test_curves_are_the_closed_forms():
+    t = np.array([1.0, 15.0, 100.0])
+    gauss = HierarchicalGaussian(agents=10_000, sigma_theta=0.1, sigma_x=0.5)
+    theorem = CURVES.get("eb-theorem")(mechanism="gaussian", epsilon=0.5, delta=1e-5, clip=2.0)
+    sq2 = mech.gaussian_ldp_sigma2(2.0, 0.5, 1e-5)
+    assert np.allclose(theorem.curve(t, gauss)[0],
+                       analytic.theorem_mse(10_000, t, 0.01, 0.25, sq2))
+    assert np.allclose(CURVES.get("eb-van-trees")().curve(t, gauss)[0],
+                       analytic.theorem_mse(10_000, t, 0.01, 0.25))
+    assert np.allclose(CURVES.get("eb-local")().curve(t, gauss)[0], 0.25 / t)
+    beta = BernoulliPrior(prior="beta", alpha=2.0, beta=5.0)
+    assert np.allclose(CURVES.get("eb-posterior")().curve(t, beta)[0],
+                       analytic.beta_bernoulli_mse(t, 2.0, 5.0))
+
+
+@pytest.mark.parametrize("name, runs, curves", [
+    ("eb-gaussian-dp", 720, 36), ("eb-bernoulli", 240, 8), ("eb-bernoulli/private", 1000, 0),
+    ("server-vs-peers", 27, 0), ("server-vs-peers/outages", 48, 0)])
+def test_the_bundled_eb_studies_are_valid(name, runs, curves):
+    study = load_study(STUDIES / name)
+    assert len(study.runs) == runs and len(study.curve_jobs) == curves
