@@ -22,7 +22,7 @@ import warnings
 from typing import Literal
 
 import numpy as np
-from scipy.cluster.vq import kmeans2
+from scipy.cluster.vq import ClusterError, kmeans2
 
 Moments = Literal["printed", "consistent"]
 
@@ -156,13 +156,21 @@ def cluster(
     y = np.asarray(y, dtype=float)
     if len(y) < k:
         raise ValueError(f"cluster: {len(y)} uploads cannot make k = {k} clusters")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # an empty cluster: handled below (p_l = 0)
-        if start is None:
-            centres, labels = kmeans2(y, k, iter=iterations, minit="++", seed=rng)
-        else:
-            centres, labels = kmeans2(y, np.asarray(start, float), iter=iterations,
-                                      minit="matrix")
+    if start is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an empty cluster: handled below (p_l = 0)
+            centres, labels = kmeans2(y, k, iter=iterations, minit="++", seed=rng,
+                                      check_finite=False)
+    else:
+        start = np.asarray(start, float)
+        try:  # the usual case, without the cost of catching warnings every round
+            centres, labels = kmeans2(y, start, iter=iterations, minit="matrix",
+                                      missing="raise", check_finite=False)
+        except ClusterError:  # a cluster went empty: keep its centre (p_l = 0)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                centres, labels = kmeans2(y, start, iter=iterations, minit="matrix",
+                                          check_finite=False)
     order = np.argsort(centres, kind="stable")
     sizes = np.bincount(labels, minlength=k).astype(float)
     return centres[order], sizes[order] / len(y)
