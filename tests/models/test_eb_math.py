@@ -161,7 +161,7 @@ def test_theorem_bound_is_the_exact_mse_at_its_weight(m, n, st2, sx2, sq2):
 
 
 def test_closed_forms_by_hand():
-    # the digest's worked example: m = 10⁴, n = 15, σ_θ = 0.1, σ_x = 0.5
+    # Fig. 4's set-up: m = 10⁴, n = 15, σ_θ = 0.1, σ_x = 0.5 (a = 0.375)
     assert analytic.theorem_mse(10_000, 15, 0.01, 0.25) == pytest.approx(
         0.25 / 15 * (0.375 + 0.625 / 10_000))
     # (47) equals Theorem 1's bound; (46) is below it
