@@ -157,14 +157,31 @@ def test_the_boundary_check_can_fail():
     assert np.allclose(payload[:, 1], sums[src] / counts[src])
 
 
-def test_pm1_upload_noise_variance_is_the_p_sum_count():
-    """PM-I: the κ-th upload carries κ p-sum noises: variance κ σ_DP²/n² (sent along)."""
+@pytest.mark.parametrize("mechanism", ["pm1", "pm2"])
+def test_upload_noise_variance_counts_the_p_sums(mechanism):
+    """The κ-th upload carries κ p-sum noises (PM-I) or w_H(κ) dyadic nodes (PM-II): variance
+    κ σ_DP²/n² or w_H(κ) σ_DP²/n², sent along for the server."""
     log: list = []
-    proto, _, _ = simulate("eb-gaussian", {"mechanism": "pm1", "round": 4}, CLASSES, 20,
+    proto, _, _ = simulate("eb-gaussian", {"mechanism": mechanism, "round": 2}, CLASSES, 30,
                            log=log)
     ups = [e for e in log if e[0] == "upload"]
+    assert len(ups) == 15
     for kappa, (_, _, _, payload, _, counts) in enumerate(ups, start=1):
-        assert np.allclose(payload[:, 3], kappa * proto.sigma2_dp / counts[0] ** 2)
+        nodes = kappa if mechanism == "pm1" else bin(kappa).count("1")
+        assert np.allclose(payload[:, 3], nodes * proto.sigma2_dp / counts[0] ** 2)
+
+
+def test_randomised_response_uploads_leave_the_consistent_plug_in_local():
+    """Eq. (7) uploads have a law that depends on μ only, so S² ≈ e^ε/(e^ε−1)² + μ(1−μ) and the
+    consistent σ̂² exceeds μ̂(1−μ̂): â = 1 and every estimate is the agent's own mean."""
+    spec = BernoulliPrior(agents=20_000, prior="beta", alpha=2.0, beta=5.0)
+    proto, _, _ = simulate("eb-bernoulli", {"mechanism": "rr", "epsilon": 2.0}, spec, 14)
+    assert np.array_equal(proto.estimates(), proto.local())
+    subtracted, _, _ = simulate("eb-bernoulli", {"mechanism": "rr", "epsilon": 2.0,
+                                                 "moments": "printed", "subtract": True},
+                                spec, 14)
+    # subtracting e^ε/(e^ε−1)² leaves σ̂² ≈ μ(1−μ): â ≈ n/(n + 1) whatever the prior
+    assert np.allclose(subtracted.weight(np.arange(100)), 14 / 15, atol=0.01)
 
 
 # -- rounds over real links ----------------------------------------------------------------------
