@@ -38,18 +38,21 @@ class PSumRelease:
         sigma2: float,
         rng: np.random.Generator,
         max_releases: int,
+        receivers: int | None = None,
     ) -> None:
         self.mechanism = mechanism
         self.noise = noise
         self.sigma2 = sigma2
         self.rng = rng
+        # receivers a = 0…receivers−1 (default: the agents; 1: uploads to a server)
+        shape = (n_agents, n_agents if receivers is None else receivers)
         #: κ_{b→a}: releases made so far by b to a, indexed [b, a].
-        self.count = np.zeros((n_agents, n_agents), dtype=np.int64)
+        self.count = np.zeros(shape, dtype=np.int64)
         if mechanism == "pm1":
-            self._total = np.zeros((n_agents, n_agents))
+            self._total = np.zeros(shape)
         else:
             self.levels = levels_for(max_releases)
-            self._node = np.zeros((n_agents, n_agents, self.levels))
+            self._node = np.zeros((*shape, self.levels))
 
     def release(
         self, b: np.ndarray, a: np.ndarray, sums: np.ndarray, counts: np.ndarray

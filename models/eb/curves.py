@@ -1,0 +1,109 @@
+"""Closed-form curves of the empirical-Bayes family for study files (registry `CURVES`).
+
+Each `curve(t, data)` returns (mean, zeros): the per-agent MSE with n = t samples (a one-shot
+round at t), for the study's validated data parameters `data` (``hierarchical-gaussian`` or
+``bernoulli-prior``, `desim.models.eb.data`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from desim.kernel.params import param
+from desim.kernel.registry import CURVES
+from desim.models.eb import analytic
+from desim.models.eb import mechanisms as mech
+
+
+def _grid(t: np.ndarray) -> np.ndarray:
+    tt = np.asarray(t, dtype=float)
+    if tt.ndim != 1 or np.any(~(tt > 0)):
+        raise ValueError(f"t = {t!r}: must be a 1-D array of times > 0")
+    return tt
+
+
+def _gaussian(data: Any) -> tuple[int, float, float]:
+    if not hasattr(data, "sigma_theta"):
+        raise ValueError("this curve needs data model 'hierarchical-gaussian'")
+    return int(data.agents), float(data.sigma_theta) ** 2, float(data.sigma_x) ** 2
+
+
+@CURVES.register("eb-theorem")
+@dataclass(frozen=True)
+class TheoremCurve:
+    """Theorem 1 (mechanism none) or Theorem 2 (gaussian, quantiser): (σ_x²/n)((1−a)/m + a),
+    which is also the exact MSE of the estimator with that a (σ_θ known, no clipping)."""
+
+    mechanism: Literal["none", "gaussian", "quantiser"] = param("none", "upload mechanism")
+    epsilon: float = param(1.0, "ε₀ of the Gaussian mechanism", gt=0)
+    delta: float = param(1e-6, "δ of the Gaussian mechanism", gt=0, lt=1)
+    r: float = param(1.0, "r, the bound |μ| ≤ r of Theorem 2", ge=0)
+    clip: float | None = param(None, "b (default: Theorem 2's radius at n = t)", gt=0)
+    bits: int = param(8, "k, bits of the quantiser", ge=1, le=52)
+
+    def sigma_q2(self, m: int, n: np.ndarray, sigma_theta2: float, sigma_x2: float) -> np.ndarray:
+        """σ_q² of the mechanism at each n (0 without one)."""
+        if self.mechanism == "none":
+            return np.zeros_like(n)
+        b = np.array([self.clip if self.clip is not None else mech.clip_radius(
+            self.r, np.sqrt(sigma_theta2), np.sqrt(sigma_x2), m, int(k)) for k in n])
+        if self.mechanism == "gaussian":
+            return np.array([mech.gaussian_ldp_sigma2(x, self.epsilon, self.delta) for x in b])
+        return np.array([mech.quantiser_sigma2(x, self.bits) for x in b])
+
+    def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, zeros) of Theorem 1 or 2 on the grid `t` (n = t)."""
+        tt = _grid(t)
+        m, st2, sx2 = _gaussian(data)
+        sq2 = self.sigma_q2(m, tt, st2, sx2)
+        return analytic.theorem_mse(m, tt, st2, sx2, sq2), np.zeros_like(tt)
+
+
+@CURVES.register("eb-van-trees")
+@dataclass(frozen=True)
+class VanTreesCurve:
+    """The van Trees lower bounds of §5.1.3: (46) with the prior known, (47) with μ estimated."""
+
+    bound: Literal["prior", "estimated"] = param("estimated", "(46) prior known; (47) μ̂")
+
+    def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, zeros) of (46) or (47) on the grid `t` (n = t)."""
+        tt = _grid(t)
+        m, st2, sx2 = _gaussian(data)
+        if self.bound == "prior":
+            return analytic.van_trees_prior(tt, st2, sx2), np.zeros_like(tt)
+        return analytic.van_trees_estimated(m, tt, st2, sx2), np.zeros_like(tt)
+
+
+@CURVES.register("eb-local")
+@dataclass(frozen=True)
+class EBLocalCurve:
+    """The local mean's MSE: σ_x²/n (Gaussian) or E[p(1 − p)]/n = (μ(1−μ) − σ²)/n (Bernoulli)."""
+
+    def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, zeros) on the grid `t` (n = t)."""
+        tt = _grid(t)
+        if hasattr(data, "sigma_theta"):
+            return float(data.sigma_x) ** 2 / tt, np.zeros_like(tt)
+        mean, var = data.moments()
+        return analytic.bernoulli_local_mse(tt, mean, var), np.zeros_like(tt)
+
+
+@CURVES.register("eb-posterior")
+@dataclass(frozen=True)
+class PosteriorCurve:
+    """Bernoulli agents: the best linear shrinkage a X̄ + (1 − a)μ with the prior's exact moments;
+    under a Beta prior this is the posterior mean, MSE αβ/(n(α+β)(α+β+1)) · n/(α+β+n)."""
+
+    def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, zeros) on the grid `t` (n = t)."""
+        tt = _grid(t)
+        if not hasattr(data, "moments"):
+            raise ValueError("eb-posterior needs data model 'bernoulli-prior'")
+        if data.prior == "beta":
+            return analytic.beta_bernoulli_mse(tt, data.alpha, data.beta), np.zeros_like(tt)
+        mean, var = data.moments()
+        return analytic.linear_shrinkage_mse(tt, mean, var), np.zeros_like(tt)

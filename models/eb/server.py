@@ -1,0 +1,219 @@
+"""What the empirical-Bayes protocols share: rounds of privatised uploads to the parameter
+server, the server's broadcast, and agents that combine it with their own running mean.
+
+Time is desim's: agents receive one sample per slot. Every `round` slots (default: once, at
+t_max — the paper's one-shot setting with n = t_max samples) round r opens: every agent uploads
+[value, count, noise variance] to the server (`desim.kernel.server.ParameterServer`, address
+m) over the run's links, so outages, latency and stragglers apply; at the round's deadline
+(`deadline` slots later) the server aggregates what arrived and broadcasts to every agent
+(server → agent links; what arrives late is counted, not used). An agent keeps the latest
+round's broadcast it received and combines it with its current running mean, which never leaves
+it un-noised; before its first broadcast its estimate is its local mean.
+
+Upload mechanisms (the value is computed from the agent's sum S_i and count n_i only):
+
+- ``none``: X̄_i itself (non-private).
+- ``gaussian``: user-level (ε₀, δ)-LDP of Theorem 2, part 2: X̄_i projected on [−b, b] plus
+  N(0, σ_q²), σ_q² = 8b² log(2/δ)/ε₀² (`mechanisms.gaussian_ldp_sigma2`); b is `clip` or
+  Theorem 2's radius for the run's m, n and the known σ_θ, σ_x and r. The guarantee is for one
+  release: repeated rounds compose (not accounted here).
+- ``quantiser``: the k-bit stochastic quantiser of eq. (37) on [−b, b] (communication, not
+  privacy); noise variance reported as its bound b²/(2^k − 1)².
+- ``rr``: the randomised response of eq. (7) on X̄_i ∈ [0, 1] (Bernoulli data), user-level
+  ε₀-LDP for one release; noise variance reported as its x-free part e^ε₀/(e^ε₀ − 1)².
+- ``pm1`` / ``pm2``: item-level DP for repeated rounds with the p-sum releases of
+  Private-ColME (`desim.models.privacy.release.PSumRelease`, one "pair" per agent: agent →
+  server) and the same calibration (σ_DP² of Lemma 1/2 for the data's L, PM-II's budget split by
+  ⌊log₂ t_max⌋ + 1), so the two families compare at equal ε. The upload is (S_i + Z)/n_i with
+  Var Z = κ σ_DP² (PM-I, κ-th upload) or w_H(κ) σ_DP² (PM-II).
+
+The noise variance sent along is public arithmetic (calibration, count, release index), not data.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from desim.kernel.messages import Batch
+from desim.kernel.protocol import Context, Protocol
+from desim.kernel.registry import METRICS
+from desim.kernel.server import ParameterServer, Round, server_address
+from desim.models.eb import mechanisms as mech
+from desim.models.privacy.bits import popcount
+from desim.models.privacy.calibration import mechanism_budget, noise_sigma2
+from desim.models.privacy.release import PSumRelease
+
+#: Columns of an upload (after the round tag): privatised value, sample count, noise variance.
+VALUE, COUNT, NOISE_VAR = range(3)
+
+
+class ServerEstimation(Protocol):
+    """Base of the empirical-Bayes protocols: rounds, uploads, broadcasts, local state.
+
+    Subclasses set `broadcast_width`, and implement `aggregate` (the server's round) and
+    `combine` (the agents' estimates from their broadcasts). Their Params have at least
+    ``round``, ``deadline`` and ``mechanism`` (and ε, δ, ... when a mechanism needs them).
+    """
+
+    message_kinds = ("upload", "broadcast")
+    broadcast_width: int = 1
+
+    def setup(self, ctx: Context) -> None:
+        super().setup(ctx)
+        p = self.params
+        m = ctx.n_agents
+        self.sums = np.zeros(m)
+        self.counts = np.zeros(m)
+        self._agents = np.arange(m)
+        #: Slots between rounds (the one-shot default: one round, at t_max).
+        self.every = int(p.round) if p.round is not None else ctx.t_max
+        #: The latest broadcast each agent received, and its round (0: none yet).
+        self.received = np.full((m, self.broadcast_width), np.nan)
+        self.received_round = np.zeros(m, dtype=np.int64)
+        #: Uploads the server used in each closed round, in order.
+        self.uploads_per_round: list[int] = []
+        self._rng = ctx.streams.get("dp-noise")
+        self.sigma2_dp = 0.0
+        if p.mechanism in ("pm1", "pm2"):
+            eps, delta = mechanism_budget(p.mechanism, p.epsilon, p.delta,
+                                          p.budget_t_max or ctx.t_max)
+            self.sigma2_dp = noise_sigma2(p.noise, ctx.public["L"], eps, delta)
+            self.release = PSumRelease(m, p.mechanism, p.noise, self.sigma2_dp, self._rng,
+                                       max(1, ctx.t_max // self.every), receivers=1)
+        if self.communicates():
+            self.server = ParameterServer(ctx, "upload", 3, self._close)
+            self._kind_codes = (self.message_kinds.index("upload"),
+                                self.message_kinds.index("broadcast"))
+        self._to_server: np.ndarray | None = None
+        self._from_server: np.ndarray | None = None
+
+    def communicates(self) -> bool:
+        """Whether this configuration talks to the server at all (known priors do not)."""
+        return True
+
+    # -- agents: samples, uploads ----------------------------------------------------------
+    def on_samples(self, t: int, samples: np.ndarray) -> None:
+        self.sums += samples
+        self.counts += 1
+        if t % self.every or not self.communicates():
+            return
+        r = t // self.every
+        self.server.open(r, self.ctx.now() + self.params.deadline)
+        if self._to_server is None:
+            self._to_server = np.full(len(self._agents), self.server.address)
+        self.ctx.send("upload", self._agents, self._to_server,
+                      _tagged(r, self.upload(self._agents)))
+
+    def upload(self, agents: np.ndarray) -> np.ndarray:
+        """Upload rows [value, count, noise variance] of `agents`, through the mechanism."""
+        p = self.params
+        sums, counts = self.sums[agents], self.counts[agents]
+        xbar = sums / counts
+        noise_var = np.zeros(len(agents))
+        if p.mechanism == "none":
+            value = xbar
+        elif p.mechanism in ("pm1", "pm2"):
+            value, j, _ = self.release.release(agents, np.zeros(len(agents), dtype=np.int64),
+                                               sums, counts)
+            nodes = j if p.mechanism == "pm1" else popcount(j)
+            noise_var = self.sigma2_dp * nodes / (counts * counts)
+        elif p.mechanism == "rr":
+            value = mech.randomised_response(np.clip(xbar, 0.0, 1.0), p.epsilon, self._rng)
+            noise_var[:] = mech.rr_noise_variance(p.epsilon)
+        else:  # gaussian or quantiser: clip to [−b, b] first (Theorem 2)
+            b = self.radius(int(counts.max()))
+            clipped = np.clip(xbar, -b, b)
+            if p.mechanism == "gaussian":
+                s2 = mech.gaussian_ldp_sigma2(b, p.epsilon, p.delta)
+                value = clipped + math.sqrt(s2) * self._rng.standard_normal(len(agents))
+            else:
+                s2 = mech.quantiser_sigma2(b, p.bits)
+                value = mech.quantise(clipped, b, p.bits, self._rng)
+            noise_var[:] = s2
+        return np.stack([value, counts, noise_var], axis=1)
+
+    def radius(self, n: int) -> float:
+        """b of the clipping: `clip` if set, else Theorem 2's radius for m agents and n samples."""
+        p = self.params
+        if p.clip is not None:
+            return float(p.clip)
+        sigma_x = math.sqrt(float(np.mean(self.ctx.public["sigma2"])))
+        return mech.clip_radius(p.r, p.sigma_theta, sigma_x, self.ctx.n_agents, n)
+
+    # -- server: close a round, broadcast --------------------------------------------------
+    def _close(self, r: Round) -> None:
+        self.uploads_per_round.append(len(r))
+        out = self.aggregate(r)
+        if out is None:  # too few uploads arrived: no broadcast this round
+            return
+        dst, payload = out
+        if self._from_server is None or len(self._from_server) != len(dst):
+            self._from_server = np.full(len(dst), server_address(self.ctx.n_agents))
+        self.ctx.send("broadcast", self._from_server, dst, _tagged(r.r, payload))
+
+    def aggregate(self, r: Round) -> tuple[np.ndarray, np.ndarray] | None:
+        """The server's round: (destinations, payload rows) to broadcast, or None."""
+        raise NotImplementedError
+
+    def sampling_variance(self, agents: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """σ_x²/n of the uploads of `agents` (known variances, as in §2.1)."""
+        return np.asarray(self.ctx.public["sigma2"], dtype=float)[agents] / counts
+
+    def on_deliver(self, batch: Batch) -> None:
+        if not self.communicates():
+            return
+        upload, broadcast = self._kind_codes
+        if batch.only != broadcast:
+            self.server.receive(batch)
+        if batch.only == upload:
+            return
+        got = batch.of_kind("broadcast")
+        if len(got) == 0:
+            return
+        rounds = got.payload[:, 0].astype(np.int64)
+        newer = rounds > self.received_round[got.dst]  # a late broadcast never overwrites
+        if len(got) == len(self._agents) and newer.all() and (got.dst == self._agents).all():
+            # the usual case: one broadcast to every agent, in order (no fancy indexing)
+            self.received[:] = got.payload[:, 1 : 1 + self.broadcast_width]
+            self.received_round[:] = rounds
+            return
+        dst = got.dst[newer]
+        self.received[dst] = got.payload[newer, 1 : 1 + self.broadcast_width]
+        self.received_round[dst] = rounds[newer]
+
+    # -- estimates -------------------------------------------------------------------------
+    def local(self) -> np.ndarray:
+        """X̄_i of every agent (0 before its first sample)."""
+        return self.sums / np.maximum(self.counts, 1)
+
+    def estimates(self) -> np.ndarray:
+        out = self.local()
+        have = self.received_round > 0 if self.communicates() else np.ones(len(out), bool)
+        if self.counts[0] > 0 and have.any():
+            idx = np.flatnonzero(have)
+            out[idx] = self.combine(idx)
+        return out
+
+    def combine(self, agents: np.ndarray) -> np.ndarray:
+        """Estimates of `agents`, each of which has a broadcast (or a known prior)."""
+        raise NotImplementedError
+
+
+def _tagged(r: int, payload: np.ndarray) -> np.ndarray:
+    """`payload` rows with the round r as column 0 (`desim.kernel.server.tag`, one copy)."""
+    out = np.empty((len(payload), payload.shape[1] + 1))
+    out[:, 0] = r
+    out[:, 1:] = payload
+    return out
+
+
+@METRICS.register("eb")
+def eb_metrics(protocol: Any, data: Any) -> dict[str, float]:
+    """``eb_uploads``: uploads the server used in its latest round (NaN before one closes)."""
+    if not isinstance(protocol, ServerEstimation):
+        return {}
+    rounds = protocol.uploads_per_round
+    return {"eb_uploads": float(rounds[-1]) if rounds else float("nan")}
