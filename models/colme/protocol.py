@@ -409,8 +409,9 @@ class PrivateColME(Protocol):
         per = (kappa > 0) if self.params.mechanism == "pm1" else np.frexp(kappa)[1]  # bit length
         if self.params.variance == "sch-var-1":
             per = 2 * per
-        return Spend(self.params.noise, self.params.delta, self._multiplier,
-                     {"one": per.max(axis=1), "all": per.sum(axis=1)})
+        m = self._multiplier
+        return Spend(self.params.noise, self.params.delta,
+                     {"one": (m, per.max(axis=1)), "all": (m, per.sum(axis=1))})
 
 
 def _has_repeats(pair: np.ndarray) -> bool:

@@ -230,24 +230,23 @@ def epsilon_spent(noise: str, multiplier: float, count: int, delta: float) -> fl
 class Spend:
     """What a protocol's agents released so far, as the `privacy` ledger needs it.
 
-    `against[name]` is, for every agent, the number of releases containing its most exposed
-    sample that the recipient(s) `name` got (e.g. "one": the most informed single recipient,
-    "all": every recipient colluding); `multiplier` is the noise multiplier of those releases
-    (a scalar, or one per agent).
+    `against[name]` = (m, k) for a recipient set `name` (e.g. "one": the most informed single
+    recipient, "all": every recipient colluding): for every agent, k releases containing its
+    most exposed sample reached that set, each with noise multiplier m (a scalar, or one per
+    agent; several Gaussian releases of different multipliers are given as one, of multiplier
+    (Σ 1/m_i²)^(-1/2), which they compose to exactly).
     """
 
     noise: str
     delta: float
-    multiplier: Any
-    against: dict[str, np.ndarray] = field(default_factory=dict)
+    against: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
     def epsilons(self) -> dict[str, np.ndarray]:
         """ε at δ spent by every agent against each recipient set."""
-        n = len(next(iter(self.against.values()))) if self.against else 0
-        mult = np.broadcast_to(np.asarray(self.multiplier, dtype=float), (n,))
         out = {}
-        for name, count in self.against.items():
+        for name, (multiplier, count) in self.against.items():
             count = np.asarray(count, dtype=np.int64)
+            mult = np.broadcast_to(np.asarray(multiplier, dtype=float), count.shape)
             keys, inverse = np.unique(np.stack([mult, count]), axis=1, return_inverse=True)
             eps = np.array([epsilon_spent(self.noise, float(m), int(k), self.delta)
                             for m, k in keys.T])

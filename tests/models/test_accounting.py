@@ -142,7 +142,8 @@ def test_laplace_ledger_of_one_release_is_its_pure_epsilon():
 
 
 def test_ledger_summarises_mean_and_max():
-    spend = Spend("gaussian", 1e-6, 5.0, {"one": np.array([1, 1, 0]), "all": np.array([4, 1, 0])})
+    spend = Spend("gaussian", 1e-6, {"one": (5.0, np.array([1, 1, 0])),
+                                     "all": (5.0, np.array([4, 1, 0]))})
     e1 = dp_accounting.get_epsilon_gaussian(5.0, 1e-6)
     e4 = dp_accounting.get_epsilon_gaussian(2.5, 1e-6)
     out = ledger(spend)
