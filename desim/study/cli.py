@@ -176,7 +176,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _summary(args: argparse.Namespace) -> int:
     from desim.study.results import load_metrics
-    from desim.study.summary import summarise_runs
+    from desim.study.summary import ledger_maxima, summarise_runs
 
     study = load_study(args.study, quick=args.quick)
     metrics = load_metrics(study)
@@ -186,8 +186,9 @@ def _summary(args: argparse.Namespace) -> int:
     if args.metric not in known:
         raise ConfigError(f"--metric {args.metric!r}: not in the results; "
                           f"recorded: {', '.join(known)}")
+    # runs that kept the privacy ledger show the ε spent (max over agents) beside the metric
     table = summarise_runs(metrics, args.metric, list(study.grid_columns.values()), args.at,
-                           args.target)
+                           args.target, beside=ledger_maxima(metrics))
     if table.empty:
         raise ConfigError(f"--at {args.at:g}: no checkpoint at that slot")
     if args.csv is not None:

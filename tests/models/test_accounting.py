@@ -243,3 +243,68 @@ def test_oracle_curve_uses_the_same_calibrated_noise():
             curve = build(cls, {"mechanism": mech, "calibration": cal}, "curve")
             assert curve.sigma2_dp(data, 30000) == psum_noise(
                 "gaussian", L_FIG2, mech, 1.0, 1e-6, 30000, cal)[0]
+
+
+# -- privacy next to the MSE: summary columns and the trade-off figure ---------------------------
+STUDY = """
+[study]
+title = "ledger"
+seed = 1
+replicates = 2
+t_max = 40
+checkpoints = 8
+metrics = ["privacy"]
+
+[data]
+model = "classes"
+agents = 6
+class_means = [0.2, 0.8]
+sigma = 0.5
+
+[[scenario]]
+name = "paper"
+protocol = "private-colme"
+
+[[scenario]]
+name = "tight"
+protocol = "private-colme"
+calibration = "tight"
+
+[[plot]]
+file = "tradeoff.png"
+x = "eps_all_max"
+"""
+
+
+def test_summary_and_a_figure_show_privacy_spent_next_to_mse(tmp_path, capsys):
+    from desim.study.cli import main
+    from desim.study.plots import draw_figures
+    from desim.study.results import run_study
+    from desim.study.spec import load_study
+
+    folder = tmp_path / "ledger"
+    folder.mkdir()
+    (folder / "study.toml").write_text(STUDY)
+    study = load_study(folder)
+    run_study(study, progress=False)
+    (path,) = draw_figures(study)
+    assert path.name == "tradeoff.png" and path.stat().st_size > 0
+    assert main(["summary", str(folder)]) == 0
+    table = capsys.readouterr().out
+    header = table.splitlines()[0].split()
+    assert header[:2] == ["scenario", "value"] and "eps_one_max" in header
+    assert "eps_all_max" in header
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[1:]}
+    one = header.index("eps_one_max")
+    assert float(rows["tight"][one]) == pytest.approx(1.0, abs=2e-3)  # tight spends ε = 1
+    assert float(rows["paper"][one]) < 0.8
+
+
+def test_a_plot_against_an_unknown_x_is_a_config_error(tmp_path):
+    from desim.study.spec import load_study
+
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    (folder / "study.toml").write_text(STUDY.replace('x = "eps_all_max"', 'x = "privacy"'))
+    with pytest.raises(ConfigError, match="privacy ledger metric"):
+        load_study(folder)
