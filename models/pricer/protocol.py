@@ -142,7 +142,7 @@ class Pricer(Protocol):
         self._own: dict[int, np.ndarray] = {}
         self.stage1 = RoundCollector(ctx, "share", self.d, self._forward)
         self.server = ParameterServer(ctx, "relay", self.d, self._aggregate)
-        self.rounds = 0
+        self.share_rounds = 0
         #: The server's current estimate x̂̄ (zero before the first round closes).
         self.estimate = np.zeros(self.d)
 
@@ -154,7 +154,7 @@ class Pricer(Protocol):
 
     def on_samples(self, t: int, samples: np.ndarray) -> None:
         x = samples  # (n, d): the nodes' fixed vectors
-        self.rounds = t  # rounds started: every share of round t is sent in it
+        self.share_rounds = t  # rounds started: every share of round t is sent in it
         now = self.ctx.now()
         if self.params.strategy == "naive":  # straight to the server
             self.server.open(t, now + self.params.server_deadline)
@@ -195,7 +195,7 @@ class Pricer(Protocol):
         included) reaches it in its relays' sums, each with noise at least n_ij — together one
         Gaussian of multiplier σ/(2R ‖α_i·‖₂) per round (an upper bound on what it learns).
         """
-        if self.sigma == 0 or not self.rounds:
+        if self.sigma == 0 or not self.share_rounds:
             return None
         reach = (self.conn.P > 0) | np.eye(len(self.A), dtype=bool)
         alpha = np.where(reach, self.A, 0.0)
@@ -206,7 +206,7 @@ class Pricer(Protocol):
             neighbour = scale / others.max(axis=1)
             server = scale / np.sqrt((alpha**2).sum(axis=1))
         n = len(alpha)
-        count = np.full(n, self.rounds)
+        count = np.full(n, self.share_rounds)
         spend = {"neighbour": (neighbour, np.where(np.isfinite(neighbour), count, 0)),
                  "server": (server, np.where(np.isfinite(server), count, 0))}
         return Spend("gaussian", self.params.delta, spend)
