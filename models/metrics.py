@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from desim.kernel.registry import METRICS
+from desim.models.privacy.accounting import ledger
 
 #: Accuracy tolerance of Galante et al.'s metric: an agent is right when |μ̂_a − μ_a| ≤ 0.1.
 TOLERANCE = 0.1
@@ -42,3 +43,17 @@ def links(protocol: Any, data: Any) -> dict[str, float]:
     same = data.classes[a] == data.classes[b]
     return {"wrong_kept": float(np.sum(kept & ~same)),
             "wrong_dropped": float(np.sum(~kept & same))}
+
+
+@METRICS.register("privacy")
+def privacy(protocol: Any, data: Any) -> dict[str, float]:
+    """The privacy ledger: ε each agent has spent so far at the protocol's δ, per the accountant
+    (`desim.models.privacy.accounting`), from the releases it made (lost on a link or not).
+
+    ``eps_<who>_mean`` / ``eps_<who>_max`` over agents, for each recipient set the protocol
+    names: Private-ColME ``one`` (the most informed single querier, the papers' threat model)
+    and ``all`` (every querier colluding); Private-C-ColME ``one`` and ``all``; PriCER
+    ``neighbour`` (the most informed neighbour) and ``server``.
+    """
+    spend = getattr(protocol, "privacy_spend", None)
+    return ledger(spend()) if spend is not None else {}

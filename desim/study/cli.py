@@ -252,7 +252,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _summary(args: argparse.Namespace) -> int:
     from desim.study.results import load_results
-    from desim.study.summary import summarise_runs
+    from desim.study.summary import ledger_maxima, summarise_runs
 
     def one(study: Study) -> int:
         loaded = load_results(study)
@@ -271,8 +271,9 @@ def _summary(args: argparse.Namespace) -> int:
                 more = " ..." if len(slots) > 60 else ""
                 raise ConfigError(f"--at {args.at:g}: no checkpoint at that slot; "
                                   f"checkpoints: {shown}{more}")
+        # runs that kept the privacy ledger show the ε spent (max over agents) beside the metric
         table = summarise_runs(metrics, args.metric, list(study.grid_columns.values()),
-                               args.at, args.target)
+                               args.at, args.target, beside=ledger_maxima(metrics))
         if args.csv is not None:
             table.to_csv(args.csv, index=False)
         print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))

@@ -37,7 +37,7 @@ import seaborn as sns  # noqa: E402
 
 from desim.kernel.params import ConfigError  # noqa: E402
 from desim.study.results import Loaded, load_results  # noqa: E402
-from desim.study.spec import GridPoint, PlotSpec, Study  # noqa: E402
+from desim.study.spec import LEDGER_PREFIX, GridPoint, PlotSpec, Study  # noqa: E402
 from desim.study.store import atomic_write  # noqa: E402
 
 #: Resolution of written figures.
@@ -171,6 +171,8 @@ def draw_plot(
                 f"plot {spec.file!r}: {what}{metric!r}: not in the results; "
                 f"available: {', '.join(available)}"
             )
+    if spec.x.startswith(LEDGER_PREFIX):
+        return _draw_against_privacy(study, spec, metrics)
     if spec.x != "t":
         return _draw_against_column(study, spec, metrics, curves)
     grid = list(study.grid_columns.values())
@@ -340,3 +342,40 @@ def _draw_against_column(
     for ax in axes[:, 0]:
         ax.set_ylabel(_y_label(spec.metric))
     return _finish(study, spec, fig, axes, len(panels))
+
+
+def _draw_against_privacy(study: Study, spec: PlotSpec, metrics: pd.DataFrame) -> Path:
+    """A [[plot]] whose x axis is a privacy ledger metric: each scenario's `spec.metric`
+    against the ε it has spent, both means over replicates at every checkpoint (a line that
+    time walks along), by default on log–log axes; one panel per grid point."""
+    if spec.x not in set(metrics["metric"]):
+        raise ConfigError(f"plot {spec.file!r}: x = {spec.x!r}: not in the results (record it "
+                          "with [study] metrics = [\"privacy\"])")
+    grid = list(study.grid_columns.values())
+    chosen = metrics[metrics["scenario"].isin(spec.scenarios)]
+    y, x = summarise(chosen, spec.metric, grid), summarise(chosen, spec.x, grid)
+    both = y.merge(x, on=[*grid, "scenario", "t"], suffixes=("", "_x"))
+    nrows, ncols = _layout(study)
+    colour = colours(study, spec)
+    fig, axes = _panels_figure(nrows, ncols)
+    for ax, point in zip(axes.flat, study.points, strict=False):
+        here = _at_point(both, point)
+        for name in spec.scenarios:
+            color = colour[("scenario", name)]
+            line = here[(here["scenario"] == name) & (here["value_mean_x"] > 0)].sort_values("t")
+            if line.empty:
+                continue
+            ax.plot(line["value_mean_x"], line["value_mean"], color=color, lw=1.6, marker=".",
+                    label=_text(name))
+            ax.plot(line["value_mean_x"].iloc[-1], line["value_mean"].iloc[-1], color=color,
+                    marker="o", ms=6)  # where the run ends
+        _style_panel(ax, spec, point.label if point.columns else "")
+    for k, ax in enumerate(axes.flat):
+        if k >= len(study.points):
+            ax.set_visible(False)
+        elif k + ncols >= len(study.points):
+            ax.xaxis.set_tick_params(labelbottom=True)
+            ax.set_xlabel(f"ε spent ({spec.x})")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(_y_label(spec.metric))
+    return _finish(study, spec, fig, axes, len(study.points))

@@ -55,6 +55,8 @@ RESERVED_COLUMNS = frozenset(
     {"scenario", "replicate", "t", "metric", "value", "curve", "stderr", "agent"}
 )
 #: What `--quick` uses when a study has no [quick] table (values never exceed the study's).
+#: Names of the privacy ledger's metrics start so; a [[plot]] may take one as its x axis.
+LEDGER_PREFIX = "eps_"
 QUICK_FALLBACK = {"replicates": 2, "t_max": 1000}
 #: File types a plot may be written as.
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
@@ -101,7 +103,8 @@ class PlotTable:
     curves: list[str] = param([], "closed-form curves drawn dashed (default: none)")
     xlim: list[float] | None = param(None, "x-axis limits [low, high]")
     ylim: list[float] | None = param(None, "y-axis limits [low, high]")
-    x: str = param("t", "x axis: the slot t (log scale) or a grid column (linear; values at `at`)")
+    x: str = param("t", "x axis: the slot t (log scale), a grid column (linear; values at `at`) "
+                   "or a privacy ledger metric (eps_…: the metric against the ε spent)")
     at: float | None = param(None, "with x a grid column: the slot drawn (default: the last)", ge=1)
     dashed: list[str] = param([], "more metrics of the same scenarios, drawn dashed (e.g. bound)")
     xscale: Literal["linear", "log"] | None = param(
@@ -120,7 +123,9 @@ class PlotTable:
         for key in ("xlim", "ylim"):
             lim = getattr(self, key)
             if key == "xlim":  # a grid column is on a linear axis by default: may hold 0
-                linear = (self.xscale or ("log" if self.x == "t" else "linear")) == "linear"
+                # the slot and the ε spent (a privacy ledger metric) are log by default
+                log_x = self.x == "t" or self.x.startswith(LEDGER_PREFIX)
+                linear = (self.xscale or ("log" if log_x else "linear")) == "linear"
             else:
                 linear = (self.yscale or default_scale(self.metric)) == "linear"
             ok = lim is None or (len(lim) == 2 and all(map(math.isfinite, lim))
@@ -1067,16 +1072,17 @@ def _plots(tables: list[dict], scenarios, curves, title: str,
                 f"{where}: curves = {p.curves!r}: closed-form curves are of metric 'mse', "
                 f"not {p.metric!r}"
             )
-        if p.x != "t" and p.x not in (columns or []):
+        if p.x != "t" and p.x not in (columns or []) and not p.x.startswith(LEDGER_PREFIX):
             raise ConfigError(
-                f"{where}: x = {p.x!r}: must be 't' or a grid column "
-                f"({', '.join(columns or []) or 'the study has no [grid]'})"
+                f"{where}: x = {p.x!r}: must be 't', a grid column "
+                f"({', '.join(columns or []) or 'the study has no [grid]'}) or a privacy "
+                f"ledger metric ({LEDGER_PREFIX}…)"
             )
         out.append(PlotSpec(
             p.file, p.title or title, p.metric, tuple(chosen), tuple(p.curves),
             tuple(p.xlim) if p.xlim else None, tuple(p.ylim) if p.ylim else None,
             p.x, p.at, tuple(p.dashed),
-            p.xscale or ("log" if p.x == "t" else "linear"),
+            p.xscale or ("log" if p.x == "t" or p.x.startswith(LEDGER_PREFIX) else "linear"),
             p.yscale or default_scale(p.metric),
         ))
     return out

@@ -53,10 +53,12 @@ def summarise_runs(
     grid: list[str] | None = None,
     at: float | None = None,
     target: float | None = None,
+    beside: list[str] | None = None,
 ) -> pd.DataFrame:
     """One row per grid point and scenario: `metric` at slot `at` (default: each run's last
     checkpoint) as its mean over replicates (``value``) and standard error (``stderr``), and,
-    with a target, how many replicates reached it and their median time to it."""
+    with a target, how many replicates reached it and their median time to it; a column with
+    the mean of each metric `beside` at the same slot (e.g. the privacy ledger's ε spent)."""
     grid = list(grid or [])
     keys = [*grid, "scenario"]
     rows = metrics[metrics["metric"] == metric]
@@ -76,4 +78,13 @@ def summarise_runs(
         per = hits.assign(t_target=late).groupby(keys, sort=False)["t_target"]
         out["reached"] = per.apply(lambda s: int(np.isfinite(s).sum()))
         out["t_target_median"] = per.median().replace(np.inf, np.nan)
+    for other in beside or []:  # e.g. the privacy spent, next to the MSE
+        if other != metric:
+            out[other] = summarise_runs(metrics, other, grid, at).set_index(keys)["value"]
     return out.reset_index()
+
+
+def ledger_maxima(metrics: pd.DataFrame) -> list[str]:
+    """The privacy ledger's per-run maxima recorded in `metrics` (eps_…_max), sorted."""
+    names = metrics["metric"].unique()
+    return sorted(n for n in names if n.startswith("eps_") and n.endswith("_max"))

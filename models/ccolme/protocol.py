@@ -72,6 +72,7 @@ from desim.kernel.params import param
 from desim.kernel.protocol import Context, Protocol
 from desim.kernel.registry import PROTOCOLS
 from desim.models.baselines import Local
+from desim.models.privacy.accounting import Spend
 from desim.models.privacy.calibration import laplace_scale
 from desim.topologies.graph import Graph
 
@@ -327,6 +328,7 @@ class CColME(Protocol):
         self._rows = g.degree > 0
         self._starts = g.indptr[:-1][self._rows]
         L = float(ctx.public["L"])
+        self._L = L
         sigma2 = np.broadcast_to(np.asarray(ctx.public["sigma2"], dtype=float), (m,))
         private = p.noise == "laplace" and math.isfinite(p.epsilon)
         #: Laplace scale b = 2L/ε of the per-sample noise (0 without privacy).
@@ -660,6 +662,21 @@ class CColME(Protocol):
             return self.y.copy()
         local = (self.raw_sum if self.params.fallback == "local" else self.priv_sum) / self.t
         return np.where(self._fallback, local, self.y)
+
+    def privacy_spend(self) -> Spend | None:
+        """The releases so far, for the `privacy` ledger (None without noise).
+
+        Each sample gets its Laplace noise once, and all an agent sends is computed from the
+        privatised samples: every sample is one Laplace release of sensitivity 2L (multiplier
+        b/2L = 1/ε), to one neighbour as to all of them colluding, once the agent has sent
+        anything (t ≥ 1, a neighbour). The mechanism is pure ε-DP; the accountant's truncated
+        privacy-loss distribution needs δ > 0, so the ledger reports ε at δ = 10⁻¹².
+        """
+        if self.laplace_b == 0.0:
+            return None
+        shared = np.where((self.graph.degree > 0) & (self.t > 0), 1, 0)
+        m = self.laplace_b / (2.0 * self._L)
+        return Spend("laplace", 1e-12, {"one": (m, shared), "all": (m, shared)})
 
     def neighbour_decisions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(a, b, b ∈ C_a) for every directed edge of G: the estimated same-class links."""

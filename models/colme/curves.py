@@ -18,7 +18,7 @@ from desim.kernel.params import param
 from desim.kernel.registry import CURVES
 from desim.models.baselines import class_variances
 from desim.models.colme.analytic import MAX_EXACT_OTHERS, oracle_mse, oracle_mse_rrr
-from desim.models.privacy.calibration import mechanism_budget, noise_sigma2
+from desim.models.privacy.accounting import psum_noise
 
 
 @CURVES.register("oracle")
@@ -27,7 +27,9 @@ class OracleCurve:
     """Prop. 3 (RR) or Remark 3 (rRR): Private-ColME with an oracle class estimator.
 
     Every other agent is a class-mate with probability p = 1/Γ; the noise variance is the
-    paper's calibration for the data's L and (ε, δ), split by ⌊log₂ t_max⌋+1 for PM-II.
+    paper's calibration for the data's L and (ε, δ), split by ⌊log₂ t_max⌋+1 for PM-II, or with
+    ``calibration = "tight"`` the least noise the PLD accountant allows (the same σ_DP² the
+    protocol uses).
     """
 
     mechanism: Literal["pm1", "pm2"] = param("pm1", "p-sum mechanism: PM-I or PM-II")
@@ -54,6 +56,10 @@ class OracleCurve:
     formula: Literal["exact", "eq21"] = param(
         "exact", "PM-II noise variance: exact dyadic-node sum, or eq. (21) as printed"
     )
+    calibration: Literal["paper", "tight"] = param(
+        "paper", "noise calibration: the paper's formulas, or the least noise for (ε, δ) per the "
+        "PLD accountant"
+    )
 
     def __post_init__(self) -> None:
         if (
@@ -68,9 +74,10 @@ class OracleCurve:
             )
 
     def sigma2_dp(self, data: Any, t_max: int) -> float:
-        """σ_DP² of Lemma 1 or 2 at this curve's budget (split for PM-II as in §VII)."""
-        eps, delta = mechanism_budget(self.mechanism, self.epsilon, self.delta, t_max)
-        return noise_sigma2(self.noise, data.support_half_width(), eps, delta)
+        """σ_DP² of Lemma 1 or 2 at this curve's budget (split for PM-II as in §VII), or the
+        tight σ_DP² (`desim.models.privacy.accounting.psum_noise`)."""
+        return psum_noise(self.noise, data.support_half_width(), self.mechanism, self.epsilon,
+                          self.delta, t_max, self.calibration)[0]
 
     def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:
         """(mean, stderr) of Prop. 3 (or Remark 3) on the grid `t` of integer times."""

@@ -63,7 +63,7 @@ from desim.kernel.protocol import Context, Protocol
 from desim.kernel.registry import METRICS, PROTOCOLS
 from desim.models.colme.statistic import PairStatistic, SchVar2
 from desim.models.colme.variance import bayes_posterior_mean, sample_variance, welch_accepts
-from desim.models.privacy.calibration import mechanism_budget, noise_sigma2, variance_sigma2
+from desim.models.privacy.accounting import Spend, psum_multiplier, psum_noise
 from desim.models.privacy.release import PSumRelease, SampleVarianceRelease, levels_for
 
 
@@ -97,6 +97,10 @@ class PrivateColMEParams:
     timeout: float = param(
         math.inf, "slots after sending a query beyond which its answer is discarded", gt=0
     )
+    calibration: Literal["paper", "tight"] = param(
+        "paper", "noise calibration: the paper's formulas, or the least noise for (ε, δ) per the "
+        "PLD accountant (`desim.models.privacy.accounting`)"
+    )
 
 
 # Columns of a release's payload: b's privatised mean R, b's sample count t_b, the release
@@ -118,20 +122,20 @@ class PrivateColME(Protocol):
         self.known = p.variance == "known"
         #: σ_a² of every agent, used only when variances are known.
         self.sigma2 = np.asarray(ctx.public["sigma2"], dtype=float) if self.known else None
-        share = 2.0 if p.variance == "sch-var-1" else 1.0  # the mean release's budget share
-        eps, delta = mechanism_budget(
-            p.mechanism, p.epsilon / share, p.delta / share, p.budget_t_max or ctx.t_max
-        )
         L = ctx.public["L"]
-        #: σ_DP², the noise variance of every p-sum.
-        self.sigma2_dp = noise_sigma2(p.noise, L, eps, delta)
+        #: σ_DP², the noise variance of every p-sum (and σ_{2,DP}², Sch-Var-1's variance p-sums)
+        self.sigma2_dp, sigma2_var = psum_noise(
+            p.noise, L, p.mechanism, p.epsilon, p.delta, p.budget_t_max or ctx.t_max,
+            p.calibration, p.variance == "sch-var-1",
+        )
+        self._multiplier = psum_multiplier(p.noise, self.sigma2_dp, L) if L > 0 else 0.0
         self.mech = PSumRelease(
             m, p.mechanism, p.noise, self.sigma2_dp, ctx.streams.get("dp-noise"), ctx.t_max
         )
         if p.variance == "sch-var-1":
             self.var_release = SampleVarianceRelease(
-                m, p.mechanism, p.noise, variance_sigma2(L, eps, delta, p.noise),
-                self.sigma2_dp, ctx.streams.get("dp-noise-variance"), ctx.t_max,
+                m, p.mechanism, p.noise, sigma2_var, self.sigma2_dp,
+                ctx.streams.get("dp-noise-variance"), ctx.t_max,
             )
         levels = levels_for(ctx.t_max)
         self.stat = PairStatistic(m, p.mechanism, p.weights, self.sigma2_dp, levels)
@@ -389,6 +393,25 @@ class PrivateColME(Protocol):
             mu = num / den
         # nothing to weigh yet (t < 2 with unknown variances) or an exact own mean (σ_a = 0)
         return np.where(np.isfinite(own) & (den > 0), mu, local)
+
+
+    def privacy_spend(self) -> Spend | None:
+        """The releases so far, for the `privacy` ledger (None without noise).
+
+        κ_{b→a} = `mech.count` counts b's releases to a when made, lost on a link or not.
+        Agent b's first sample is its most exposed: it lies in one p-sum per querier under
+        PM-I and, under PM-II, in one tree node per level that some release to a completed,
+        ⌊log₂ κ⌋+1 of them; Sch-Var-1 adds a variance p-sum (same multiplier) to each.
+        """
+        if self.params.noise == "none":
+            return None
+        kappa = self.mech.count
+        per = (kappa > 0) if self.params.mechanism == "pm1" else np.frexp(kappa)[1]  # bit length
+        if self.params.variance == "sch-var-1":
+            per = 2 * per
+        m = self._multiplier
+        return Spend(self.params.noise, self.params.delta,
+                     {"one": (m, per.max(axis=1)), "all": (m, per.sum(axis=1))})
 
 
 def _has_repeats(pair: np.ndarray) -> bool:

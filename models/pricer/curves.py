@@ -48,6 +48,10 @@ class PricerObjective:
     dimension: int | None = param(None, "d (default: the data's dimension)", ge=1)
     radius: float | None = param(None, "R (default: the data's radius)", gt=0)
     seed: int = param(0, "seed of a random graph or random trust", ge=0)
+    calibration: Literal["paper", "tight"] = param(
+        "paper", "σ_thr and the privacy box from Thm. 4.1's classical bound, or tight per the "
+        "PLD accountant"
+    )
 
     def problem(self, data: Any) -> Problem:
         """Problem (8) of this curve for the study's data parameters (n, d, R)."""
@@ -67,6 +71,7 @@ class PricerObjective:
             np.full((n, n), self.delta),
             float(self.radius if self.radius is not None else data.radius),
             int(self.dimension if self.dimension is not None else data.dimension),
+            self.calibration,
         )
 
     def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:

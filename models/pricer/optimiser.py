@@ -36,6 +36,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from desim.kernel.links import Connectivity
+from desim.models.privacy.accounting import check_calibration, epsilon_spent, tight_multiplier
 
 #: Default tolerance: a Gauss–Seidel pass stops when a sweep lowers σ²_tv by less (relatively).
 TOL = 1e-10
@@ -67,6 +68,9 @@ class Problem:
     delta: np.ndarray
     R: float = 1.0
     d: int = 1
+    #: "paper": Thm. 4.1's classical Gaussian bound; "tight": the least noise multiplier for
+    #: (ε_ij, δ_ij) per the PLD accountant (`desim.models.privacy.accounting`).
+    calibration: str = "paper"
 
     def __post_init__(self) -> None:
         n = self.conn.n
@@ -95,6 +99,8 @@ class Problem:
             raise InfeasibleError(
                 f"delta[{i}, {j}] = {float(delta[i, j])!r}: every δ_ij must lie in (0, 1]"
             )
+        check_calibration(self.calibration)
+        object.__setattr__(self, "_multiplier", _multipliers(eps, delta, self.calibration))
         stranded = ~(self.g > 0).any(axis=1)
         if stranded.any():
             i = int(np.flatnonzero(stranded)[0])
@@ -115,8 +121,14 @@ class Problem:
 
     @property
     def slope(self) -> np.ndarray:
-        """c_ij = ε_ij / (2R √(2 ln(1.25/δ_ij))): α_ij ≤ c_ij σ is the privacy constraint."""
+        """c_ij = ε_ij / (2R √(2 ln(1.25/δ_ij))): α_ij ≤ c_ij σ is the privacy constraint.
+
+        With tight calibration c_ij = 1/(2R m_ij), m_ij the least noise multiplier (σ over the
+        sensitivity 2R α_ij) of an (ε_ij, δ_ij)-DP Gaussian release per the accountant.
+        """
         with np.errstate(divide="ignore", invalid="ignore"):
+            if self.calibration == "tight":
+                return np.where(self.conn.P > 0, 1.0 / (2.0 * self.R * self._multiplier), np.inf)
             root = np.sqrt(2.0 * np.log(1.25 / np.where(self.delta > 0, self.delta, 1.0)))
             return np.where(self.conn.P > 0, self.epsilon / (2.0 * self.R * root), np.inf)
 
@@ -127,7 +139,23 @@ class Problem:
 
     def without_privacy(self) -> Problem:
         """The same links with every ε_ij = ∞: the ColRel problem (its optimum has σ = 0)."""
-        return Problem(self.conn, np.full_like(self.epsilon, np.inf), self.delta, self.R, self.d)
+        return Problem(self.conn, np.full_like(self.epsilon, np.inf), self.delta, self.R, self.d,
+                       self.calibration)
+
+
+def _multipliers(eps: np.ndarray, delta: np.ndarray, calibration: str) -> np.ndarray | None:
+    """Tight noise multipliers m_ij of every pair's (ε_ij, δ_ij), 0 where unconstrained (ε = ∞
+    or δ ≥ 1); None for the paper's calibration. One accountant search per distinct pair."""
+    if calibration != "tight":
+        return None
+    out = np.zeros(eps.shape)
+    free = ~np.isfinite(eps) | ~(eps > 0) | ~(delta < 1) | ~(delta > 0)
+    pairs = np.stack([eps[~free], delta[~free]])
+    if pairs.size:
+        keys, inverse = np.unique(pairs, axis=1, return_inverse=True)
+        mult = np.array([tight_multiplier("gaussian", float(e), float(d), 1) for e, d in keys.T])
+        out[~free] = mult[inverse.ravel()]
+    return out
 
 
 def trust_matrix(
@@ -215,12 +243,32 @@ def bias(prob: Problem, A: np.ndarray) -> np.ndarray:
 
 
 def privacy_levels(prob: Problem, A: np.ndarray, sigma: float) -> np.ndarray:
-    """ε_ij of Thm. 4.1 (6) reached by weights A and noise σ (0 where p_ij = 0 or α_ij = 0)."""
+    """ε_ij of Thm. 4.1 (6) reached by weights A and noise σ (0 where p_ij = 0 or α_ij = 0);
+    with tight calibration the accountant's ε_ij at δ_ij of the Gaussian release α_ij x_i + n_ij
+    (noise multiplier σ/(2R α_ij))."""
+    if prob.calibration == "tight":
+        return _tight_levels(prob, A, sigma)
     root = np.sqrt(2.0 * np.log(1.25 / np.where(prob.delta > 0, prob.delta, 1.0)))
     with np.errstate(divide="ignore", invalid="ignore"):
         eps = root * 2.0 * A * prob.R / sigma
     eps = np.where(A > 0, eps, 0.0)
     return np.where(prob.conn.P > 0, eps, 0.0)
+
+
+def _tight_levels(prob: Problem, A: np.ndarray, sigma: float) -> np.ndarray:
+    """The accountant's ε_ij for every pair with α_ij > 0 on a link (∞ if σ = 0)."""
+    used = (A > 0) & (prob.conn.P > 0)
+    eps = np.zeros(A.shape)
+    if not used.any():
+        return eps
+    if sigma == 0:
+        eps[used] = np.inf
+        return eps
+    mult = sigma / (2.0 * prob.R * A[used])
+    keys, inverse = np.unique(np.stack([mult, prob.delta[used]]), axis=1, return_inverse=True)
+    values = [epsilon_spent("gaussian", float(m), 1, float(d)) for m, d in keys.T]
+    eps[used] = np.asarray(values)[inverse.ravel()]
+    return eps
 
 
 def sigma_threshold(prob: Problem) -> float:

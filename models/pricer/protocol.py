@@ -57,6 +57,7 @@ from desim.models.pricer.optimiser import (
     trust_matrix,
     worst_case_mse,
 )
+from desim.models.privacy.accounting import Spend
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,10 @@ class PricerParams:
     )
     effective: bool = param(
         False, "optimise for the effective p_i, p_ij: link up and delivered before the deadline"
+    )
+    calibration: Literal["paper", "tight"] = param(
+        "paper", "σ_thr and the privacy box from Thm. 4.1's classical bound, or tight per the "
+        "PLD accountant"
     )
 
 
@@ -137,7 +142,8 @@ class Pricer(Protocol):
         if p.strategy == "naive":
             self.A, self.sigma = np.eye(n), 0.0
         else:
-            problem = Problem(self.conn, eps, np.full((n, n), p.delta), self.R, self.d)
+            problem = Problem(self.conn, eps, np.full((n, n), p.delta), self.R, self.d,
+                              p.calibration)
             if p.strategy == "colrel":
                 self.solution = colrel(problem, p.l1, p.l2)
             else:
@@ -152,6 +158,7 @@ class Pricer(Protocol):
         self._own: dict[int, np.ndarray] = {}
         self.stage1 = RoundCollector(ctx, "share", self.d, self._forward)
         self.server = ParameterServer(ctx, "relay", self.d, self._aggregate)
+        self.share_rounds = 0
         #: The server's current estimate x̂̄ (zero before the first round closes).
         self.estimate = np.zeros(self.d)
 
@@ -163,6 +170,7 @@ class Pricer(Protocol):
 
     def on_samples(self, t: int, samples: np.ndarray) -> None:
         x = samples  # (n, d): the nodes' fixed vectors
+        self.share_rounds = t  # rounds started: every share of round t is sent in it
         now = self.ctx.now()
         if self.params.strategy == "naive":  # straight to the server
             self.server.open(t, now + self.params.server_deadline)
@@ -192,6 +200,32 @@ class Pricer(Protocol):
 
     def estimates(self) -> np.ndarray:
         return np.broadcast_to(self.estimate, (self.ctx.n_agents, self.d))
+
+    def privacy_spend(self) -> Spend | None:
+        """The releases so far, for the `privacy` ledger (None without noise: ColRel, naive).
+
+        Every round (slot) node i sends α_ij x_i + n_ij to each j it can reach, sent whether or
+        not the link is up: a Gaussian release of sensitivity 2R α_ij. Against neighbour j after
+        r rounds: r releases of multiplier σ/(2R α_ij) — reported for the most exposed
+        neighbour. Against the server: at most every share of i (its own α_ii x_i + n_ii
+        included) reaches it in its relays' sums, each with noise at least n_ij — together one
+        Gaussian of multiplier σ/(2R ‖α_i·‖₂) per round (an upper bound on what it learns).
+        """
+        if self.sigma == 0 or not self.share_rounds:
+            return None
+        reach = (self.conn.P > 0) | np.eye(len(self.A), dtype=bool)
+        alpha = np.where(reach, self.A, 0.0)
+        others = alpha.copy()
+        np.fill_diagonal(others, 0.0)
+        scale = self.sigma / (2.0 * self.R)
+        with np.errstate(divide="ignore"):
+            neighbour = scale / others.max(axis=1)
+            server = scale / np.sqrt((alpha**2).sum(axis=1))
+        n = len(alpha)
+        count = np.full(n, self.share_rounds)
+        spend = {"neighbour": (neighbour, np.where(np.isfinite(neighbour), count, 0)),
+                 "server": (server, np.where(np.isfinite(server), count, 0))}
+        return Spend("gaussian", self.params.delta, spend)
 
 
 @METRICS.register("pricer")
