@@ -260,7 +260,7 @@ def test_curves_are_the_closed_forms():
 
 @pytest.mark.parametrize("name, runs, curves", [
     ("eb-gaussian-dp", 720, 36), ("eb-bernoulli", 240, 8), ("eb-bernoulli/private", 1000, 0),
-    ("server-vs-peers", 27, 0), ("server-vs-peers/outages", 48, 0)])
+    ("server-vs-peers", 72, 0), ("server-vs-peers/outages", 128, 0)])
 def test_the_bundled_eb_studies_are_valid(name, runs, curves):
     study = load_study(STUDIES / name)
     assert len(study.runs) == runs and len(study.curve_jobs) == curves
