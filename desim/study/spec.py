@@ -1074,8 +1074,8 @@ def _plots(tables: list[dict], scenarios, curves, title: str,
             )
         if p.x != "t" and p.x not in (columns or []) and not p.x.startswith(LEDGER_PREFIX):
             raise ConfigError(
-                f"{where}: x = {p.x!r}: must be 't', a grid column "
-                f"({', '.join(columns or []) or 'the study has no [grid]'}) or a privacy "
+                f"{where}: x = {p.x!r}: must be 't' or a grid column "
+                f"({', '.join(columns or []) or 'the study has no [grid]'}), or a privacy "
                 f"ledger metric ({LEDGER_PREFIX}…)"
             )
         out.append(PlotSpec(

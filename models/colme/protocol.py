@@ -394,7 +394,6 @@ class PrivateColME(Protocol):
         # nothing to weigh yet (t < 2 with unknown variances) or an exact own mean (σ_a = 0)
         return np.where(np.isfinite(own) & (den > 0), mu, local)
 
-
     def privacy_spend(self) -> Spend | None:
         """The releases so far, for the `privacy` ledger (None without noise).
 

@@ -212,8 +212,8 @@ def epsilon_spent(noise: str, multiplier: float, count: int, delta: float) -> fl
     """ε at δ spent by `count` releases of one sample with noise multiplier m (0 if none).
 
     Gaussian: k releases are exactly one with multiplier m/√k, whose ε dp-accounting computes
-    in closed form (Balle & Wang's formula). Laplace: the PLD accountant, on a grid whose width
-    grows with k (the ε bound stays within 10⁻³·k·ε₁ of exact, where ε₁ = 1/m is one release's).
+    in closed form (Balle & Wang's formula). Laplace: the PLD accountant (an upper bound), on a
+    grid whose width grows with √k up to 10⁻³.
     """
     _check_noise(noise)
     if count == 0:
@@ -222,7 +222,9 @@ def epsilon_spent(noise: str, multiplier: float, count: int, delta: float) -> fl
         return math.inf
     if noise == "gaussian":
         return float(dp_accounting.get_epsilon_gaussian(multiplier / math.sqrt(count), delta))
-    interval = max(PLD_INTERVAL, 1e-3 / multiplier)
+    # a grid growing like √k keeps the cost of long compositions down; measured against a
+    # 5× finer grid, ε stays within a relative 10⁻³ (k = 1…1600, m = 1 and 14.6)
+    interval = min(1e-3, PLD_INTERVAL * max(1.0, math.sqrt(count)))
     return pld_epsilon(noise, multiplier, count, delta, interval)
 
 
