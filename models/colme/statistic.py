@@ -72,18 +72,33 @@ class PairStatistic:
     @property
     def value(self) -> np.ndarray:
         """T_{b→a} (0 before the first release)."""
-        n, total = self._state[..., 1], self._state[..., 2]
+        return self.value_of(slice(None))
+
+    def value_of(self, rows: np.ndarray | slice) -> np.ndarray:
+        """T_{b→a} of the agents a in `rows` (every b), 0 before the first release."""
+        state = self._state[rows]
+        n, total = state[..., 1], state[..., 2]
         return np.divide(total, n, out=np.zeros_like(total), where=n > 0)
 
-    def variance(self, sigma2_data: np.ndarray) -> np.ndarray:
-        """Var[T_{b→a}] of every pair given σ_b² as a matrix [a, b] or a row of agents b.
+    def variance(self, sigma2_data: np.ndarray, rows: np.ndarray | slice = slice(None)
+                 ) -> np.ndarray:
+        """Var[T_{b→a}] of every pair given σ_b² as a matrix [a, b] or a row of agents b
+        (only the agents a in `rows`, if given; a matrix σ² then has those rows only).
 
         +∞ before b's first release to a, and wherever σ_b² is +∞ (unknown).
         """
-        n, data, noise = self._state[..., 1], self._state[..., 3], self._state[..., 4]
+        state = self._state[rows]
+        n, data, noise = state[..., 1], state[..., 3], state[..., 4]
         with np.errstate(invalid="ignore"):
             num = sigma2_data * data + self.sigma2_dp * noise
         return np.divide(num, n * n, out=np.full_like(num, np.inf), where=n > 0)
+
+    def terms(self, pair: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """T_{b→a}, D, A and n of the flat pairs a·n_agents + b (T = 0 before a release)."""
+        rows = self._flat.take(pair, axis=0)
+        n, total = rows[:, 1], rows[:, 2]
+        return (np.divide(total, n, out=np.zeros_like(total), where=n > 0), rows[:, 3],
+                rows[:, 4], n)
 
     def last_index(self, pair: np.ndarray) -> np.ndarray:
         """κ of the flat pairs a·n_agents + b: the index j of the last release a took from b."""
