@@ -31,7 +31,11 @@ class DataSource:
     public: dict[str, Any]
 
     def sample(self, rng: np.random.Generator, n_slots: int) -> np.ndarray:
-        """`n_slots` consecutive slots of samples, shape (n_slots, n_agents)."""
+        """`n_slots` consecutive slots of samples, shape (n_slots, n_agents).
+
+        Slots are drawn in order: `sample(rng, a)` then `sample(rng, b)` gives the rows of
+        `sample(rng, a + b)` (the engine sizes its blocks by memory).
+        """
         raise NotImplementedError
 
 
