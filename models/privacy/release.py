@@ -44,7 +44,7 @@ class PSumRelease:
         self.sigma2 = sigma2
         self.rng = rng
         #: κ_{b→a}: releases made so far by b to a, indexed [b, a].
-        self.count = np.zeros((n_agents, n_agents), dtype=np.int64)
+        self.count = np.zeros((n_agents, n_agents), dtype=np.int32)  # j < 2³¹: half the bytes
         if mechanism == "pm1":
             self._total = np.zeros((n_agents, n_agents))
         else:

@@ -121,7 +121,8 @@ def judge(name: str, r: dict, results: dict) -> tuple[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=ROOT, help="checkout to time (with its .venv if it has one)")
+    parser.add_argument("--root", type=Path, default=ROOT,
+                        help="checkout to time (with its .venv if it has one)")
     parser.add_argument("--only", default="", help="rows whose name contains this text")
     args = parser.parse_args()
     results: dict[str, dict] = {}

@@ -37,6 +37,7 @@ def scripted():
 
 @pytest.mark.parametrize("params", [
     {},
+    {"mechanism": "pm2", "weights": "last", "timeout": 2.5},
     {"mechanism": "pm2", "weights": "wmom", "schedule": "rrr", "variance": "sch-var-2-bayes",
      "timeout": 4.25},
     {"mechanism": "pm2", "weights": "mom", "variance": "sch-var-1", "welch_df": "kappa"},
@@ -49,6 +50,7 @@ def test_windows_reproduce_one_message_per_instant_bit_for_bit(params):
     assert out_one.metrics.to_csv().encode() == out_win.metrics.to_csv().encode()
     assert out_one.agents.to_csv().encode() == out_win.agents.to_csv().encode()
     np.testing.assert_array_equal(one.stat._state, win.stat._state)
+    np.testing.assert_array_equal(one.stat.kappa, win.stat.kappa)
     np.testing.assert_array_equal(one.included, win.included)
     for name in ("stale", "timed_out", "repeated"):
         np.testing.assert_array_equal(getattr(one, name), getattr(win, name))
