@@ -74,16 +74,17 @@ class PairStatistic:
             if not self.compact:  # ``last`` restarts every node at each release
                 self._node = np.zeros((n_agents * n_agents, levels))  # 1/t sum of each node
 
-    def _rows(self, pair: np.ndarray) -> np.ndarray:
-        """The full rows (κ, n, block sum, D, A, node sum) of the flat pairs (a copy)."""
-        stored = self._flat.take(pair, axis=0)
+    def _rows(self, pair: np.ndarray, kappa_only: bool = False) -> np.ndarray:
+        """The full rows (κ, n, block sum, D, A, node sum) of the flat pairs (a copy); with
+        `kappa_only` (``last``, about to restart) only κ is filled in."""
         if not self.compact:
-            return stored
+            return self._flat.take(pair, axis=0)
         rows = np.zeros((len(pair), self._ROWS))
-        rows[:, self._stored] = stored
-        kappa = self._kappa[pair]
-        rows[:, 0] = kappa
-        rows[:, 1] = kappa > 0
+        rows[:, 0] = self._kappa.take(pair)
+        if kappa_only:
+            return rows
+        rows[:, 2 : 2 + len(self._stored)] = self._flat.take(pair, axis=0)
+        rows[:, 1] = rows[:, 0] > 0
         if self.mechanism == "pm1":
             rows[:, 4] = rows[:, 0] * rows[:, 3] * rows[:, 3]
         return rows
@@ -92,7 +93,7 @@ class PairStatistic:
         """Store full `rows` of the flat pairs."""
         if self.compact:
             self._kappa[pair] = rows[:, 0]
-            self._flat[pair] = rows[:, self._stored]
+            self._flat[pair] = rows[:, 2 : 2 + len(self._stored)]
         else:
             self._flat[pair] = rows
 
@@ -159,7 +160,7 @@ class PairStatistic:
         Returns T_{b→a}, D, A and n of the updated pairs, so that Var[T] = (σ_b²D + σ_DP²A)/n².
         """
         pair = a * self.n_agents + b
-        rows = self._rows(pair)
+        rows = self._rows(pair, kappa_only=self.compact)  # ``last`` restarts every sum below
         kappa, n, total, data, noise, node_total = rows.T  # views: updated in place below
         if (kappa + 1 != j).any():
             return self._update_with_gaps(pair, rows, values, t, j)
