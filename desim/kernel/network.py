@@ -232,10 +232,15 @@ class Network:
         delay = self._by_time(times, lambda t, s: self.links.latency(
             self._rng_latency, t, src[s], dst[s], width))
         due = times + np.broadcast_to(np.asarray(delay, dtype=float), (n,))
-        self._queue.append((due, Batch(src, dst, self._codes(code, n), payload, times,
-                                       self.kinds, code)))
+        batch = Batch(src, dst, self._codes(code, n), payload, times, self.kinds, code)
+        if n > 1:  # queued sorted by due time (stable: send order among equal times)
+            order = np.argsort(due, kind="stable")
+            due, batch = due[order], batch.select(order)
+        self._queue.append((due, batch))
+        if len(self._queue) > _MERGE_AT:
+            self._queue = [_merge(self._queue)]
         if not self._flushing:
-            self._schedule(float(due.min()))
+            self._schedule(float(due[0]))
 
     def _schedule(self, when: float) -> None:
         """Make sure a flush event fires at `when` (or earlier)."""
@@ -280,26 +285,35 @@ class Network:
         finally:
             self._flushing = False
         if self._queue:
-            self._schedule(float(min(due.min() for due, _ in self._queue)))
+            self._schedule(float(min(due[0] for due, _ in self._queue)))
 
     def _take_due(self, now: float, horizon: float) -> Batch | None:
         """The queued messages due in [now, horizon) (at now only, if horizon is now), sorted
         by delivery time; the others stay queued."""
-        if not self._queue:
+        taken, rest = [], []
+        for due, batch in self._queue:  # each part is sorted: what is due is a prefix
+            k = int(np.searchsorted(due, horizon, side="left") if horizon > now
+                    else np.searchsorted(due, now, side="right"))
+            if k:
+                taken.append((due[:k], batch.select(slice(0, k))))
+            if k < len(due):
+                rest.append((due[k:], batch.select(slice(k, None))))
+        self._queue = rest
+        if not taken:
             return None
-        if len(self._queue) == 1:
-            due, batch = self._queue[0]
-        else:
-            due = np.concatenate([d for d, _ in self._queue])
-            batch = Batch.concat([b for _, b in self._queue])
-        now_due = due < horizon if horizon > now else due <= now
-        if not now_due.any():
-            self._queue = [(due, batch)]
-            return None
-        rest = ~now_due
-        self._queue = [(due[rest], batch.select(rest))] if rest.any() else []
-        pick = np.flatnonzero(now_due)
-        pick = pick[np.argsort(due[pick], kind="stable")]
-        out = batch.select(pick)
-        return Batch(out.src, out.dst, out.kind, out.payload, out.sent_at, out.kinds, out.only,
-                     due[pick])
+        due, batch = _merge(taken) if len(taken) > 1 else taken[0]
+        return Batch(batch.src, batch.dst, batch.kind, batch.payload, batch.sent_at,
+                     batch.kinds, batch.only, due)
+
+
+#: Queued parts (one per send) merged into one when there are more than this many.
+_MERGE_AT = 4
+
+
+def _merge(parts: list[tuple[np.ndarray, Batch]]) -> tuple[np.ndarray, Batch]:
+    """One part sorted by due time from parts in send order (stable: send order among equal
+    times)."""
+    due = np.concatenate([d for d, _ in parts])
+    batch = Batch.concat([b for _, b in parts])
+    order = np.argsort(due, kind="stable")
+    return due[order], batch.select(order)
