@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from desim.kernel.engine import Simulation
+from desim.kernel.links import IdealLinks
 from desim.kernel.params import build
 from desim.kernel.plugins import load_plugins
 from desim.kernel.randomness import Streams
 from desim.kernel.registry import DATA, PROTOCOLS
+from desim.network_models.realistic import realistic_links
 from desim.testing import ScriptedLinks
 
 load_plugins()
@@ -56,3 +58,32 @@ def test_windows_reproduce_one_message_per_instant_bit_for_bit(params):
         np.testing.assert_array_equal(getattr(one, name), getattr(win, name))
     np.testing.assert_array_equal(sim_one.network.sent, sim_win.network.sent)
     np.testing.assert_array_equal(sim_one.network.dropped, sim_win.network.dropped)
+
+
+#: Realistic networks: slotted outages and stragglers (a window asks the links once), then
+#: continuous churn (asked once per distinct time) with heavy-tailed latency.
+NETWORKS = [
+    {"latency": {"model": "exponential", "mean": 3.0},
+     "outages": {"model": "markov", "mean_up": 8.0, "mean_down": 3.0},
+     "stragglers": {"fraction": 0.3, "slowdown": 3.0}},
+    {"latency": {"model": "lognormal", "mean": 2.0, "cv": 3.0},
+     "nodes": {"model": "churn", "session": {"model": "weibull", "shape": 0.7, "scale": 40.0},
+               "offline": {"model": "exponential", "mean": 6.0}}},
+]
+
+
+@pytest.mark.parametrize("tables", NETWORKS)
+@pytest.mark.parametrize("params", [{}, {"weights": "wmom", "schedule": "rrr",
+                                         "variance": "sch-var-2", "timeout": 5.5}])
+def test_windows_are_exact_on_realistic_networks(tables, params):
+    def links():
+        return realistic_links(IdealLinks(), tables)
+
+    one, sim_one, out_one = run("private-colme", params, links(), windows=False)
+    win, sim_win, out_win = run("private-colme", params, links(), windows=True)
+    assert sim_win.network.windows
+    assert sim_win.links.per_slot == ("outages" in tables)
+    assert out_one.metrics.to_csv().encode() == out_win.metrics.to_csv().encode()
+    assert out_one.agents.to_csv().encode() == out_win.agents.to_csv().encode()
+    np.testing.assert_array_equal(sim_one.network.dropped, sim_win.network.dropped)
+    assert sim_win.network.dropped.sum() > 0  # the network did lose messages
