@@ -254,6 +254,7 @@ class Network:
 
     def _horizon(self, now: float) -> float:
         """The time of the next event on the clock other than this network's flushes."""
+        # SimPy keeps no public view of its queue; it holds (time, priority, id, event)
         times = [t for t, _prio, _id, ev in self.env._queue
                  if not getattr(ev, "network_flush", False)]
         return min(times, default=np.inf)

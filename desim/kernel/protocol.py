@@ -75,7 +75,8 @@ class Protocol:
     message's exact ``delivered_at``, followed by one `on_window_end` call. It must send the
     replies to a batch with ``send(..., at=batch.delivered_at[...])`` (the exact time of the
     message that caused them; those due inside the window come in a later batch of it), must
-    not call `Context.call_at` from `on_deliver`, and must end every window in the state that
+    not call `Context.call_at` from `on_deliver` (`Context.now()` is the window's start: use
+    ``delivered_at``), and must end every window in the state that
     one-message-per-instant delivery (the same messages one instant at a time, in time order)
     would have left: bit for bit, which the kernel's tests check.
     """

@@ -4,11 +4,11 @@
     python tests/benchmarks/bench_speed.py --only M=5000   # rows whose name contains a text
     python tests/benchmarks/bench_speed.py --root DIR   # time another checkout (before/after)
 
-Each workload runs in a fresh process. `run cpu` is the CPU time of `desim.run` alone,
-`process cpu` the whole process's (imports included: what a user pays for one run), `peak MB`
-its maximum resident memory. Each row is judged by the ratio the issue states, printed with
-it: against the synchronous run of the same scenario, against M = 200 per agent-slot, or
-against an absolute bar.
+Each workload runs in a fresh process. `run cpu` is the CPU time of `desim.run` (plug-in
+loading included, as in a first run), `process cpu` the whole process's (imports included:
+what a user pays for one run), `peak MB` its maximum resident memory. Each row is judged by
+the ratio the issue states, printed with it: against the synchronous run of the same scenario,
+against M = 200 per agent-slot, or against an absolute bar. Use CPU times on a busy machine.
 """
 
 from __future__ import annotations
