@@ -71,3 +71,21 @@ def test_incremental_sums_equal_the_full_recomputation(seed, mechanism, weights,
     proto = run({"mechanism": mechanism, "weights": weights, "variance": variance,
                  "schedule": schedule, "noise": noise, "timeout": 6.0}, 9, 120, links, seed)
     assert proto.checks == len(CHECKPOINTS)
+
+
+def test_large_populations_use_the_incremental_sums_small_ones_the_full_sum():
+    """Above `incremental_above` agents the sums are incremental (and agree with the full sum);
+    at or below it `estimates` recomputes them in full."""
+    spec = build(DATA.get("classes"), {"agents": 1001, "class_means": [0.2, 0.8]}, "data")
+    proto = PrivateColME(build(PrivateColME.Params, {}, "test"))
+    Simulation(proto, spec.make(np.random.default_rng(0)), 6, Streams(0, 0, 1, 2),
+               checkpoints=np.array([6])).run()
+    assert proto.incremental
+    got = proto.estimates()
+    proto.incremental = False
+    np.testing.assert_allclose(got, proto.estimates(), rtol=RTOL)
+    plain = PrivateColME(build(PrivateColME.Params, {}, "test"))
+    spec = build(DATA.get("classes"), {"agents": 1000, "class_means": [0.2, 0.8]}, "data")
+    Simulation(plain, spec.make(np.random.default_rng(0)), 6, Streams(0, 0, 1, 2),
+               checkpoints=np.array([6])).run()
+    assert not plain.incremental
