@@ -91,9 +91,15 @@ class ClassSamples(DataSource):
 
     def sample(self, rng: np.random.Generator, n_slots: int) -> np.ndarray:
         shape = (n_slots, self.n_agents)
+        # in place: one array of the block's size (the same numbers as means + σ·z)
         if self.spec.distribution == "uniform":
             half = self.spec.support_half_width()
-            return self.means + rng.uniform(-half, half, size=shape)
+            x = rng.uniform(-half, half, size=shape)
+            x += self.means
+            return x
         if self.spec.distribution == "gaussian":
-            return self.means + self.spec.sigma * rng.standard_normal(shape)
+            x = rng.standard_normal(shape)
+            x *= self.spec.sigma
+            x += self.means
+            return x
         return (rng.random(shape) < self.means).astype(float)

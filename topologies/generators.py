@@ -15,11 +15,9 @@ import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-import networkx as nx
 import numpy as np
-from scipy.spatial import cKDTree
 
 from desim.kernel.params import param
 from desim.kernel.registry import TOPOLOGIES
@@ -58,7 +56,14 @@ def _nx_seed(rng: np.random.Generator) -> int:
     return int(rng.integers(0, 2**32))
 
 
-def _from_nx(g: nx.Graph, n: int) -> Graph:
+def _nx() -> Any:
+    """networkx, imported when a generator needs it (a run with another graph does not)."""
+    import networkx
+
+    return networkx
+
+
+def _from_nx(g: Any, n: int) -> Graph:
     edges = np.array(list(g.edges()), dtype=np.int64).reshape(-1, 2)
     return Graph.from_edges(n, edges[:, 0], edges[:, 1])
 
@@ -89,7 +94,7 @@ class RandomRegular(Topology):
                              f"{self.degree * n} is odd, so no r-regular graph exists")
 
     def make(self, n: int, rng: np.random.Generator) -> Graph:
-        return _from_nx(nx.random_regular_graph(self.degree, n, seed=_nx_seed(rng)), n)
+        return _from_nx(_nx().random_regular_graph(self.degree, n, seed=_nx_seed(rng)), n)
 
 
 def _pair_from_index(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -185,7 +190,7 @@ class WattsStrogatz(Topology):
             raise ValueError(f"k = {self.k}: a ring lattice of M = {n} agents needs k < M")
 
     def make(self, n: int, rng: np.random.Generator) -> Graph:
-        return _from_nx(nx.watts_strogatz_graph(n, self.k, self.p, seed=_nx_seed(rng)), n)
+        return _from_nx(_nx().watts_strogatz_graph(n, self.k, self.p, seed=_nx_seed(rng)), n)
 
 
 @TOPOLOGIES.register("barabasi-albert")
@@ -201,7 +206,7 @@ class BarabasiAlbert(Topology):
                              "m < M")
 
     def make(self, n: int, rng: np.random.Generator) -> Graph:
-        return _from_nx(nx.barabasi_albert_graph(n, self.m, seed=_nx_seed(rng)), n)
+        return _from_nx(_nx().barabasi_albert_graph(n, self.m, seed=_nx_seed(rng)), n)
 
 
 @TOPOLOGIES.register("geometric")
@@ -214,6 +219,8 @@ class Geometric(Topology):
 
     def make(self, n: int, rng: np.random.Generator) -> Graph:
         pos = rng.random((n, 2))
+        from scipy.spatial import cKDTree  # here: only geometric graphs need it
+
         tree = cKDTree(pos, boxsize=1.0 if self.torus else None)
         pairs = tree.query_pairs(self.radius, output_type="ndarray")
         return Graph.from_edges(n, pairs[:, 0], pairs[:, 1], positions=pos)
@@ -286,13 +293,13 @@ def _read_edgelist(file: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _read_graphml(file: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
     try:
-        g = nx.read_graphml(file)
+        g = _nx().read_graphml(file)
     except Exception as exc:  # networkx raises several parser errors; report any of them
         raise ValueError(f"{file}: not readable GraphML: {exc}") from None
     if g.number_of_nodes() != n:
         raise ValueError(f"{file}: {g.number_of_nodes()} nodes, but the data have M = {n} "
                          "agents")
-    if nx.number_of_selfloops(g):
+    if _nx().number_of_selfloops(g):
         raise ValueError(f"{file}: has self-loops; G has none")
     index = {node: i for i, node in enumerate(g.nodes())}
     pairs = np.array([(index[a], index[b]) for a, b in g.edges()], dtype=np.int64)

@@ -106,6 +106,10 @@ class LinkModel:
     slots: float = 0.0
     #: Delivery times are rounded up to a multiple of this many slots (0: exact times).
     resolution: float = 0.0
+    #: True when `available`, `latency` and `receivable` depend on the time only through its
+    #: slot ⌊t⌋ (and latency draws per message, not per call): the network may then ask once
+    #: for all messages of a window (`desim.kernel.network`).
+    per_slot: bool = False
 
     def bind(self, n_agents: int, public: Mapping[str, Any], streams: Streams) -> LinkModel:
         """The link model of one run of `n_agents` agents (default: this one, unchanged).
@@ -150,6 +154,8 @@ class LinkModel:
 @dataclass(frozen=True)
 class IdealLinks(LinkModel):
     """Every link is always up and delivers in the slot it was sent (the papers' model)."""
+
+    per_slot = True
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,7 +17,9 @@ class Batch:
     ``kind`` holds indices into ``kinds`` (the protocol's message kinds). ``payload`` is a
     float array of shape (n, width); messages of a kind with a narrower payload are padded
     with NaN when batches of several kinds are joined. ``only`` is the kind index when every
-    message has that kind (known when the batch is made), or -1.
+    message has that kind (known when the batch is made), or -1. ``delivered_at`` is each
+    message's exact delivery time when the batch is a window's (`desim.network`), else None
+    (every message is delivered now).
     """
 
     src: np.ndarray
@@ -27,6 +29,7 @@ class Batch:
     sent_at: np.ndarray
     kinds: tuple[str, ...]
     only: int = -1
+    delivered_at: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.src)
@@ -50,6 +53,7 @@ class Batch:
             self.sent_at[index],
             self.kinds,
             self.only,
+            None if self.delivered_at is None else self.delivered_at[index],
         )
 
     @staticmethod
@@ -76,4 +80,6 @@ class Batch:
             np.concatenate([p.sent_at for p in parts]),
             parts[0].kinds,
             only,
+            None if any(p.delivered_at is None for p in parts)
+            else np.concatenate([p.delivered_at for p in parts]),
         )

@@ -2,9 +2,9 @@
 
 Each send call draws availability and latency for its messages, drops those on links that are
 down, and files the rest under their delivery time. One SimPy event is scheduled per distinct
-delivery time; when it fires, the messages whose destination cannot receive then
-(`LinkModel.receivable`: a churned agent) are dropped and everything else filed under that time
-is handed to the protocol as one `Batch`, in send order.
+delivery time (unless windows are on, below); when it fires, the messages whose destination
+cannot receive then (`LinkModel.receivable`: a churned agent) are dropped and everything else
+filed under that time is handed to the protocol as one `Batch`, in send order.
 
 Delivery times are exact (fractional when latencies are): messages of one send with random
 delays are sorted once by delivery time, and each distinct time gets its own batch. Same-time
@@ -12,6 +12,18 @@ deliveries are one batch in send order; messages with different delays may overt
 (links are not FIFO when delays are i.i.d.: a later message with a shorter delay arrives first).
 Drops are counted per kind, at send time (link or node down) and at delivery time (destination
 down) alike. With ideal links none of this runs: no draws, one batch per send.
+
+Windows (exact delivery times, a protocol that declares `Protocol.window_safe`): instead of an
+event per delivery time, one event fires at the earliest due time d, and every message due
+before the next instant that matters H (the next other event on the clock: a slot tick, a
+deadline, a measurement; only d itself when such an event is at d) is handed over as one
+batch sorted by delivery time (stable: send order among equal times), each message carrying
+its exact ``delivered_at``. Replies are sent at the exact times of the messages that caused
+them (`send(..., at=...)`); those due before H come in a follow-up batch of the same window,
+until none is left; then `on_window_end`. Availability, latency and receivability are asked
+once per window for all its messages when the link model answers per slot (`per_slot`: a
+window never spans a slot boundary), else once per distinct time; latency draws come from the
+stream in the same order either way, so windows reproduce one-message-per-instant delivery.
 """
 
 from __future__ import annotations
@@ -56,6 +68,7 @@ class Network:
         rng_links: np.random.Generator,
         rng_latency: np.random.Generator,
         deliver: Callable[[Batch], None],
+        window_end: Callable[[], None] | None = None,
     ) -> None:
         self.env = env
         self.kinds = kinds
@@ -70,6 +83,14 @@ class Network:
         self._code_arrays: dict[int, np.ndarray] = {}
         self.sent = np.zeros(len(kinds), dtype=np.int64)
         self.dropped = np.zeros(len(kinds), dtype=np.int64)
+        #: Window batching: exact times, a window-safe protocol (its `on_window_end`).
+        self._window_end = window_end
+        self.windows = window_end is not None and not self._ideal and not self._ticks
+        self._per_slot = bool(getattr(links, "per_slot", False))
+        self._queue: list[tuple[np.ndarray, Batch]] = []  # (due, messages), in send order
+        self._flush_at: float | None = None  # time of the live flush event
+        self._flush_token = 0  # flush events of older tokens are void
+        self._flushing = False
 
     def send(
         self,
@@ -77,8 +98,13 @@ class Network:
         src: np.ndarray,
         dst: np.ndarray,
         payload: np.ndarray | None = None,
+        at: np.ndarray | None = None,
     ) -> None:
-        """Send one message of `kind` from each src[i] to dst[i], carrying payload[i] (a row)."""
+        """Send one message of `kind` from each src[i] to dst[i], carrying payload[i] (a row).
+
+        `at` (windows only): each message's exact send time (ascending), e.g. the delivery
+        times of the messages it answers; None means now.
+        """
         code = self.kinds.index(kind)
         src = np.asarray(src, dtype=np.int64)
         dst = np.asarray(dst, dtype=np.int64)
@@ -94,6 +120,9 @@ class Network:
         if self._ideal:
             self._file(float(now), Batch(src, dst, self._codes(code, n), payload,
                                          np.full(n, float(now)), self.kinds, code))
+            return
+        if self.windows:
+            self._send_window(code, src, dst, payload, at)
             return
         up = self.links.available(self._rng_links, now, src, dst)
         if up is not True:
@@ -167,3 +196,125 @@ class Network:
                     if len(batch) == 0:
                         return
         self._deliver(batch)
+
+    # -- windows -------------------------------------------------------------------------------
+    def _by_time(
+        self, times: np.ndarray, ask: Callable[[float, slice], np.ndarray | bool | float]
+    ) -> np.ndarray | bool | float:
+        """`ask(t, part)` for the messages sent (or delivered) at `times` (ascending): once for
+        all when they share one time, or one slot and the links answer per slot; else once per
+        run of equal times, in order (so draws come in the order single instants make them)."""
+        first = float(times[0])
+        if first == times[-1] or (self._per_slot and np.floor(first) == np.floor(times[-1])):
+            return ask(first, slice(None))
+        cuts = [0, *(np.flatnonzero(times[1:] != times[:-1]) + 1).tolist(), len(times)]
+        parts = [np.broadcast_to(ask(float(times[a]), slice(a, b)), (b - a,))
+                 for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        return np.concatenate(parts)
+
+    def _send_window(
+        self, code: int, src: np.ndarray, dst: np.ndarray, payload: np.ndarray,
+        at: np.ndarray | None,
+    ) -> None:
+        n = len(src)
+        times = np.full(n, float(self.env.now)) if at is None else np.asarray(at, dtype=float)
+        up = self._by_time(times, lambda t, s: self.links.available(
+            self._rng_links, t, src[s], dst[s]))
+        if up is not True:
+            up = np.broadcast_to(np.asarray(up, dtype=bool), (n,))
+            if not up.all():
+                self.dropped[code] += n - int(up.sum())
+                src, dst, payload, times = src[up], dst[up], payload[up], times[up]
+                n = len(src)
+                if n == 0:
+                    return
+        width = payload.shape[1]
+        delay = self._by_time(times, lambda t, s: self.links.latency(
+            self._rng_latency, t, src[s], dst[s], width))
+        due = times + np.broadcast_to(np.asarray(delay, dtype=float), (n,))
+        batch = Batch(src, dst, self._codes(code, n), payload, times, self.kinds, code)
+        if n > 1:  # queued sorted by due time (stable: send order among equal times)
+            order = np.argsort(due, kind="stable")
+            due, batch = due[order], batch.select(order)
+        self._queue.append((due, batch))
+        if len(self._queue) > _MERGE_AT:
+            self._queue = [_merge(self._queue)]
+        if not self._flushing:
+            self._schedule(float(due[0]))
+
+    def _schedule(self, when: float) -> None:
+        """Make sure a flush event fires at `when` (or earlier)."""
+        if self._flush_at is not None and self._flush_at <= when:
+            return
+        self._flush_at = when
+        self._flush_token += 1
+        event = At(self.env, when - self.env.now, PRIORITY_DELIVER)
+        event.network_flush = True
+        event.callbacks.append(lambda _e, token=self._flush_token: self._flush(token))
+
+    def _horizon(self, now: float) -> float:
+        """The time of the next event on the clock other than this network's flushes."""
+        # SimPy keeps no public view of its queue; it holds (time, priority, id, event)
+        times = [t for t, _prio, _id, ev in self.env._queue
+                 if not getattr(ev, "network_flush", False)]
+        return min(times, default=np.inf)
+
+    def _flush(self, token: int) -> None:
+        """Deliver the window that starts now, in batches, then end it."""
+        if token != self._flush_token:
+            return
+        self._flush_at = None
+        now = float(self.env.now)
+        horizon = self._horizon(now)
+        self._flushing = True
+        try:
+            while (batch := self._take_due(now, horizon)) is not None:
+                dst = batch.dst
+                ok = self._by_time(batch.delivered_at,
+                                   lambda t, s, dst=dst: self.links.receivable(t, dst[s]))
+                if ok is not True:
+                    ok = np.broadcast_to(np.asarray(ok, dtype=bool), (len(batch),))
+                    if not ok.all():
+                        self.dropped += np.bincount(batch.kind[~ok], minlength=len(self.kinds))
+                        batch = batch.select(ok)
+                if len(batch):
+                    self._deliver(batch)
+                    if self._horizon(now) < horizon:
+                        raise RuntimeError("a window-safe protocol scheduled an event inside a "
+                                           "window (Context.call_at from on_deliver)")
+            self._window_end()
+        finally:
+            self._flushing = False
+        if self._queue:
+            self._schedule(float(min(due[0] for due, _ in self._queue)))
+
+    def _take_due(self, now: float, horizon: float) -> Batch | None:
+        """The queued messages due in [now, horizon) (at now only, if horizon is now), sorted
+        by delivery time; the others stay queued."""
+        taken, rest = [], []
+        for due, batch in self._queue:  # each part is sorted: what is due is a prefix
+            k = int(np.searchsorted(due, horizon, side="left") if horizon > now
+                    else np.searchsorted(due, now, side="right"))
+            if k:
+                taken.append((due[:k], batch.select(slice(0, k))))
+            if k < len(due):
+                rest.append((due[k:], batch.select(slice(k, None))))
+        self._queue = rest
+        if not taken:
+            return None
+        due, batch = _merge(taken) if len(taken) > 1 else taken[0]
+        return Batch(batch.src, batch.dst, batch.kind, batch.payload, batch.sent_at,
+                     batch.kinds, batch.only, due)
+
+
+#: Queued parts (one per send) merged into one when there are more than this many.
+_MERGE_AT = 4
+
+
+def _merge(parts: list[tuple[np.ndarray, Batch]]) -> tuple[np.ndarray, Batch]:
+    """One part sorted by due time from parts in send order (stable: send order among equal
+    times)."""
+    due = np.concatenate([d for d, _ in parts])
+    batch = Batch.concat([b for _, b in parts])
+    order = np.argsort(due, kind="stable")
+    return due[order], batch.select(order)

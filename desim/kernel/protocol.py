@@ -31,7 +31,11 @@ class DataSource:
     public: dict[str, Any]
 
     def sample(self, rng: np.random.Generator, n_slots: int) -> np.ndarray:
-        """`n_slots` consecutive slots of samples, shape (n_slots, n_agents)."""
+        """`n_slots` consecutive slots of samples, shape (n_slots, n_agents).
+
+        Slots are drawn in order: `sample(rng, a)` then `sample(rng, b)` gives the rows of
+        `sample(rng, a + b)` (the engine sizes its blocks by memory).
+        """
         raise NotImplementedError
 
 
@@ -39,8 +43,9 @@ class DataSource:
 class Context:
     """What a protocol is given at set-up.
 
-    `send(kind, src, dst, payload)` puts messages on the network; `oracle_classes` is the true
-    class of each agent and is set only for protocols that declare ``uses_oracle = True``.
+    `send(kind, src, dst, payload, at=None)` puts messages on the network (`at`: their exact
+    send times, in a window); `oracle_classes` is the true class of each agent and is set only
+    for protocols that declare ``uses_oracle = True``.
     `links` is the run's bound link model (its `probabilities(n, within, server_within)` are
     public: PriCER optimises for them, optionally for messages that must arrive within a
     deadline); `call_at(when, fn)` calls `fn()` at time `when`, after that instant's deliveries
@@ -63,12 +68,25 @@ class Protocol:
 
     `Params` is the dataclass of the protocol's parameters (see `desim.kernel.params`), and
     `message_kinds` names every kind of message it sends.
+
+    Window batching (exact delivery times, `desim.kernel.network`): a protocol that declares
+    `window_safe` receives every message due in a window — an interval between two instants
+    that matter (slot ticks, deadlines, measurements) — in time-ordered batches that carry each
+    message's exact ``delivered_at``, followed by one `on_window_end` call. It must send the
+    replies to a batch with ``send(..., at=batch.delivered_at[...])`` (the exact time of the
+    message that caused them; those due inside the window come in a later batch of it), must
+    not call `Context.call_at` from `on_deliver` (`Context.now()` is the window's start: use
+    ``delivered_at``), and must end every window in the state that
+    one-message-per-instant delivery (the same messages one instant at a time, in time order)
+    would have left: bit for bit, which the kernel's tests check.
     """
 
     Params: ClassVar[type]
     message_kinds: ClassVar[tuple[str, ...]] = ()
     #: True for the named oracle variants and baselines that may see the true classes.
     uses_oracle: ClassVar[bool] = False
+    #: True when the protocol can take a window's messages in batches (see above).
+    window_safe: ClassVar[bool] = False
 
     def __init__(self, params: Any) -> None:
         self.params = params
@@ -81,7 +99,10 @@ class Protocol:
         """Take every agent's sample of slot `t` (shape (n_agents,)) and send what is due."""
 
     def on_deliver(self, batch: Batch) -> None:
-        """React to the messages delivered at the current instant."""
+        """React to the messages delivered at the current instant (or in a window)."""
+
+    def on_window_end(self) -> None:
+        """Finish a window's deliveries (window-safe protocols only)."""
 
     def estimates(self) -> np.ndarray:
         """Every agent's current estimate, shape (n_agents,)."""

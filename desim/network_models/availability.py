@@ -85,6 +85,9 @@ def _entities(entity: Any) -> np.ndarray:
 class BoundAvailability:
     """The availability of every entity of one run: always up unless a model says otherwise."""
 
+    #: True when `up` depends on the time only through its slot ⌊t⌋.
+    per_slot: bool = True
+
     def up(self, t: float, entity: np.ndarray) -> np.ndarray:
         """Whether each entity is up at time t (a bool array shaped like `entity`)."""
         return np.ones(np.shape(entity), dtype=bool)
@@ -128,6 +131,8 @@ class Always(Availability):
 
 class BernoulliBound(BoundAvailability):
     """Up with probability p, independently per entity and slot ⌊t⌋."""
+
+    per_slot = True
 
     def __init__(self, p: float, n_entities: int, key: np.uint64) -> None:
         self.p = p
@@ -180,6 +185,7 @@ class RenewalBound(BoundAvailability):
         self.down_law = down_law
         self.p_up = up_law.mean / (up_law.mean + down_law.mean)
         self.slotted = slotted
+        self.per_slot = slotted
         self._n = np.uint64(n_entities)
         self._key = key
         # per entity (dense) or per entity seen so far (sparse, `_ids` sorted): the index k,
@@ -492,6 +498,8 @@ class TraceBound(BoundAvailability):
     the default; at equal times ends come first so touching intervals hand over), applied up
     to t as time advances; an earlier t replays the events from the beginning.
     """
+
+    per_slot = False  # traces switch at any time
 
     def __init__(self, entity: np.ndarray, trace: TraceRows, default_up: bool) -> None:
         self.default_up = default_up

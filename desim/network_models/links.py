@@ -46,6 +46,7 @@ class FixedLatency(LinkModel):
 
     slots: float = param(1.0, "delivery delay of every message, in slots", ge=0)
     ideal = False
+    per_slot = True
 
 
 class IntermittentLinks(LinkModel):
@@ -58,6 +59,7 @@ class IntermittentLinks(LinkModel):
     """
 
     ideal = False
+    per_slot = True
 
     def __init__(self, conn: Connectivity, reciprocity: float, slots: float = 0.0) -> None:
         self.conn = conn
@@ -156,6 +158,7 @@ class BernoulliLinks(LinkModel):
     )
     slots: float = param(0.0, "delivery delay of every message, in slots", ge=0)
     ideal = False
+    per_slot = True
 
     def __post_init__(self) -> None:
         if self.p_nodes is not None:

@@ -115,6 +115,9 @@ class BoundRealistic(LinkModel):
         self.stragglers = stragglers
         self.slots = base.slots
         self.resolution = latency.resolution if latency is not None else 0.0
+        # stragglers read the slot ⌊t⌋, latency models draw per message whatever t is
+        self.per_slot = bool(getattr(base, "per_slot", False)) and all(
+            part.per_slot for part in (outages, nodes) if part is not None)
 
     def _nodes_up(self, t: float, who: np.ndarray) -> np.ndarray:
         """Whether each address is up at t (the server always is)."""

@@ -22,7 +22,6 @@ from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.stats import binom
 
 from desim.models.privacy.bits import floor_pow2, popcount
 
@@ -424,6 +423,8 @@ def oracle_mse(
         raise ValueError(f"n_draws = {n_draws!r}: must be an integer ≥ 1")
     rng = np.random.default_rng(seed)
     ks = np.arange(others + 1)
+    from scipy.stats import binom  # here: scipy.stats costs a run that draws no curve
+
     pmf = binom.pmf(ks, others, p)
     for k in ks[pmf > 0]:
         if k in (0, others):  # a single possible subset: no sampling needed
@@ -463,6 +464,8 @@ def oracle_mse_rrr(
     s2_values, s2_counts = _class_variances(sigma2)
     class_w = s2_counts / s2_counts.sum()
     ks = np.arange(M)  # class-mates
+    from scipy.stats import binom  # here: scipy.stats costs a run that draws no curve
+
     pmf = binom.pmf(ks, M - 1, p)
     total = np.zeros(len(ti))
     for k in ks[pmf >= tail]:

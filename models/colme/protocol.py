@@ -46,13 +46,21 @@ Under asynchrony (links with latency, losses, outages or stragglers):
   count releases taken. Sch-Var-1's release is self-contained: a uses the last one it took.
 - With ideal links none of this bookkeeping runs (every release arrives at once, in order);
   with zero latency through other link models it runs and gives the same numbers.
+
+Window-safe (`desim.kernel.protocol.Protocol.window_safe`): between ticks an agent's samples do not
+change, so answering a query depends only on b's state at the tick and on the queries of the
+same pair answered before it (in time order, as a batch is); taking a release touches only the
+querier's state, never what answers read. In a window the queries are answered batch by batch
+(replies at their exact times) and the releases are kept until `on_window_end`, which takes
+them in the order one-message-per-instant delivery would: per pair by delivery time (then by
+batch, then by j among releases of one instant), timeouts against each exact delivery time.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from scipy.special import ndtri
@@ -114,6 +122,12 @@ class PrivateColME(Protocol):
 
     Params = PrivateColMEParams
     message_kinds = ("query", "release")
+    window_safe = True
+    #: Populations above this size keep each agent's combination sums Σ_b T/Var[T] and
+    #: Σ_b 1/Var[T] up to date at every release (`estimates` in O(M)); up to it `estimates`
+    #: sums over the M × M pair state at each call, which costs little there and gives the same
+    #: bits as earlier versions (committed results stay byte-identical).
+    incremental_above: ClassVar[int] = 1000
 
     def setup(self, ctx: Context) -> None:
         super().setup(ctx)
@@ -168,6 +182,10 @@ class PrivateColME(Protocol):
         t = np.arange(1, ctx.t_max + 2, dtype=float)
         self._theta = np.concatenate([[1.0], p.theta / np.log(t + 1.0)])
         self._z = np.concatenate([[np.inf], ndtri(1.0 - self._theta[1:] / 2.0)])
+        self.incremental = m > self.incremental_above
+        self._window: list[Batch] = []  # releases delivered in the current window
+        if self.incremental:
+            self.sums_w = CombinationSums(m)
 
     # -- slot: new samples, then queries ---------------------------------------------------
     def on_samples(self, t: int, samples: np.ndarray) -> None:
@@ -208,10 +226,15 @@ class PrivateColME(Protocol):
             b, a = queries.dst, queries.src
             payload = self._answer(b, a) if self.asynchronous else self._release(b, a)
             payload[:, _ASKED] = queries.sent_at
-            self.ctx.send("release", b, a, payload)
+            if queries.delivered_at is None:
+                self.ctx.send("release", b, a, payload)
+            else:  # in a window: each reply leaves at its query's exact delivery time
+                self.ctx.send("release", b, a, payload, at=queries.delivered_at)
         releases = batch.of_kind("release")
         if len(releases):
-            if self.asynchronous:
+            if releases.delivered_at is not None:  # in a window: taken at its end
+                self._window.append(releases)
+            elif self.asynchronous:
                 self._take_arrivals(releases)
             else:
                 self._take_releases(releases.dst, releases.src, releases.payload)
@@ -250,20 +273,39 @@ class PrivateColME(Protocol):
         self.repeated += np.bincount(b[again], minlength=len(self._agents))
         return self._answered[pair]
 
-    def _take_arrivals(self, releases: Batch) -> None:
-        """Discard timed-out and stale releases, take the others pair by pair in order of j."""
+    def on_window_end(self) -> None:
+        if not self._window:
+            return
+        parts, self._window = self._window, []
+        releases = Batch.concat(parts)
+        batch_no = np.repeat(np.arange(len(parts)), [len(p) for p in parts])
+        self._take_arrivals(releases, releases.delivered_at, batch_no)
+
+    def _take_arrivals(
+        self, releases: Batch, when: np.ndarray | None = None, batch_no: np.ndarray | None = None
+    ) -> None:
+        """Discard timed-out and stale releases, take the others pair by pair in order of j.
+
+        A window's releases come with their delivery times `when` and the number of the batch
+        that delivered each: a pair's releases are then taken by time, batch, then j.
+        """
         a, b, payload = releases.dst, releases.src, releases.payload
         m = len(self._agents)
         if math.isfinite(self.params.timeout):
-            late = self.ctx.now() - payload[:, _ASKED] > self.params.timeout
+            now = self.ctx.now() if when is None else when
+            late = now - payload[:, _ASKED] > self.params.timeout
             if late.any():
                 self.timed_out += np.bincount(a[late], minlength=m)
                 a, b, payload = a[~late], b[~late], payload[~late]
+                if when is not None:
+                    when, batch_no = when[~late], batch_no[~late]
         pair = a * m + b
         if len(pair) > 1 and _has_repeats(pair):
-            # several releases of one pair: round r takes the r-th lowest j of every pair
+            # several releases of one pair: round r takes the r-th of every pair (lowest j;
+            # in a window, earliest)
             j = payload[:, _INDEX]
-            order = np.lexsort((j, pair))
+            keys = (j, pair) if when is None else (j, batch_no, when, pair)
+            order = np.lexsort(keys)
             sorted_pair = pair[order]
             head = np.flatnonzero(np.concatenate(([True], sorted_pair[1:] != sorted_pair[:-1])))
             rank = np.arange(len(order)) - np.repeat(head, np.diff(np.append(head, len(order))))
@@ -294,6 +336,8 @@ class PrivateColME(Protocol):
         """
         values, t_b = payload[:, _VALUE], payload[:, _COUNT]
         j = payload[:, _INDEX].astype(np.int64)
+        if self.incremental:  # the terms these pairs contributed so far, to be replaced
+            old = self._terms(a, b, *self.stat.terms(a * len(self._agents) + b))
         value, data, noise, n = self.stat.update(a, b, values, t_b, j)
         if self.known:
             var = (self.sigma2[b] * data + self.sigma2_dp * noise) / (n * n)
@@ -315,10 +359,24 @@ class PrivateColME(Protocol):
             n_other = t_b if self.params.welch_df == "printed" else k.astype(float)
         decision = self._test(a, b, value, var, n_other)
         change = decision.astype(np.int64) - self.included[a, b]
+        if self.incremental:
+            self.sums_w.replace(a, *old, *_contribution(decision, value, var))
         self.included[a, b] = decision
         self._n_included += np.bincount(a, weights=change, minlength=len(self._agents)).astype(
             np.int64
         )
+
+    def _terms(
+        self, a: np.ndarray, b: np.ndarray, value: np.ndarray, data: np.ndarray,
+        noise: np.ndarray, n: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The current terms T/Var[T] and 1/Var[T] of pairs (a, b) in a's combination sums
+        (0 for excluded pairs), from their statistic state as `estimates` computes them."""
+        sigma2 = self.sigma2[b] if self.known else self.v_hat[a, b]
+        with np.errstate(invalid="ignore"):
+            num = sigma2 * data + self.sigma2_dp * noise
+        var = np.divide(num, n * n, out=np.full_like(num, np.inf), where=n > 0)
+        return _contribution(self.included[a, b], value, var)
 
     def _test(
         self, a: np.ndarray, b: np.ndarray, value: np.ndarray, var: np.ndarray,
@@ -377,18 +435,15 @@ class PrivateColME(Protocol):
     # -- estimates -------------------------------------------------------------------------
     def estimates(self) -> np.ndarray:
         local = self.sums / np.maximum(self.counts, 1)
-        if self.known:
-            var = self.stat.variance(self.sigma2[None, :])
-            own_var = self.sigma2
-        else:
-            var = self.stat.variance(self.v_hat)
-            own_var = self.own_variance()
+        own_var = self.sigma2 if self.known else self.own_variance()
         with np.errstate(divide="ignore"):
             own = self.counts / own_var  # t/σ_a² (or t/V_a, eq. (5))
-            weight = np.where(self.included, 1.0 / var, 0.0)
-        np.fill_diagonal(weight, 0.0)
-        num = own * local + (weight * self.stat.value).sum(axis=1)
-        den = own + weight.sum(axis=1)
+        if self.incremental:
+            pairs_num, pairs_den = self.sums_w.totals(self._row_sums)
+        else:
+            pairs_num, pairs_den = self._row_sums(slice(None))
+        num = own * local + pairs_num
+        den = own + pairs_den
         with np.errstate(invalid="ignore", divide="ignore"):
             mu = num / den
         # nothing to weigh yet (t < 2 with unknown variances) or an exact own mean (σ_a = 0)
@@ -411,6 +466,79 @@ class PrivateColME(Protocol):
         m = self._multiplier
         return Spend(self.params.noise, self.params.delta,
                      {"one": (m, per.max(axis=1)), "all": (m, per.sum(axis=1))})
+
+    def _row_sums(self, rows: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
+        """Σ_b T_{b→a}/Var[T_{b→a}] and Σ_b 1/Var[T_{b→a}] over the b ≠ a that agents a in
+        `rows` include, recomputed from the pair state (O(M) per row)."""
+        sigma2 = self.sigma2[None, :] if self.known else self.v_hat[rows]
+        var = self.stat.variance(sigma2, rows)
+        with np.errstate(divide="ignore"):
+            weight = np.where(self.included[rows], 1.0 / var, 0.0)
+        agents = self._agents[rows]
+        weight[np.arange(len(agents)), agents] = 0.0  # a itself
+        return (weight * self.stat.value_of(rows)).sum(axis=1), weight.sum(axis=1)
+
+
+def _contribution(
+    included: np.ndarray, value: np.ndarray, var: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(T/Var[T], 1/Var[T]) of pairs, 0 where excluded, as `PrivateColME._row_sums` forms them."""
+    with np.errstate(divide="ignore"):
+        weight = np.where(included, 1.0 / var, 0.0)
+    return weight * value, weight
+
+
+class CombinationSums:
+    """Each agent's Σ_b T_{b→a}/Var[T_{b→a}] and Σ_b 1/Var[T_{b→a}], kept up to date.
+
+    A release replaces one pair's terms (old by new). Sums are compensated (Neumaier), so their
+    error stays at a few ulps of the sum of the terms' magnitudes whatever the number of
+    replacements; the number of non-zero terms is counted exactly, so an agent that excludes
+    every other one has sums of exactly 0. A non-finite term (Var[T] = 0) marks its agent for
+    recomputation from the pair state at the next `totals`.
+    """
+
+    def __init__(self, n_agents: int) -> None:
+        self.sums = np.zeros((2, n_agents))  # Σ T/Var and Σ 1/Var
+        self.carry = np.zeros((2, n_agents))  # Neumaier compensation of each sum
+        self.terms = np.zeros(n_agents, dtype=np.int64)  # non-zero 1/Var terms
+        self.dirty = np.zeros(n_agents, dtype=bool)
+
+    def replace(
+        self, a: np.ndarray, old_num: np.ndarray, old_den: np.ndarray, new_num: np.ndarray,
+        new_den: np.ndarray,
+    ) -> None:
+        """Replace the terms (old_num, old_den) of agents a by (new_num, new_den)."""
+        ok = np.isfinite(old_num) & np.isfinite(new_num) & np.isfinite(old_den) & np.isfinite(
+            new_den)
+        if not ok.all():
+            self.dirty[a[~ok]] = True
+        self.terms += np.bincount(a, weights=(new_den != 0).astype(float) - (old_den != 0),
+                                  minlength=len(self.terms)).astype(np.int64)
+        delta = np.stack([new_num - old_num, new_den - old_den])
+        if len(a) > 1 and _has_repeats(a):  # one agent at a time, in order
+            for i in range(len(a)):
+                self._add(a[i : i + 1], delta[:, i : i + 1])
+        else:
+            self._add(a, delta)
+
+    def _add(self, a: np.ndarray, x: np.ndarray) -> None:
+        """Add x (2 × len(a)) to the sums of distinct agents a (Neumaier's step)."""
+        s = self.sums[:, a]
+        total = s + x
+        self.carry[:, a] += np.where(np.abs(s) >= np.abs(x), (s - total) + x, (x - total) + s)
+        self.sums[:, a] = total
+
+    def totals(self, row_sums: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The two sums of every agent; `row_sums(rows)` recomputes those marked dirty."""
+        if self.dirty.any():
+            rows = np.flatnonzero(self.dirty)
+            self.sums[0, rows], self.sums[1, rows] = row_sums(rows)
+            self.carry[:, rows] = 0.0
+            self.dirty[rows] = False
+        out = self.sums + self.carry
+        out[:, self.terms == 0] = 0.0  # every term removed: exactly nothing to weigh
+        return out[0], out[1]
 
 
 def _has_repeats(pair: np.ndarray) -> bool:

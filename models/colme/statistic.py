@@ -58,35 +58,97 @@ class PairStatistic:
         self.mechanism = mechanism
         self.weights = weights
         self.sigma2_dp = float(sigma2_dp)
-        self._state = np.zeros((n_agents, n_agents, self._ROWS))
-        self._flat = self._state.reshape(-1, self._ROWS)  # one contiguous row per pair
+        # ``last`` keeps no block: n is 1 from the first release on and every sum restarts at
+        # each release, so only what the last release fixed is stored: the block sum, D and,
+        # under PM-II, A (under PM-I, A = κ·D·D, the very floats the update computes), with κ
+        # as int32 — 20 bytes per pair instead of 48 under PM-I (M = 5000: 0.5 GB, not 1.2).
+        self.compact = weights == "last"
+        self._stored = ([2, 3] if mechanism == "pm1" else [2, 3, 4]) if self.compact else list(
+            range(self._ROWS))
+        self._flat = np.zeros((n_agents * n_agents, len(self._stored)))  # one row per pair
+        self._state = self._flat.reshape(n_agents, n_agents, -1)
+        if self.compact:
+            self._kappa = np.zeros(n_agents * n_agents, dtype=np.int32)
         if mechanism == "pm2":
             self.levels = levels
-            self._node = np.zeros((n_agents * n_agents, levels))  # 1/t sum of each level's node
+            if not self.compact:  # ``last`` restarts every node at each release
+                self._node = np.zeros((n_agents * n_agents, levels))  # 1/t sum of each node
+
+    def _rows(self, pair: np.ndarray, kappa_only: bool = False) -> np.ndarray:
+        """The full rows (κ, n, block sum, D, A, node sum) of the flat pairs (a copy); with
+        `kappa_only` (``last``, about to restart) only κ is filled in."""
+        if not self.compact:
+            return self._flat.take(pair, axis=0)
+        rows = np.zeros((len(pair), self._ROWS))
+        rows[:, 0] = self._kappa.take(pair)
+        if kappa_only:
+            return rows
+        rows[:, 2 : 2 + len(self._stored)] = self._flat.take(pair, axis=0)
+        rows[:, 1] = rows[:, 0] > 0
+        if self.mechanism == "pm1":
+            rows[:, 4] = rows[:, 0] * rows[:, 3] * rows[:, 3]
+        return rows
+
+    def _put(self, pair: np.ndarray, rows: np.ndarray) -> None:
+        """Store full `rows` of the flat pairs."""
+        if self.compact:
+            self._kappa[pair] = rows[:, 0]
+            self._flat[pair] = rows[:, 2 : 2 + len(self._stored)]
+        else:
+            self._flat[pair] = rows
+
+    def _columns(
+        self, rows: np.ndarray | slice
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """n, block sum, D and A of the agents a in `rows` (every b), as [a, b] arrays."""
+        state = self._state[rows]
+        if not self.compact:
+            return state[..., 1], state[..., 2], state[..., 3], state[..., 4]
+        kappa = self._kappa.reshape(self.n_agents, self.n_agents)[rows].astype(float)
+        total, data = state[..., 0], state[..., 1]
+        noise = state[..., 2] if self.mechanism == "pm2" else kappa * data * data
+        return (kappa > 0).astype(float), total, data, noise
 
     @property
     def kappa(self) -> np.ndarray:
         """κ_{b→a}: releases a has received from b."""
+        if self.compact:
+            return self._kappa.reshape(self.n_agents, self.n_agents).astype(np.int64)
         return self._state[..., 0].astype(np.int64)
 
     @property
     def value(self) -> np.ndarray:
         """T_{b→a} (0 before the first release)."""
-        n, total = self._state[..., 1], self._state[..., 2]
+        return self.value_of(slice(None))
+
+    def value_of(self, rows: np.ndarray | slice) -> np.ndarray:
+        """T_{b→a} of the agents a in `rows` (every b), 0 before the first release."""
+        n, total, _data, _noise = self._columns(rows)
         return np.divide(total, n, out=np.zeros_like(total), where=n > 0)
 
-    def variance(self, sigma2_data: np.ndarray) -> np.ndarray:
-        """Var[T_{b→a}] of every pair given σ_b² as a matrix [a, b] or a row of agents b.
+    def variance(self, sigma2_data: np.ndarray, rows: np.ndarray | slice = slice(None)
+                 ) -> np.ndarray:
+        """Var[T_{b→a}] of every pair given σ_b² as a matrix [a, b] or a row of agents b
+        (only the agents a in `rows`, if given; a matrix σ² then has those rows only).
 
         +∞ before b's first release to a, and wherever σ_b² is +∞ (unknown).
         """
-        n, data, noise = self._state[..., 1], self._state[..., 3], self._state[..., 4]
+        n, _total, data, noise = self._columns(rows)
         with np.errstate(invalid="ignore"):
             num = sigma2_data * data + self.sigma2_dp * noise
         return np.divide(num, n * n, out=np.full_like(num, np.inf), where=n > 0)
 
+    def terms(self, pair: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """T_{b→a}, D, A and n of the flat pairs a·n_agents + b (T = 0 before a release)."""
+        rows = self._rows(pair)
+        n, total = rows[:, 1], rows[:, 2]
+        return (np.divide(total, n, out=np.zeros_like(total), where=n > 0), rows[:, 3],
+                rows[:, 4], n)
+
     def last_index(self, pair: np.ndarray) -> np.ndarray:
         """κ of the flat pairs a·n_agents + b: the index j of the last release a took from b."""
+        if self.compact:
+            return self._kappa[pair].astype(float)
         return self._flat[pair, 0]
 
     def update(
@@ -98,7 +160,7 @@ class PairStatistic:
         Returns T_{b→a}, D, A and n of the updated pairs, so that Var[T] = (σ_b²D + σ_DP²A)/n².
         """
         pair = a * self.n_agents + b
-        rows = self._flat.take(pair, axis=0)
+        rows = self._rows(pair, kappa_only=self.compact)  # ``last`` restarts every sum below
         kappa, n, total, data, noise, node_total = rows.T  # views: updated in place below
         if (kappa + 1 != j).any():
             return self._update_with_gaps(pair, rows, values, t, j)
@@ -109,16 +171,17 @@ class PairStatistic:
             rows[restart, 1:] = 0.0
         u = self._take(rows, values, t, j)
         if self.mechanism == "pm2":
-            nodes = self._node.take(pair, axis=0)
             if self.weights != "last":
+                nodes = self._node.take(pair, axis=0)
                 nodes *= ~restart[:, None]
             else:
-                nodes[:] = 0.0
+                nodes = np.zeros((len(pair), self.levels))
             nodes[np.arange(len(pair)), lowest_set_bit(j)] = 0.0  # the node that starts at j
             used = set_bits(j, self.levels)
             noise += (used * (2 * u[:, None] * nodes + (u * u)[:, None])).sum(axis=1)
-            self._node[pair] = nodes + used * u[:, None]
-        self._flat[pair] = rows
+            if not self.compact:
+                self._node[pair] = nodes + used * u[:, None]
+        self._put(pair, rows)
         return total / n, data, noise, n
 
     def _take(self, rows: np.ndarray, values: np.ndarray, t: np.ndarray,
@@ -161,11 +224,13 @@ class PairStatistic:
             level = np.arange(self.levels)
             # the node a level holds is j's own only if j and κ agree on every bit from ℓ up
             same = (j[:, None] >> level) == (last[:, None] >> level)
-            nodes = np.where(same & ~restart[:, None], self._node.take(pair, axis=0), 0.0)
+            nodes = (np.zeros((len(pair), self.levels)) if self.compact  # ``last``: restart
+                     else np.where(same & ~restart[:, None], self._node.take(pair, axis=0), 0.0))
             used = set_bits(j, self.levels)
             noise += (used * (2 * u[:, None] * nodes + (u * u)[:, None])).sum(axis=1)
-            self._node[pair] = nodes + used * u[:, None]
-        self._flat[pair] = rows
+            if not self.compact:
+                self._node[pair] = nodes + used * u[:, None]
+        self._put(pair, rows)
         return total / n, data, noise, n
 
 

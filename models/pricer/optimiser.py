@@ -33,7 +33,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 
 from desim.kernel.links import Connectivity
 from desim.models.privacy.accounting import check_calibration, epsilon_spent, tight_multiplier
@@ -642,6 +641,8 @@ def _search_sigma(
     step = min(1e-3, (high - low) / 2)
     # V is convex: if it does not fall just above σ_thr, its minimum lies within that step
     if value(low + step) < objective(prob, A, thr):
+        from scipy.optimize import minimize_scalar  # here: only PriCER runs pay for it
+
         minimize_scalar(value, bounds=(low, high), method="bounded", options={"xatol": 1e-3})
     v, B, sigma = best
     if sigma is None:  # Alg. 3's weights stay best

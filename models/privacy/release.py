@@ -47,7 +47,7 @@ class PSumRelease:
         # receivers a = 0…receivers−1 (default: the agents; 1: uploads to a server)
         shape = (n_agents, n_agents if receivers is None else receivers)
         #: κ_{b→a}: releases made so far by b to a, indexed [b, a].
-        self.count = np.zeros(shape, dtype=np.int64)
+        self.count = np.zeros(shape, dtype=np.int32)  # j < 2³¹: half the bytes
         if mechanism == "pm1":
             self._total = np.zeros(shape)
         else:

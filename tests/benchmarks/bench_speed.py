@@ -1,0 +1,142 @@
+"""Benchmark of issue 15's table: exact-time what-ifs, large M, fixed costs (run on demand).
+
+    python tests/benchmarks/bench_speed.py              # every row (about 5 minutes)
+    python tests/benchmarks/bench_speed.py --only M=5000   # rows whose name contains a text
+    python tests/benchmarks/bench_speed.py --root DIR   # time another checkout (before/after)
+
+Each workload runs in a fresh process. `run cpu` is the CPU time of `desim.run` (plug-in
+loading included, as in a first run), `process cpu` the whole process's (imports included:
+what a user pays for one run), `peak MB` its maximum resident memory. Each row is judged by
+the ratio the issue states, printed with it: against the synchronous run of the same scenario,
+against M = 200 per agent-slot, or against an absolute bar. Use CPU times on a busy machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_CHILD = """
+import json, resource, sys, time
+(kwargs,) = json.loads(sys.argv[1])
+import desim
+try:
+    from desim.study.scenario import Scenario
+except ImportError:  # a checkout from before the layout refactor
+    from desim.scenario import Scenario
+kwargs["metrics"] = tuple(kwargs.get("metrics", ()))
+s = Scenario(**kwargs)
+start, cpu = time.perf_counter(), time.process_time()
+desim.run(s)
+wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+use = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"wall": wall, "cpu": cpu, "process": use.ru_utime + use.ru_stime,
+                  "rss_mb": use.ru_maxrss / 1024}))
+"""
+
+COLME = {"model": "classes", "agents": 200, "class_means": [0.2, 0.4, 0.8], "sigma": 0.5}
+EXACT = {"links": "ideal", "latency": {"model": "exponential", "mean": 5.0},
+         "outages": {"model": "markov", "mean_up": 50.0, "mean_down": 10.0}}
+GRID = {**EXACT, "latency": {"model": "exponential", "mean": 5.0, "resolution": 0.1}}
+
+
+def colme(agents: int, t_max: int, network: dict | None = None) -> dict:
+    s = {"protocol": "private-colme", "params": {}, "data": {**COLME, "agents": agents},
+         "t_max": t_max}
+    if network is not None:
+        s["network"] = network
+    return s
+
+
+def ccolme(agents: int) -> dict:
+    return {"protocol": "c-colme", "params": {},
+            "data": {"model": "classes", "agents": agents, "class_means": [0.0, 1.0],
+                     "sigma": 2.0, "distribution": "gaussian"},
+            "t_max": 2000, "topology": {"model": "regular", "degree": 10},
+            "metrics": ["accuracy", "links"]}
+
+
+#: name → (scenario, how it is judged): ("sync", name of the reference row, bar on the ratio),
+#: ("per-agent-slot", reference row, bar), ("cpu", bar s, None), ("process", bar s, None);
+#: memory bars (MB) in MEMORY.
+ROWS = {
+    "Private-ColME M=200 T=1e4 sync": (colme(200, 10_000), None),
+    "Private-ColME M=200 T=1e4 exp. latency + Markov, exact times": (
+        colme(200, 10_000, EXACT), ("sync", "Private-ColME M=200 T=1e4 sync", 3.0)),
+    "Private-ColME M=200 T=1e4 exp. latency + Markov, 0.1 grid": (
+        colme(200, 10_000, GRID), ("sync", "Private-ColME M=200 T=1e4 sync", None)),
+    "Private-ColME M=1000 T=1e4 sync": (
+        colme(1000, 10_000), ("per-agent-slot", "Private-ColME M=200 T=1e4 sync", None)),
+    "Private-ColME M=5000 T=1e4 sync": (
+        colme(5000, 10_000), ("per-agent-slot", "Private-ColME M=200 T=1e4 sync", 1.5)),
+    "Private-ColME M=200 T=3e4 PM-I RR": (colme(200, 30_000), ("cpu", 2.0, None)),
+    "C-ColME r=10 T=2000 n=1e5": (ccolme(100_000), ("cpu", 40.0, None)),
+    "C-ColME r=10 T=2000 n=1e3 (whole process)": (ccolme(1000), ("process", 1.0, None)),
+}
+MEMORY = {"Private-ColME M=5000 T=1e4 sync": 1024.0, "C-ColME r=10 T=2000 n=1e5": 1536.0}
+
+
+def time_row(root: Path, scenario: dict) -> dict:
+    venv = root / ".venv" / "bin" / "python"  # the checkout's own environment, if it has one
+    python = str(venv) if venv.exists() else sys.executable
+    out = subprocess.run([python, "-c", _CHILD, json.dumps([{**scenario, "seed": 1}])],
+                         check=True, capture_output=True, text=True, cwd=root)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def judge(name: str, r: dict, results: dict) -> tuple[str, str]:
+    """(ratio or value judged, verdict) of one row."""
+    rule = ROWS[name][1]
+    verdicts = []
+    text = "—"
+    if rule is not None:
+        kind, ref, bar = rule
+        if kind in ("sync", "per-agent-slot") and ref in results:
+            base = results[ref]
+            ratio = r["cpu"] / base["cpu"]
+            if kind == "per-agent-slot":
+                agents = ROWS[name][0]["data"]["agents"]
+                base_agents = ROWS[ref][0]["data"]["agents"]
+                ratio = (r["cpu"] / agents / ROWS[name][0]["t_max"]) / (
+                    base["cpu"] / base_agents / ROWS[ref][0]["t_max"])
+            text = f"{ratio:.2f}× {'sync' if kind == 'sync' else 'per agent-slot'}"
+            if bar is not None:
+                text += f" (≤ {bar:g})"
+                verdicts.append(ratio <= bar)
+        elif kind in ("cpu", "process"):
+            value = r["cpu"] if kind == "cpu" else r["process"]
+            text = f"{value:.2f} s {kind} (≤ {ref:g})"
+            verdicts.append(value <= ref)
+    if name in MEMORY:
+        text += f", {r['rss_mb']:.0f} MB (≤ {MEMORY[name]:g})"
+        verdicts.append(r["rss_mb"] <= MEMORY[name])
+    ok = "—" if not verdicts else ("ok" if all(verdicts) else "FAIL")
+    return text, ok
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=ROOT,
+                        help="checkout to time (with its .venv if it has one)")
+    parser.add_argument("--only", default="", help="rows whose name contains this text")
+    args = parser.parse_args()
+    results: dict[str, dict] = {}
+    for name, (scenario, _rule) in ROWS.items():
+        if args.only not in name and not (args.only and name.endswith("T=1e4 sync")
+                                          and "M=200" in name):
+            continue
+        results[name] = time_row(args.root, scenario)
+        print(name, json.dumps(results[name]), flush=True, file=sys.stderr)
+    print(f"\n{'workload':<62} {'run cpu':>8} {'process':>8} {'peak MB':>8}  judged by")
+    for name, r in results.items():
+        text, ok = judge(name, r, results)
+        print(f"{name:<62} {r['cpu']:8.2f} {r['process']:8.2f} {r['rss_mb']:8.0f}  {text} {ok}")
+
+
+if __name__ == "__main__":
+    main()
