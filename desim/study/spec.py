@@ -397,14 +397,15 @@ def _depth(value: Any, limit: int) -> int:
 # reading and validating
 
 
-def load_study(path: str | Path, quick: bool = False) -> Study:
+def load_study(path: str | Path, quick: bool = False, force: bool = False) -> Study:
     """Read, validate and expand the study at `path` (folder or study.toml).
 
     [defaults] reach every scenario and curve that declares the key (their own keys win).
     With `quick`, the [quick] table (or `QUICK_FALLBACK`) overrides replicates, t_max,
     data.agents and checkpoints (a [grid] on data.agents still wins), and outputs go under
     ``<study>/quick/``. Raises `ConfigError` with one line naming the file, the field, the
-    value and what is allowed.
+    value and what is allowed. A study larger than one machine can run (run count, work,
+    memory: `_check_size`) is refused unless `force`.
     """
     file = find_study_file(path)
     try:
@@ -421,7 +422,7 @@ def load_study(path: str | Path, quick: bool = False) -> Study:
         raise ConfigError(f"{file}: tables or arrays nested too deep (at most {MAX_DEPTH} "
                           "levels)")
     try:
-        return _parse(raw, file.resolve(), quick)
+        return _parse(raw, file.resolve(), quick, force)
     except ConfigError as exc:
         message = " ".join(str(exc).split("\n"))
         raise ConfigError(f"{file}: {message}") from None
@@ -437,7 +438,7 @@ def _table(raw: dict, key: str, default: Any) -> Any:
     return value
 
 
-def _parse(raw: dict, file: Path, quick: bool) -> Study:
+def _parse(raw: dict, file: Path, quick: bool, force: bool = False) -> Study:
     load_plugins()
     for key in raw:
         if key not in TOP_KEYS:
@@ -495,7 +496,8 @@ def _parse(raw: dict, file: Path, quick: bool) -> Study:
     points = _points(grid, grid_columns)
     runs: list[Run] = []
     jobs: list[CurveJob] = []
-    _check_size(settings, replicates, t_max, checkpoints, data, grid, len(scenarios))
+    if not force:
+        _check_size(settings, replicates, t_max, checkpoints, data, grid, len(scenarios))
     for i, spec in enumerate(scenarios):
         reach = _reaching(spec, grid)
         for point in points:
@@ -682,7 +684,8 @@ def _check_size(settings, replicates: int, t_max: int, checkpoints: int, data: d
     runs = points * max(n_scenarios, 1) * replicates
     if runs > MAX_RUNS:
         raise ConfigError(f"[study]: replicates = {replicates} × {points} grid points × "
-                          f"{n_scenarios} scenarios = {runs} runs: at most {MAX_RUNS} allowed")
+                          f"{n_scenarios} scenarios = {runs} runs: at most {MAX_RUNS} allowed "
+                          "(--force to run it anyway)")
     if checkpoints > MAX_CHECKPOINTS:
         raise ConfigError(f"[study]: checkpoints = {checkpoints}: at most {MAX_CHECKPOINTS}")
     sizes = [data.get("agents")] + list(grid.get("data.agents", []))
@@ -691,16 +694,18 @@ def _check_size(settings, replicates: int, t_max: int, checkpoints: int, data: d
     per_run = agents * t_max
     if per_run > MAX_AGENT_SLOTS_PER_RUN:
         raise ConfigError(f"[study]: t_max = {t_max} with {agents} agents = {per_run:.3g} "
-                          f"agent-slots per run: at most {MAX_AGENT_SLOTS_PER_RUN:.0e}")
+                          f"agent-slots per run: at most {MAX_AGENT_SLOTS_PER_RUN:.0e} "
+                          "(--force to run it anyway)")
     if per_run * runs > MAX_AGENT_SLOTS:
         raise ConfigError(f"[study]: {runs} runs of {per_run:.3g} agent-slots = "
-                          f"{per_run * runs:.3g}: at most {MAX_AGENT_SLOTS:.0e} in one study")
+                          f"{per_run * runs:.3g}: at most {MAX_AGENT_SLOTS:.0e} in one study "
+                          "(--force to run it anyway)")
     memory = agents * min(checkpoints, t_max) * BYTES_PER_AGENT_CHECKPOINT + agents * 4096
     available = _memory_bytes()
     if available and memory > available:
         raise ConfigError(f"[data]: agents = {agents}: one run needs about "
                           f"{memory / 2**30:.3g} GiB; this machine has "
-                          f"{available / 2**30:.3g} GiB")
+                          f"{available / 2**30:.3g} GiB (--force to run it anyway)")
 
 
 def _memory_bytes() -> int | None:
