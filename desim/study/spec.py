@@ -555,8 +555,11 @@ def _parse(raw: dict, file: Path, quick: bool, force: bool = False) -> Study:
 
 def _short_doc(doc: str) -> str:
     """The first phrase of a parameter's description, for an axis label."""
-    text = re.split(r" \(|;|:|, ", doc, maxsplit=1)[0].strip()
-    return text if 0 < len(text) <= 48 else ""
+    for phrase in re.split(r";|:", doc):
+        text = re.split(r" \(|, ", phrase.strip(), maxsplit=1)[0].strip()
+        if text and not text.startswith(("if ", "with ")):
+            return text if len(text) <= 32 else ""
+    return ""
 
 
 def _labels(columns: dict[str, str], data_cls: type, link_cls: type, topo_cls: type | None,
