@@ -3,7 +3,7 @@
 `load_study` reads ``study.toml``, validates every table (unknown keys, types, ranges, names of
 protocols, data models, link models, topologies, curves and metrics, references between tables)
 and expands the study into its runs, before anything is run or written: a bad file stops with one
-`ConfigError` line that names the field, the value and what is allowed (DESIGN principle 9).
+`ConfigError` line that names the field, the value and what is allowed.
 
 A run is one (grid point, scenario, replicate): a `desim.study.scenario.Scenario` with a
 stable, readable id and a config hash, which is what lets `desim run` resume where it stopped.
@@ -306,7 +306,7 @@ class Study:
 
 
 def canonical_hash(obj: Any) -> str:
-    """sha256 hex digest of the canonical JSON of `obj` (sorted keys, no spaces)."""
+    """sha256 (hex) of the canonical JSON of `obj` (sorted keys, no spaces)."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -493,11 +493,11 @@ def _parse(raw: dict, file: Path, quick: bool, force: bool = False) -> Study:
     plots = _plots(_table(raw, "plot", []), scenarios, curves, settings.title,
                    list(grid_columns.values()))
 
+    if not force:  # before the grid is expanded: a grid of 10⁹ points is refused, not built
+        _check_size(settings, replicates, t_max, checkpoints, data, grid, len(scenarios))
     points = _points(grid, grid_columns)
     runs: list[Run] = []
     jobs: list[CurveJob] = []
-    if not force:
-        _check_size(settings, replicates, t_max, checkpoints, data, grid, len(scenarios))
     for i, spec in enumerate(scenarios):
         reach = _reaching(spec, grid)
         for point in points:

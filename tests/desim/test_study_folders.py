@@ -443,7 +443,7 @@ def test_bundled_results_load_as_current_without_absolute_paths(folder):
     if study.runs:  # metrics.parquet matches its checksum and the records it was built from
         assert results._table_valid(study.results_dir / "metrics.parquet",
                                     manifest["tables"]["metrics.parquet"],
-                                    results._digest(study, state.sidecars))
+                                    results._contents_key(study, state.sidecars))
     loaded = load_results(study)
     assert not loaded.notes
     if study.curve_jobs:
