@@ -252,11 +252,13 @@ class Study:
 
     def curve_scenario(self, curve: CurveSpec) -> str | None:
         """The scenario `curve` is the closed form of: its ``scenario`` key, else the longest
-        scenario name its name starts with (``local (Prop. 1)`` → ``local``), else None."""
+        scenario name its name starts or ends with (``local (Prop. 1)`` → ``local``,
+        ``oracle PM-I Laplace`` → ``PM-I Laplace``), else None."""
         if curve.scenario is not None:
             return curve.scenario
         names = [s.name for s in self.scenarios if curve.name == s.name
-                 or any(curve.name.startswith(s.name + sep) for sep in (" ", ",", ":"))]
+                 or any(curve.name.startswith(s.name + sep) for sep in (" ", ",", ":"))
+                 or curve.name.endswith(" " + s.name)]
         return max(names, key=len) if names else None
 
     @property
@@ -531,6 +533,9 @@ def _parse(raw: dict, file: Path, quick: bool, force: bool = False) -> Study:
     effective["data"] = data
     effective.pop("quick", None)
     effective.pop("plot", None)  # figures do not change results: retitling keeps the hash
+    for table in effective.get("curve", []):  # nor does which scenario's colour a curve takes
+        if isinstance(table, dict):
+            table.pop("scenario", None)
     return Study(
         file=file,
         title=settings.title,
