@@ -93,9 +93,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(func=_run)
     study_command("plot", "redraw a study's figures from its results").set_defaults(func=_plot)
-    study_command("validate", "check a study file without running it").set_defaults(
-        func=_validate
-    )
+    validate = study_command("validate", "check a study file without running it")
+    validate.set_defaults(func=_validate)
+    for p in (run, validate):
+        p.add_argument("--force", action="store_true",
+                       help="accept a study larger than this machine can run (run count, "
+                       "work, memory)")
     summary = study_command(
         "summary", "print a metric per grid point and scenario: mean ± SE at a slot, and the "
         "time to reach a target")
@@ -158,7 +161,8 @@ def _each(args: argparse.Namespace, act) -> int:
     for file in files:
         if len(files) > 1:
             print(f"== {_where(file.parent)}", flush=True)
-        worst = max(worst, act(load_study(file, quick=args.quick)))
+        study = load_study(file, quick=args.quick, force=getattr(args, "force", False))
+        worst = max(worst, act(study))
     if len(files) > 1:
         word = {EXIT_OK: "ok", EXIT_FAILED: "some runs failed"}.get(worst, "stopped")
         print(f"desim: suite {_where(Path(args.study))}: {len(files)} studies: {word}")

@@ -36,8 +36,8 @@ from desim.study.results import (
     DONE,
     MANIFEST_SCHEMA,
     METRICS_FILE,
-    _curves_digest,
-    _digest,
+    _contents_key,
+    _curves_key,
     _gather,
     _Manifest,
     _table_entry,
@@ -162,7 +162,7 @@ def _check_metrics(study: Study, sidecars: dict, manifest: _Manifest) -> None:
     if buffer.getvalue() != path.read_bytes():
         raise MigrationError(f"{path}: differs from the table built from the run records")
     manifest.tables[METRICS_FILE] = _table_entry(
-        path, _digest(study, sidecars), sum(r.config_hash in sidecars for r in study.runs))
+        path, _contents_key(study, sidecars), sum(r.config_hash in sidecars for r in study.runs))
 
 
 def _check_curves(study: Study, old: dict, manifest: _Manifest) -> None:
@@ -180,7 +180,7 @@ def _check_curves(study: Study, old: dict, manifest: _Manifest) -> None:
         raise MigrationError(f"{path}: differs from the curves the current code computes")
     if any(e["status"] != DONE for e in entries):
         raise MigrationError(f"{path}: a curve fails with the current code")
-    manifest.tables[CURVES_FILE] = _table_entry(path, _curves_digest(entries), len(entries))
+    manifest.tables[CURVES_FILE] = _table_entry(path, _curves_key(entries), len(entries))
 
 
 def main(argv: list[str]) -> int:

@@ -87,16 +87,20 @@ def colours(study: Study, spec: PlotSpec | None = None) -> dict[tuple[str, str],
     scenarios = [s.name for s in study.scenarios]
     pairs = {c.name: study.curve_scenario(c) for c in study.curves}
     alone = [c.name for c in study.curves if pairs[c.name] is None]
-    if len(scenarios) + len(alone) > 10 and spec is not None:
+    crowded = len(scenarios) + len(alone) > 10
+    if crowded and spec is not None:
         alone = [c for c in spec.curves if pairs[c] is None]
-    n = len(scenarios) + len(alone)
+    n = len(scenarios) + (0 if crowded and scenarios else len(alone))
     palette = (sns.color_palette("colorblind", n) if n <= 10
                else sns.color_palette("husl", n))
+    # crowded: the unpaired curves (drawn dashed) take a darker palette of their own
+    extra = (sns.color_palette("dark", max(len(alone), 1)) if crowded and scenarios
+             else palette[len(scenarios):])
     out: dict[tuple[str, str], tuple] = {}
     for i, name in enumerate(scenarios):
         out[("scenario", name)] = palette[i]
     for j, name in enumerate(alone):
-        out[("curve", name)] = palette[len(scenarios) + j]
+        out[("curve", name)] = extra[j % len(extra)]
     for name, scenario in pairs.items():
         if scenario is not None:
             out[("curve", name)] = out[("scenario", scenario)]

@@ -315,7 +315,7 @@ def scan(study: Study) -> State:
 # tables built from run records
 
 
-def _digest(study: Study, sidecars: dict[str, dict[str, Any]]) -> str:
+def _contents_key(study: Study, sidecars: dict[str, dict[str, Any]]) -> str:
     """What a metrics table built from `sidecars` holds: its runs, where, and their content."""
     rows = [[r.scenario.name, r.scenario.replicate, r.point.columns, r.config_hash,
              sidecars[r.config_hash]["files"]] for r in study.runs if r.config_hash in sidecars]
@@ -363,12 +363,12 @@ def _gather(study: Study, results_dir: Path, sidecars: dict[str, dict[str, Any]]
     return pd.concat(frames, ignore_index=True)[columns], damaged
 
 
-def _table_entry(path: Path, digest: str, n: int) -> dict[str, Any]:
-    return {"sha256": sha256_file(path), "runs": digest, "count": n}
+def _table_entry(path: Path, contents: str, n: int) -> dict[str, Any]:
+    return {"sha256": sha256_file(path), "runs": contents, "count": n}
 
 
-def _table_valid(path: Path, entry: Any, digest: str) -> bool:
-    if not isinstance(entry, dict) or entry.get("runs") != digest:
+def _table_valid(path: Path, entry: Any, contents: str) -> bool:
+    if not isinstance(entry, dict) or entry.get("runs") != contents:
         return False
     try:
         return path.is_file() and sha256_file(path) == entry.get("sha256")
@@ -386,11 +386,11 @@ def rebuild_tables(study: Study, sidecars: dict[str, dict[str, Any]],
     Returns the table entries for the manifest.
     """
     out = dict(tables)
-    digest = _digest(study, sidecars)
+    contents = _contents_key(study, sidecars)
     names = [(METRICS_FILE, False)] + ([(AGENTS_FILE, True)] if study.per_agent else [])
     for name, agents in names:
         path = study.results_dir / name
-        if _table_valid(path, tables.get(name), digest):
+        if _table_valid(path, tables.get(name), contents):
             continue
         frame, damaged = _gather(study, study.results_dir, sidecars, agents)
         if damaged:  # checked at start-up; damaged since then: leave the table for next time
@@ -398,7 +398,7 @@ def rebuild_tables(study: Study, sidecars: dict[str, dict[str, Any]],
         if frame.empty:
             continue
         write_parquet(frame, path)
-        out[name] = _table_entry(path, digest, len({h for h in sidecars}))
+        out[name] = _table_entry(path, contents, sum(r.config_hash in sidecars for r in study.runs))
     return out
 
 
@@ -456,9 +456,9 @@ def load_results(study: Study) -> Loaded:
             raise ConfigError(f"{study.results_dir}: no results yet; run "
                               f"`{study.command('run')}` first")
     path = study.results_dir / METRICS_FILE
-    digest = _digest(study, state.sidecars)
+    contents = _contents_key(study, state.sidecars)
     metrics = None
-    if _table_valid(path, tables.get(METRICS_FILE), digest):
+    if _table_valid(path, tables.get(METRICS_FILE), contents):
         try:
             metrics = pd.read_parquet(path)
         except (OSError, pa.ArrowException):
@@ -672,10 +672,10 @@ def _run_locked(study: Study, workers: int, progress: bool) -> Summary:
     curves, manifest.curves, computed = compute_curves(study, cached, hashes, progress)
     curves_path = results_dir / CURVES_FILE
     if study.curve_jobs and (computed or not _table_valid(
-            curves_path, manifest.tables.get(CURVES_FILE), _curves_digest(manifest.curves))):
+            curves_path, manifest.tables.get(CURVES_FILE), _curves_key(manifest.curves))):
         write_parquet(curves, curves_path)
         manifest.tables[CURVES_FILE] = _table_entry(
-            curves_path, _curves_digest(manifest.curves), len(manifest.curves))
+            curves_path, _curves_key(manifest.curves), len(manifest.curves))
     manifest.invocation["curves_computed"] = computed
 
     todo = [r for r in study.unique_runs if r.config_hash not in sidecars]
@@ -730,7 +730,7 @@ def _run_locked(study: Study, workers: int, progress: bool) -> Summary:
     )
 
 
-def _curves_digest(entries: list[dict[str, Any]]) -> str:
+def _curves_key(entries: list[dict[str, Any]]) -> str:
     return canonical_hash([[e["curve"], e["grid"], e["config_hash"], e["status"]]
                            for e in entries])
 
@@ -742,7 +742,7 @@ def _cached_curves(study: Study, old: dict[str, Any], tables: dict[str, Any]
     entries = [e for e in old.get("curves", []) if isinstance(e, dict)
                and e.get("status") == DONE and isinstance(e.get("config_hash"), str)]
     if not study.curve_jobs or not entries or not _table_valid(
-            path, tables.get(CURVES_FILE), _curves_digest(old.get("curves", []))):
+            path, tables.get(CURVES_FILE), _curves_key(old.get("curves", []))):
         return None, {}
     try:
         cached = pd.read_parquet(path)

@@ -3,7 +3,7 @@
 `load_study` reads ``study.toml``, validates every table (unknown keys, types, ranges, names of
 protocols, data models, link models, topologies, curves and metrics, references between tables)
 and expands the study into its runs, before anything is run or written: a bad file stops with one
-`ConfigError` line that names the field, the value and what is allowed (DESIGN principle 9).
+`ConfigError` line that names the field, the value and what is allowed.
 
 A run is one (grid point, scenario, replicate): a `desim.study.scenario.Scenario` with a
 stable, readable id and a config hash, which is what lets `desim run` resume where it stopped.
@@ -257,11 +257,13 @@ class Study:
 
     def curve_scenario(self, curve: CurveSpec) -> str | None:
         """The scenario `curve` is the closed form of: its ``scenario`` key, else the longest
-        scenario name its name starts with (``local (Prop. 1)`` → ``local``), else None."""
+        scenario name its name starts or ends with (``local (Prop. 1)`` → ``local``,
+        ``oracle PM-I Laplace`` → ``PM-I Laplace``), else None."""
         if curve.scenario is not None:
             return curve.scenario
         names = [s.name for s in self.scenarios if curve.name == s.name
-                 or any(curve.name.startswith(s.name + sep) for sep in (" ", ",", ":"))]
+                 or any(curve.name.startswith(s.name + sep) for sep in (" ", ",", ":"))
+                 or curve.name.endswith(" " + s.name)]
         return max(names, key=len) if names else None
 
     @property
@@ -311,7 +313,7 @@ class Study:
 
 
 def canonical_hash(obj: Any) -> str:
-    """sha256 hex digest of the canonical JSON of `obj` (sorted keys, no spaces)."""
+    """sha256 (hex) of the canonical JSON of `obj` (sorted keys, no spaces)."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -402,14 +404,15 @@ def _depth(value: Any, limit: int) -> int:
 # reading and validating
 
 
-def load_study(path: str | Path, quick: bool = False) -> Study:
+def load_study(path: str | Path, quick: bool = False, force: bool = False) -> Study:
     """Read, validate and expand the study at `path` (folder or study.toml).
 
     [defaults] reach every scenario and curve that declares the key (their own keys win).
     With `quick`, the [quick] table (or `QUICK_FALLBACK`) overrides replicates, t_max,
     data.agents and checkpoints (a [grid] on data.agents still wins), and outputs go under
     ``<study>/quick/``. Raises `ConfigError` with one line naming the file, the field, the
-    value and what is allowed.
+    value and what is allowed. A study larger than one machine can run (run count, work,
+    memory: `_check_size`) is refused unless `force`.
     """
     file = find_study_file(path)
     try:
@@ -426,7 +429,7 @@ def load_study(path: str | Path, quick: bool = False) -> Study:
         raise ConfigError(f"{file}: tables or arrays nested too deep (at most {MAX_DEPTH} "
                           "levels)")
     try:
-        return _parse(raw, file.resolve(), quick)
+        return _parse(raw, file.resolve(), quick, force)
     except ConfigError as exc:
         message = " ".join(str(exc).split("\n"))
         raise ConfigError(f"{file}: {message}") from None
@@ -442,7 +445,7 @@ def _table(raw: dict, key: str, default: Any) -> Any:
     return value
 
 
-def _parse(raw: dict, file: Path, quick: bool) -> Study:
+def _parse(raw: dict, file: Path, quick: bool, force: bool = False) -> Study:
     load_plugins()
     for key in raw:
         if key not in TOP_KEYS:
@@ -497,10 +500,11 @@ def _parse(raw: dict, file: Path, quick: bool) -> Study:
     plots = _plots(_table(raw, "plot", []), scenarios, curves, settings.title,
                    list(grid_columns.values()))
 
+    if not force:  # before the grid is expanded: a grid of 10⁹ points is refused, not built
+        _check_size(settings, replicates, t_max, checkpoints, data, grid, len(scenarios))
     points = _points(grid, grid_columns)
     runs: list[Run] = []
     jobs: list[CurveJob] = []
-    _check_size(settings, replicates, t_max, checkpoints, data, grid, len(scenarios))
     for i, spec in enumerate(scenarios):
         reach = _reaching(spec, grid)
         for point in points:
@@ -534,6 +538,9 @@ def _parse(raw: dict, file: Path, quick: bool) -> Study:
     effective["data"] = data
     effective.pop("quick", None)
     effective.pop("plot", None)  # figures do not change results: retitling keeps the hash
+    for table in effective.get("curve", []):  # nor does which scenario's colour a curve takes
+        if isinstance(table, dict):
+            table.pop("scenario", None)
     return Study(
         file=file,
         title=settings.title,
@@ -558,8 +565,11 @@ def _parse(raw: dict, file: Path, quick: bool) -> Study:
 
 def _short_doc(doc: str) -> str:
     """The first phrase of a parameter's description, for an axis label."""
-    text = re.split(r" \(|;|:|, ", doc, maxsplit=1)[0].strip()
-    return text if 0 < len(text) <= 48 else ""
+    for phrase in re.split(r";|:", doc):
+        text = re.split(r" \(|, ", phrase.strip(), maxsplit=1)[0].strip()
+        if text and not text.startswith(("if ", "with ")):
+            return text if len(text) <= 32 else ""
+    return ""
 
 
 def _labels(columns: dict[str, str], data_cls: type, link_cls: type, topo_cls: type | None,
@@ -687,7 +697,8 @@ def _check_size(settings, replicates: int, t_max: int, checkpoints: int, data: d
     runs = points * max(n_scenarios, 1) * replicates
     if runs > MAX_RUNS:
         raise ConfigError(f"[study]: replicates = {replicates} × {points} grid points × "
-                          f"{n_scenarios} scenarios = {runs} runs: at most {MAX_RUNS} allowed")
+                          f"{n_scenarios} scenarios = {runs} runs: at most {MAX_RUNS} allowed "
+                          "(--force to run it anyway)")
     if checkpoints > MAX_CHECKPOINTS:
         raise ConfigError(f"[study]: checkpoints = {checkpoints}: at most {MAX_CHECKPOINTS}")
     sizes = [data.get("agents")] + list(grid.get("data.agents", []))
@@ -696,16 +707,18 @@ def _check_size(settings, replicates: int, t_max: int, checkpoints: int, data: d
     per_run = agents * t_max
     if per_run > MAX_AGENT_SLOTS_PER_RUN:
         raise ConfigError(f"[study]: t_max = {t_max} with {agents} agents = {per_run:.3g} "
-                          f"agent-slots per run: at most {MAX_AGENT_SLOTS_PER_RUN:.0e}")
+                          f"agent-slots per run: at most {MAX_AGENT_SLOTS_PER_RUN:.0e} "
+                          "(--force to run it anyway)")
     if per_run * runs > MAX_AGENT_SLOTS:
         raise ConfigError(f"[study]: {runs} runs of {per_run:.3g} agent-slots = "
-                          f"{per_run * runs:.3g}: at most {MAX_AGENT_SLOTS:.0e} in one study")
+                          f"{per_run * runs:.3g}: at most {MAX_AGENT_SLOTS:.0e} in one study "
+                          "(--force to run it anyway)")
     memory = agents * min(checkpoints, t_max) * BYTES_PER_AGENT_CHECKPOINT + agents * 4096
     available = _memory_bytes()
     if available and memory > available:
         raise ConfigError(f"[data]: agents = {agents}: one run needs about "
                           f"{memory / 2**30:.3g} GiB; this machine has "
-                          f"{available / 2**30:.3g} GiB")
+                          f"{available / 2**30:.3g} GiB (--force to run it anyway)")
 
 
 def _memory_bytes() -> int | None:

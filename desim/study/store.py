@@ -115,7 +115,7 @@ def clean_temporaries(folder: Path) -> None:
 
 
 def sha256_file(path: Path) -> str:
-    """sha256 hex digest of the bytes of `path`."""
+    """sha256 (hex) of the bytes of `path`."""
     h = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -229,10 +229,10 @@ def stored_hashes(results_dir: Path) -> set[str]:
 
 def intact(results_dir: Path, side: dict[str, Any]) -> bool:
     """True when every file of a run's sidecar exists with the sha256 it records."""
-    for name, digest in side["files"].items():
+    for name, expected in side["files"].items():
         path = results_dir / RUNS_DIR / name
         try:
-            if Path(name).name != name or sha256_file(path) != digest:
+            if Path(name).name != name or sha256_file(path) != expected:
                 return False
         except OSError:
             return False

@@ -106,7 +106,8 @@ class Pricer(Protocol):
     @classmethod
     def check_setup(cls, params: PricerParams, data: DataSource, links: Any) -> None:
         """Raise `InfeasibleError` (one line) when a node cannot reach the server at all (no
-        direct link and no relay), so that `desim validate` refuses the study before any run.
+        direct link and no relay), or `ValueError` when `trusted` does not fit n, so that
+        `desim validate` refuses the study before any run.
 
         Only the link probabilities are needed: the condition (3) of unbiasedness fails for
         such a node whatever the privacy budgets, so the optimiser is not run.
@@ -115,6 +116,7 @@ class Pricer(Protocol):
             return
         n = data.n_agents
         conn = links.probabilities(n) if links is not None else Connectivity.reliable(n)
+        trust_matrix(params.trust, n, params.trusted, conn.P, np.random.default_rng(0))
         Problem(conn, np.full((n, n), np.inf), np.full((n, n), params.delta),
                 float(data.public["R"]), int(data.public["d"]))
 

@@ -167,6 +167,8 @@ def test_absurd_sizes_are_refused_with_an_estimate(tmp_path, study, data, grid, 
     folder = write_study(tmp_path / "s", study_with(study, data, grid))
     with pytest.raises(ConfigError, match=fragment):
         load_study(folder)
+    if data.get("agents"):  # --force accepts it (the runs are only counted here)
+        assert len(load_study(folder, force=True).runs) == 4
 
 
 def test_deep_toml_is_refused_in_one_line(tmp_path):
@@ -301,3 +303,17 @@ def test_a_plot_of_a_metric_no_scenario_records_fails_validate(tmp_path):
     with pytest.raises(ConfigError, match="metric = 'mse_': no scenario records it .did you "
                                           "mean 'mse'"):
         load_study(folder)
+
+
+@pytest.mark.parametrize("text,fragment", [
+    (PRICER.format(p_link=0.5) + 'trust = "ring"\ntrusted = 9\n', "trusted = 9"),
+    (PRICER.format(p_link=0.5).replace("p_server = [0.0, 0.5, 0.5, 0.5]", "good = 9"),
+     "good = 9: more good nodes than the 4 nodes"),
+    (TOY_STUDY + "[network.stragglers]\nfactors = [1.0, 2.0]\n",
+     "factors has 2 values; the data have 6 agents"),
+])
+def test_sizes_larger_than_the_population_fail_validate(tmp_path, capsys, text, fragment):
+    folder = write_study(tmp_path / "s", text)
+    assert main(["validate", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and fragment in err

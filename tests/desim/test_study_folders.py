@@ -443,7 +443,7 @@ def test_bundled_results_load_as_current_without_absolute_paths(folder):
     if study.runs:  # metrics.parquet matches its checksum and the records it was built from
         assert results._table_valid(study.results_dir / "metrics.parquet",
                                     manifest["tables"]["metrics.parquet"],
-                                    results._digest(study, state.sidecars))
+                                    results._contents_key(study, state.sidecars))
     loaded = load_results(study)
     assert not loaded.notes
     if study.curve_jobs:
@@ -512,3 +512,19 @@ def test_workers_end_with_their_parent(tmp_path):
     finally:
         for pid in _children(parent.pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_curve_takes_its_scenarios_colour_and_the_key_leaves_hashes_alone(tmp_path):
+    from desim.study.plots import colours
+
+    plain = load_study(write_study(tmp_path / "a"))
+    text = TOY_STUDY.replace('kind = "toy-local"', 'kind = "toy-local"\nscenario = "Toy B"')
+    paired = load_study(write_study(tmp_path / "b", text))
+    assert paired.curve_scenario(paired.curves[0]) == "Toy B"
+    c = colours(paired)
+    assert c[("curve", "toy curve")] == c[("scenario", "Toy B")] != c[("scenario", "Toy A")]
+    assert paired.config_hash == plain.config_hash  # a figure-only key
+    assert paired.curve_jobs[0].config_hash == plain.curve_jobs[0].config_hash
+    with pytest.raises(ConfigError, match="scenario = 'Toy Z': must name a"):
+        load_study(write_study(tmp_path / "c", text.replace('scenario = "Toy B"',
+                                                            'scenario = "Toy Z"')))
