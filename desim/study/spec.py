@@ -3,7 +3,7 @@
 `load_study` reads ``study.toml``, validates every table (unknown keys, types, ranges, names of
 protocols, data models, link models, topologies, curves and metrics, references between tables)
 and expands the study into its runs, before anything is run or written: a bad file stops with one
-`ConfigError` line that names the field, the value and what is allowed (DESIGN principle 9).
+`ConfigError` line that names the field, the value and what is allowed.
 
 A run is one (grid point, scenario, replicate): a `desim.study.scenario.Scenario` with a
 stable, readable id and a config hash, which is what lets `desim run` resume where it stopped.
