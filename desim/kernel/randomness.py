@@ -1,4 +1,4 @@
-"""Named random streams (DESIGN principle 3).
+"""Named random streams: every random draw comes from a named, seeded stream.
 
 Every draw comes from a generator built from ``SeedSequence(root, spawn_key=(key, replicate,
 stream))``, where ``stream`` is a stable number derived from the stream's name. Keys are

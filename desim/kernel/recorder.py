@@ -7,7 +7,7 @@ kept on request.
 
 Further metrics are functions `(protocol, data_source) -> {name: value}` registered in
 `desim.kernel.registry.METRICS` and chosen by name (a study's ``[study] metrics``): protocols expose
-state, these functions compare it with the truth the data source holds (DESIGN principle 5).
+state, these functions compare it with the truth the data source holds.
 A function returns an empty dict when the protocol has no state it can measure.
 """
 

@@ -1,4 +1,4 @@
-"""Closed forms of the consensus family (seed 001 §IV, ccolme.md §2.4 and §5.8) and their curves.
+"""Closed forms of the consensus family (seed 001 §IV, docs/papers.md §2.4, §3.8) and their curves.
 
 On a class component c of n_c agents with a doubly stochastic W, the consensus
 Y^(t) = (1−α_t) X̃^(t) + α_t W Y^(t−1) has a component average that obeys the scalar recursion
@@ -49,7 +49,7 @@ def variance_factor(t: np.ndarray, c: float = 1.0, p: float = 1.0) -> np.ndarray
 
 
 def harmonic_factor(t: np.ndarray) -> np.ndarray:
-    """(2t − H_t)/t², V(t) for Theorem 1's 1−α = 1/t in closed form (ccolme.md §2.4)."""
+    """(2t − H_t)/t², V(t) for Theorem 1's 1−α = 1/t in closed form (docs/papers.md §2.4)."""
     tt = np.asarray(t, dtype=np.int64)
     h = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, int(tt.max()) + 1))])
     return (2.0 * tt - h[tt]) / tt.astype(float) ** 2
@@ -87,7 +87,7 @@ def component_average(labels: np.ndarray, x: np.ndarray) -> float:
 
 
 def corollary1_rhs(labels: np.ndarray, sigma2: np.ndarray) -> float:
-    """The bound on σ_DP² of Corollary 1 (ccolme.md §5.8), from C̃_a labels and σ_a².
+    """The bound on σ_DP² of Corollary 1 (docs/papers.md §3.8), from C̃_a labels and σ_a².
 
     Theorem 1's leading MSE (2/t)(1/M) Σ_c mean_c(σ² + σ_DP²) is below Prop. 1's
     (1/M) Σ_a σ_a²/t iff σ_DP² < (Σ_a σ_a² − 2 Σ_c mean_c σ²)/(2K), K components; with equal

@@ -8,7 +8,7 @@ talk only to their neighbours N_a. Every slot t, each agent a
    X̃_a^(t) = x̄_a^(t) + (1/t) Σ_s Z_a^(s) (without privacy X̃_a = x̄_a);
 2. sends ``state`` = (X̃_a^(t), t, Y_a^(t−1)) to every neighbour;
 3. decides χ_a(b) for every neighbour b from privatised values only, by the optimistic
-   distance (ccolme.md §1.2, §5.4), the Bernstein test (§5.3) or, for ``rule = "oracle"``, the
+   distance (docs/papers.md §2.2, §3.4), the Bernstein test (§3.3) or, for ``rule = "oracle"``, the
    true classes; with ``symmetric`` it sends χ_a(b) to b (``decision``) and keeps
    C_a^(t) = {b : χ_a(b) ∧ χ_b(a)}, so that W is symmetric and doubly stochastic;
 4. sends ``size`` = |C_a^(t)| to the neighbours it keeps, and mixes with the Metropolis-type
@@ -16,19 +16,19 @@ talk only to their neighbours N_a. Every slot t, each agent a
 5. updates Y_a^(t) = (1−α) X̃_a^(t) + α Σ_b W_ab Y_b^(t−1), with 1−α = min(1, c·s^(−p)) at
    age s = t − t_a^start (s = 1: α = 0), restarting its age when its neighbour set changes
    (``reset``), and reports Y_a^(t) — or its local mean when its estimated class component has
-   1 or 2 agents (``fallback``, seed 001's last if-then-else, §5.6).
+   1 or 2 agents (``fallback``, seed 001's last if-then-else, §3.6).
 
-Everything an agent sends is computed from privatised values (DESIGN principle 4): X̃, and Y,
+Everything an agent sends is computed from privatised values (docs/papers.md §3.2): X̃, and Y,
 the decisions and |C| computed from X̃ and neighbours' messages. The raw running mean x̄_a is
 used only for the agent's own, unshared fallback output.
 
-Reconstructions of ccolme.md, implemented as options with the digest's default (marked [R]
-there): the α schedule c/s^p (default c = p = 1, Theorem 1's 1−α = 1/t); ``restart`` ``hard``
+Reconstructions (docs/papers.md §3), implemented as options with the defaults named
+there: the α schedule c/s^p (default c = p = 1, Theorem 1's 1−α = 1/t); ``restart`` ``hard``
 (α = 0 in the slot of the change: the literal reading of seed 001) or ``galante`` (α = 1/2 in
-the next slot, as Galante's code); the Bernstein pair test (§5.3: σ_ab² = σ̃_a² + σ̃_b²,
+the next slot, as Galante's code); the Bernstein pair test (§3.3: σ_ab² = σ̃_a² + σ̃_b²,
 β_ab = √k·max(β_a, β_b, σ_a, σ_b, β_DP, σ_DP) over the k = 2 or 4 independent terms of
 X̃_a − X̃_b, exact or simplified threshold, θ_t = θ/ln(t+1)); the DP-adjusted optimistic distance
-with σ̃² = σ² + σ_DP² (§5.4); the size-1-or-2 detector and its output (§5.6). Galante's
+with σ̃² = σ² + σ_DP² (§3.4); the size-1-or-2 detector and its output (§3.6). Galante's
 reset freeze once the simulator sees no wrong link uses the truth and is not reproduced.
 
 Data Bernstein parameters β_a (Lemma 2 and the like): uniform σ√(3/20), Gaussian σ/2, Bernoulli
@@ -188,7 +188,7 @@ class PrivateCColMEParams:
 
 def confidence_radius(n: np.ndarray | float, sigma2: np.ndarray | float,
                       gamma: float) -> np.ndarray:
-    """β(n; σ, γ) = σ √((2/n)(1 + 1/n) ln(√(n+1)/γ)), +∞ for n < 2 (ccolme.md §1.1)."""
+    """β(n; σ, γ) = σ √((2/n)(1 + 1/n) ln(√(n+1)/γ)), +∞ for n < 2 (docs/papers.md §2.1)."""
     n = np.asarray(n, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.sqrt(sigma2 * (2.0 / n) * (1.0 + 1.0 / n) * np.log(np.sqrt(n + 1.0) / gamma))

@@ -7,7 +7,7 @@ w_1..w_κ summing to 1 (statistic (1)). Then
     Var[T_{b→a}] = σ_b² · data_term + σ_DP² · noise_term,
 
 where the data term is the first sum of (2) and the noise term is (20) for PM-I and, for PM-II,
-either the exact dyadic-node sum (digest §2) or (21) as printed. Functions taking `times` and
+either the exact node sum (docs/papers.md §1.4) or (21) as printed. Functions taking `times` and
 `w` work on the last axis and broadcast over leading axes (a float for 1-D input). The local
 and ideal baselines (Props. 1–2) are in `desim.models.baselines`.
 
@@ -64,7 +64,7 @@ def window_start(kind: str, kappa: ArrayLike) -> np.ndarray:
 
 def weights(kind: str, kappa: int) -> np.ndarray:
     """w_1..w_κ of statistic (1): non-MoM ("last"), MoM, or wMoM of §IV-B with the corrected
-    denominator κ − 2^{⌊log₂κ⌋} + 1 (the printed one is negative; digest §0)."""
+    denominator κ − 2^{⌊log₂κ⌋} + 1 (the printed one is negative; docs/papers.md §1.1)."""
     if isinstance(kappa, bool) or int(kappa) != kappa or kappa < 1:
         raise ValueError(f"kappa = {kappa!r}: must be an integer ≥ 1")
     kappa = int(kappa)
@@ -132,7 +132,7 @@ def _pm2_eq21_last_axis(u: np.ndarray) -> np.ndarray:
 
 
 def pm2_noise_term(times: ArrayLike, w: ArrayLike, formula: str = "exact") -> float | np.ndarray:
-    """PM-II noise variance over σ_DP²: exact dyadic-node sum (digest §2) or (21) as printed.
+    """PM-II noise variance over σ_DP²: exact node sum (docs/papers.md §1.4) or (21) as printed.
 
     "exact" sums, over nodes (s, m) with m odd and m2^s ≤ κ, (Σ_{j=m2^s}^{min((m+1)2^s−1,κ)}
     w_j/t_j)²; "eq21" lumps, within each block [2^{l−1}, 2^l−1], all j sharing a set bit into
@@ -255,7 +255,8 @@ def prefix_terms(
         return r.reshape(t.shape), (mult * r**2).reshape(t.shape)
     segs = _segments(kind, K)
     n = (j - window_start(kind, j) + 1).astype(float)
-    # Summation by parts of (2): Σ_j (w_j/t_j)(2 W_j − w_j), W_j = Σ_{i≤j} w_i (digest §2).
+    # Summation by parts of (2): Σ_j (w_j/t_j)(2 W_j − w_j), W_j = Σ_{i≤j} w_i (docs/papers.md
+    # §1.3).
     data = _seg_cumsum((2.0 * _seg_cumsum(np.ones(K), segs) - 1.0) * r, segs)
     if mechanism == "pm1":
         # (20) is the quadratic form Σ_{j,k} u_j u_k min(j, k) over the window.

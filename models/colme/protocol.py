@@ -5,7 +5,7 @@ with a privatised running mean (PM-I or PM-II, `desim.models.privacy.release`). 
 statistic T_{b→a} with its exact variance (`desim.models.colme.statistic`), decides whether b is in
 its class by the z-test of §III-C1 when b answers, and estimates its mean by the inverse-variance
 combination of Lemma 4 over the agents it currently believes are in its class, with the bracketing
-of (3)–(4) corrected as in the digest:
+of (3)–(4) corrected (docs/papers.md §1.2):
 
     μ_a = (t/σ_a² · X̄_a + Σ_b T_{b→a}/Var[T_{b→a}]) / (t/σ_a² + Σ_b 1/Var[T_{b→a}]).
 

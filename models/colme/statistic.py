@@ -6,7 +6,7 @@ releases [J0, κ]:
 
 - ``last`` (non-MoM): the block is the last release alone;
 - ``mom`` (mean of means): every release, J0 = 1;
-- ``wmom`` (windowed MoM, corrected weight of the digest): J0 = 2^⌊log₂ κ⌋, the current
+- ``wmom`` (windowed MoM, corrected weight, docs/papers.md §1.1): J0 = 2^⌊log₂ κ⌋, the current
   dyadic block, so the block restarts whenever κ is a power of two.
 
 Var[T] (eq. (2) with (20) for PM-I and the exact dyadic-node form of (21) for PM-II) is

@@ -77,7 +77,7 @@ def welch_dof(
     """Welch–Satterthwaite ν of §III-C2: (A + B)²/(A²/(t−1) + B²/(n_other−1)), A = V_a/t, B = V̂ar.
 
     Pass n_other = t_κ for the formula as printed (the paper's 1/(t_{κ_{b→a}} − 1)), or
-    n_other = κ for the alternative of digest §3a/§7 (a Sch-Var-2 V_{b→a} has about κ−1 degrees
+    n_other = κ for the alternative of docs/papers.md §1.6 (a Sch-Var-2 V_{b→a} has ~κ−1 degrees
     of freedom). A term whose count is 1 makes its denominator infinite (ν = 0, an infinite
     threshold). Where the formula is indeterminate (A and B both 0 or both +∞) ν is the Welch
     lower bound min(t, n_other) − 1; a single infinite term gives its own count − 1 (the limit).
@@ -176,7 +176,8 @@ def combination_weights(
     Rows are agents a: t and v_own have shape (..., M); var_T and included have shape
     (..., M, M) with entry [a, b] for the pair b → a (the diagonal is ignored). Returns
     (α_self of shape (..., M), α_others of shape (..., M, M), zero on the diagonal and outside
-    `included`); each row sums to 1, as in the corrected bracketing of (3)–(5) (digest §0).
+    `included`); each row sums to 1, as in the corrected bracketing of (3)–(5)
+    (docs/papers.md §1.2).
     Degenerate rows: zero variances (infinite precision) share the weight equally; a row with no
     precision at all (V_a = +∞ and nobody usable) puts all weight on a's own mean.
     """

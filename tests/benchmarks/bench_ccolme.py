@@ -1,4 +1,4 @@
-"""Benchmark of the DESIGN performance bar for C-ColME (run on demand, not by pytest).
+"""Benchmark of the README's performance bar for C-ColME (run on demand, not by pytest).
 
     python tests/benchmarks/bench_ccolme.py            # the bar: M = 10⁴, r = 10, T = 2000
     python tests/benchmarks/bench_ccolme.py --study    # also the full ccolme-scale study

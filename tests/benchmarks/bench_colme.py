@@ -1,4 +1,4 @@
-"""Benchmarks of the DESIGN performance bars that apply to Private-ColME (run on demand).
+"""Benchmarks of the README's performance bars that apply to Private-ColME (run on demand).
 
     python tests/benchmarks/bench_colme.py            # single-run bars (about a minute)
     python tests/benchmarks/bench_colme.py --study    # also the full Fig. 2 study, 2 workers

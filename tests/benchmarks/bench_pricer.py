@@ -1,4 +1,4 @@
-"""Benchmarks of the DESIGN performance bars that apply to PriCER (run on demand).
+"""Benchmarks of the README's performance bars that apply to PriCER (run on demand).
 
     python tests/benchmarks/bench_pricer.py            # the optimiser at n = 10, 50, 100
     python tests/benchmarks/bench_pricer.py --study    # also the Fig. 3 and Fig. 4 studies
@@ -19,7 +19,7 @@ from harness import run_child, time_study
 
 #: (n, bar in seconds): "n = 10 in well under a second", n = 100 within 30 s.
 SIZES = ((10, 0.5), (50, 30.0), (100, 30.0))
-#: Bars of the studies end to end with 2 workers (not in DESIGN: set here, like Fig. 2's).
+#: Bars of the studies end to end with 2 workers (not project bars: set here, like Fig. 2's).
 STUDY_BARS = {"pricer-fig3": 120.0, "pricer-fig4": 600.0}
 
 CHILD = """

@@ -1,4 +1,4 @@
-"""Closed forms of seed 002 App. A and §VI: hand values, identities, Monte Carlo, digest table."""
+"""Closed forms of seed 002 App. A and §VI: hand values, identities, Monte Carlo, quoted tables."""
 
 from __future__ import annotations
 
@@ -95,12 +95,12 @@ def test_kappa_7_eq21_adds_the_spurious_cross_term():
     ("kappa", "mom", "wmom"),
     [(7, 0.978, 0.928), (15, 0.942, 0.833), (31, 0.900, 0.741), (100, 0.841, 0.666)],
 )
-def test_pm2_exact_over_eq21_ratio_digest_table(kappa, mom, wmom):
+def test_pm2_exact_over_eq21_ratio_reference_table(kappa, mom, wmom):
     t = np.arange(1, kappa + 1) * 199.0
     for kind, ratio in (("mom", mom), ("wmom", wmom)):
         w = weights(kind, kappa)
         got = pm2_noise_term(t, w, "exact") / pm2_noise_term(t, w, "eq21")
-        assert got == pytest.approx(ratio, abs=1e-3)  # digest quotes 3 decimals
+        assert got == pytest.approx(ratio, abs=1e-3)  # docs/papers.md §1.4 quotes 3 decimals
 
 
 # -------------------------------------------------------------------- identities
@@ -288,7 +288,7 @@ def test_expected_inverse_class_size(M, classes):
     assert expected_inverse_class_size(M, classes) == pytest.approx(brute, rel=1e-10)
 
 
-def test_ideal_values_of_digest_table():
+def test_ideal_values_of_reference_table():
     assert 0.25 * expected_inverse_class_size(200, 3) / 3000 == pytest.approx(1.25e-6, rel=4e-3)
     assert 0.25 * expected_inverse_class_size(30, 3) / 3000 == pytest.approx(8.3e-6, rel=6e-3)
     assert 0.25 * expected_inverse_class_size(15, 3) / 30000 == pytest.approx(1.66e-6, rel=3e-3)
@@ -305,17 +305,17 @@ L2 = noise_sigma2("laplace", L, *mechanism_budget("pm2", 1.0, 0.0, 30000))
 T = np.array([3000, 30000])
 
 
-def _digest_tol(quoted: float, se: float, extra: float = 0.01) -> float:
-    # The digest quotes 3 significant digits (half a unit of the 3rd digit) from its own
+def _quoted_tol(quoted: float, se: float, extra: float = 0.01) -> float:
+    # docs/papers.md §1.7 quotes 3 significant digits (half a unit of the 3rd digit) from its own
     # Monte Carlo, whose error it does not state: allow `extra` (relative) for it, plus 4 of our SE.
     half_ulp = 0.5 * 10 ** (math.floor(math.log10(quoted)) - 2)
     return half_ulp + extra * quoted + 4 * se
 
 
-def _check_digest(M, s2dp, mechanism, kind, quoted, formula="exact", extra=0.01):
+def _check_quoted(M, s2dp, mechanism, kind, quoted, formula="exact", extra=0.01):
     mean, se = oracle_mse(T, M, 1 / 3, S2, s2dp, mechanism, kind, formula=formula, seed=1)
     for got, err, q in zip(mean, se, quoted, strict=True):
-        assert abs(got - q) < _digest_tol(q, err, extra), (got, q)
+        assert abs(got - q) < _quoted_tol(q, err, extra), (got, q)
 
 
 @pytest.mark.parametrize(
@@ -330,8 +330,8 @@ def _check_digest(M, s2dp, mechanism, kind, quoted, formula="exact", extra=0.01)
         ("pm2", "wmom", "eq21", (4.70e-5, 8.97e-7)),
     ],
 )
-def test_oracle_digest_table_M200(mechanism, kind, formula, quoted):
-    _check_digest(200, G1 if mechanism == "pm1" else G2, mechanism, kind, quoted, formula)
+def test_oracle_reference_table_M200(mechanism, kind, formula, quoted):
+    _check_quoted(200, G1 if mechanism == "pm1" else G2, mechanism, kind, quoted, formula)
 
 
 @pytest.mark.parametrize(
@@ -345,8 +345,8 @@ def test_oracle_digest_table_M200(mechanism, kind, formula, quoted):
         ("pm2", "wmom", "eq21", (7.60e-5, 3.29e-6)),
     ],
 )
-def test_oracle_digest_table_M30(mechanism, kind, formula, quoted):
-    _check_digest(30, G1 if mechanism == "pm1" else G2, mechanism, kind, quoted, formula)
+def test_oracle_reference_table_M30(mechanism, kind, formula, quoted):
+    _check_quoted(30, G1 if mechanism == "pm1" else G2, mechanism, kind, quoted, formula)
 
 
 def test_oracle_M30_wmom_is_best_at_low_error():
@@ -371,13 +371,13 @@ def test_oracle_M15_gaussian_and_laplace():
         return oracle_mse(t, 15, 1 / 3, S2, s2dp, mech, "last", method="exact")[0][0]
 
     g1, g2, l1, l2 = exact(G1, "pm1"), exact(G2, "pm2"), exact(L1, "pm1"), exact(L2, "pm2")
-    assert abs(g1 - 7.03e-6) < _digest_tol(7.03e-6, 0.0)
-    assert abs(g2 - 6.87e-6) < _digest_tol(6.87e-6, 0.0)
-    # Our values are an exact enumeration; the digest's Laplace values are 1.7–1.9% lower,
+    assert abs(g1 - 7.03e-6) < _quoted_tol(7.03e-6, 0.0)
+    assert abs(g2 - 6.87e-6) < _quoted_tol(6.87e-6, 0.0)
+    # Our values are an exact enumeration; the reference Laplace values are 1.7–1.9% lower,
     # consistent with a plain Monte Carlo whose relative spread is larger for Laplace (small
     # noise, so 1/e tracks the random class size). Hence the wider 3% allowance there.
-    assert abs(l1 - 3.21e-6) < _digest_tol(3.21e-6, 0.0, extra=0.03)
-    assert abs(l2 - 2.85e-6) < _digest_tol(2.85e-6, 0.0, extra=0.03)
+    assert abs(l1 - 3.21e-6) < _quoted_tol(3.21e-6, 0.0, extra=0.03)
+    assert abs(l2 - 2.85e-6) < _quoted_tol(2.85e-6, 0.0, extra=0.03)
     # The claims: PM-II beats PM-I at low error, Laplace beats Gaussian (§VII claims 10, 11).
     assert g2 < g1 and l2 < l1 and l1 < g1 and l2 < g2
 

@@ -110,7 +110,7 @@ def test_mixing_matrix_doubly_stochastic_and_symmetric_for_any_decisions(
 
 
 # --------------------------------------------------------------------------------------------
-# consensus against the exact closed form (ccolme.md §2.4)
+# consensus against the exact closed form (docs/papers.md §2.4)
 
 K_COPIES, N, R, T = 400, 12, 4, 2000
 

@@ -31,7 +31,7 @@ def test_variance_factor_of_1_over_t_is_2t_minus_harmonic_over_t2():
 
 def test_variance_factor_limits_c_over_t_and_sqrt():
     big = np.array([200_000])
-    c = 2.0  # (c/(c−1))² (1 − 2/c + 1/(2c−1)) = 4/3 for c = 2 (ccolme.md §2.4)
+    c = 2.0  # (c/(c−1))² (1 − 2/c + 1/(2c−1)) = 4/3 for c = 2 (docs/papers.md §2.4)
     theory = (c / (c - 1)) ** 2 * (1 - 2 / c + 1 / (2 * c - 1))
     assert variance_factor(big, c, 1.0)[0] * big[0] == pytest.approx(theory, rel=1e-3)
     assert variance_factor(big, 1.0, 0.5)[0] * big[0] == pytest.approx(1.0, abs=5e-3)

@@ -52,7 +52,7 @@ def test_local_curve():
 
 def test_ideal_curve_random_and_balanced():
     mean, se = IdealCurve().curve(T, FakeData())
-    # Digest §4: 1.25e-6 at t = 3000 and 1.25e-7 at t = 30000 for M = 200, three classes.
+    # docs/papers.md §1.7: 1.25e-6 at t = 3000 and 1.25e-7 at t = 30000 for M = 200, three classes.
     np.testing.assert_allclose(mean, [1.25e-6, 1.25e-7], rtol=4e-3)
     np.testing.assert_allclose(mean, 0.25 * expected_inverse_class_size(200, 3) / T, rtol=1e-12)
     assert np.all(se == 0)
@@ -63,11 +63,11 @@ def test_ideal_curve_random_and_balanced():
     np.testing.assert_allclose(mean, 3 * 0.25 / 7 / T, rtol=1e-12)
 
 
-def test_oracle_defaults_and_digest_value():
+def test_oracle_defaults_and_reference_value():
     curve = build(OracleCurve, {"mechanism": "pm2", "weights": "wmom"}, "curve")
     mean, se = curve.curve(T, FakeData())
-    # Digest §4, M = 200, PM-II wMoM (exact): 4.40e-5 and 6.82e-7; budget split by 15 since
-    # the grid ends at 3·10⁴. Tolerance: digest's 3 digits + 1% for its own Monte Carlo.
+    # docs/papers.md §1.7, M = 200, PM-II wMoM exact: 4.40e-5 and 6.82e-7; budget split by 15 since
+    # the grid ends at 3·10⁴. Tolerance: its 3 digits + 1% for its own Monte Carlo.
     np.testing.assert_allclose(mean, [4.40e-5, 6.82e-7], rtol=0.015)
     assert np.all(se > 0) and np.all(se < 1e-3 * mean)
 
@@ -90,7 +90,7 @@ def test_oracle_agents_and_budget_overrides():
     s2dp = noise_sigma2("gaussian", 0.5 * math.sqrt(3), *mechanism_budget("pm2", 1, 1e-6, 30000))
     want, _ = oracle_mse(t, 30, 1 / 3, 0.25, s2dp, "pm2", "last", seed=0)
     np.testing.assert_array_equal(mean, want)
-    # Digest §4: M = 30 PM-II non-MoM at t = 3000 is 7.70e-5.
+    # docs/papers.md §1.7: M = 30 PM-II non-MoM at t = 3000 is 7.70e-5.
     assert mean[0] == pytest.approx(7.70e-5, rel=0.015)
 
 

@@ -21,7 +21,7 @@ L_FIG2 = math.sqrt(3) / 2  # σ = 1/2 uniform data: L = σ√3
 
 
 def test_gaussian_sigma2_matches_lemma1_by_hand():
-    # 8 · (3/4) · ln(1.25e6) = 6 · 14.03868... = 84.232 (digest §1 table: 84.23).
+    # 8 · (3/4) · ln(1.25e6) = 6 · 14.03868... = 84.232 (docs/papers.md §1.5: 84.23).
     assert gaussian_sigma2(L_FIG2, 1.0, 1e-6) == pytest.approx(6 * math.log(1.25e6), rel=1e-12)
     assert gaussian_sigma2(L_FIG2, 1.0, 1e-6) == pytest.approx(84.23, abs=0.005)
     assert gaussian_sigma2(1.0, 2.0, 0.25) == pytest.approx(8 * math.log(5) / 4, rel=1e-12)
@@ -52,7 +52,7 @@ def test_mechanism_budget_pm1_unchanged_pm2_split():
     assert eps == pytest.approx(1 / 15) and delta == pytest.approx(1e-6 / 15)
 
 
-def test_pm2_split_values_of_digest_table():
+def test_pm2_split_values_of_reference_table():
     eps, delta = mechanism_budget("pm2", 1.0, 1e-6, 30000)
     # 6 · 225 · ln(1.875e7) = 22608.05; Laplace 6 · 225 = 1350 (scale 25.98).
     assert noise_sigma2("gaussian", L_FIG2, eps, delta) == pytest.approx(22608.05, abs=0.01)
@@ -66,7 +66,7 @@ def test_variance_sigma2_matches_lemma3():
         18 * math.log(1.25e6), rel=1e-12
     )
     assert variance_sigma2(L_FIG2, 1.0, 1e-6, "laplace") == pytest.approx(18.0, rel=1e-12)
-    # Sch-Var-1 with (ε/2, δ/2) for each release (digest §3b): 353.6 and ≈ 1061.
+    # Sch-Var-1 with (ε/2, δ/2) for each release (docs/papers.md §1.5): 353.6 and ≈ 1061.
     assert gaussian_sigma2(L_FIG2, 0.5, 0.5e-6) == pytest.approx(353.6, abs=0.05)
     assert variance_sigma2(L_FIG2, 0.5, 0.5e-6, "gaussian") == pytest.approx(1061, abs=0.5)
 
