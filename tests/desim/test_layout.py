@@ -21,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 #: Repository folder → the import path it installs as.
 FOLDERS = {"desim": "desim", "models": "desim.models", "topologies": "desim.topologies"}
-FAMILIES = ("colme", "ccolme", "pricer")
+FAMILIES = ("colme", "ccolme", "pricer", "eb")
 
 
 def _modules() -> dict[str, Path]:
