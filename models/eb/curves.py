@@ -16,6 +16,7 @@ from desim.kernel.params import param
 from desim.kernel.registry import CURVES
 from desim.models.eb import analytic
 from desim.models.eb import mechanisms as mech
+from desim.models.eb.server import gaussian_multiplier
 
 
 def _grid(t: np.ndarray) -> np.ndarray:
@@ -35,7 +36,11 @@ def _gaussian(data: Any) -> tuple[int, float, float]:
 @dataclass(frozen=True)
 class TheoremCurve:
     """Theorem 1 (mechanism none) or Theorem 2 (gaussian, quantiser): (σ_x²/n)((1−a)/m + a),
-    which is also the exact MSE of the estimator with that a (σ_θ known, no clipping)."""
+    which is also the exact MSE of the estimator with that a (σ_θ known, no clipping).
+
+    The Gaussian mechanism's σ_q² is the protocol's for its one-shot round: (41) as printed
+    (``calibration = "paper"``) or the least noise for which the one upload is (ε₀, δ)-DP per
+    the PLD accountant (``tight``, `desim.models.eb.server.gaussian_multiplier`)."""
 
     mechanism: Literal["none", "gaussian", "quantiser"] = param("none", "upload mechanism")
     epsilon: float = param(1.0, "ε₀ of the Gaussian mechanism", gt=0)
@@ -43,6 +48,10 @@ class TheoremCurve:
     r: float = param(1.0, "r, the bound |μ| ≤ r of Theorem 2", ge=0)
     clip: float | None = param(None, "b (default: Theorem 2's radius at n = t)", gt=0)
     bits: int = param(8, "k, bits of the quantiser", ge=1, le=52)
+    calibration: Literal["paper", "tight"] = param(
+        "paper", "σ_q² of the Gaussian mechanism: (41) as printed, or the least noise for "
+        "(ε₀, δ) per the PLD accountant"
+    )
 
     def sigma_q2(self, m: int, n: np.ndarray, sigma_theta2: float, sigma_x2: float) -> np.ndarray:
         """σ_q² of the mechanism at each n (0 without one)."""
@@ -50,6 +59,8 @@ class TheoremCurve:
             return np.zeros_like(n)
         b = np.array([self.clip if self.clip is not None else mech.clip_radius(
             self.r, np.sqrt(sigma_theta2), np.sqrt(sigma_x2), m, int(k)) for k in n])
+        if self.mechanism == "gaussian" and self.calibration == "tight":
+            return (2.0 * b * gaussian_multiplier("tight", self.epsilon, self.delta, 1)) ** 2
         if self.mechanism == "gaussian":
             return np.array([mech.gaussian_ldp_sigma2(x, self.epsilon, self.delta) for x in b])
         return np.array([mech.quantiser_sigma2(x, self.bits) for x in b])
