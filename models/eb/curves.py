@@ -38,9 +38,10 @@ class TheoremCurve:
     """Theorem 1 (mechanism none) or Theorem 2 (gaussian, quantiser): (σ_x²/n)((1−a)/m + a),
     which is also the exact MSE of the estimator with that a (σ_θ known, no clipping).
 
-    The Gaussian mechanism's σ_q² is the protocol's for its one-shot round: (41) as printed
-    (``calibration = "paper"``) or the least noise for which the one upload is (ε₀, δ)-DP per
-    the PLD accountant (``tight``, `desim.models.eb.server.gaussian_multiplier`)."""
+    The Gaussian mechanism's σ_q² is the protocol's at its last round (n = t): (41) as printed
+    (``calibration = "paper"``, per release) or the least noise for which the `rounds` uploads
+    together are (ε₀, δ)-DP per the PLD accountant (``tight``,
+    `desim.models.eb.server.gaussian_multiplier`); the estimate uses the last round only."""
 
     mechanism: Literal["none", "gaussian", "quantiser"] = param("none", "upload mechanism")
     epsilon: float = param(1.0, "ε₀ of the Gaussian mechanism", gt=0)
@@ -52,6 +53,7 @@ class TheoremCurve:
         "paper", "σ_q² of the Gaussian mechanism: (41) as printed, or the least noise for "
         "(ε₀, δ) per the PLD accountant"
     )
+    rounds: int = param(1, "R, upload rounds the tight noise is calibrated for (t_max/round)", ge=1)
 
     def sigma_q2(self, m: int, n: np.ndarray, sigma_theta2: float, sigma_x2: float) -> np.ndarray:
         """σ_q² of the mechanism at each n (0 without one)."""
@@ -60,7 +62,8 @@ class TheoremCurve:
         b = np.array([self.clip if self.clip is not None else mech.clip_radius(
             self.r, np.sqrt(sigma_theta2), np.sqrt(sigma_x2), m, int(k)) for k in n])
         if self.mechanism == "gaussian" and self.calibration == "tight":
-            return (2.0 * b * gaussian_multiplier("tight", self.epsilon, self.delta, 1)) ** 2
+            return (2.0 * b * gaussian_multiplier("tight", self.epsilon, self.delta,
+                                                 self.rounds)) ** 2
         if self.mechanism == "gaussian":
             return np.array([mech.gaussian_ldp_sigma2(x, self.epsilon, self.delta) for x in b])
         return np.array([mech.quantiser_sigma2(x, self.bits) for x in b])

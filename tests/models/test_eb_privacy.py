@@ -84,7 +84,8 @@ def test_protocol_uploads_use_the_calibrated_noise_and_paper_is_unchanged():
 
 
 def test_theorem_curve_uses_the_protocol_s_noise():
-    """eb-theorem under tight: Theorem 2 with σ_q² = (2b m)² of one upload (a one-shot round)."""
+    """eb-theorem under tight: Theorem 2 with σ_q² = (2b m)² of one upload (a one-shot round),
+    or of the last of R rounds calibrated together."""
     n = np.array([5.0, 20.0])
     m, st2, sx2 = 300, 0.01, 0.25
     for calibration in ("paper", "tight"):
@@ -96,6 +97,11 @@ def test_theorem_curve_uses_the_protocol_s_noise():
         mult = gaussian_multiplier(calibration, EPS, DELTA, 1)
         sq2 = (2 * b * mult) ** 2
         np.testing.assert_allclose(mean, analytic.theorem_mse(m, n, st2, sx2, sq2), rtol=1e-12)
+    three = build(CURVES.get("eb-theorem"), {"mechanism": "gaussian", "calibration": "tight",
+                                             "rounds": 3, "epsilon": EPS, "delta": DELTA},
+                  "curve").curve(n, GAUSS)[0]
+    sq2 = (2 * b * gaussian_multiplier("tight", EPS, DELTA, 3)) ** 2
+    np.testing.assert_allclose(three, analytic.theorem_mse(m, n, st2, sx2, sq2), rtol=1e-12)
     paper = build(CURVES.get("eb-theorem"), {"mechanism": "gaussian"}, "curve").curve(n, GAUSS)
     tight = build(CURVES.get("eb-theorem"), {"mechanism": "gaussian", "calibration": "tight"},
                   "curve").curve(n, GAUSS)
