@@ -16,6 +16,7 @@ from desim.kernel.params import param
 from desim.kernel.registry import CURVES
 from desim.models.eb import analytic
 from desim.models.eb import mechanisms as mech
+from desim.models.eb.server import gaussian_multiplier
 
 
 def _grid(t: np.ndarray) -> np.ndarray:
@@ -35,7 +36,12 @@ def _gaussian(data: Any) -> tuple[int, float, float]:
 @dataclass(frozen=True)
 class TheoremCurve:
     """Theorem 1 (mechanism none) or Theorem 2 (gaussian, quantiser): (σ_x²/n)((1−a)/m + a),
-    which is also the exact MSE of the estimator with that a (σ_θ known, no clipping)."""
+    which is also the exact MSE of the estimator with that a (σ_θ known, no clipping).
+
+    The Gaussian mechanism's σ_q² is the protocol's at its last round (n = t): (41) as printed
+    (``calibration = "paper"``, per release) or the least noise for which the `rounds` uploads
+    together are (ε₀, δ)-DP per the PLD accountant (``tight``,
+    `desim.models.eb.server.gaussian_multiplier`); the estimate uses the last round only."""
 
     mechanism: Literal["none", "gaussian", "quantiser"] = param("none", "upload mechanism")
     epsilon: float = param(1.0, "ε₀ of the Gaussian mechanism", gt=0)
@@ -43,6 +49,11 @@ class TheoremCurve:
     r: float = param(1.0, "r, the bound |μ| ≤ r of Theorem 2", ge=0)
     clip: float | None = param(None, "b (default: Theorem 2's radius at n = t)", gt=0)
     bits: int = param(8, "k, bits of the quantiser", ge=1, le=52)
+    calibration: Literal["paper", "tight"] = param(
+        "paper", "σ_q² of the Gaussian mechanism: (41) as printed, or the least noise for "
+        "(ε₀, δ) per the PLD accountant"
+    )
+    rounds: int = param(1, "R, upload rounds the tight noise is calibrated for (t_max/round)", ge=1)
 
     def sigma_q2(self, m: int, n: np.ndarray, sigma_theta2: float, sigma_x2: float) -> np.ndarray:
         """σ_q² of the mechanism at each n (0 without one)."""
@@ -50,6 +61,9 @@ class TheoremCurve:
             return np.zeros_like(n)
         b = np.array([self.clip if self.clip is not None else mech.clip_radius(
             self.r, np.sqrt(sigma_theta2), np.sqrt(sigma_x2), m, int(k)) for k in n])
+        if self.mechanism == "gaussian" and self.calibration == "tight":
+            return (2.0 * b * gaussian_multiplier("tight", self.epsilon, self.delta,
+                                                 self.rounds)) ** 2
         if self.mechanism == "gaussian":
             return np.array([mech.gaussian_ldp_sigma2(x, self.epsilon, self.delta) for x in b])
         return np.array([mech.quantiser_sigma2(x, self.bits) for x in b])

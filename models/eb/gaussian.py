@@ -43,6 +43,10 @@ class UploadParams:
     budget_t_max: int | None = param(
         None, "t_max in PM-II's budget split ⌊log₂ t_max⌋+1 (default: the run's t_max)", ge=1
     )
+    calibration: Literal["paper", "tight"] = param(
+        "paper", "noise of gaussian / pm1 / pm2 uploads: the papers' formulas, or the least "
+        "noise for which all the run's uploads are (ε, δ)-DP per the PLD accountant"
+    )
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,9 @@ Upload mechanisms (the value is computed from the agent's sum S_i and count n_i 
 - ``gaussian``: user-level (ε₀, δ)-LDP of Theorem 2, part 2: X̄_i projected on [−b, b] plus
   N(0, σ_q²), σ_q² = 8b² log(2/δ)/ε₀² (`mechanisms.gaussian_ldp_sigma2`); b is `clip` or
   Theorem 2's radius for the run's m, n and the known σ_θ, σ_x and r. The guarantee is for one
-  release: repeated rounds compose (not accounted here).
+  release: under ``calibration = "paper"`` repeated rounds compose (the `privacy` ledger reports
+  what they spend); ``calibration = "tight"`` gives instead the least noise for which all the
+  run's rounds together are (ε₀, δ)-DP (see *Calibration* below).
 - ``quantiser``: the k-bit stochastic quantiser of eq. (37) on [−b, b] (communication, not
   privacy); noise variance reported as its bound b²/(2^k − 1)².
 - ``rr``: the randomised response of eq. (7) on X̄_i ∈ [0, 1] (Bernoulli data), user-level
@@ -28,6 +30,23 @@ Upload mechanisms (the value is computed from the agent's sum S_i and count n_i 
   Var Z = κ σ_DP² (PM-I, κ-th upload) or w_H(κ) σ_DP² (PM-II).
 
 The noise variance sent along is public arithmetic (calibration, count, release index), not data.
+
+Calibration (`calibration`, `desim.models.privacy.accounting`). An upload of the ``gaussian``
+mechanism changes by at most Δ = 2b when the agent's whole data set changes (user level), so
+its noise multiplier is σ_q/(2b). ``paper``: σ_q² = 8b² log(2/δ)/ε₀², multiplier
+√(2 log(2/δ))/ε₀, a per-release guarantee. ``tight``: the multiplier of
+`tight_multiplier("gaussian", ε₀, δ, R)` for the R = ⌊t_max/round⌋ rounds of the run, so that
+the R uploads the protocol really makes, composed, are (ε₀, δ)-DP per the PLD accountant; each
+round's σ_q = 2b_r × that multiplier (b_r: that round's radius; Gaussian releases of equal
+multiplier compose exactly like one of multiplier m/√R). ``pm1`` / ``pm2`` take Private-ColME's
+path, `psum_noise(..., calibration)`. ``rr`` is exactly ε₀-DP per release already and
+``quantiser`` / ``none`` add no privacy noise: ``tight`` changes nothing for them.
+
+The `privacy` ledger (`privacy_spend`): ε at δ spent by every agent against the server
+(``eps_server_mean`` / ``eps_server_max``), from the uploads it made — counted when sent, so an
+upload lost on its link still counts: R_i Gaussian uploads of multiplier m compose to one of
+m/√R_i; a PM-I agent's first sample lies in one p-sum, a PM-II agent's in ⌊log₂ κ_i⌋ + 1 tree
+nodes after κ_i uploads.
 """
 
 from __future__ import annotations
@@ -42,8 +61,8 @@ from desim.kernel.protocol import Context, Protocol
 from desim.kernel.registry import METRICS
 from desim.kernel.server import ParameterServer, Round, server_address
 from desim.models.eb import mechanisms as mech
+from desim.models.privacy.accounting import Spend, psum_multiplier, psum_noise, tight_multiplier
 from desim.models.privacy.bits import popcount
-from desim.models.privacy.calibration import mechanism_budget, noise_sigma2
 from desim.models.privacy.release import PSumRelease
 
 #: Columns of an upload (after the round tag): privatised value, sample count, noise variance.
@@ -76,13 +95,22 @@ class ServerEstimation(Protocol):
         #: Uploads the server used in each closed round, in order.
         self.uploads_per_round: list[int] = []
         self._rng = ctx.streams.get("dp-noise")
+        #: R, the rounds of the run (one upload per agent each).
+        self.rounds = max(1, ctx.t_max // self.every)
+        #: Uploads each agent has sent so far (lost on a link or not).
+        self.uploads_sent = np.zeros(m, dtype=np.int64)
         self.sigma2_dp = 0.0
+        #: Noise multiplier (noise std or Laplace scale over the upload's sensitivity).
+        self.multiplier = 0.0
         if p.mechanism in ("pm1", "pm2"):
-            eps, delta = mechanism_budget(p.mechanism, p.epsilon, p.delta,
-                                          p.budget_t_max or ctx.t_max)
-            self.sigma2_dp = noise_sigma2(p.noise, ctx.public["L"], eps, delta)
+            L = ctx.public["L"]
+            self.sigma2_dp = psum_noise(p.noise, L, p.mechanism, p.epsilon, p.delta,
+                                        p.budget_t_max or ctx.t_max, p.calibration)[0]
+            self.multiplier = psum_multiplier(p.noise, self.sigma2_dp, L) if L > 0 else 0.0
             self.release = PSumRelease(m, p.mechanism, p.noise, self.sigma2_dp, self._rng,
-                                       max(1, ctx.t_max // self.every), receivers=1)
+                                       self.rounds, receivers=1)
+        elif p.mechanism == "gaussian":
+            self.multiplier = gaussian_multiplier(p.calibration, p.epsilon, p.delta, self.rounds)
         if self.communicates():
             self.server = ParameterServer(ctx, "upload", 3, self._close)
             self._kind_codes = (self.message_kinds.index("upload"),
@@ -106,6 +134,7 @@ class ServerEstimation(Protocol):
             self._to_server = np.full(len(self._agents), self.server.address)
         self.ctx.send("upload", self._agents, self._to_server,
                       _tagged(r, self.upload(self._agents)))
+        self.uploads_sent += 1
 
     def upload(self, agents: np.ndarray) -> np.ndarray:
         """Upload rows [value, count, noise variance] of `agents`, through the mechanism."""
@@ -127,13 +156,34 @@ class ServerEstimation(Protocol):
             b = self.radius(int(counts.max()))
             clipped = np.clip(xbar, -b, b)
             if p.mechanism == "gaussian":
-                s2 = mech.gaussian_ldp_sigma2(b, p.epsilon, p.delta)
+                s2 = self.gaussian_sigma2(b)
                 value = clipped + math.sqrt(s2) * self._rng.standard_normal(len(agents))
             else:
                 s2 = mech.quantiser_sigma2(b, p.bits)
                 value = mech.quantise(clipped, b, p.bits, self._rng)
             noise_var[:] = s2
         return np.stack([value, counts, noise_var], axis=1)
+
+    def gaussian_sigma2(self, b: float) -> float:
+        """σ_q² of a ``gaussian`` upload clipped to [−b, b]: (41) as printed (``paper``), or
+        (2b m)² with the tight multiplier m for the run's rounds (``tight``)."""
+        p = self.params
+        if p.calibration == "paper":
+            return mech.gaussian_ldp_sigma2(b, p.epsilon, p.delta)
+        return (2.0 * b * self.multiplier) ** 2
+
+    def privacy_spend(self) -> Spend | None:
+        """The uploads so far, for the `privacy` ledger: ε against the server (None when the
+        uploads carry no DP noise: ``none``, ``quantiser``, known priors, or ``rr``, whose
+        ε₀ per release is pure DP, which the Gaussian/Laplace accountant does not take)."""
+        p = self.params
+        if not self.communicates() or p.mechanism not in ("gaussian", "pm1", "pm2"):
+            return None
+        if p.mechanism == "gaussian":
+            return Spend("gaussian", p.delta, {"server": (self.multiplier, self.uploads_sent)})
+        kappa = self.release.count[:, 0]
+        per = (kappa > 0) if p.mechanism == "pm1" else np.frexp(kappa)[1]  # bit length of κ
+        return Spend(p.noise, p.delta, {"server": (self.multiplier, per)})
 
     def radius(self, n: int) -> float:
         """b of the clipping: `clip` if set, else Theorem 2's radius for m agents and n samples."""
@@ -200,6 +250,15 @@ class ServerEstimation(Protocol):
     def combine(self, agents: np.ndarray) -> np.ndarray:
         """Estimates of `agents`, each of which has a broadcast (or a known prior)."""
         raise NotImplementedError
+
+
+def gaussian_multiplier(calibration: str, epsilon: float, delta: float, rounds: int) -> float:
+    """Noise multiplier σ_q/(2b) of the ``gaussian`` upload: √(2 log(2/δ))/ε₀ as (41) prints it
+    (``paper``, one release), or the least one for which `rounds` uploads composed are
+    (ε₀, δ)-DP per the PLD accountant (``tight``)."""
+    if calibration == "paper":
+        return math.sqrt(2.0 * math.log(2.0 / delta)) / epsilon
+    return tight_multiplier("gaussian", float(epsilon), float(delta), int(rounds))
 
 
 def _tagged(r: int, payload: np.ndarray) -> np.ndarray:
