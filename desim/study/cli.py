@@ -6,6 +6,7 @@
     desim summary STUDY [--target X] [--at T] a metric per scenario and grid point, as a table
     desim verify STUDY [--sample N]           re-run stored runs, report changed trajectories
     desim clean STUDY [--yes]                 remove results of older versions of the study file
+    desim export STUDY --format csv|parquet|netcdf [--out F]   current results for other tools
     desim list                                every registered name and its parameters
     desim --version
 
@@ -118,6 +119,14 @@ def _parser() -> argparse.ArgumentParser:
         "records set aside)")
     clean.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     clean.set_defaults(func=_clean)
+    export = study_command(
+        "export", "write a study's current results as csv, parquet or netCDF (curves beside)")
+    export.add_argument("--format", required=True, choices=["csv", "parquet", "netcdf"],
+                        help="csv and parquet: tidy tables (curves in <F>.curves.<ext>); "
+                        "netcdf: one xarray Dataset")
+    export.add_argument("--out", type=Path, metavar="F",
+                        help="the file to write (default: beside the results folder)")
+    export.set_defaults(func=_export)
     sub.add_parser("list", help="list protocols, data models, link models and curves",
                    description="list protocols, data models, link models and curves"
                    ).set_defaults(func=_list)
@@ -322,6 +331,19 @@ def _clean(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return _each(args, one)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from desim.study.export import export
+
+    files = find_studies(args.study)
+    if len(files) > 1 and args.out is not None:
+        raise ConfigError(f"--out {args.out}: STUDY is a suite of {len(files)} studies; "
+                          "export them one by one, or leave --out out")
+    for file in files:
+        for path in export(load_study(file, quick=args.quick), args.format, args.out):
+            print(_where(path))
+    return EXIT_OK
 
 
 def _first_line(obj: object) -> str:
