@@ -2,7 +2,7 @@
 
 `load(STUDY)` returns the results of the study file's *current* configuration (the same rows
 `desim plot` and `desim summary` see, through `load_results`): a tidy metrics table with
-columns ``scenario, replicate, t, metric, value, <grid columns...>`` and, alongside, the
+columns ``scenario, replicate, <grid columns...>, t, metric, value`` and, alongside, the
 closed-form curves ``curve, <grid columns...>, t, metric, value, stderr``. `Results.to_xarray`
 turns both into one `xarray.Dataset`:
 

@@ -29,8 +29,8 @@ def test_load_returns_the_current_results_and_curves(grid_study):
     loaded = load_results(study)
     pd.testing.assert_frame_equal(res.metrics, loaded.metrics)
     pd.testing.assert_frame_equal(res.curves, loaded.curves)
-    assert list(res.metrics.columns) == ["scenario", "replicate", "t", "metric", "value",
-                                         "epsilon"]
+    assert list(res.metrics.columns) == ["scenario", "replicate", "epsilon", "t", "metric",
+                                         "value"]
     assert res.grid == ["epsilon"]
     assert "8 runs" in repr(res)  # 2 scenarios × 2 ε × 2 replicates
 
