@@ -1,6 +1,7 @@
 """The `desim` command: run, plot, validate and list.
 
     desim run STUDY [--quick] [--workers N]   run what is not done yet, write results and figures
+              [--scheduler ADDRESS|local:N]   ... with the runs computed on a dask cluster
     desim plot STUDY [--quick]                redraw figures from results/
     desim validate STUDY [--quick]            check the study file, run nothing
     desim summary STUDY [--target X] [--at T] a metric per scenario and grid point, as a table
@@ -91,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     run = study_command("run", "run a study (resuming what is done) and draw its figures")
     run.add_argument("--workers", type=_workers, default=1, metavar="N",
                      help="worker processes (default 1: run in this process)")
+    run.add_argument("--scheduler", metavar="ADDRESS|local:N",
+                     help="run on a dask.distributed cluster: a scheduler's address, or local:N "
+                     "to start N worker processes here (needs `pip install 'desim[dask]'`)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(func=_run)
     study_command("plot", "redraw a study's figures from its results").set_defaults(func=_plot)
@@ -183,10 +187,15 @@ def _run(args: argparse.Namespace) -> int:
     from desim.study.plots import draw_figures  # matplotlib is slow to import
     from desim.study.results import run_study
 
+    if args.scheduler is not None:
+        from desim.study.dask import parse_scheduler
+        parse_scheduler(args.scheduler)  # before anything runs
+
     def one(study: Study) -> int:
         check_setups(study)
         try:
-            summary = run_study(study, workers=args.workers, progress=not args.no_progress)
+            summary = run_study(study, workers=args.workers, progress=not args.no_progress,
+                                scheduler=args.scheduler)
         except KeyboardInterrupt:
             print(f"desim: interrupted; finished runs are kept in "
                   f"{_where(study.results_dir)}; run the same command again to resume",
@@ -200,6 +209,8 @@ def _run(args: argparse.Namespace) -> int:
         has_results = summary.done + summary.skipped or study.curve_jobs
         figures = draw_figures(study) if has_results else []
         workers = f"{args.workers} worker{'s' if args.workers > 1 else ''}"
+        if args.scheduler is not None:
+            workers = f"dask scheduler {args.scheduler}"
         dedup = len(study.runs) - len(study.unique_runs)
         shared = f" ({dedup} shown at other grid points)" if dedup else ""
         print(
