@@ -183,7 +183,16 @@ def _notes(notes: list[str]) -> None:
         print(f"desim: note: {note}", file=sys.stderr)
 
 
+def _files_only() -> None:
+    """Draw into files only (no display needed): the CLI's backend, chosen before pyplot is
+    used; importing desim itself never chooses one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+
 def _run(args: argparse.Namespace) -> int:
+    _files_only()
     from desim.study.plots import draw_figures  # matplotlib is slow to import
     from desim.study.results import run_study
 
@@ -194,8 +203,9 @@ def _run(args: argparse.Namespace) -> int:
     def one(study: Study) -> int:
         check_setups(study)
         try:
+            on = {} if args.scheduler is None else {"scheduler": args.scheduler}
             summary = run_study(study, workers=args.workers, progress=not args.no_progress,
-                                scheduler=args.scheduler)
+                                **on)
         except KeyboardInterrupt:
             print(f"desim: interrupted; finished runs are kept in "
                   f"{_where(study.results_dir)}; run the same command again to resume",
@@ -241,6 +251,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
+    _files_only()
     from desim.study.plots import draw_figures
     from desim.study.results import load_results
 

@@ -67,6 +67,13 @@ class Results:
         return (f"<desim results of {self.study.title!r}: {runs} runs, "
                 f"{len(self.metrics)} metric rows, {curves} curves>")
 
+    def plot(self, which: str | int = 0, ax=None):
+        """The matplotlib Figure of the study's [[plot]] `which` (file name, stem or index),
+        the same drawing `desim plot` writes to its file; into `ax` for a one-panel plot."""
+        from desim.study.plots import figure
+
+        return figure(self.study, which, self.metrics, self.curves, ax=ax)
+
     def to_xarray(self) -> xr.Dataset:
         """One Dataset: ``value`` over (scenario, grid columns…, replicate, t, metric) and
         ``curve_value``, ``curve_stderr`` over (curve, grid columns…, t); attributes name the
