@@ -17,6 +17,10 @@ a scenario (its ``scenario`` key, or a name that starts with the scenario's name
 that colour, dashed. Axes are log or linear per plot (`xscale`, `yscale`; by default the slot
 is on a log axis, a grid column on a linear one, errors on a log axis and counts or fractions
 on a linear one). Names and titles are drawn as written: a ``$`` is a dollar sign, not math.
+
+`figure` returns a plot's matplotlib Figure (or draws a one-panel plot into a given ``ax``)
+without writing anything; `draw_plot` saves that same figure, so a figure drawn in a notebook
+is the file the CLI writes. Importing this module chooses no backend (the CLI chooses Agg).
 """
 
 from __future__ import annotations
