@@ -105,6 +105,31 @@ def connect(scheduler: str) -> Iterator[Any]:
             cluster.close()
 
 
+def _desim_version() -> str:
+    import desim
+
+    return desim.__version__
+
+
+def check_workers(client: Any, scheduler: str) -> None:
+    """Refuse workers that cannot import desim or run another version of it than this process
+    (their runs would be recorded with this process's provenance)."""
+    import desim
+
+    try:
+        versions = client.run(_desim_version)
+    except Exception as exc:
+        raise ConfigError(f"--scheduler {scheduler}: the workers cannot run desim "
+                          f"({type(exc).__name__}: {' '.join(str(exc).split())}); install "
+                          "desim on them") from None
+    other = {w: v for w, v in versions.items() if v != desim.__version__}
+    if other:
+        worker, version = sorted(other.items())[0]
+        raise ConfigError(f"--scheduler {scheduler}: worker {worker} runs desim {version}, this "
+                          f"process desim {desim.__version__}; install the same version on "
+                          f"every worker ({len(other)} of {len(versions)} differ)")
+
+
 def compute_batch(runs: list[Run]) -> list[dict[str, Any]]:
     """On a worker: `compute_run` each run of the batch (nothing is written)."""
     return [compute_run(run) for run in runs]
@@ -138,6 +163,7 @@ def run_on_cluster(todo: list[Run], results_dir: Path, scheduler: str,
     queue, sizer = deque(todo), _Sizer()
     tag = uuid.uuid4().hex[:8]
     with connect(scheduler) as client:
+        check_workers(client, scheduler)
         slots = max(1, sum(client.nthreads().values()))
         batches: dict[Any, list[Run]] = {}
         running = distributed.as_completed()

@@ -125,6 +125,16 @@ def test_killed_worker_loses_nothing(tmp_path, reference, cluster, monkeypatch):
     client.close()
 
 
+def test_workers_of_another_desim_version_are_refused(tmp_path, cluster, monkeypatch):
+    import desim
+
+    monkeypatch.setattr(desim, "__version__", "0.0.0-client")
+    folder = write(tmp_path / "s")
+    with pytest.raises(desim.ConfigError, match="runs desim .*, this process desim 0.0.0"):
+        run_study(load_study(folder), progress=False, scheduler=cluster.scheduler_address)
+    assert not list((folder / "results" / "runs").glob("*.parquet"))  # nothing ran
+
+
 def test_batches_grow_to_about_a_second_of_work():
     sizer = desim_dask._Sizer()
     assert sizer.size(10_000, 4) == 1  # nothing measured yet: one run per task
