@@ -15,11 +15,13 @@ __version__ = "0.1.0"
 
 from desim.kernel.engine import RunOutput, Simulation
 from desim.kernel.params import ConfigError
+from desim.study.export import Results, load
 from desim.study.results import run_study
 from desim.study.scenario import Scenario, run
 from desim.study.spec import load_study
 
 __all__ = [
-    "ConfigError", "RunOutput", "Scenario", "Simulation", "load_study", "run", "run_study",
+    "ConfigError", "Results", "RunOutput", "Scenario", "Simulation", "load", "load_study", "run",
+    "run_study",
     "__version__",
 ]

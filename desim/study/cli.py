@@ -1,11 +1,13 @@
 """The `desim` command: run, plot, validate and list.
 
     desim run STUDY [--quick] [--workers N]   run what is not done yet, write results and figures
+              [--scheduler ADDRESS|local:N]   ... with the runs computed on a dask cluster
     desim plot STUDY [--quick]                redraw figures from results/
     desim validate STUDY [--quick]            check the study file, run nothing
     desim summary STUDY [--target X] [--at T] a metric per scenario and grid point, as a table
     desim verify STUDY [--sample N]           re-run stored runs, report changed trajectories
     desim clean STUDY [--yes]                 remove results of older versions of the study file
+    desim export STUDY --format csv|parquet|netcdf [--out F]   current results for other tools
     desim list                                every registered name and its parameters
     desim --version
 
@@ -90,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     run = study_command("run", "run a study (resuming what is done) and draw its figures")
     run.add_argument("--workers", type=_workers, default=1, metavar="N",
                      help="worker processes (default 1: run in this process)")
+    run.add_argument("--scheduler", metavar="ADDRESS|local:N",
+                     help="run on a dask.distributed cluster: a scheduler's address, or local:N "
+                     "to start N worker processes here (needs `pip install 'desim[dask]'`)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(func=_run)
     study_command("plot", "redraw a study's figures from its results").set_defaults(func=_plot)
@@ -121,6 +126,14 @@ def _parser() -> argparse.ArgumentParser:
         "records set aside)")
     clean.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     clean.set_defaults(func=_clean)
+    export = study_command(
+        "export", "write a study's current results as csv, parquet or netCDF (curves beside)")
+    export.add_argument("--format", required=True, choices=["csv", "parquet", "netcdf"],
+                        help="csv and parquet: tidy tables (curves in <F>.curves.<ext>); "
+                        "netcdf: one xarray Dataset")
+    export.add_argument("--out", type=Path, metavar="F",
+                        help="the file to write (default: beside the results folder)")
+    export.set_defaults(func=_export)
     sub.add_parser("list", help="list protocols, data models, link models and curves",
                    description="list protocols, data models, link models and curves"
                    ).set_defaults(func=_list)
@@ -174,14 +187,29 @@ def _notes(notes: list[str]) -> None:
         print(f"desim: note: {note}", file=sys.stderr)
 
 
+def _files_only() -> None:
+    """Draw into files only (no display needed): the CLI's backend, chosen before pyplot is
+    used; importing desim itself never chooses one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+
 def _run(args: argparse.Namespace) -> int:
+    _files_only()
     from desim.study.plots import draw_figures  # matplotlib is slow to import
     from desim.study.results import run_study
+
+    if args.scheduler is not None:
+        from desim.study.dask import parse_scheduler
+        parse_scheduler(args.scheduler)  # before anything runs
 
     def one(study: Study) -> int:
         check_setups(study)
         try:
-            summary = run_study(study, workers=args.workers, progress=not args.no_progress)
+            on = {} if args.scheduler is None else {"scheduler": args.scheduler}
+            summary = run_study(study, workers=args.workers, progress=not args.no_progress,
+                                **on)
         except KeyboardInterrupt:
             print(f"desim: interrupted; finished runs are kept in "
                   f"{_where(study.results_dir)}; run the same command again to resume",
@@ -195,6 +223,8 @@ def _run(args: argparse.Namespace) -> int:
         has_results = summary.done + summary.skipped or study.curve_jobs
         figures = draw_figures(study) if has_results else []
         workers = f"{args.workers} worker{'s' if args.workers > 1 else ''}"
+        if args.scheduler is not None:
+            workers = f"dask scheduler {args.scheduler}"
         dedup = len(study.runs) - len(study.unique_runs)
         shared = f" ({dedup} shown at other grid points)" if dedup else ""
         print(
@@ -225,6 +255,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
+    _files_only()
     from desim.study.plots import draw_figures
     from desim.study.results import load_results
 
@@ -326,6 +357,19 @@ def _clean(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return _each(args, one)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from desim.study.export import export
+
+    files = find_studies(args.study)
+    if len(files) > 1 and args.out is not None:
+        raise ConfigError(f"--out {args.out}: STUDY is a suite of {len(files)} studies; "
+                          "export them one by one, or leave --out out")
+    for file in files:
+        for path in export(load_study(file, quick=args.quick), args.format, args.out):
+            print(_where(path))
+    return EXIT_OK
 
 
 def _first_line(obj: object) -> str:

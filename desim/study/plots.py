@@ -17,6 +17,10 @@ a scenario (its ``scenario`` key, or a name that starts with the scenario's name
 that colour, dashed. Axes are log or linear per plot (`xscale`, `yscale`; by default the slot
 is on a log axis, a grid column on a linear one, errors on a log axis and counts or fractions
 on a linear one). Names and titles are drawn as written: a ``$`` is a dollar sign, not math.
+
+`figure` returns a plot's matplotlib Figure (or draws a one-panel plot into a given ``ax``)
+without writing anything; `draw_plot` saves that same figure, so a figure drawn in a notebook
+is the file the CLI writes. Importing this module chooses no backend (the CLI chooses Agg).
 """
 
 from __future__ import annotations
@@ -27,18 +31,15 @@ import textwrap
 from pathlib import Path
 
 import matplotlib
+import matplotlib.pyplot as plt  # the backend is the caller's (the CLI chooses Agg)
+import numpy as np
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg")  # files only: never needs a display
-
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from desim.kernel.params import ConfigError  # noqa: E402
-from desim.study.results import Loaded, load_results  # noqa: E402
-from desim.study.spec import LEDGER_PREFIX, GridPoint, PlotSpec, Study  # noqa: E402
-from desim.study.store import atomic_write  # noqa: E402
+from desim.kernel.params import ConfigError
+from desim.study.results import Loaded, load_results
+from desim.study.spec import LEDGER_PREFIX, GridPoint, PlotSpec, Study
+from desim.study.store import atomic_write
 
 #: Resolution of written figures.
 DPI = 150
@@ -124,8 +125,8 @@ def summarise(metrics: pd.DataFrame, metric: str, grid: list[str], log: bool = T
     return stats
 
 
-def _finish(study: Study, spec: PlotSpec, fig, axes, n_panels: int) -> Path:
-    """Title and legend (every label once, even if a panel lacks a line), then save."""
+def _finish(study: Study, spec: PlotSpec, fig, axes, n_panels: int):
+    """Title and legend (every label once, even if a panel lacks a line); the figure."""
     legend: dict[str, object] = {}
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -139,11 +140,17 @@ def _finish(study: Study, spec: PlotSpec, fig, axes, n_panels: int) -> Path:
         fig.suptitle(_text(spec.title))
         if handles:
             fig.legend(handles, labels, loc="outside right upper", fontsize="small")
-    return _save(study, spec, fig)
+    return fig
 
 
-def _panels_figure(nrows: int, ncols: int) -> tuple:
-    """A figure with a grid of panels sharing both axes, in the house style."""
+def _panels_figure(nrows: int, ncols: int, ax=None) -> tuple:
+    """A figure with a grid of panels sharing both axes, in the house style (or the caller's
+    `ax` for a one-panel plot)."""
+    if ax is not None:
+        if nrows * ncols != 1:
+            raise ConfigError(f"ax: this plot has {nrows * ncols} panels (one per grid point); "
+                              "pass ax only for a one-panel plot, or none to get a new figure")
+        return ax.figure, np.array([[ax]])
     with sns.axes_style("whitegrid"):
         return plt.subplots(
             nrows, ncols, figsize=(4.6 * ncols + 2.0, 3.6 * nrows), squeeze=False,
@@ -167,6 +174,35 @@ def draw_plot(
     study: Study, spec: PlotSpec, metrics: pd.DataFrame, curves: pd.DataFrame | None
 ) -> Path:
     """Draw one [[plot]] into the figures folder and return its path."""
+    return _save(study, spec, figure(study, spec, metrics, curves))
+
+
+def figure(study: Study, spec: PlotSpec | str | int, metrics: pd.DataFrame,
+           curves: pd.DataFrame | None, ax=None):
+    """The matplotlib `Figure` of one [[plot]] of `study` (by spec, file name or index), drawn
+    from `metrics` and `curves` exactly as `desim plot` draws its file; into `ax` when given
+    (one-panel plots only). Nothing is written and no backend is chosen."""
+    if not isinstance(spec, PlotSpec):
+        spec = plot_spec(study, spec)
+    with matplotlib.rc_context(RC):
+        return _figure(study, spec, metrics, curves, ax)
+
+
+def plot_spec(study: Study, which: str | int) -> PlotSpec:
+    """The [[plot]] of `study` with file name (or stem) `which`, or at index `which`."""
+    files = [p.file for p in study.plots]
+    if isinstance(which, int) and not isinstance(which, bool) and -len(files) <= which < len(
+            files):
+        return study.plots[which]
+    for p in study.plots:
+        if which in (p.file, Path(p.file).stem):
+            return p
+    raise ConfigError(f"plot {which!r}: not a [[plot]] of {study.file.name}; "
+                      f"plots: {', '.join(files) or 'none'}")
+
+
+def _figure(study: Study, spec: PlotSpec, metrics: pd.DataFrame, curves: pd.DataFrame | None,
+            ax=None):
     available = sorted(metrics["metric"].unique())
     wanted = [("metric = ", spec.metric)] + [("dashed: metric ", m) for m in spec.dashed]
     for what, metric in wanted if spec.scenarios and not metrics.empty else ():
@@ -176,9 +212,9 @@ def draw_plot(
                 f"available: {', '.join(available)}"
             )
     if spec.x.startswith(LEDGER_PREFIX):
-        return _draw_against_privacy(study, spec, metrics)
+        return _draw_against_privacy(study, spec, metrics, ax)
     if spec.x != "t":
-        return _draw_against_column(study, spec, metrics, curves)
+        return _draw_against_column(study, spec, metrics, curves, ax)
     grid = list(study.grid_columns.values())
     log = spec.yscale == "log"
     chosen = metrics[metrics["scenario"].isin(spec.scenarios)]
@@ -187,7 +223,7 @@ def draw_plot(
     points = study.points
     nrows, ncols = _layout(study)
     colour = colours(study, spec)
-    fig, axes = _panels_figure(nrows, ncols)
+    fig, axes = _panels_figure(nrows, ncols, ax)
     for ax, point in zip(axes.flat, points, strict=False):
         here = _at_point(stats, point)
         for name in spec.scenarios:
@@ -240,7 +276,7 @@ def _style_panel(ax, spec: PlotSpec, title: str) -> None:
         ax.set_title(_text(title), fontsize="medium")
 
 
-def _save(study: Study, spec: PlotSpec, fig: plt.Figure) -> Path:
+def _save(study: Study, spec: PlotSpec, fig) -> Path:
     path = study.figures_dir / spec.file
     try:
         atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format=path.suffix[1:]))
@@ -298,8 +334,8 @@ def _panel_title(study: Study, panel: dict) -> str:
 
 
 def _draw_against_column(
-    study: Study, spec: PlotSpec, metrics: pd.DataFrame, curves: pd.DataFrame | None
-) -> Path:
+    study: Study, spec: PlotSpec, metrics: pd.DataFrame, curves: pd.DataFrame | None, ax=None
+):
     """A [[plot]] whose x axis is the grid column `spec.x`, values read at slot `spec.at`."""
     grid = list(study.grid_columns.values())
     log = spec.yscale == "log"
@@ -312,7 +348,7 @@ def _draw_against_column(
     ncols = min(len(panels), PANELS_PER_ROW)
     nrows = math.ceil(len(panels) / ncols)
     colour = colours(study, spec)
-    fig, axes = _panels_figure(nrows, ncols)
+    fig, axes = _panels_figure(nrows, ncols, ax)
     for ax, panel in zip(axes.flat, panels, strict=False):
         for name in spec.scenarios:
             color = colour[("scenario", name)]
@@ -348,7 +384,7 @@ def _draw_against_column(
     return _finish(study, spec, fig, axes, len(panels))
 
 
-def _draw_against_privacy(study: Study, spec: PlotSpec, metrics: pd.DataFrame) -> Path:
+def _draw_against_privacy(study: Study, spec: PlotSpec, metrics: pd.DataFrame, ax=None):
     """A [[plot]] whose x axis is a privacy ledger metric: each scenario's `spec.metric`
     against the ε it has spent, both means over replicates at every checkpoint (a line that
     time walks along), by default on log–log axes; one panel per grid point."""
@@ -361,7 +397,7 @@ def _draw_against_privacy(study: Study, spec: PlotSpec, metrics: pd.DataFrame) -
     both = y.merge(x, on=[*grid, "scenario", "t"], suffixes=("", "_x"))
     nrows, ncols = _layout(study)
     colour = colours(study, spec)
-    fig, axes = _panels_figure(nrows, ncols)
+    fig, axes = _panels_figure(nrows, ncols, ax)
     for ax, point in zip(axes.flat, study.points, strict=False):
         here = _at_point(both, point)
         for name in spec.scenarios:

@@ -177,27 +177,54 @@ def execute_run(run: Run, results_dir: Path, head: dict[str, Any] | None = None
     the simulation are caught and returned as a failed status so that one bad run never stops
     the others; KeyboardInterrupt is not caught.
     """
+    return store_run(run, results_dir, compute_run(run), head)
+
+
+def compute_run(run: Run) -> dict[str, Any]:
+    """Simulate `run` without writing anything: ``{"status": "computed", "metrics", "agents",
+    "notes", "wall_seconds"}``, or the failed status fields (see `execute_run`). What a
+    remote worker returns to the one process that writes (`store_run`)."""
     start = time.perf_counter()
     try:
         metrics, agents, notes = simulate(run)
-        wall = round(time.perf_counter() - start, 3)
+    except Exception:  # recorded in the manifest; the study goes on
+        return _failed(start)
+    return {"status": "computed", "metrics": metrics, "agents": agents, "notes": notes,
+            "wall_seconds": round(time.perf_counter() - start, 3)}
+
+
+def _failed(start: float) -> dict[str, Any]:
+    exc = sys.exc_info()[1]
+    return {
+        "status": FAILED,
+        "wall_seconds": round(time.perf_counter() - start, 3),
+        "error": f"{type(exc).__name__}: {' '.join(str(exc).split())}",
+        "traceback": _short_traceback(),
+    }
+
+
+def store_run(run: Run, results_dir: Path, computed: dict[str, Any],
+              head: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write the record(s) and sidecar of a run `compute_run` computed; return its status
+    fields (a failed computation is returned as it is)."""
+    if computed["status"] != "computed":
+        return computed
+    start = time.perf_counter()
+    try:
         side_head = {
             "run_id": run.run_id, "scenario": run.scenario.name,
             "replicate": run.scenario.replicate, "grid": run.columns, "spawn": run.spawn,
-            "provenance": {**(head or provenance()), "wall_seconds": wall, "finished": now()},
-            "warnings": notes,
+            "provenance": {**(head or provenance()), "wall_seconds": computed["wall_seconds"],
+                           "finished": now()},
+            "warnings": computed["notes"],
         }
+        agents = computed["agents"]
         side = write_record(
-            results_dir, run.config_hash, _with_keys(metrics, run, run.columns),
+            results_dir, run.config_hash, _with_keys(computed["metrics"], run, run.columns),
             None if agents is None else _with_keys(agents, run, run.columns), side_head,
         )
-    except Exception as exc:  # recorded in the manifest; the study goes on
-        return {
-            "status": FAILED,
-            "wall_seconds": round(time.perf_counter() - start, 3),
-            "error": f"{type(exc).__name__}: {' '.join(str(exc).split())}",
-            "traceback": _short_traceback(),
-        }
+    except Exception:  # recorded in the manifest; the study goes on
+        return _failed(start)
     return {"status": DONE, "sidecar": side}
 
 
@@ -625,7 +652,8 @@ class _Manifest:
 # running
 
 
-def run_study(study: Study, workers: int = 1, progress: bool = True) -> Summary:
+def run_study(study: Study, workers: int = 1, progress: bool = True,
+              scheduler: str | None = None) -> Summary:
     """Run every run of `study` not already done, write results, and summarise.
 
     `workers` = 1 runs in this process; more use a process pool. Runs are written as they
@@ -633,12 +661,18 @@ def run_study(study: Study, workers: int = 1, progress: bool = True) -> Summary:
     KeyboardInterrupt, finished runs stay, the manifest and metrics.parquet are brought up to
     date, and the interrupt propagates. Raises `StudyLocked` (a `ConfigError`) at once when
     another process is writing into the same results folder.
+
+    `scheduler` (an address, or ``local:N``) runs on a dask.distributed cluster instead
+    (`desim.study.dask`): workers compute, this process writes.
     """
+    if scheduler is not None:
+        from desim.study.dask import parse_scheduler
+        parse_scheduler(scheduler)  # a bad address or no dask: one line, before writing
     if isinstance(workers, bool) or not isinstance(workers, int | np.integer) or workers < 1:
         raise ConfigError(f"workers = {workers!r}: must be an integer ≥ 1")
     check_outputs(study)
     with StudyLock(study.results_dir):
-        return _run_locked(study, int(workers), progress)
+        return _run_locked(study, int(workers), progress, scheduler)
 
 
 def _current_records(study: Study) -> tuple[dict[str, dict[str, Any]], list[str], int]:
@@ -655,7 +689,8 @@ def _current_records(study: Study) -> tuple[dict[str, dict[str, Any]], list[str]
     return sidecars, damaged, state.stale
 
 
-def _run_locked(study: Study, workers: int, progress: bool) -> Summary:
+def _run_locked(study: Study, workers: int, progress: bool, scheduler: str | None = None
+                ) -> Summary:
     results_dir = study.results_dir
     (results_dir / RUNS_DIR).mkdir(parents=True, exist_ok=True)
     clean_temporaries(results_dir / RUNS_DIR)
@@ -696,8 +731,13 @@ def _run_locked(study: Study, workers: int, progress: bool) -> Summary:
         bar.update(1)
         manifest.write()
 
+    if scheduler is not None:
+        manifest.invocation["scheduler"] = scheduler
     try:
-        if workers == 1 or len(todo) <= 1:
+        if scheduler is not None and todo:
+            from desim.study.dask import run_on_cluster
+            run_on_cluster(todo, results_dir, scheduler, finish, head)
+        elif workers == 1 or len(todo) <= 1:
             for run in todo:
                 finish(run, execute_run(run, results_dir, head))
         else:

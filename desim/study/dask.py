@@ -1,0 +1,197 @@
+"""Running a study's runs on a dask.distributed cluster (``desim run STUDY --scheduler ...``).
+
+Workers compute; only this process (the client) writes. A task simulates a batch of runs with
+`compute_run` and returns their metrics; the client writes each run's record and sidecar with
+`store_run` — the same code the local pool runs — under the study's lock, so resume, atomic
+records and the manifest work exactly as with ``--workers``. A worker that dies loses only the
+batch it was computing: the scheduler gives that task to another worker (tasks write nothing,
+so computing one twice is harmless), and a task that fails `RETRIES` more times is recorded as
+failed runs that the next ``desim run`` tries again.
+
+Batches: the first tasks hold one run each; from the wall times they report, later tasks hold
+about `TASK_SECONDS` of work (at most `MAX_BATCH` runs, and never so many that the last tasks
+leave workers idle), so a study of 10⁴ short runs sends hundreds of tasks, not 10⁴, while
+runs of a second or more go one per task. At most two tasks per worker thread are in flight,
+so the client never holds more than a few batches of unwritten results.
+
+``--scheduler local:N`` starts a `LocalCluster` of N worker processes (one thread each) on
+this machine; any other value is the address of a running scheduler (``tcp://host:8786``).
+dask is an optional dependency: ``pip install 'desim[dask]'``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from desim.kernel.params import ConfigError
+from desim.study.results import FAILED, compute_run, store_run
+from desim.study.spec import Run
+
+LOCAL = "local:"
+#: Work per task the batches aim at (seconds of simulation).
+TASK_SECONDS = 1.0
+#: Most runs in one task.
+MAX_BATCH = 200
+#: Tasks in flight per worker thread.
+IN_FLIGHT = 2
+#: Extra attempts of a task that raised (a worker lost while running it is not an attempt).
+RETRIES = 2
+#: Seconds to wait for a scheduler to answer, and for its first worker.
+CONNECT_TIMEOUT = 30
+
+
+def _distributed():
+    try:
+        import distributed
+    except ImportError:
+        raise ConfigError("--scheduler: dask.distributed is not installed; install it with "
+                          "`pip install 'desim[dask]'`") from None
+    return distributed
+
+
+def parse_scheduler(text: str) -> tuple[str, int | None]:
+    """(address, None) for a scheduler address, ("local", N) for ``local:N``; a `ConfigError`
+    for anything else or when dask.distributed is not installed."""
+    if not isinstance(text, str) or not text.strip() or any(c.isspace() for c in text):
+        raise ConfigError(f"--scheduler {text!r}: must be a scheduler address "
+                          "(tcp://host:8786) or local:N")
+    n = None
+    if text.startswith(LOCAL):
+        try:
+            n = int(text[len(LOCAL):])
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ConfigError(f"--scheduler {text!r}: local:N needs a number of workers N ≥ 1")
+    _distributed()
+    return ("local", n) if n is not None else (text, None)
+
+
+@contextmanager
+def connect(scheduler: str) -> Iterator[Any]:
+    """A `distributed.Client` of `scheduler` (starting and closing a LocalCluster for
+    ``local:N``) that has at least one worker."""
+    distributed = _distributed()
+    address, n = parse_scheduler(scheduler)
+    cluster = None
+    if n is not None:
+        cluster = distributed.LocalCluster(
+            n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+            silence_logs=logging.ERROR)
+        client = distributed.Client(cluster)
+    else:
+        try:
+            client = distributed.Client(address, timeout=CONNECT_TIMEOUT)
+        except (OSError, TimeoutError) as exc:
+            raise ConfigError(f"--scheduler {address}: no scheduler answers there "
+                              f"({' '.join(str(exc).split())})") from None
+    try:
+        try:
+            client.wait_for_workers(1, timeout=CONNECT_TIMEOUT)
+        except TimeoutError:
+            raise ConfigError(f"--scheduler {scheduler}: the scheduler has no worker "
+                              f"(waited {CONNECT_TIMEOUT} s)") from None
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _desim_version() -> str:
+    import desim
+
+    return desim.__version__
+
+
+def check_workers(client: Any, scheduler: str) -> None:
+    """Refuse workers that cannot import desim or run another version of it than this process
+    (their runs would be recorded with this process's provenance)."""
+    import desim
+
+    try:
+        versions = client.run(_desim_version)
+    except Exception as exc:
+        raise ConfigError(f"--scheduler {scheduler}: the workers cannot run desim "
+                          f"({type(exc).__name__}: {' '.join(str(exc).split())}); install "
+                          "desim on them") from None
+    other = {w: v for w, v in versions.items() if v != desim.__version__}
+    if other:
+        worker, version = sorted(other.items())[0]
+        raise ConfigError(f"--scheduler {scheduler}: worker {worker} runs desim {version}, this "
+                          f"process desim {desim.__version__}; install the same version on "
+                          f"every worker ({len(other)} of {len(versions)} differ)")
+
+
+def compute_batch(runs: list[Run]) -> list[dict[str, Any]]:
+    """On a worker: `compute_run` each run of the batch (nothing is written)."""
+    return [compute_run(run) for run in runs]
+
+
+class _Sizer:
+    """Runs per task: 1 until wall times are known, then about `TASK_SECONDS` of work."""
+
+    def __init__(self) -> None:
+        self.seconds, self.count = 0.0, 0
+
+    def learn(self, out: dict[str, Any]) -> None:
+        if out.get("status") == "computed":
+            self.seconds += float(out["wall_seconds"])
+            self.count += 1
+
+    def size(self, left: int, slots: int) -> int:
+        if not self.count:
+            return 1
+        per_run = max(self.seconds / self.count, 1e-4)
+        fair = math.ceil(left / (IN_FLIGHT * slots))  # the tail still spreads over workers
+        return max(1, min(round(TASK_SECONDS / per_run), MAX_BATCH, fair))
+
+
+def run_on_cluster(todo: list[Run], results_dir: Path, scheduler: str,
+                   finish: Callable[[Run, dict[str, Any]], None], head: dict[str, Any]
+                   ) -> None:
+    """Compute `todo` on the cluster of `scheduler` and call `finish(run, record)` as each
+    run's record is written (in this process)."""
+    distributed = _distributed()
+    queue, sizer = deque(todo), _Sizer()
+    tag = uuid.uuid4().hex[:8]
+    with connect(scheduler) as client:
+        check_workers(client, scheduler)
+        slots = max(1, sum(client.nthreads().values()))
+        batches: dict[Any, list[Run]] = {}
+        running = distributed.as_completed()
+
+        def submit() -> None:
+            n = min(sizer.size(len(queue), slots), len(queue))
+            batch = [queue.popleft() for _ in range(n)]
+            future = client.submit(compute_batch, batch, pure=False, retries=RETRIES,
+                                   key=f"desim-{tag}-{batch[0].config_hash[:12]}-{n}")
+            batches[future] = batch
+            running.add(future)
+
+        try:
+            while queue and len(batches) < IN_FLIGHT * slots:
+                submit()
+            for future in running:
+                batch = batches.pop(future)
+                try:
+                    outs = future.result()
+                except Exception as exc:  # e.g. KilledWorker: lost too often
+                    error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+                    outs = [{"status": FAILED, "wall_seconds": None, "error": error}] * len(
+                        batch)
+                for run, out in zip(batch, outs, strict=True):
+                    sizer.learn(out)
+                    finish(run, store_run(run, results_dir, out, head))
+                while queue and len(batches) < IN_FLIGHT * slots:
+                    submit()
+        finally:  # on Ctrl-C: drop what is not written; a resume computes it again
+            for future in batches:
+                future.cancel()
