@@ -515,12 +515,14 @@ class CombinationSums:
             self.dirty[a[~ok]] = True
         self.terms += np.bincount(a, weights=(new_den != 0).astype(float) - (old_den != 0),
                                   minlength=len(self.terms)).astype(np.int64)
-        delta = np.stack([new_num - old_num, new_den - old_den])
-        if len(a) > 1 and _has_repeats(a):  # one agent at a time, in order
-            for i in range(len(a)):
-                self._add(a[i : i + 1], delta[:, i : i + 1])
-        else:
-            self._add(a, delta)
+        # the old terms leave and the new ones enter as separate compensated additions: their
+        # difference, formed in plain floating point, would lose the ulps of a large term
+        for x in (-np.stack([old_num, old_den]), np.stack([new_num, new_den])):
+            if len(a) > 1 and _has_repeats(a):  # one agent at a time, in order
+                for i in range(len(a)):
+                    self._add(a[i : i + 1], x[:, i : i + 1])
+            else:
+                self._add(a, x)
 
     def _add(self, a: np.ndarray, x: np.ndarray) -> None:
         """Add x (2 × len(a)) to the sums of distinct agents a (Neumaier's step)."""

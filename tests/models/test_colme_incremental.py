@@ -5,7 +5,7 @@ and under losses and latencies; the full path (small populations) is unchanged."
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from desim.kernel.engine import Simulation
@@ -56,6 +56,10 @@ def run(params: dict, m: int, t_max: int, links, seed: int) -> Checked:
     return proto
 
 
+# a large 1/Var term replaced by a small one: its difference, formed in plain floating point,
+# once lost ulps of the large term (1.4e-12 relative); old and new terms now enter separately
+@example(seed=0, mechanism="pm1", weights="last", variance="sch-var-2", schedule="rr",
+         lossy=True, noise="none")
 @given(seed=st.integers(0, 10**6), mechanism=st.sampled_from(["pm1", "pm2"]),
        weights=st.sampled_from(["last", "mom", "wmom"]),
        variance=st.sampled_from(["known", "sch-var-1", "sch-var-2", "sch-var-2-bayes"]),
