@@ -178,8 +178,8 @@ class RenewalBound(BoundAvailability):
     DENSE = 1 << 21
     #: Sojourns drawn at once per entity and kept ahead, and the most entities that get the
     #: look-ahead (AHEAD·BUFFERED floats: 32 MiB).
-    AHEAD = 32
-    BUFFERED = 1 << 17
+    AHEAD = 64
+    BUFFERED = 1 << 16
 
     def __init__(
         self, up_law: Distribution, down_law: Distribution, n_entities: int, key: np.uint64,
@@ -273,8 +273,10 @@ class RenewalBound(BoundAvailability):
             return
         if len(self._base):  # (repeated rows read the same sojourns: no need to dedupe)
             behind = self._read_ahead(time, behind)
-        if behind.size:
-            behind = np.unique(behind)
+        if not behind.size:
+            return
+        behind = np.unique(behind)
+        drawn = behind
         while behind.size:  # a block of sojourn steps for every entity still behind
             steps = self._block(time - self._end[behind].min(), len(behind))
             if len(self._base):
@@ -297,6 +299,27 @@ class RenewalBound(BoundAvailability):
             if len(self._base):
                 self._keep_ahead(behind, k[:, 0], ends[:, 1:], last)
             behind = behind[ends[at, last + 1] <= time]
+        if len(self._base):
+            # this call draws anyway: top up the other asked entities past half their look-ahead,
+            # so that few later calls need to (one numpy pass here instead of one per call)
+            rows = np.setdiff1d(rows, drawn)
+            left = self._base[rows] + self.AHEAD - 1 - self._k[rows]
+            self._refill(rows[(self._base[rows] < 0) | (left < self.AHEAD // 2)])
+
+    def _refill(self, rows: np.ndarray) -> None:
+        """Draw the next AHEAD − 1 sojourns of each entity of `rows` (unique, not behind) and
+        keep them with the current one's end."""
+        if not rows.size or (1 << 22) // len(rows) < self.AHEAD:
+            return
+        j = np.arange(1, self.AHEAD)
+        k = self._k[rows, None] + j
+        state = self._state[rows, None] ^ (j % 2 == 1)
+        ids = np.repeat(self._entity(rows), self.AHEAD - 1)
+        length = self._length(ids, k.ravel(), state.ravel()).reshape(k.shape)
+        self._ahead[rows] = np.add.accumulate(
+            np.concatenate([self._end[rows, None], length], axis=1), axis=1
+        )
+        self._base[rows] = self._k[rows]
 
     def _keep_ahead(
         self, rows: np.ndarray, first: np.ndarray, ends: np.ndarray, last: np.ndarray
