@@ -353,7 +353,7 @@ class RenewalBound(BoundAvailability):
         k = base + at
         self._state[rows] ^= ((k - self._k[rows]) & 1).astype(bool)
         self._k[rows] = k
-        self._start[rows] = np.where(at > 0, ahead[i, at - 1], self._start[rows])
+        self._start[rows] = ahead[i, at - 1]  # at ≥ 1: the entity's own end was ≤ time
         self._end[rows] = ahead[i, at]
         still = rows[passed >= self.AHEAD]
         return still if other is None else np.concatenate([other, still])
