@@ -13,12 +13,32 @@ The package is cut in layers that import one way only:
 
 __version__ = "0.1.0"
 
-from desim.kernel.engine import RunOutput, Simulation
+from typing import Any
+
 from desim.kernel.params import ConfigError
-from desim.study.export import Results, load
-from desim.study.results import run_study
-from desim.study.scenario import Scenario, run
-from desim.study.spec import load_study
+
+#: Public names imported on first use (module-level __getattr__): the study layer and the
+#: engine load pandas, pyarrow and the plug-ins, which `import desim` alone should not pay.
+_LAZY = {
+    "RunOutput": "desim.kernel.engine", "Simulation": "desim.kernel.engine",
+    "run_study": "desim.study.results", "Scenario": "desim.study.scenario",
+    "run": "desim.study.scenario", "load_study": "desim.study.spec",
+    "load": "desim.study.export", "Results": "desim.study.export",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # later look-ups skip __getattr__
+        return value
+    raise AttributeError(f"module 'desim' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 __all__ = [
     "ConfigError", "Results", "RunOutput", "Scenario", "Simulation", "load", "load_study", "run",

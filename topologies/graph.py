@@ -11,10 +11,12 @@ single gather. Connected components of G and the class-restricted components C̃
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.sparse.csgraph import connected_components
+
+if TYPE_CHECKING:  # scipy.sparse is imported where used: it costs ~0.3 s at import
+    import scipy.sparse as sp
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -104,6 +106,8 @@ class Graph:
 
     def adjacency(self, keep: np.ndarray | None = None) -> sp.csr_array:
         """The 0/1 adjacency matrix as a scipy CSR array (only the edges in mask `keep`)."""
+        import scipy.sparse as sp
+
         if keep is None:
             data = np.ones(self.n_directed)
             return sp.csr_array((data, self.indices, self.indptr), shape=(self.n, self.n))
@@ -117,6 +121,8 @@ class Graph:
     @cached_property
     def components(self) -> np.ndarray:
         """Label in 0, …, K−1 of the connected component of G holding each agent."""
+        from scipy.sparse.csgraph import connected_components
+
         _, labels = connected_components(self.adjacency(), directed=False)
         return _frozen(labels.astype(np.int64))
 
@@ -129,6 +135,8 @@ class Graph:
         """Label of C̃_a for every agent a: components of G without links between classes."""
         classes = np.asarray(classes)
         same = classes[self.src] == classes[self.dst]
+        from scipy.sparse.csgraph import connected_components
+
         _, labels = connected_components(self.adjacency(same), directed=False)
         return labels.astype(np.int64)
 

@@ -28,6 +28,7 @@ stream in the same order either way, so windows reproduce one-message-per-instan
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -204,8 +205,8 @@ class Network:
         """`ask(t, part)` for the messages sent (or delivered) at `times` (ascending): once for
         all when they share one time, or one slot and the links answer per slot; else once per
         run of equal times, in order (so draws come in the order single instants make them)."""
-        first = float(times[0])
-        if first == times[-1] or (self._per_slot and np.floor(first) == np.floor(times[-1])):
+        first, last = float(times[0]), float(times[-1])
+        if first == last or (self._per_slot and math.floor(first) == math.floor(last)):
             return ask(first, slice(None))
         cuts = [0, *(np.flatnonzero(times[1:] != times[:-1]) + 1).tolist(), len(times)]
         parts = [np.broadcast_to(ask(float(times[a]), slice(a, b)), (b - a,))
@@ -221,7 +222,9 @@ class Network:
         up = self._by_time(times, lambda t, s: self.links.available(
             self._rng_links, t, src[s], dst[s]))
         if up is not True:
-            up = np.broadcast_to(np.asarray(up, dtype=bool), (n,))
+            up = np.asarray(up, dtype=bool)
+            if up.ndim == 0:
+                up = np.full(n, bool(up))
             if not up.all():
                 self.dropped[code] += n - int(up.sum())
                 src, dst, payload, times = src[up], dst[up], payload[up], times[up]
@@ -231,7 +234,7 @@ class Network:
         width = payload.shape[1]
         delay = self._by_time(times, lambda t, s: self.links.latency(
             self._rng_latency, t, src[s], dst[s], width))
-        due = times + np.broadcast_to(np.asarray(delay, dtype=float), (n,))
+        due = times + np.asarray(delay, dtype=float)  # (a scalar delay broadcasts)
         batch = Batch(src, dst, self._codes(code, n), payload, times, self.kinds, code)
         if n > 1:  # queued sorted by due time (stable: send order among equal times)
             order = np.argsort(due, kind="stable")
@@ -295,9 +298,12 @@ class Network:
         for due, batch in self._queue:  # each part is sorted: what is due is a prefix
             k = int(np.searchsorted(due, horizon, side="left") if horizon > now
                     else np.searchsorted(due, now, side="right"))
-            if k:
+            if k == len(due):  # all of it (no copies of whole parts)
+                taken.append((due, batch))
+            elif k == 0:
+                rest.append((due, batch))
+            else:
                 taken.append((due[:k], batch.select(slice(0, k))))
-            if k < len(due):
                 rest.append((due[k:], batch.select(slice(k, None))))
         self._queue = rest
         if not taken:

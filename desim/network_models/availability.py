@@ -176,6 +176,10 @@ class RenewalBound(BoundAvailability):
     #: Up to this many entities the per-entity arrays are dense (indexed by entity; zeroed
     #: memory is only committed where touched); beyond, they hold the entities seen so far.
     DENSE = 1 << 21
+    #: Sojourns drawn at once per entity and kept ahead, and the most entities that get the
+    #: look-ahead (AHEAD·BUFFERED floats: 32 MiB).
+    AHEAD = 64
+    BUFFERED = 1 << 16
 
     def __init__(
         self, up_law: Distribution, down_law: Distribution, n_entities: int, key: np.uint64,
@@ -197,6 +201,14 @@ class RenewalBound(BoundAvailability):
         self._state = np.zeros(size, dtype=bool)
         self._start = np.zeros(size)
         self._end = np.zeros(size)
+        # look-ahead (dense and small enough only): the ends of AHEAD consecutive sojourns of
+        # each entity, the last block drawn for it, from sojourn `_base` on (−1: none). An entity
+        # that moves on reads its next sojourns here instead of drawing them again; they are
+        # the floats a fresh draw would give (same counters, same sequential sums).
+        buffered = 0 < size <= self.BUFFERED
+        self._ahead = np.full((size if buffered else 0, self.AHEAD), np.inf)
+        self._base = np.full(size if buffered else 0, -1, dtype=np.int64)
+        self._latest = -math.inf  # the latest time asked: no sojourn starts after it
 
     def _entity(self, rows: np.ndarray) -> np.ndarray:
         return rows if self._ids is None else self._ids[rows]
@@ -245,22 +257,35 @@ class RenewalBound(BoundAvailability):
 
     def _advance(self, time: float, rows: np.ndarray) -> None:
         """Move every entity of `rows` to the sojourn that contains `time`."""
-        back = rows[self._start[rows] > time]
-        if back.size:  # asked about the past: replay from time 0
-            back = np.unique(back)
-            state, end = self._first(self._entity(back))
-            self._k[back], self._state[back] = 0, state
-            self._start[back], self._end[back] = 0.0, end
+        if time < self._latest:  # a sojourn may start after `time`: check
+            back = rows[self._start[rows] > time]
+            if back.size:  # asked about the past: replay from time 0
+                back = np.unique(back)
+                state, end = self._first(self._entity(back))
+                self._k[back], self._state[back] = 0, state
+                self._start[back], self._end[back] = 0.0, end
+                if len(self._base):
+                    self._base[back] = -1
+        else:
+            self._latest = time
         behind = rows[self._end[rows] <= time]
-        if behind.size:
-            behind = np.unique(behind)
+        if not behind.size:
+            return
+        if len(self._base):  # (repeated rows read the same sojourns: no need to dedupe)
+            behind = self._read_ahead(time, behind)
+        if not behind.size:
+            return
+        behind = np.unique(behind)
+        drawn = behind
         while behind.size:  # a block of sojourn steps for every entity still behind
             steps = self._block(time - self._end[behind].min(), len(behind))
+            if len(self._base):
+                steps = max(steps, min(self.AHEAD, (1 << 22) // len(behind)))
             j = np.arange(1, steps + 1)
             k = self._k[behind, None] + j  # the next `steps` sojourns of each entity
             state = self._state[behind, None] ^ (j % 2 == 1)  # states alternate
-            ids = np.broadcast_to(self._entity(behind)[:, None], k.shape)
-            length = self._length(ids.ravel(), k.ravel(), state.ravel()).reshape(k.shape)
+            ids = np.repeat(self._entity(behind), steps)
+            length = self._length(ids, k.ravel(), state.ravel()).reshape(k.shape)
             # ends by sequential accumulation from the stored end, so that they are the same
             # floats whatever blocks an entity was advanced in
             ends = np.add.accumulate(
@@ -271,7 +296,67 @@ class RenewalBound(BoundAvailability):
             at = np.arange(len(behind))
             self._k[behind], self._state[behind] = k[at, last], state[at, last]
             self._start[behind], self._end[behind] = ends[at, last], ends[at, last + 1]
+            if len(self._base):
+                self._keep_ahead(behind, k[:, 0], ends[:, 1:], last)
             behind = behind[ends[at, last + 1] <= time]
+        if len(self._base):
+            # this call draws anyway: top up the other asked entities past half their look-ahead,
+            # so that few later calls need to (one numpy pass here instead of one per call)
+            rows = np.setdiff1d(rows, drawn)
+            left = self._base[rows] + self.AHEAD - 1 - self._k[rows]
+            self._refill(rows[(self._base[rows] < 0) | (left < self.AHEAD // 2)])
+
+    def _refill(self, rows: np.ndarray) -> None:
+        """Draw the next AHEAD − 1 sojourns of each entity of `rows` (unique, not behind) and
+        keep them with the current one's end."""
+        if not rows.size or (1 << 22) // len(rows) < self.AHEAD:
+            return
+        j = np.arange(1, self.AHEAD)
+        k = self._k[rows, None] + j
+        state = self._state[rows, None] ^ (j % 2 == 1)
+        ids = np.repeat(self._entity(rows), self.AHEAD - 1)
+        length = self._length(ids, k.ravel(), state.ravel()).reshape(k.shape)
+        self._ahead[rows] = np.add.accumulate(
+            np.concatenate([self._end[rows, None], length], axis=1), axis=1
+        )
+        self._base[rows] = self._k[rows]
+
+    def _keep_ahead(
+        self, rows: np.ndarray, first: np.ndarray, ends: np.ndarray, last: np.ndarray
+    ) -> None:
+        """Keep AHEAD of the sojourn ends just drawn (`ends[:, j]` ends sojourn first + j),
+        from the current one (column `last`) on where the block has that many."""
+        width = self.AHEAD
+        if ends.shape[1] < width:
+            self._base[rows] = -1
+            return
+        start = np.minimum(last, ends.shape[1] - width)
+        cols = start[:, None] + np.arange(width)
+        self._ahead[rows] = np.take_along_axis(ends, cols, axis=1)
+        self._base[rows] = first + start
+
+    def _read_ahead(self, time: float, rows: np.ndarray) -> np.ndarray:
+        """Move the entities of `rows` on through their kept sojourns; the rows still behind
+        `time` after the last kept one (or with none kept) are returned."""
+        base = self._base[rows]
+        kept = base >= 0
+        if not kept.any():
+            return rows
+        if not kept.all():
+            rows, base, other = rows[kept], base[kept], rows[~kept]
+        else:
+            other = None
+        ahead = self._ahead[rows]
+        passed = (ahead <= time).sum(axis=1)  # ends ascend: sojourn base + passed contains time
+        at = np.minimum(passed, self.AHEAD - 1)
+        i = np.arange(len(rows))
+        k = base + at
+        self._state[rows] ^= ((k - self._k[rows]) & 1).astype(bool)
+        self._k[rows] = k
+        self._start[rows] = ahead[i, at - 1]  # at ≥ 1: the entity's own end was ≤ time
+        self._end[rows] = ahead[i, at]
+        still = rows[passed >= self.AHEAD]
+        return still if other is None else np.concatenate([other, still])
 
     def _block(self, gap: float, n_behind: int) -> int:
         """How many sojourn steps to draw at once: enough to cover `gap` on average (two per

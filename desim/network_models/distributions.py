@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import special
 
 from desim.kernel.params import ConfigError, build, param
 from desim.kernel.registry import DISTRIBUTIONS
@@ -141,11 +140,15 @@ class Lognormal(Distribution):
             return (x >= self.mean).astype(np.float64)
         with np.errstate(divide="ignore"):
             z = (np.log(np.maximum(x, 0.0)) - self.mu) / self.sigma
+        from scipy import special  # imported here: scipy.special costs ~0.2 s at import
+
         return special.ndtr(z)
 
     def ppf(self, u: np.ndarray) -> np.ndarray:
         if self.mean == 0:
             return np.zeros_like(_array(u))
+        from scipy import special
+
         return np.exp(self.mu + self.sigma * special.ndtri(_array(u)))
 
 

@@ -34,11 +34,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import dp_accounting
 import numpy as np
-from dp_accounting.pld import pld_privacy_accountant
 
 from desim.models.privacy.calibration import (
     mechanism_budget,
@@ -46,6 +44,19 @@ from desim.models.privacy.calibration import (
     pm2_levels,
     variance_sigma2,
 )
+
+if TYPE_CHECKING:
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
+
+def _dp() -> Any:
+    """dp_accounting, imported on first use: it loads scipy.signal and friends (about a second),
+    which a run that never accounts privacy should not pay."""
+    import dp_accounting
+    import dp_accounting.pld.pld_privacy_accountant  # noqa: F401  (_accountant)
+
+    return dp_accounting
 
 Calibration = Literal["paper", "tight"]
 CALIBRATIONS: tuple[str, ...] = ("paper", "tight")
@@ -74,14 +85,14 @@ def _check_noise(noise: str) -> None:
 def _event(noise: str, multiplier: float, count: int) -> dp_accounting.DpEvent:
     """The dp-accounting event of `count` releases of one sample with noise multiplier m."""
     if noise == "gaussian":
-        one: dp_accounting.DpEvent = dp_accounting.GaussianDpEvent(multiplier)
+        one: dp_accounting.DpEvent = _dp().GaussianDpEvent(multiplier)
     else:
-        one = dp_accounting.LaplaceDpEvent(multiplier)
-    return one if count == 1 else dp_accounting.SelfComposedDpEvent(one, int(count))
+        one = _dp().LaplaceDpEvent(multiplier)
+    return one if count == 1 else _dp().SelfComposedDpEvent(one, int(count))
 
 
 def _accountant(interval: float = PLD_INTERVAL) -> pld_privacy_accountant.PLDAccountant:
-    return pld_privacy_accountant.PLDAccountant(value_discretization_interval=interval)
+    return _dp().pld.pld_privacy_accountant.PLDAccountant(value_discretization_interval=interval)
 
 
 def pld_epsilon(
@@ -117,7 +128,7 @@ def tight_multiplier(noise: str, epsilon: float, delta: float, count: int = 1) -
     # the accountant's pessimistic grid needs a hair more than; basic composition for Laplace),
     # halved until it is not
     if noise == "gaussian":
-        exact = float(dp_accounting.get_sigma_gaussian(epsilon, delta)) * math.sqrt(count)
+        exact = float(_dp().get_sigma_gaussian(epsilon, delta)) * math.sqrt(count)
         if epsilon > PLD_MAX_EPSILON:  # the PLD grid would be huge; the closed form is exact
             return exact
         hi = 1.01 * exact
@@ -126,12 +137,12 @@ def tight_multiplier(noise: str, epsilon: float, delta: float, count: int = 1) -
     lo = hi / 2.0
     while pld_epsilon(noise, lo, count, delta) <= epsilon:
         hi, lo = lo, lo / 2.0
-    m = dp_accounting.calibrate_dp_mechanism(
+    m = _dp().calibrate_dp_mechanism(
         _accountant,
         lambda x: _event(noise, x, count),
         epsilon,
         delta,
-        dp_accounting.ExplicitBracketInterval(lo, hi),
+        _dp().ExplicitBracketInterval(lo, hi),
         tol=hi * REL_TOL,
     )
     m = float(m)
@@ -221,7 +232,7 @@ def epsilon_spent(noise: str, multiplier: float, count: int, delta: float) -> fl
     if multiplier == 0:
         return math.inf
     if noise == "gaussian":
-        return float(dp_accounting.get_epsilon_gaussian(multiplier / math.sqrt(count), delta))
+        return float(_dp().get_epsilon_gaussian(multiplier / math.sqrt(count), delta))
     # a grid growing like √k keeps the cost of long compositions down; measured against a
     # 5× finer grid, ε stays within a relative 10⁻³ (k = 1…1600, m = 1 and 14.6)
     interval = min(1e-3, PLD_INTERVAL * max(1.0, math.sqrt(count)))

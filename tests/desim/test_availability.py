@@ -146,6 +146,36 @@ def test_sparse_storage_and_catch_up_blocks_give_the_same_floats(monkeypatch):
     assert np.array_equal(sparse.up(3.0, entity[::-1]), dense.up(3.0, entity[::-1]))
 
 
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), churn=st.booleans(), data=st.data())
+def test_look_ahead_gives_the_floats_of_fresh_draws(seed, churn, data):
+    """Sojourns kept ahead (RenewalBound.AHEAD) are read instead of drawn again: every state,
+    start, end and sojourn index equals that of a model without look-ahead, for any order of
+    questions (forwards, gaps of many cycles, back in time)."""
+    model = (
+        availability({"model": "churn", "session": {"model": "exponential", "mean": 2.0},
+                      "offline": {"model": "lognormal", "mean": 1.0, "cv": 2.0}}, "x")
+        if churn else Markov(mean_up=3.0, mean_down=2.0)
+    )
+    ahead = model.bind(20, "link", _rng(seed))
+    assert len(ahead._base)  # the look-ahead is on
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RenewalBound, "BUFFERED", 0)
+        plain = model.bind(20, "link", _rng(seed))
+    assert not len(plain._base)
+    entity = np.arange(0, 400, 5)
+    steps = data.draw(st.lists(st.tuples(st.floats(0, 400), st.integers(1, len(entity))),
+                               min_size=1, max_size=30))
+    for t, n in sorted(steps)[: len(steps) - 2] + steps[-2:]:  # mostly forwards, then anywhere
+        pick = data.draw(st.permutations(range(len(entity))))[:n]
+        assert np.array_equal(ahead.up(t, entity[pick]), plain.up(t, entity[pick]))
+        e = entity[pick]
+        assert np.array_equal(ahead.next_switch(t, e), plain.next_switch(t, e))
+    seen = np.flatnonzero(plain._seen)
+    for name in ("_k", "_state", "_start", "_end"):
+        assert np.array_equal(getattr(ahead, name)[seen], getattr(plain, name)[seen]), name
+
+
 def test_different_seeds_differ_and_the_same_seed_repeats():
     a = Markov().bind(50, "node", _rng(5)).up(100.0, np.arange(50))
     b = Markov().bind(50, "node", _rng(5)).up(100.0, np.arange(50))
