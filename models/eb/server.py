@@ -174,11 +174,14 @@ class ServerEstimation(Protocol):
 
     def privacy_spend(self) -> Spend | None:
         """The uploads so far, for the `privacy` ledger: ε against the server (None when the
-        uploads carry no DP noise: ``none``, ``quantiser``, known priors, or ``rr``, whose
-        ε₀ per release is pure DP, which the Gaussian/Laplace accountant does not take)."""
+        uploads carry no DP noise: ``none``, ``quantiser``, known priors). ``rr`` uploads are
+        binary randomised responses of ε₀ each about the agent's data (eq. (7) at X̄ = 0 and 1 is
+        exactly that; other X̄ are mixtures of the two), composed by the accountant."""
         p = self.params
-        if not self.communicates() or p.mechanism not in ("gaussian", "pm1", "pm2"):
+        if not self.communicates() or p.mechanism not in ("gaussian", "pm1", "pm2", "rr"):
             return None
+        if p.mechanism == "rr":
+            return Spend("rr", p.delta, {"server": (p.epsilon, self.uploads_sent)})
         if p.mechanism == "gaussian":
             return Spend("gaussian", p.delta, {"server": (self.multiplier, self.uploads_sent)})
         kappa = self.release.count[:, 0]

@@ -55,6 +55,7 @@ def _dp() -> Any:
     which a run that never accounts privacy should not pay."""
     import dp_accounting
     import dp_accounting.pld.pld_privacy_accountant  # noqa: F401  (_accountant)
+    import dp_accounting.pld.privacy_loss_distribution  # noqa: F401  (rr_epsilon)
 
     return dp_accounting
 
@@ -226,6 +227,8 @@ def epsilon_spent(noise: str, multiplier: float, count: int, delta: float) -> fl
     in closed form (Balle & Wang's formula). Laplace: the PLD accountant (an upper bound), on a
     grid whose width grows with √k up to 10⁻³.
     """
+    if noise == "rr":  # binary randomised response, `multiplier` = its ε₀ per release
+        return rr_epsilon(float(multiplier), int(count), float(delta))
     _check_noise(noise)
     if count == 0:
         return 0.0
@@ -237,6 +240,23 @@ def epsilon_spent(noise: str, multiplier: float, count: int, delta: float) -> fl
     # 5× finer grid, ε stays within a relative 10⁻³ (k = 1…1600, m = 1 and 14.6)
     interval = min(1e-3, PLD_INTERVAL * max(1.0, math.sqrt(count)))
     return pld_epsilon(noise, multiplier, count, delta, interval)
+
+
+@lru_cache(maxsize=4096)
+def rr_epsilon(epsilon0: float, count: int, delta: float) -> float:
+    """ε at δ spent by `count` binary randomised responses of ε₀ each about one input.
+
+    The PLD of randomised response (dp-accounting's ``from_randomized_response`` with two
+    buckets and noise parameter 2/(e^ε₀ + 1), so that the true answer comes out with probability
+    e^ε₀/(e^ε₀ + 1)), composed `count` times; never more than basic composition, count·ε₀.
+    """
+    if count == 0:
+        return 0.0
+    pld = _dp().pld.privacy_loss_distribution.from_randomized_response(
+        noise_parameter=2.0 / (math.exp(epsilon0) + 1.0), num_buckets=2)
+    if count > 1:
+        pld = pld.self_compose(count)
+    return min(float(pld.get_epsilon_for_delta(delta)), count * epsilon0)
 
 
 @dataclass(frozen=True)

@@ -166,3 +166,46 @@ def test_mechanisms_without_dp_noise_have_no_ledger():
     for params in ({"sigma_theta": 0.1}, {"sigma_theta": 0.1, "mechanism": "quantiser"}):
         _, wide = simulate({**params, "calibration": "tight"}, 3)
         assert not any(c.startswith("eps_") for c in wide.columns)
+
+
+def _rr_exact_delta(eps0: float, k: int, eps: float) -> float:
+    """Exact δ(ε) of k binary randomised responses of ε₀ (the worst pair X̄ = 0 against 1):
+    with J ~ Binomial(k, e^ε₀/(1 + e^ε₀)) truthful answers the privacy loss is (2J − k)ε₀, and
+    δ(ε) = E[(1 − e^{ε − loss})₊]."""
+    q = math.exp(eps0) / (1 + math.exp(eps0))
+    j = np.arange(k + 1)
+    pmf = np.array([math.comb(k, int(i)) for i in j]) * q**j * (1 - q) ** (k - j)
+    return float(np.sum(pmf * np.maximum(0.0, 1.0 - np.exp(eps - (2 * j - k) * eps0))))
+
+
+@pytest.mark.parametrize("eps0,k", [(1.0, 1), (1.0, 4), (0.5, 30), (2.0, 100)])
+def test_rr_ledger_matches_the_exact_composition_of_randomised_response(eps0, k):
+    """The accountant's ε for k randomised responses is valid (exact δ(ε) ≤ δ) and tight: the
+    exact δ at ε − 0.01 exceeds δ (unless ε is already basic composition, k·ε₀)."""
+    from desim.models.privacy.accounting import rr_epsilon
+
+    eps = rr_epsilon(eps0, k, DELTA)
+    assert eps <= k * eps0
+    assert _rr_exact_delta(eps0, k, eps) <= DELTA * (1 + 1e-9)
+    if eps < k * eps0 - 0.01:
+        assert _rr_exact_delta(eps0, k, eps - 0.01) > DELTA
+
+
+def test_rr_uploads_of_eb_bernoulli_enter_the_ledger():
+    """eb-bernoulli with eq. (7) uploads every 3 slots, ideal links: after the r-th round the
+    ledger against the server is r randomised responses of ε₀ composed."""
+    from desim.models.eb.data import BernoulliPrior
+    from desim.models.privacy.accounting import rr_epsilon
+
+    cls = PROTOCOLS.get("eb-bernoulli")
+    proto = cls(build(cls.Params, {"mechanism": "rr", "epsilon": EPS, "delta": DELTA,
+                                   "round": 3}, "test"))
+    streams = Streams(0, 0, 1, 2)
+    data = BernoulliPrior(agents=50, prior="uniform").make(streams.get("population"))
+    out = Simulation(proto, data, 12, streams, checkpoints=np.arange(1, 13),
+                     metrics=[PRIVACY]).run()
+    wide = out.metrics.pivot(index="t", columns="metric", values="value")
+    for t in range(1, 13):
+        want = rr_epsilon(EPS, t // 3, DELTA)
+        assert wide.loc[t, "eps_server_max"] == pytest.approx(want, rel=1e-12)
+        assert wide.loc[t, "eps_server_mean"] == pytest.approx(want, rel=1e-12)
