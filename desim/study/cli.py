@@ -166,19 +166,25 @@ def _seconds(s: float) -> str:
     return f"{hours}h{minutes:02d}m{sec:02d}s" if hours else f"{minutes}m{sec:02d}s"
 
 
-def _each(args: argparse.Namespace, act) -> int:
+def _studies(args: argparse.Namespace) -> list[Study]:
+    """The study (or every sub-study of the suite) STUDY names, all validated before any of
+    them is acted on: a bad sub-study stops a suite before anything runs."""
+    force = getattr(args, "force", False)
+    return [load_study(file, quick=args.quick, force=force) for file in find_studies(args.study)]
+
+
+def _each(args: argparse.Namespace, act, studies: list[Study] | None = None) -> int:
     """Call `act(study)` on the study (or every sub-study of the suite) STUDY names; return
     the worst exit status. A suite prints a heading before each sub-study."""
-    files = find_studies(args.study)
+    studies = _studies(args) if studies is None else studies
     worst = EXIT_OK
-    for file in files:
-        if len(files) > 1:
-            print(f"== {_where(file.parent)}", flush=True)
-        study = load_study(file, quick=args.quick, force=getattr(args, "force", False))
+    for study in studies:
+        if len(studies) > 1:
+            print(f"== {_where(study.file.parent)}", flush=True)
         worst = max(worst, act(study))
-    if len(files) > 1:
+    if len(studies) > 1:
         word = {EXIT_OK: "ok", EXIT_FAILED: "some runs failed"}.get(worst, "stopped")
-        print(f"desim: suite {_where(Path(args.study))}: {len(files)} studies: {word}")
+        print(f"desim: suite {_where(Path(args.study))}: {len(studies)} studies: {word}")
     return worst
 
 
@@ -204,12 +210,21 @@ def _run(args: argparse.Namespace) -> int:
         from desim.study.dask import parse_scheduler
         parse_scheduler(args.scheduler)  # before anything runs
 
-    def one(study: Study) -> int:
+    studies = _studies(args)
+    for study in studies:
         check_setups(study)
+    # a suite has one progress bar over all its sub-studies' runs
+    progress = not args.no_progress
+    if progress and len(studies) > 1:
+        from tqdm import tqdm
+
+        progress = tqdm(total=sum(len(s.unique_runs) for s in studies), unit="run",
+                        desc=f"suite {_where(Path(args.study))}"[:40], file=sys.stderr)
+
+    def one(study: Study) -> int:
         try:
             on = {} if args.scheduler is None else {"scheduler": args.scheduler}
-            summary = run_study(study, workers=args.workers, progress=not args.no_progress,
-                                **on)
+            summary = run_study(study, workers=args.workers, progress=progress, **on)
         except KeyboardInterrupt:
             print(f"desim: interrupted; finished runs are kept in "
                   f"{_where(study.results_dir)}; run the same command again to resume",
@@ -251,7 +266,11 @@ def _run(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         return EXIT_OK
 
-    return _each(args, one)
+    try:
+        return _each(args, one, studies)
+    finally:
+        if not isinstance(progress, bool):
+            progress.close()
 
 
 def _plot(args: argparse.Namespace) -> int:

@@ -652,9 +652,12 @@ class _Manifest:
 # running
 
 
-def run_study(study: Study, workers: int = 1, progress: bool = True,
+def run_study(study: Study, workers: int = 1, progress: bool | Any = True,
               scheduler: str | None = None) -> Summary:
     """Run every run of `study` not already done, write results, and summarise.
+
+    `progress` is True for a progress bar of this study, False for none, or a tqdm bar to
+    advance (a suite's, shared by its sub-studies: runs already done count as progress).
 
     `workers` = 1 runs in this process; more use a process pool. Runs are written as they
     finish; a failing run is recorded in the manifest and the others go on; on
@@ -689,8 +692,8 @@ def _current_records(study: Study) -> tuple[dict[str, dict[str, Any]], list[str]
     return sidecars, damaged, state.stale
 
 
-def _run_locked(study: Study, workers: int, progress: bool, scheduler: str | None = None
-                ) -> Summary:
+def _run_locked(study: Study, workers: int, progress: bool | Any,
+                scheduler: str | None = None) -> Summary:
     results_dir = study.results_dir
     (results_dir / RUNS_DIR).mkdir(parents=True, exist_ok=True)
     clean_temporaries(results_dir / RUNS_DIR)
@@ -704,7 +707,7 @@ def _run_locked(study: Study, workers: int, progress: bool, scheduler: str | Non
         manifest.done(h, side)
 
     cached, hashes = _cached_curves(study, old, manifest.tables)
-    curves, manifest.curves, computed = compute_curves(study, cached, hashes, progress)
+    curves, manifest.curves, computed = compute_curves(study, cached, hashes, progress is True)
     curves_path = results_dir / CURVES_FILE
     if study.curve_jobs and (computed or not _table_valid(
             curves_path, manifest.tables.get(CURVES_FILE), _curves_key(manifest.curves))):
@@ -716,8 +719,13 @@ def _run_locked(study: Study, workers: int, progress: bool, scheduler: str | Non
     todo = [r for r in study.unique_runs if r.config_hash not in sidecars]
     if todo:
         manifest.write(force=True)
-    bar = tqdm(total=len(todo), desc=study.title[:40], unit="run",
-               disable=not (progress and todo), file=sys.stderr)
+    shared = not isinstance(progress, bool)
+    if shared:
+        bar = progress
+        bar.update(len(study.unique_runs) - len(todo))
+    else:
+        bar = tqdm(total=len(todo), desc=study.title[:40], unit="run",
+                   disable=not (progress and todo), file=sys.stderr)
 
     def finish(run: Run, record: dict[str, Any]) -> None:
         if record["status"] == DONE:
@@ -746,7 +754,8 @@ def _run_locked(study: Study, workers: int, progress: bool, scheduler: str | Non
         manifest.invocation["interrupted"] = True
         raise
     finally:
-        bar.close()
+        if not shared:
+            bar.close()
         manifest.tables = rebuild_tables(study, sidecars, manifest.tables)
         if todo or computed or damaged or not manifest.unchanged():
             manifest.write(final=True)

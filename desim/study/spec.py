@@ -1042,6 +1042,12 @@ def _curve_job(curve: CurveSpec, index: int, point: GridPoint, data: dict,
         data_cls = _params_class(DATA.get(data["model"]))
         data_params = build(data_cls, {k: v for k, v in data.items() if k != "model"}, "data")
         params = build(cls, table, f"curve {curve.name!r}")
+        check = getattr(params, "check", None)  # a curve's own limits, given the data
+        if check is not None:
+            try:
+                check(data_params)
+            except ValueError as exc:
+                raise ConfigError(f"curve {curve.name!r}: {exc}") from None
     except ConfigError as exc:
         raise ConfigError(_at_point(point, str(exc))) from None
     # what the curve's values depend on: equal hashes are one computation (and a cache hit)

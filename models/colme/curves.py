@@ -62,14 +62,18 @@ class OracleCurve:
     )
 
     def __post_init__(self) -> None:
-        if (
-            self.method == "exact"
-            and self.schedule == "rr"
-            and self.agents is not None
-            and self.agents - 1 > MAX_EXACT_OTHERS
-        ):
+        if self.agents is not None:
+            self._check_agents(self.agents)
+
+    def check(self, data: Any) -> None:
+        """ValueError unless this curve can be computed for the study's data (validated before
+        any run: the exact sum has a limit on M)."""
+        self._check_agents(int(self.agents if self.agents is not None else data.agents))
+
+    def _check_agents(self, agents: int) -> None:
+        if self.method == "exact" and self.schedule == "rr" and agents - 1 > MAX_EXACT_OTHERS:
             raise ValueError(
-                f"method = 'exact' needs agents ≤ {MAX_EXACT_OTHERS + 1}, got {self.agents}; "
+                f"method = 'exact' needs agents ≤ {MAX_EXACT_OTHERS + 1}, got {agents}; "
                 "use method = 'montecarlo'"
             )
 

@@ -38,6 +38,7 @@ def test_import_desim_loads_no_heavy_library_and_public_names_resolve():
         "ConfigError": "desim.kernel.params", "RunOutput": "desim.kernel.engine",
         "Simulation": "desim.kernel.engine", "Scenario": "desim.study.scenario",
         "load_study": "desim.study.spec", "run": "desim.study.scenario",
-        "run_study": "desim.study.results",
+        "run_study": "desim.study.results", "load": "desim.study.export",
+        "Results": "desim.study.export",
     }
     assert {"run", "Scenario", "load_study"} <= set(listing)

@@ -352,6 +352,35 @@ def test_a_suite_is_validated_run_and_summarised_sub_study_by_sub_study(tmp_path
     assert out.index("Toy C") < out.index("Toy B")  # sub-studies in name order
 
 
+def test_a_suite_is_validated_whole_before_anything_runs_and_has_one_progress_bar(
+        tmp_path, capsys):
+    write_study(tmp_path / "suite" / "a")
+    write_study(tmp_path / "suite" / "b", TOY_STUDY.replace("replicates = 2", "replicates = 0"))
+    suite = str(tmp_path / "suite")
+    assert main(["run", suite]) == 2  # b is bad: nothing runs, not even a
+    assert "replicates" in capsys.readouterr().err
+    assert not (tmp_path / "suite" / "a" / "results").exists()
+    write_study(tmp_path / "suite" / "b", TOY_STUDY.replace('"Toy B"', '"Toy C"'))
+    assert main(["run", suite]) == 0
+    err = capsys.readouterr().err
+    # one bar over the 8 runs of both sub-studies, none per sub-study
+    assert "8/8" in err and "4/4" not in err
+
+
+def test_a_curve_beyond_its_limits_is_refused_by_validate(tmp_path, capsys):
+    study = TOY_STUDY.replace("agents = 6", "agents = 30") + textwrap.dedent("""
+        [[curve]]
+        name = "exact oracle"
+        kind = "oracle"
+        method = "exact"
+        """)
+    write_study(tmp_path / "s", study)
+    assert main(["validate", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert "curve 'exact oracle'" in err and "method = 'exact' needs agents ≤ 21" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_verify_reports_changed_fingerprints(toy_study, capsys):
     assert main(["run", str(toy_study), "--no-progress"]) == 0
     capsys.readouterr()
