@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from desim.kernel.registry import METRICS
+from desim.kernel.registry import METRICS, records
 from desim.models.privacy.accounting import ledger
 
 #: Accuracy tolerance of Galante et al.'s metric: an agent is right when |μ̂_a − μ_a| ≤ 0.1.
@@ -18,6 +18,7 @@ TOLERANCE = 0.1
 
 
 @METRICS.register("accuracy")
+@records("within_0.1", "outside_0.1")
 def accuracy(protocol: Any, data: Any) -> dict[str, float]:
     """Share of agents within 0.1 of their true mean (Galante et al.'s metric).
 
@@ -30,6 +31,7 @@ def accuracy(protocol: Any, data: Any) -> dict[str, float]:
 
 
 @METRICS.register("links")
+@records("wrong_kept", "wrong_dropped")
 def links(protocol: Any, data: Any) -> dict[str, float]:
     """Wrong neighbour decisions: links kept across classes or dropped within a class.
 
@@ -46,6 +48,7 @@ def links(protocol: Any, data: Any) -> dict[str, float]:
 
 
 @METRICS.register("privacy")
+@records("eps_*")
 def privacy(protocol: Any, data: Any) -> dict[str, float]:
     """The privacy ledger: ε each agent has spent so far at the protocol's δ, per the accountant
     (`desim.models.privacy.accounting`), from the releases it made (lost on a link or not).

@@ -101,10 +101,22 @@ LINKS: Registry = Registry("link model")
 CURVES: Registry = Registry("curve")
 #: Communication-graph models (classes with `check(n)` and `make(n, rng) -> Graph`).
 TOPOLOGIES: Registry = Registry("topology")
-#: Extra metrics: functions `(protocol, data_source) -> dict[str, float]` the recorder calls.
+#: Extra metrics: functions `(protocol, data_source) -> dict[str, float]` the recorder calls
+#: (declare what they record with `records`, so that plots of them are checked before a run).
 METRICS: Registry = Registry("metric")
 #: Non-negative distributions (subclasses of `desim.network_models.distributions.Distribution`).
 DISTRIBUTIONS: Registry = Registry("distribution")
 #: Availability models of links and nodes (subclasses of
 #: `desim.network_models.availability.Availability`).
 AVAILABILITY: Registry = Registry("availability model")
+
+
+def records(*names: str) -> Callable[[T], T]:
+    """Decorator declaring the names (glob patterns such as ``eps_*``) a metric function
+    records, as its ``outputs``: `desim validate` refuses a plot of a name no metric records."""
+
+    def mark(fn: T) -> T:
+        fn.outputs = names  # type: ignore[attr-defined]
+        return fn
+
+    return mark

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import fnmatch
 import hashlib
 import itertools
 import json
@@ -529,8 +530,10 @@ def _parse(raw: dict, file: Path, quick: bool, force: bool = False) -> Study:
               "replicates": replicates, "t_max": t_max, "checkpoints": checkpoints,
               "seed": settings.seed}
     plots = [dataclasses.replace(q, title=_fill_title(q.title, fields, q.file)) for q in plots]
-    if not settings.metrics:
-        _check_plot_metrics(plots, scenarios)
+    declared = [getattr(METRICS.lookup(name, "study: metrics"), "outputs", None)
+                for name in settings.metrics]
+    if all(d is not None for d in declared):  # a metric that declares nothing: not checkable
+        _check_plot_metrics(plots, scenarios, [p for d in declared for p in d])
 
     effective = copy.deepcopy(raw)
     effective["study"] = {**raw["study"], "replicates": replicates, "t_max": t_max,
@@ -607,18 +610,23 @@ def _labels(columns: dict[str, str], data_cls: type, link_cls: type, topo_cls: t
     return out
 
 
-def _check_plot_metrics(plots: list[PlotSpec], scenarios: list[ScenarioSpec]) -> None:
-    """Refuse a plot of a metric no scenario records (checked when the study records only the
-    recorder's own metrics: mse, messages_<kind> and dropped_<kind>)."""
+def _check_plot_metrics(plots: list[PlotSpec], scenarios: list[ScenarioSpec],
+                        extra: list[str] | None = None) -> None:
+    """Refuse a plot of a metric no scenario records: the recorder's own (mse,
+    messages_<kind>, dropped_<kind>) and `extra`, the names (glob patterns) the study's
+    [study] metrics declare (`desim.kernel.registry.records`)."""
     recorded = {"mse"}
     for spec in scenarios:
         kinds = getattr(PROTOCOLS.get(spec.protocol), "message_kinds", ())
         recorded |= {f"{what}_{kind}" for kind in kinds for what in ("messages", "dropped")}
+    patterns = list(extra or [])
+    recorded |= {p for p in patterns if not any(c in p for c in "*?[")}
     for plot in plots:
         if not plot.scenarios:
             continue
         for key, metric in [("metric", plot.metric), *(("dashed", m) for m in plot.dashed)]:
-            if metric not in recorded:
+            if metric not in recorded and not any(fnmatch.fnmatchcase(metric, p)
+                                                  for p in patterns):
                 raise ConfigError(
                     f"plot {plot.file!r}: {key} = {metric!r}: no scenario records it"
                     f"{_did_you_mean(metric, sorted(recorded))}; recorded: "

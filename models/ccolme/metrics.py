@@ -9,12 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from desim.kernel.registry import METRICS
+from desim.kernel.registry import METRICS, records
 from desim.models.ccolme.analytic import corollary1_rhs, privacy_threshold
 from desim.topologies.graph import component_sizes
 
 
 @METRICS.register("corollary1")
+@records("cor1_rhs", "cor1_epsilon", "class_components", "small_share", "cor1_sigma2_dp",
+         "cor1_holds")
 def corollary1(protocol: Any, data: Any) -> dict[str, float]:
     """Corollary 1 of seed 001 evaluated on this run's graph and classes.
 

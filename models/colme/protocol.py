@@ -68,7 +68,7 @@ from scipy.special import ndtri
 from desim.kernel.messages import Batch
 from desim.kernel.params import param
 from desim.kernel.protocol import Context, Protocol
-from desim.kernel.registry import METRICS, PROTOCOLS
+from desim.kernel.registry import METRICS, PROTOCOLS, records
 from desim.models.colme.statistic import PairStatistic, SchVar2
 from desim.models.colme.variance import bayes_posterior_mean, sample_variance, welch_accepts
 from desim.models.privacy.accounting import Spend, psum_multiplier, psum_noise
@@ -570,6 +570,7 @@ class PrivateColMEOracle(PrivateColME):
 
 
 @METRICS.register("colme-async")
+@records("repeated", "stale", "timed_out")
 def asynchrony(protocol: Any, data: Any) -> dict[str, float]:
     """Private-ColME's releases lost to asynchrony, totals since the start.
 

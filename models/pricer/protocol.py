@@ -45,7 +45,7 @@ from desim.kernel.links import Connectivity
 from desim.kernel.messages import Batch
 from desim.kernel.params import param
 from desim.kernel.protocol import Context, DataSource, Protocol
-from desim.kernel.registry import METRICS, PROTOCOLS
+from desim.kernel.registry import METRICS, PROTOCOLS, records
 from desim.kernel.server import ParameterServer, Round, RoundCollector, tag
 from desim.models.pricer.optimiser import (
     Problem,
@@ -231,6 +231,7 @@ class Pricer(Protocol):
 
 
 @METRICS.register("pricer")
+@records("bound", "expected_mse", "sigma")
 def pricer_metrics(protocol: Protocol, data: DataSource) -> dict[str, float]:
     """bound (worst-case MSE, Thm. 3.2, for the probabilities designed for), expected_mse (exact
     for these data and the run's effective probabilities: in time at its network), σ."""

@@ -367,6 +367,19 @@ def test_a_suite_is_validated_whole_before_anything_runs_and_has_one_progress_ba
     assert "8/8" in err and "4/4" not in err
 
 
+def test_plots_of_names_no_listed_metric_records_are_refused_by_validate(tmp_path, capsys):
+    listed = 'checkpoints = 8\nmetrics = ["accuracy", "privacy"]'
+    base = TOY_STUDY.replace("checkpoints = 8", listed).replace('curves = ["toy curve"]', "")
+    for metric, ok in (("outside_0.1", True), ("eps_one_max", True), ("outside_0.2", False)):
+        text = base.replace('file = "toy.png"', f'file = "toy.png"\nmetric = "{metric}"')
+        write_study(tmp_path / metric, text)
+        assert (main(["validate", str(tmp_path / metric)]) == 0) is ok
+        err = capsys.readouterr().err
+        if not ok:
+            assert "metric = 'outside_0.2': no scenario records it" in err
+            assert "did you mean 'outside_0.1'" in err and len(err.strip().splitlines()) == 1
+
+
 def test_a_curve_beyond_its_limits_is_refused_by_validate(tmp_path, capsys):
     study = TOY_STUDY.replace("agents = 6", "agents = 30") + textwrap.dedent("""
         [[curve]]

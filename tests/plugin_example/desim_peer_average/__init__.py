@@ -17,7 +17,7 @@ import numpy as np
 from desim.kernel.messages import Batch
 from desim.kernel.params import param
 from desim.kernel.protocol import Context, Protocol
-from desim.kernel.registry import CURVES, METRICS, PROTOCOLS
+from desim.kernel.registry import CURVES, METRICS, PROTOCOLS, records
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,7 @@ class PeerAverageCurve:
 
 
 @METRICS.register("ring-gap")
+@records("ring_gap")
 def ring_gap(protocol: Any, data: Any) -> dict[str, float]:
     """Mean |estimate_a − estimate_{a+1}| around the ring (any protocol)."""
     est = np.asarray(protocol.estimates(), dtype=float)
