@@ -668,6 +668,8 @@ def run_study(study: Study, workers: int = 1, progress: bool | Any = True,
     `scheduler` (an address, or ``local:N``) runs on a dask.distributed cluster instead
     (`desim.study.dask`): workers compute, this process writes.
     """
+    if not isinstance(study, Study):
+        raise ConfigError(f"study = {study!r}: must be a Study (desim.load_study(path))")
     if scheduler is not None:
         from desim.study.dask import parse_scheduler
         parse_scheduler(scheduler)  # a bad address or no dask: one line, before writing

@@ -117,8 +117,14 @@ class Resolved:
 
 def resolve(s: Scenario) -> Resolved:
     """Validate every part of `s`; raises `ConfigError` naming the first bad field."""
+    if not isinstance(s, Scenario):
+        raise ConfigError(f"scenario = {s!r}: must be a desim.Scenario")
     load_plugins()
+    if not isinstance(s.name, str):
+        raise ConfigError(f"scenario: name = {s.name!r}: must be a string")
     label = f"scenario {s.name!r}" if s.name else "scenario"
+    if not isinstance(s.per_agent, bool):
+        raise ConfigError(f"{label}: per_agent = {s.per_agent!r}: must be true or false")
     for name, low, high in (("t_max", 1, MAX_T), ("seed", 0, 2**63 - 1),
                             ("replicate", 0, 2**31 - 1), ("checkpoints", 2, MAX_T)):
         _check_int(label, name, getattr(s, name), low, high)

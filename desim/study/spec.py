@@ -357,6 +357,8 @@ def find_study_file(path: str | Path) -> Path:
     The file must be a regular file of at most `MAX_STUDY_BYTES` (never a FIFO or a device,
     which would hang or flood the reader).
     """
+    if not isinstance(path, str | Path):
+        raise ConfigError(f"study = {path!r}: must be a path (a study folder or its study file)")
     p = Path(path)
     file = p / STUDY_FILE if p.is_dir() else p
     if not file.exists():
