@@ -26,13 +26,15 @@ import math
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from desim.kernel.params import ConfigError
-from desim.study.results import FAILED, compute_run, store_run
-from desim.study.spec import Run
+from desim.study.results import FAILED, compute_run, curve_value, store_run
+from desim.study.spec import CurveJob, Run
 
 LOCAL = "local:"
 #: Work per task the batches aim at (seconds of simulation).
@@ -154,44 +156,74 @@ class _Sizer:
         return max(1, min(round(TASK_SECONDS / per_run), MAX_BATCH, fair))
 
 
-def run_on_cluster(todo: list[Run], results_dir: Path, scheduler: str,
+class Session:
+    """A study's connection to a cluster, opened on first use (a resume with nothing to
+    compute starts no cluster) and closed with the session; curves and runs share it."""
+
+    def __init__(self, scheduler: str) -> None:
+        self.scheduler = scheduler
+        self._stack = ExitStack()
+        self._client: Any = None
+
+    def client(self) -> Any:
+        """The `distributed.Client`, connected (and its workers checked) on first use."""
+        if self._client is None:
+            self._client = self._stack.enter_context(connect(self.scheduler))
+            check_workers(self._client, self.scheduler)
+        return self._client
+
+    def curves(self, jobs: list[CurveJob], t: np.ndarray) -> list[Any]:
+        """`curve_value` of each job, computed on the workers (one task per curve)."""
+        client = self.client()
+        tag = uuid.uuid4().hex[:8]
+        futures = client.map(curve_value, jobs, t=t, pure=False, retries=RETRIES,
+                             key=[f"desim-curve-{tag}-{i}" for i in range(len(jobs))])
+        return client.gather(futures)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+
+def run_on_cluster(todo: list[Run], results_dir: Path, session: Session,
                    finish: Callable[[Run, dict[str, Any]], None], head: dict[str, Any]
                    ) -> None:
-    """Compute `todo` on the cluster of `scheduler` and call `finish(run, record)` as each
-    run's record is written (in this process)."""
+    """Compute `todo` on the session's cluster and call `finish(run, record)` as each run's
+    record is written (in this process)."""
     distributed = _distributed()
     queue, sizer = deque(todo), _Sizer()
     tag = uuid.uuid4().hex[:8]
-    with connect(scheduler) as client:
-        check_workers(client, scheduler)
-        slots = max(1, sum(client.nthreads().values()))
-        batches: dict[Any, list[Run]] = {}
-        running = distributed.as_completed()
+    client = session.client()
+    slots = max(1, sum(client.nthreads().values()))
+    batches: dict[Any, list[Run]] = {}
+    running = distributed.as_completed()
 
-        def submit() -> None:
-            n = min(sizer.size(len(queue), slots), len(queue))
-            batch = [queue.popleft() for _ in range(n)]
-            future = client.submit(compute_batch, batch, pure=False, retries=RETRIES,
-                                   key=f"desim-{tag}-{batch[0].config_hash[:12]}-{n}")
-            batches[future] = batch
-            running.add(future)
+    def submit() -> None:
+        n = min(sizer.size(len(queue), slots), len(queue))
+        batch = [queue.popleft() for _ in range(n)]
+        future = client.submit(compute_batch, batch, pure=False, retries=RETRIES,
+                               key=f"desim-{tag}-{batch[0].config_hash[:12]}-{n}")
+        batches[future] = batch
+        running.add(future)
 
-        try:
+    try:
+        while queue and len(batches) < IN_FLIGHT * slots:
+            submit()
+        for future in running:
+            batch = batches.pop(future)
+            try:
+                outs = future.result()
+            except Exception as exc:  # e.g. KilledWorker: lost too often
+                error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+                outs = [{"status": FAILED, "wall_seconds": None, "error": error}] * len(
+                    batch)
+            for run, out in zip(batch, outs, strict=True):
+                sizer.learn(out)
+                finish(run, store_run(run, results_dir, out, head))
             while queue and len(batches) < IN_FLIGHT * slots:
                 submit()
-            for future in running:
-                batch = batches.pop(future)
-                try:
-                    outs = future.result()
-                except Exception as exc:  # e.g. KilledWorker: lost too often
-                    error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-                    outs = [{"status": FAILED, "wall_seconds": None, "error": error}] * len(
-                        batch)
-                for run, out in zip(batch, outs, strict=True):
-                    sizer.learn(out)
-                    finish(run, store_run(run, results_dir, out, head))
-                while queue and len(batches) < IN_FLIGHT * slots:
-                    submit()
-        finally:  # on Ctrl-C: drop what is not written; a resume computes it again
-            for future in batches:
-                future.cancel()
+    finally:  # on Ctrl-C: drop what is not written; a resume computes it again
+        for future in batches:
+            future.cancel()

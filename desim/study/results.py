@@ -34,7 +34,9 @@ import threading
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +50,7 @@ from tqdm import tqdm
 from desim.kernel.params import ConfigError
 from desim.kernel.recorder import log_checkpoints
 from desim.study.scenario import run as run_scenario
-from desim.study.spec import Run, Study, canonical_hash
+from desim.study.spec import CurveJob, Run, Study, canonical_hash
 from desim.study.store import (
     DAMAGED_DIR,
     RUNS_DIR,
@@ -247,12 +249,27 @@ def _curve_rows(job, t: np.ndarray, mean: np.ndarray, stderr: np.ndarray) -> pd.
     return frame
 
 
+def curve_value(job: CurveJob, t: np.ndarray) -> tuple[np.ndarray, np.ndarray] | str:
+    """(mean, stderr) of one curve on the times `t`, or its error as one line of text (a
+    broken curve must not cost the simulated results)."""
+    try:
+        mean, stderr = job.params.curve(t.copy(), job.data)
+        return (np.broadcast_to(np.asarray(mean, dtype=float), t.shape),
+                np.broadcast_to(np.asarray(stderr, dtype=float), t.shape))
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
 def compute_curves(
     study: Study, cached: pd.DataFrame | None = None, cached_hashes: dict[str, str] | None = None,
     progress: bool = False,
+    evaluate: Callable[[list[CurveJob], np.ndarray], list[Any]] | None = None,
 ) -> tuple[pd.DataFrame, list[dict[str, Any]], int]:
     """Every curve of `study` at every grid point on the checkpoint times, their status, and
     how many were computed (not taken from `cached`).
+
+    `evaluate(jobs, t)` computes the `curve_value` of each job elsewhere (a cluster); by
+    default they are computed here, in order.
 
     `cached` is the previous curves table and `cached_hashes` maps each of its (curve, grid)
     keys to the config hash it was computed with: a curve whose hash is unchanged is reused.
@@ -270,33 +287,35 @@ def compute_curves(
     todo = {job.config_hash for job in study.curve_jobs
             if cached_hashes.get(_curve_key(job.curve.name, job.point.columns))
             != job.config_hash}
-    bar = tqdm(total=len(todo), desc="curves", unit="curve", file=sys.stderr,
-               disable=not (progress and todo))
-    computed: dict[str, tuple[np.ndarray, np.ndarray] | str] = {}
+    # one computation per config hash, in study order
+    jobs = list({job.config_hash: job for job in study.curve_jobs
+                 if job.config_hash in todo or
+                 _curve_key(job.curve.name, job.point.columns) not in reuse}.values())
+    if evaluate is not None and jobs:
+        results = evaluate(jobs, t)
+    else:
+        bar = tqdm(total=len(jobs), desc="curves", unit="curve", file=sys.stderr,
+                   disable=not (progress and jobs))
+        results = []
+        for job in jobs:
+            results.append(curve_value(job, t))
+            bar.update(1)
+        bar.close()
+    computed = {job.config_hash: r for job, r in zip(jobs, results, strict=True)}
     frames, status = [], []
     for job in study.curve_jobs:
         key = _curve_key(job.curve.name, job.point.columns)
         entry = {"curve": job.curve.name, "grid": job.point.columns,
                  "config_hash": job.config_hash, "status": DONE, "error": None}
         status.append(entry)
-        if job.config_hash not in todo and key in reuse:
+        if job.config_hash not in computed:
             frames.append(reuse[key])
             continue
-        if job.config_hash not in computed:
-            try:
-                mean, stderr = job.params.curve(t.copy(), job.data)
-                mean = np.broadcast_to(np.asarray(mean, dtype=float), t.shape)
-                stderr = np.broadcast_to(np.asarray(stderr, dtype=float), t.shape)
-                computed[job.config_hash] = (mean, stderr)
-            except Exception as exc:  # a broken curve must not cost the simulated results
-                computed[job.config_hash] = f"{type(exc).__name__}: {exc}"
-            bar.update(1)
         result = computed[job.config_hash]
         if isinstance(result, str):
             entry.update(status=FAILED, error=result)
             continue
         frames.append(_curve_rows(job, t, *result))
-    bar.close()
     columns = ["curve", *study.grid_columns.values(), "t", "metric", "value", "stderr"]
     curves = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
     return curves[columns], status, len(computed)
@@ -703,13 +722,27 @@ def _run_locked(study: Study, workers: int, progress: bool | Any,
     old = read_manifest(study) or {}
     head = provenance()
     manifest = _Manifest(study, old, head, workers)
+    session: Any = None
+    if scheduler is not None:  # one cluster for curves and runs, connected on first use
+        from desim.study.dask import Session
+        session = Session(scheduler)
+        manifest.invocation["scheduler"] = scheduler
+    with session or nullcontext():
+        return _run_with(study, workers, progress, session, manifest, head, old)
+
+
+def _run_with(study: Study, workers: int, progress: bool | Any, session: Any,
+              manifest: _Manifest, head: dict[str, Any], old: dict[str, Any]) -> Summary:
+    results_dir = study.results_dir
     sidecars, damaged, stale = _current_records(study)
     skipped = len(sidecars)
     for h, side in sidecars.items():
         manifest.done(h, side)
 
     cached, hashes = _cached_curves(study, old, manifest.tables)
-    curves, manifest.curves, computed = compute_curves(study, cached, hashes, progress is True)
+    curves, manifest.curves, computed = compute_curves(
+        study, cached, hashes, progress is True,
+        evaluate=session.curves if session is not None else None)
     curves_path = results_dir / CURVES_FILE
     if study.curve_jobs and (computed or not _table_valid(
             curves_path, manifest.tables.get(CURVES_FILE), _curves_key(manifest.curves))):
@@ -741,12 +774,10 @@ def _run_locked(study: Study, workers: int, progress: bool | Any,
         bar.update(1)
         manifest.write()
 
-    if scheduler is not None:
-        manifest.invocation["scheduler"] = scheduler
     try:
-        if scheduler is not None and todo:
+        if session is not None and todo:
             from desim.study.dask import run_on_cluster
-            run_on_cluster(todo, results_dir, scheduler, finish, head)
+            run_on_cluster(todo, results_dir, session, finish, head)
         elif workers == 1 or len(todo) <= 1:
             for run in todo:
                 finish(run, execute_run(run, results_dir, head))

@@ -59,7 +59,7 @@ def write(folder, text=STUDY):
 
 def tables(folder):
     res = folder / "results"
-    out = {"metrics.parquet": (res / "metrics.parquet").read_bytes()}
+    out = {name: (res / name).read_bytes() for name in ("metrics.parquet", "curves.parquet")}
     out.update({p.name: p.read_bytes() for p in (res / "runs").glob("*.parquet")})
     return out
 
@@ -93,6 +93,18 @@ def test_local_cluster_gives_the_pool_bytes(tmp_path, reference, capsys):
     summary = run_study(load_study(folder), progress=False, scheduler="local:1")
     assert (summary.done, summary.skipped) == (0, 10)
     assert {p.name: p.stat().st_mtime_ns for p in (folder / "results").rglob("*")} == before
+
+
+def test_curves_are_computed_on_the_cluster(tmp_path, cluster, monkeypatch):
+    import desim.study.results as results
+
+    def here(job, t):
+        raise AssertionError("a curve was computed in the client")
+
+    monkeypatch.setattr(results, "curve_value", here)  # the client's copy only
+    folder = write(tmp_path / "s")
+    summary = run_study(load_study(folder), progress=False, scheduler=cluster.scheduler_address)
+    assert summary.ok and not summary.failures
 
 
 def test_killed_worker_loses_nothing(tmp_path, reference, cluster, monkeypatch):
