@@ -632,7 +632,8 @@ def _check_plot_metrics(plots: list[PlotSpec], scenarios: list[ScenarioSpec],
                 raise ConfigError(
                     f"plot {plot.file!r}: {key} = {metric!r}: no scenario records it"
                     f"{_did_you_mean(metric, sorted(recorded))}; recorded: "
-                    f"{', '.join(sorted(recorded))} (more with [study] metrics)"
+                    f"{', '.join(sorted(recorded | set(patterns)))}"
+                    f"{'' if extra else ' (more with [study] metrics)'}"
                 )
 
 

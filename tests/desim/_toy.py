@@ -16,10 +16,11 @@ import numpy as np
 
 from desim.kernel.params import param
 from desim.kernel.protocol import Context, Protocol
-from desim.kernel.registry import CURVES, PROTOCOLS
+from desim.kernel.registry import CURVES, METRICS, PROTOCOLS
 
 PROTOCOL = "toy-local-mean"
 CURVE = "toy-local"
+UNDECLARED_METRIC = "toy-undeclared"
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,8 @@ if PROTOCOL not in PROTOCOLS:
     PROTOCOLS.register(PROTOCOL)(ToyLocalMean)
 if CURVE not in CURVES:
     CURVES.register(CURVE)(ToyCurve)
+if UNDECLARED_METRIC not in METRICS:  # a metric that does not declare what it records
+    METRICS.register(UNDECLARED_METRIC)(lambda protocol, data: {"toy_value": 1.0})
 
 
 #: A study of the toy protocol: 2 scenarios × 2 replicates, one curve, one plot.

@@ -60,9 +60,15 @@ def test_a_metric_missing_from_results_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="metric = 'bits': no scenario records it; recorded: "
                                           "dropped_ping, messages_ping, mse"):
         load_study(folder)
-    # with [study] metrics the names are known only after a run: refused when drawing
-    folder = write_study(tmp_path / "t", text.replace("checkpoints = 8",
+    # [study] metrics add the names they declare (`records`)
+    folder = write_study(tmp_path / "u", text.replace("checkpoints = 8",
                                                       'checkpoints = 8\nmetrics = ["accuracy"]'))
+    with pytest.raises(ConfigError, match="recorded: dropped_ping, messages_ping, mse, "
+                                          "outside_0.1, within_0.1$"):
+        load_study(folder)
+    # a metric that declares nothing: the names are known only after a run, refused when drawing
+    folder = write_study(tmp_path / "t", text.replace(
+        "checkpoints = 8", 'checkpoints = 8\nmetrics = ["toy-undeclared"]'))
     study = load_study(folder)
     run_study(study, progress=False)
     with pytest.raises(ConfigError, match="metric = 'bits': not in the results; available: "
