@@ -57,6 +57,7 @@ from desim.study.store import (
     StudyLock,
     check_inside,
     clean_temporaries,
+    encode_record,
     fingerprint,
     intact,
     json_text,
@@ -183,15 +184,19 @@ def execute_run(run: Run, results_dir: Path, head: dict[str, Any] | None = None
 
 
 def compute_run(run: Run) -> dict[str, Any]:
-    """Simulate `run` without writing anything: ``{"status": "computed", "metrics", "agents",
-    "notes", "wall_seconds"}``, or the failed status fields (see `execute_run`). What a
-    remote worker returns to the one process that writes (`store_run`)."""
+    """Simulate `run` and encode its record(s) without writing anything: ``{"status":
+    "computed", "record" (`encode_record`), "notes", "wall_seconds"}``, or the failed status
+    fields (see `execute_run`). What a worker (pool or cluster) hands to the one process
+    that writes (`store_run`)."""
     start = time.perf_counter()
     try:
         metrics, agents, notes = simulate(run)
+        record = encode_record(
+            run.config_hash, _with_keys(metrics, run, run.columns),
+            None if agents is None else _with_keys(agents, run, run.columns))
     except Exception:  # recorded in the manifest; the study goes on
         return _failed(start)
-    return {"status": "computed", "metrics": metrics, "agents": agents, "notes": notes,
+    return {"status": "computed", "record": record, "notes": notes,
             "wall_seconds": round(time.perf_counter() - start, 3)}
 
 
@@ -220,11 +225,7 @@ def store_run(run: Run, results_dir: Path, computed: dict[str, Any],
                            "finished": now()},
             "warnings": computed["notes"],
         }
-        agents = computed["agents"]
-        side = write_record(
-            results_dir, run.config_hash, _with_keys(computed["metrics"], run, run.columns),
-            None if agents is None else _with_keys(agents, run, run.columns), side_head,
-        )
+        side = write_record(results_dir, computed["record"], side_head)
     except Exception:  # recorded in the manifest; the study goes on
         return _failed(start)
     return {"status": DONE, "sidecar": side}

@@ -77,14 +77,26 @@ def atomic_write(path: Path, write: Callable[[str], None]) -> None:
         raise
 
 
+def parquet_bytes(frame: pd.DataFrame, metadata: dict[bytes, bytes] | None = None) -> bytes:
+    """The parquet file of `frame` (without its index), with `metadata` added to its schema."""
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    if metadata:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue().to_pybytes()
+
+
+def write_bytes(data: bytes, path: Path) -> None:
+    """Write `data` to `path` atomically."""
+    atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
+
+
 def write_parquet(
     frame: pd.DataFrame, path: Path, metadata: dict[bytes, bytes] | None = None
 ) -> None:
     """Write `frame` (without its index) to `path` atomically, adding `metadata` to its schema."""
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    if metadata:
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
-    atomic_write(path, lambda tmp: pq.write_table(table, tmp))
+    write_bytes(parquet_bytes(frame, metadata), path)
 
 
 def json_text(obj: Any) -> str:
@@ -194,10 +206,14 @@ def now() -> str:
 # records and sidecars
 
 
+def record_name(config_hash: str, agents: bool = False) -> str:
+    """File name of the record of the run with `config_hash` (or of its per-agent errors)."""
+    return f"{config_hash}{'.agents.parquet' if agents else '.parquet'}"
+
+
 def record_path(results_dir: Path, config_hash: str, agents: bool = False) -> Path:
     """Path of the record of the run with `config_hash` (or of its per-agent errors)."""
-    suffix = ".agents.parquet" if agents else ".parquet"
-    return results_dir / RUNS_DIR / f"{config_hash}{suffix}"
+    return results_dir / RUNS_DIR / record_name(config_hash, agents)
 
 
 def sidecar_path(results_dir: Path, config_hash: str) -> Path:
@@ -252,22 +268,29 @@ def set_aside(results_dir: Path, config_hash: str) -> list[str]:
     return moved
 
 
-def write_record(
-    results_dir: Path, config_hash: str, frame: pd.DataFrame, agents: pd.DataFrame | None,
-    head: dict[str, Any],
-) -> dict[str, Any]:
-    """Write a run's record(s), then its sidecar (`head` plus checksums); return the sidecar."""
+def encode_record(config_hash: str, frame: pd.DataFrame, agents: pd.DataFrame | None
+                  ) -> dict[str, Any]:
+    """A run's record(s) as file bytes, with its fingerprint: all the work of writing a run
+    but the writing (a worker encodes, the one process that writes only writes)."""
     meta = {b"desim.config_hash": config_hash.encode()}
     files = {}
     if agents is not None:
-        path = record_path(results_dir, config_hash, agents=True)
-        write_parquet(agents, path, meta)
-        files[path.name] = sha256_file(path)
-    path = record_path(results_dir, config_hash)
-    write_parquet(frame, path, meta)
-    files[path.name] = sha256_file(path)
+        files[record_name(config_hash, agents=True)] = parquet_bytes(agents, meta)
+    files[record_name(config_hash)] = parquet_bytes(frame, meta)
+    return {"config_hash": config_hash, "fingerprint": fingerprint(frame), "files": files}
+
+
+def write_record(results_dir: Path, encoded: dict[str, Any], head: dict[str, Any]
+                 ) -> dict[str, Any]:
+    """Write an `encode_record` result (the records, then the sidecar: `head` plus checksums);
+    return the sidecar."""
+    config_hash = encoded["config_hash"]
+    files = {}
+    for name, data in encoded["files"].items():  # agents first; the sidecar marks it done
+        write_bytes(data, results_dir / RUNS_DIR / name)
+        files[name] = hashlib.sha256(data).hexdigest()
     side = {"schema": SIDECAR_SCHEMA, **head, "config_hash": config_hash,
-            "fingerprint": fingerprint(frame), "files": dict(sorted(files.items()))}
+            "fingerprint": encoded["fingerprint"], "files": dict(sorted(files.items()))}
     write_json(side, sidecar_path(results_dir, config_hash))
     return side
 
