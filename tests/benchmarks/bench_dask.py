@@ -33,12 +33,12 @@ STUDY = """\
 title = "dask benchmark"
 seed = 5
 replicates = 100
-t_max = 400
+t_max = {t_max}
 checkpoints = 12
 
 [data]
 model = "classes"
-agents = 30
+agents = {agents}
 class_means = [0.2, 0.4, 0.8]
 sigma = 0.5
 
@@ -69,10 +69,10 @@ title = "MSE"
 """
 
 
-def one(root: Path, name: str, **how) -> tuple[float, float, bytes]:
+def one(root: Path, name: str, text: str, **how) -> tuple[float, float, bytes]:
     folder = root / name
     folder.mkdir()
-    (folder / "study.toml").write_text(STUDY, encoding="utf-8")
+    (folder / "study.toml").write_text(text, encoding="utf-8")
     study = load_study(folder)
     assert len(study.unique_runs) == 400
     start, cpu = time.perf_counter(), time.process_time()
@@ -85,7 +85,11 @@ def one(root: Path, name: str, **how) -> tuple[float, float, bytes]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1, help="tries of each way (best kept)")
+    parser.add_argument("--agents", type=int, default=30, help="M of every run (default 30)")
+    parser.add_argument("--t-max", type=int, default=400, help="T of every run (default 400; "
+                        "colme-fig2's quick scale is --agents 60 --t-max 2000)")
     args = parser.parse_args()
+    text = STUDY.format(agents=args.agents, t_max=args.t_max)
     best: dict[str, float] = {}
     client: dict[str, float] = {}
     outputs: dict[str, bytes] = {}
@@ -96,20 +100,22 @@ def main() -> None:
             ways = {"process pool, 2 workers": {"workers": 2},
                     "dask local:2 (with cluster start-up)": {"scheduler": "local:2"}}
             for name, how in ways.items():
-                wall, cpu, out = one(root, name.split()[0] + name.split()[1], **how)
+                wall, cpu, out = one(root, name.split()[0] + name.split()[1], text, **how)
                 best[name] = min(best.get(name, wall), wall)
                 client[name] = cpu
                 outputs[name] = out
             with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                               dashboard_address=None, silence_logs=logging.ERROR) as cluster:
                 name = "dask LocalCluster of 2, started before"
-                wall, cpu, out = one(root, "started", scheduler=cluster.scheduler_address)
+                wall, cpu, out = one(root, "started", text,
+                                     scheduler=cluster.scheduler_address)
                 best[name] = min(best.get(name, wall), wall)
                 client[name] = cpu
                 outputs[name] = out
     same = len(set(outputs.values())) == 1
     pool = best["process pool, 2 workers"]
-    print(f"\n{'400 quick runs':<42} {'wall s':>8} {'vs pool':>9} {'client cpu s':>13}")
+    head = f"400 runs, M = {args.agents}, T = {args.t_max}"
+    print(f"\n{head:<42} {'wall s':>8} {'vs pool':>9} {'client cpu s':>13}")
     for name, wall in best.items():
         print(f"{name:<42} {wall:8.2f} {100 * (wall / pool - 1):+8.1f}% {client[name]:13.2f}")
     print(f"metrics.parquet byte-identical: {'yes' if same else 'NO'}")
