@@ -177,12 +177,8 @@ class PairStatistic:
             else:
                 nodes = np.zeros((len(pair), self.levels))
             nodes[np.arange(len(pair)), lowest_set_bit(j)] = 0.0  # the node that starts at j
-            used = set_bits(j, self.levels)
-            noise += (used * (2 * u[:, None] * nodes + (u * u)[:, None])).sum(axis=1)
-            if not self.compact:
-                self._node[pair] = nodes + used * u[:, None]
-        self._put(pair, rows)
-        return total / n, data, noise, n
+            self._take_nodes(pair, rows, j, u, nodes)
+        return self._finish(pair, rows)
 
     def _take(self, rows: np.ndarray, values: np.ndarray, t: np.ndarray,
               j: np.ndarray) -> np.ndarray:
@@ -226,10 +222,23 @@ class PairStatistic:
             same = (j[:, None] >> level) == (last[:, None] >> level)
             nodes = (np.zeros((len(pair), self.levels)) if self.compact  # ``last``: restart
                      else np.where(same & ~restart[:, None], self._node.take(pair, axis=0), 0.0))
-            used = set_bits(j, self.levels)
-            noise += (used * (2 * u[:, None] * nodes + (u * u)[:, None])).sum(axis=1)
-            if not self.compact:
-                self._node[pair] = nodes + used * u[:, None]
+            self._take_nodes(pair, rows, j, u, nodes)
+        return self._finish(pair, rows)
+
+    def _take_nodes(self, pair: np.ndarray, rows: np.ndarray, j: np.ndarray, u: np.ndarray,
+                    nodes: np.ndarray) -> None:
+        """PM-II: release j uses the tree nodes of its set bits; each gains u. `nodes` holds
+        each used node's sum before this release (0 for a node that starts with it)."""
+        noise = rows[:, 4]
+        used = set_bits(j, self.levels)
+        noise += (used * (2 * u[:, None] * nodes + (u * u)[:, None])).sum(axis=1)
+        if not self.compact:
+            self._node[pair] = nodes + used * u[:, None]
+
+    def _finish(self, pair: np.ndarray, rows: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Store the updated `rows`; return T_{b→a}, D, A and n of the pairs."""
+        kappa, n, total, data, noise, node_total = rows.T
         self._put(pair, rows)
         return total / n, data, noise, n
 
