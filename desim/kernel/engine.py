@@ -12,7 +12,7 @@ events.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,17 +80,17 @@ class Simulation:
         self.checkpoints = log_checkpoints(t_max) if checkpoints is None else checkpoints
         self.recorder = Recorder(protocol, self.network, data.means, per_agent, data, metrics)
 
-    def _clock(self) -> Generator[simpy.Event, None, None]:
-        rng = self.streams.get("data")
-        block = np.empty((0, self.data.n_agents))
-        size = data_block(self.data.n_agents)
-        for t in range(1, self.t_max + 1):
-            yield At(self.env, 1, PRIORITY_TICK)
-            i = (t - 1) % size
-            if i == 0:
-                block = None  # free the old block before drawing the next
-                block = self.data.sample(rng, size)
-            self.protocol.on_samples(t, block[i])
+    def _tick(self, _event: simpy.Event | None = None) -> None:
+        """Slot t's tick: every agent's sample, then the next tick (a chain of callbacks, not
+        a SimPy process: a process pays a generator resume and an event per slot on top)."""
+        t = self._t = self._t + 1
+        i = (t - 1) % self._block_size
+        if i == 0:
+            self._block = None  # free the old block before drawing the next
+            self._block = self.data.sample(self._rng_data, self._block_size)
+        self.protocol.on_samples(t, self._block[i])
+        if t < self.t_max:
+            At(self.env, 1, PRIORITY_TICK).callbacks.append(self._tick)
 
     def _call_at(self, when: float, fn: Callable[[], None]) -> None:
         """Call `fn()` at time `when` (≥ now), after that instant's deliveries."""
@@ -110,7 +110,10 @@ class Simulation:
             call_at=self._call_at,
         )
         self.protocol.setup(ctx)
-        self.env.process(self._clock())
+        self._t, self._block, self._block_size = 0, None, data_block(self.data.n_agents)
+        self._rng_data = self.streams.get("data")
+        if self.t_max >= 1:
+            At(self.env, 1, PRIORITY_TICK).callbacks.append(self._tick)
         for t in self.checkpoints:
             At(self.env, float(t), PRIORITY_RECORD).callbacks.append(
                 lambda _e, t=float(t): self.recorder.measure(t)

@@ -81,6 +81,8 @@ class Network:
         self._rng_latency = rng_latency
         self._deliver = deliver
         self._pending: dict[float, list[Batch]] = {}
+        self._firing: float | None = None  # the delivery time being handed over (`_fire`)
+        self._now_at: np.ndarray = np.empty(0)  # send times of the current instant (`_sent_now`)
         self._code_arrays: dict[int, np.ndarray] = {}
         self.sent = np.zeros(len(kinds), dtype=np.int64)
         self.dropped = np.zeros(len(kinds), dtype=np.int64)
@@ -120,7 +122,7 @@ class Network:
         self.sent[code] += n
         if self._ideal:
             self._file(float(now), Batch(src, dst, self._codes(code, n), payload,
-                                         np.full(n, float(now)), self.kinds, code))
+                                         self._sent_now(float(now), n), self.kinds, code))
             return
         if self.windows:
             self._send_window(code, src, dst, payload, at)
@@ -140,7 +142,7 @@ class Network:
         )
         if self._ticks:  # deliveries on a grid of 1/ticks slot: due times rounded up
             due = np.ceil(np.asarray(due) * self._ticks - 1e-9) / self._ticks
-        batch = Batch(src, dst, self._codes(code, n), payload, np.full(n, float(now)),
+        batch = Batch(src, dst, self._codes(code, n), payload, self._sent_now(float(now), n),
                       self.kinds, code)
         if np.ndim(due) == 0:
             self._file(float(due), batch)
@@ -175,28 +177,51 @@ class Network:
             self._code_arrays[code] = codes
         return codes[:n]
 
+    def _sent_now(self, now: float, n: int) -> np.ndarray:
+        """A read-only array of n copies of `now` (the sends of one instant share it)."""
+        at = self._now_at
+        if len(at) < n or (n and at[0] != now):
+            at = np.full(max(n, len(at)), now)
+            at.flags.writeable = False
+            self._now_at = at
+        return at[:n]
+
     def _file(self, when: float, batch: Batch) -> None:
         parts = self._pending.get(when)
         if parts is not None:
             parts.append(batch)
             return
         self._pending[when] = [batch]
+        if when == self._firing:  # a zero-delay reply: `_fire` hands it over next (see there)
+            return
         At(self.env, when - self.env.now, PRIORITY_DELIVER).callbacks.append(
             lambda _event, when=when: self._fire(when)
         )
 
     def _fire(self, when: float) -> None:
-        batch = Batch.concat(self._pending.pop(when))
-        if not self._ideal:
-            ok = self.links.receivable(when, batch.dst)
-            if ok is not True:
-                ok = np.asarray(ok, dtype=bool)
-                if not ok.all():
-                    self.dropped += np.bincount(batch.kind[~ok], minlength=len(self.kinds))
-                    batch = batch.select(ok)
-                    if len(batch) == 0:
-                        return
-        self._deliver(batch)
+        """Hand over what is filed under `when`, then what deliveries file there meanwhile.
+
+        Zero-delay replies are filed under the time being delivered; they get no event of their
+        own: the event they would get would come right after this one (same time and priority,
+        and no other delivery event is filed under one time), so a loop does the same.
+        """
+        self._firing = when
+        try:
+            while (parts := self._pending.pop(when, None)) is not None:
+                batch = Batch.concat(parts)
+                if not self._ideal:
+                    ok = self.links.receivable(when, batch.dst)
+                    if ok is not True:
+                        ok = np.asarray(ok, dtype=bool)
+                        if not ok.all():
+                            self.dropped += np.bincount(batch.kind[~ok],
+                                                        minlength=len(self.kinds))
+                            batch = batch.select(ok)
+                            if len(batch) == 0:
+                                continue
+                self._deliver(batch)
+        finally:
+            self._firing = None
 
     # -- windows -------------------------------------------------------------------------------
     def _by_time(

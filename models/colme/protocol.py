@@ -114,6 +114,8 @@ class PrivateColMEParams:
 # Columns of a release's payload: b's privatised mean R, b's sample count t_b, the release
 # index j, the send time of the query it answers (echoed), and Sch-Var-1's variance release.
 _VALUE, _COUNT, _INDEX, _ASKED, _VARIANCE = range(5)
+# Indices of the message kinds (`PrivateColME.message_kinds`), as `Batch.only` holds them.
+_QUERY, _RELEASE = range(2)
 
 
 @PROTOCOLS.register("private-colme")
@@ -221,8 +223,9 @@ class PrivateColME(Protocol):
 
     # -- deliveries: answer queries, take releases -----------------------------------------
     def on_deliver(self, batch: Batch) -> None:
-        queries = batch.of_kind("query")
-        if len(queries):
+        # a batch of one kind (the usual case) skips the other: no empty selection is made
+        queries = batch.of_kind("query") if batch.only != _RELEASE else None
+        if queries is not None and len(queries):
             b, a = queries.dst, queries.src
             payload = self._answer(b, a) if self.asynchronous else self._release(b, a)
             payload[:, _ASKED] = queries.sent_at
@@ -230,8 +233,8 @@ class PrivateColME(Protocol):
                 self.ctx.send("release", b, a, payload)
             else:  # in a window: each reply leaves at its query's exact delivery time
                 self.ctx.send("release", b, a, payload, at=queries.delivered_at)
-        releases = batch.of_kind("release")
-        if len(releases):
+        releases = batch.of_kind("release") if batch.only != _QUERY else None
+        if releases is not None and len(releases):
             if releases.delivered_at is not None:  # in a window: taken at its end
                 self._window.append(releases)
             elif self.asynchronous:
@@ -241,13 +244,14 @@ class PrivateColME(Protocol):
 
     def _release(self, b: np.ndarray, a: np.ndarray) -> np.ndarray:
         """Payloads of new releases of agents b to agents a (distinct pairs; _ASKED unset)."""
-        values, j, fresh = self.mech.release(b, a, self.sums[b], self.counts[b])
+        sums, counts = self.sums[b], self.counts[b]
+        values, j, fresh = self.mech.release(b, a, sums, counts)
         payload = np.empty((len(b), self._width))
         if self.params.variance == "sch-var-1":
             payload[:, _VARIANCE] = self.var_release.release(
-                b, a, j, fresh, self.sums[b], self.sumsq[b], self.counts[b], values
+                b, a, j, fresh, sums, self.sumsq[b], counts, values
             )
-        payload[:, _VALUE], payload[:, _COUNT], payload[:, _INDEX] = values, self.counts[b], j
+        payload[:, _VALUE], payload[:, _COUNT], payload[:, _INDEX] = values, counts, j
         return payload
 
     def _answer(self, b: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -358,13 +362,14 @@ class PrivateColME(Protocol):
             var = (v_b * data + self.sigma2_dp * noise) / (n * n)  # data > 0: ∞ stays ∞
             n_other = t_b if self.params.welch_df == "printed" else k.astype(float)
         decision = self._test(a, b, value, var, n_other)
-        change = decision.astype(np.int64) - self.included[a, b]
         if self.incremental:
             self.sums_w.replace(a, *old, *_contribution(decision, value, var))
-        self.included[a, b] = decision
-        self._n_included += np.bincount(a, weights=change, minlength=len(self._agents)).astype(
-            np.int64
-        )
+        before = self.included[a, b]
+        if (decision != before).any():  # decisions settle: most releases change none
+            self.included[a, b] = decision
+            change = decision.astype(np.int64) - before
+            self._n_included += np.bincount(a, weights=change,
+                                            minlength=len(self._agents)).astype(np.int64)
 
     def _terms(
         self, a: np.ndarray, b: np.ndarray, value: np.ndarray, data: np.ndarray,
@@ -389,8 +394,8 @@ class PrivateColME(Protocol):
 
     def _z_test(self, a: np.ndarray, value: np.ndarray, var: np.ndarray) -> np.ndarray:
         """χ_a(b) of §III-C1: |X̄_a − T_{b→a}| < Φ⁻¹(1−θ_t/2)·√(σ_a²/t + Var[T_{b→a}])."""
-        t = self.counts[a]
-        z = self._z[t.astype(np.int64)]
+        t = self.counts[0]  # every agent has t samples (one per slot): one t, one quantile
+        z = self._z[int(t)]
         spread = np.sqrt(self.sigma2[a] / t + var)
         return np.abs(self.sums[a] / t - value) < z * spread
 

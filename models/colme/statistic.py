@@ -157,9 +157,14 @@ class PairStatistic:
         """Take releases `values` from b to a, the j-th each, made when b had t samples.
 
         Every j must exceed the pair's κ (gaps are allowed) and the pairs must be distinct.
-        Returns T_{b→a}, D, A and n of the updated pairs, so that Var[T] = (σ_b²D + σ_DP²A)/n².
+        Returns T_{b→a}, D, A and n of the updated pairs, so that Var[T] = (σ_b²D + σ_DP²A)/n²
+        (n is the scalar 1.0 when every block is the last release alone: ``last`` under PM-I).
         """
         pair = a * self.n_agents + b
+        if self.compact and self.mechanism == "pm1":
+            kappa = self._kappa[pair]
+            if (kappa + 1 == j).all():
+                return self._update_last_pm1(pair, values, t, j)
         rows = self._rows(pair, kappa_only=self.compact)  # ``last`` restarts every sum below
         kappa, n, total, data, noise, node_total = rows.T  # views: updated in place below
         if (kappa + 1 != j).any():
@@ -179,6 +184,22 @@ class PairStatistic:
             nodes[np.arange(len(pair)), lowest_set_bit(j)] = 0.0  # the node that starts at j
             self._take_nodes(pair, rows, j, u, nodes)
         return self._finish(pair, rows)
+
+    def _update_last_pm1(
+        self, pair: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """`update` for ``last`` weights under PM-I when every j is κ + 1 (always so with ideal
+        links): the general path's floats, without its packed rows.
+
+        That path restarts every sum at 0 and adds the release once (`_take`): n = 1, block sum
+        0 + R, D = 0 + (2·1 − 1)·u = u and A = 0 + (2u·0 + j·u·u) = j·u·u exactly, u = 1/t.
+        """
+        u = 1.0 / t
+        total = values + 0.0  # 0 + R as `_take` forms it (a −0.0 becomes +0.0 there too)
+        self._kappa[pair] = j
+        self._flat[pair, 0] = total
+        self._flat[pair, 1] = u
+        return total, u, j * u * u, 1.0
 
     def _take(self, rows: np.ndarray, values: np.ndarray, t: np.ndarray,
               j: np.ndarray) -> np.ndarray:
