@@ -88,7 +88,8 @@ class Simulation:
         if i == 0:
             self._block = None  # free the old block before drawing the next
             self._block = self.data.sample(self._rng_data, self._block_size)
-        self.protocol.on_samples(t, self._block[i])
+        samples = self._block[i]
+        self.network.at_tick(lambda: self.protocol.on_samples(t, samples))
         if t < self.t_max:
             At(self.env, 1, PRIORITY_TICK).callbacks.append(self._tick)
 

@@ -10,8 +10,8 @@ import numpy as np
 _EMPTY_PAYLOAD = np.empty((0, 0))
 
 
-@dataclass(frozen=True, slots=True)
-class Batch:
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs ~15× as much, and
+class Batch:  # batches are made per send and per delivery; treat a batch as read-only
     """Messages delivered at one instant, as a struct of arrays (one entry per message).
 
     ``kind`` holds indices into ``kinds`` (the protocol's message kinds). ``payload`` is a

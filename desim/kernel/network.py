@@ -181,7 +181,8 @@ class Network:
         """A read-only array of n copies of `now` (the sends of one instant share it)."""
         at = self._now_at
         if len(at) < n or (n and at[0] != now):
-            at = np.full(max(n, len(at)), now)
+            at = np.empty(max(n, len(at)))
+            at.fill(now)
             at.flags.writeable = False
             self._now_at = at
         return at[:n]
@@ -197,6 +198,26 @@ class Network:
         At(self.env, when - self.env.now, PRIORITY_DELIVER).callbacks.append(
             lambda _event, when=when: self._fire(when)
         )
+
+    def at_tick(self, tick: Callable[[], None]) -> None:
+        """Run a slot's `tick` and hand over at once what it sends for delivery now.
+
+        The event those messages would get would fire right after the tick: ticks come first
+        at an instant, no other event is filed under this time when nothing is pending for it,
+        and deliveries come before deadlines and measurements. So `_fire` follows directly
+        (as for zero-delay replies). With windows, sends are queued instead (see `_flush`).
+        """
+        now = float(self.env.now)
+        if self.windows or now in self._pending or self._firing is not None:
+            tick()
+            return
+        self._firing = now
+        try:
+            tick()
+        finally:
+            self._firing = None
+        if now in self._pending:
+            self._fire(now)
 
     def _fire(self, when: float) -> None:
         """Hand over what is filed under `when`, then what deliveries file there meanwhile.

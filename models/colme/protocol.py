@@ -198,10 +198,12 @@ class PrivateColME(Protocol):
         if self.params.schedule == "rr":
             a = self._agents
             offset = (t - 1) % (len(a) - 1) + 1
+            b = np.concatenate((a[offset:], a[:offset]))  # (a + offset) mod M, by a rotation
         else:
             a, offset = self._next_included()
             self._offset[a] = offset
-        self.ctx.send("query", a, (a + offset) % len(self._agents))
+            b = (a + offset) % len(self._agents)
+        self.ctx.send("query", a, b)
 
     def _next_included(self) -> tuple[np.ndarray, np.ndarray]:
         """rRR: each agent's next RR position whose agent it still includes."""
@@ -342,7 +344,7 @@ class PrivateColME(Protocol):
         j = payload[:, _INDEX].astype(np.int64)
         if self.incremental:  # the terms these pairs contributed so far, to be replaced
             old = self._terms(a, b, *self.stat.terms(a * len(self._agents) + b))
-        value, data, noise, n = self.stat.update(a, b, values, t_b, j)
+        value, data, noise, n = self.stat.update(a, b, values, t_b, j, consecutive=last is None)
         if self.known:
             var = (self.sigma2[b] * data + self.sigma2_dp * noise) / (n * n)
             n_other = t_b
@@ -365,7 +367,7 @@ class PrivateColME(Protocol):
         if self.incremental:
             self.sums_w.replace(a, *old, *_contribution(decision, value, var))
         before = self.included[a, b]
-        if (decision != before).any():  # decisions settle: most releases change none
+        if np.count_nonzero(decision != before):  # decisions settle: most releases change none
             self.included[a, b] = decision
             change = decision.astype(np.int64) - before
             self._n_included += np.bincount(a, weights=change,

@@ -152,22 +152,23 @@ class PairStatistic:
         return self._flat[pair, 0]
 
     def update(
-        self, a: np.ndarray, b: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray
+        self, a: np.ndarray, b: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray,
+        consecutive: bool = False,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Take releases `values` from b to a, the j-th each, made when b had t samples.
 
-        Every j must exceed the pair's κ (gaps are allowed) and the pairs must be distinct.
+        Every j must exceed the pair's κ (gaps are allowed) and the pairs must be distinct;
+        `consecutive` says that every j is κ + 1 (the caller knows: nothing was lost).
         Returns T_{b→a}, D, A and n of the updated pairs, so that Var[T] = (σ_b²D + σ_DP²A)/n²
         (n is the scalar 1.0 when every block is the last release alone: ``last`` under PM-I).
         """
         pair = a * self.n_agents + b
-        if self.compact and self.mechanism == "pm1":
-            kappa = self._kappa[pair]
-            if (kappa + 1 == j).all():
-                return self._update_last_pm1(pair, values, t, j)
+        if self.compact and self.mechanism == "pm1" and (
+                consecutive or (self._kappa[pair] + 1 == j).all()):
+            return self._update_last_pm1(pair, values, t, j)
         rows = self._rows(pair, kappa_only=self.compact)  # ``last`` restarts every sum below
         kappa, n, total, data, noise, node_total = rows.T  # views: updated in place below
-        if (kappa + 1 != j).any():
+        if not consecutive and (kappa + 1 != j).any():
             return self._update_with_gaps(pair, rows, values, t, j)
         if self.weights == "last":
             rows[:, 1:] = 0.0

@@ -48,8 +48,11 @@ class PSumRelease:
         shape = (n_agents, n_agents if receivers is None else receivers)
         #: κ_{b→a}: releases made so far by b to a, indexed [b, a].
         self.count = np.zeros(shape, dtype=np.int32)  # j < 2³¹: half the bytes
+        self._receivers = shape[1]
+        self._count_flat = self.count.reshape(-1)  # views indexed by pair b·receivers + a
         if mechanism == "pm1":
             self._total = np.zeros(shape)
+            self._total_flat = self._total.reshape(-1)
         else:
             self.levels = levels_for(max_releases)
             self._node = np.zeros((*shape, self.levels))
@@ -63,13 +66,13 @@ class PSumRelease:
         and the noise of the p-sum that release j completes (PM-I: p-sum j; PM-II: the node
         at the lowest set bit of j). Pairs (b[i], a[i]) must be distinct within one call.
         """
-        pair = b * self.count.shape[1] + a
-        j = self.count.ravel()[pair] + 1
-        self.count.ravel()[pair] = j
+        pair = b * self._receivers + a
+        j = self._count_flat[pair] + 1
+        self._count_flat[pair] = j
         fresh = sample_noise(self.rng, self.noise, self.sigma2, len(b))
         if self.mechanism == "pm1":
-            z = self._total.ravel()[pair] + fresh
-            self._total.ravel()[pair] = z
+            z = self._total_flat[pair] + fresh
+            self._total_flat[pair] = z
         else:
             nodes = self._node[b, a]
             nodes[np.arange(len(b)), lowest_set_bit(j)] = fresh
