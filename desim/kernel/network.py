@@ -90,7 +90,10 @@ class Network:
         self._window_end = window_end
         self.windows = window_end is not None and not self._ideal and not self._ticks
         self._per_slot = bool(getattr(links, "per_slot", False))
-        self._queue: list[tuple[np.ndarray, Batch]] = []  # (due, messages), in send order
+        #: Queued messages: row blocks (columns `_DUE`, `_SENT`, …, payload), each sorted by due
+        #: time, in send order (one block per send, merged every few sends).
+        self._queue: list[np.ndarray] = []
+        self._width = 0  # payload columns of the rows (the widest payload sent so far)
         self._flush_at: float | None = None  # time of the live flush event
         self._flush_token = 0  # flush events of older tokens are void
         self._flushing = False
@@ -272,8 +275,10 @@ class Network:
             if up.ndim == 0:
                 up = np.full(n, bool(up))
             if not up.all():
-                self.dropped[code] += n - int(up.sum())
-                src, dst, payload, times = src[up], dst[up], payload[up], times[up]
+                keep = np.flatnonzero(up)
+                self.dropped[code] += n - len(keep)
+                src, dst, times = src[keep], dst[keep], times[keep]
+                payload = payload.take(keep, axis=0)  # (`take`: a 2-D mask or index is slower)
                 n = len(src)
                 if n == 0:
                     return
@@ -281,11 +286,17 @@ class Network:
         delay = self._by_time(times, lambda t, s: self.links.latency(
             self._rng_latency, t, src[s], dst[s], width))
         due = times + np.asarray(delay, dtype=float)  # (a scalar delay broadcasts)
-        batch = Batch(src, dst, self._codes(code, n), payload, times, self.kinds, code)
-        if n > 1:  # queued sorted by due time (stable: send order among equal times)
+        # one row per message: (due, sent at, src, dst, kind, payload…), NaN past its width
+        self._width = max(self._width, width)
+        rows = np.empty((n, _PAYLOAD + self._width))
+        rows[:, _DUE], rows[:, _SENT], rows[:, _SRC], rows[:, _DST] = due, times, src, dst
+        rows[:, _KIND] = code
+        rows[:, _PAYLOAD:_PAYLOAD + width] = payload
+        rows[:, _PAYLOAD + width:] = np.nan
+        if n > 1:  # sorted by due time (stable: send order among equal times)
             order = np.argsort(due, kind="stable")
-            due, batch = due[order], batch.select(order)
-        self._queue.append((due, batch))
+            due, rows = due[order], rows.take(order, axis=0)
+        self._queue.append(rows)
         if len(self._queue) > _MERGE_AT:
             self._queue = [_merge(self._queue)]
         if not self._flushing:
@@ -335,38 +346,44 @@ class Network:
         finally:
             self._flushing = False
         if self._queue:
-            self._schedule(float(min(due[0] for due, _ in self._queue)))
+            self._schedule(min(float(rows[0, _DUE]) for rows in self._queue))
 
     def _take_due(self, now: float, horizon: float) -> Batch | None:
         """The queued messages due in [now, horizon) (at now only, if horizon is now), sorted
-        by delivery time; the others stay queued."""
+        by delivery time (stable: send order among equal times); the others stay queued."""
         taken, rest = [], []
-        for due, batch in self._queue:  # each part is sorted: what is due is a prefix
+        for rows in self._queue:  # each block is sorted: what is due is a prefix (a view)
+            due = rows[:, _DUE]
             k = int(np.searchsorted(due, horizon, side="left") if horizon > now
                     else np.searchsorted(due, now, side="right"))
-            if k == len(due):  # all of it (no copies of whole parts)
-                taken.append((due, batch))
-            elif k == 0:
-                rest.append((due, batch))
-            else:
-                taken.append((due[:k], batch.select(slice(0, k))))
-                rest.append((due[k:], batch.select(slice(k, None))))
+            if k:
+                taken.append(rows[:k])
+            if k < len(rows):
+                rest.append(rows[k:])
         self._queue = rest
         if not taken:
             return None
-        due, batch = _merge(taken) if len(taken) > 1 else taken[0]
-        return Batch(batch.src, batch.dst, batch.kind, batch.payload, batch.sent_at,
-                     batch.kinds, batch.only, due)
+        rows = _merge(taken)
+        kind = rows[:, _KIND].astype(np.int64)
+        return Batch(rows[:, _SRC].astype(np.int64), rows[:, _DST].astype(np.int64), kind,
+                     rows[:, _PAYLOAD:], rows[:, _SENT], self.kinds,
+                     int(kind[0]) if (kind == kind[0]).all() else -1, rows[:, _DUE])
 
 
-#: Queued parts (one per send) merged into one when there are more than this many.
+#: Queued blocks (one per send) merged into one when there are more than this many.
 _MERGE_AT = 4
 
+#: Columns of a queued row (windows): due time, send time, source, destination, kind index,
+#: then the payload (exact: agent ids and kind indices are far below 2⁵³).
+_DUE, _SENT, _SRC, _DST, _KIND, _PAYLOAD = range(6)
 
-def _merge(parts: list[tuple[np.ndarray, Batch]]) -> tuple[np.ndarray, Batch]:
-    """One part sorted by due time from parts in send order (stable: send order among equal
-    times)."""
-    due = np.concatenate([d for d, _ in parts])
-    batch = Batch.concat([b for _, b in parts])
-    order = np.argsort(due, kind="stable")
-    return due[order], batch.select(order)
+
+def _merge(blocks: list[np.ndarray]) -> np.ndarray:
+    """One block sorted by due time from sorted row blocks in send order (stable: send order
+    among equal times); narrower blocks (sent before a wider payload) are padded with NaN."""
+    if len(blocks) == 1:
+        return blocks[0]
+    width = max(b.shape[1] for b in blocks)
+    rows = np.concatenate([b if b.shape[1] == width else np.pad(
+        b, ((0, 0), (0, width - b.shape[1])), constant_values=np.nan) for b in blocks])
+    return rows.take(np.argsort(rows[:, _DUE], kind="stable"), axis=0)

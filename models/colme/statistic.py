@@ -163,8 +163,9 @@ class PairStatistic:
         (n is the scalar 1.0 when every block is the last release alone: ``last`` under PM-I).
         """
         pair = a * self.n_agents + b
-        if self.compact and self.mechanism == "pm1" and (
-                consecutive or (self._kappa[pair] + 1 == j).all()):
+        if self.compact and self.mechanism == "pm1":  # gaps change nothing: every sum restarts
+            if not consecutive and (j <= self._kappa[pair]).any():
+                raise ValueError("a release index j must exceed the last one taken (κ)")
             return self._update_last_pm1(pair, values, t, j)
         rows = self._rows(pair, kappa_only=self.compact)  # ``last`` restarts every sum below
         kappa, n, total, data, noise, node_total = rows.T  # views: updated in place below
@@ -189,8 +190,8 @@ class PairStatistic:
     def _update_last_pm1(
         self, pair: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """`update` for ``last`` weights under PM-I when every j is κ + 1 (always so with ideal
-        links): the general path's floats, without its packed rows.
+        """`update` for ``last`` weights under PM-I: the general path's floats (with gaps in j
+        or not), without its packed rows.
 
         That path restarts every sum at 0 and adds the release once (`_take`): n = 1, block sum
         0 + R, D = 0 + (2·1 − 1)·u = u and A = 0 + (2u·0 + j·u·u) = j·u·u exactly, u = 1/t.
