@@ -43,17 +43,24 @@ class Batch:  # batches are made per send and per delivery; treat a batch as rea
             return self.select(slice(0, 0))
         return self.select(self.kind == code)
 
-    def select(self, index: np.ndarray) -> Batch:
-        """The messages picked by a boolean mask or an index array."""
+    def select(self, index: np.ndarray | slice) -> Batch:
+        """The messages picked by a boolean mask, an index array or a slice."""
+        if isinstance(index, slice):
+            return Batch(self.src[index], self.dst[index], self.kind[index],
+                         self.payload[index], self.sent_at[index], self.kinds, self.only,
+                         None if self.delivered_at is None else self.delivered_at[index])
+        index = np.asarray(index)
+        if index.dtype == bool:  # positions once, not a mask pass per array
+            index = np.flatnonzero(index)
         return Batch(
-            self.src[index],
-            self.dst[index],
-            self.kind[index],
-            self.payload[index],
-            self.sent_at[index],
+            self.src.take(index),
+            self.dst.take(index),
+            self.kind.take(index),
+            self.payload.take(index, axis=0),
+            self.sent_at.take(index),
             self.kinds,
             self.only,
-            None if self.delivered_at is None else self.delivered_at[index],
+            None if self.delivered_at is None else self.delivered_at.take(index),
         )
 
     @staticmethod

@@ -346,8 +346,12 @@ class RenewalBound(BoundAvailability):
             rows, base, other = rows[kept], base[kept], rows[~kept]
         else:
             other = None
-        ahead = self._ahead[rows]
-        passed = (ahead <= time).sum(axis=1)  # ends ascend: sojourn base + passed contains time
+        ahead = self._ahead.take(rows, axis=0)
+        # ends ascend: sojourn base + passed contains time, passed = the first end after time
+        # (argmax of a boolean row: its first True; a row with none has passed them all)
+        later = ahead > time
+        passed = later.argmax(axis=1)
+        passed[~later[:, -1]] = self.AHEAD
         at = np.minimum(passed, self.AHEAD - 1)
         i = np.arange(len(rows))
         k = base + at

@@ -346,7 +346,9 @@ class PrivateColME(Protocol):
             old = self._terms(a, b, *self.stat.terms(a * len(self._agents) + b))
         value, data, noise, n = self.stat.update(a, b, values, t_b, j, consecutive=last is None)
         if self.known:
-            var = (self.sigma2[b] * data + self.sigma2_dp * noise) / (n * n)
+            var = self.sigma2[b] * data + self.sigma2_dp * noise
+            if not isinstance(n, float):  # (the scalar n = 1: x/1 is x, no pass needed)
+                var /= n * n
             n_other = t_b
         else:
             pair = a * len(self._agents) + b
@@ -366,7 +368,8 @@ class PrivateColME(Protocol):
         decision = self._test(a, b, value, var, n_other)
         if self.incremental:
             self.sums_w.replace(a, *old, *_contribution(decision, value, var))
-        before = self.included[a, b]
+        pair = a * len(self._agents) + b
+        before = self.included.ravel().take(pair)
         if np.count_nonzero(decision != before):  # decisions settle: most releases change none
             self.included[a, b] = decision
             change = decision.astype(np.int64) - before
