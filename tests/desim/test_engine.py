@@ -85,6 +85,32 @@ def test_zero_latency_delivers_in_the_same_slot_after_the_tick_and_before_the_re
     assert kinds == ["ping", "echo", "ping", "echo"]
 
 
+class DeadlineProbe(Probe):
+    """A Probe that also sets a deadline at each tick, where it pings once more."""
+
+    def on_samples(self, t: int, samples: np.ndarray) -> None:
+        super().on_samples(t, samples)
+        self.ctx.call_at(self.ctx.now(), self._deadline)
+
+    def _deadline(self) -> None:
+        self.events.append((self.ctx.now(), "deadline"))
+        src = np.arange(self.ctx.n_agents)
+        self.ctx.send("ping", src, (src + 1) % self.ctx.n_agents, np.zeros((len(src), 2)))
+
+
+@pytest.mark.parametrize("links", [IdealLinks(), FixedLatency(slots=0.0)])
+def test_zero_delay_sends_of_ticks_deliveries_and_deadlines_come_in_order(links):
+    # tick → its pings → their echoes → deadline → its pings → their echoes → recorder, with
+    # the tick's sends handed over without an event of their own (`Network.at_tick`)
+    probe = DeadlineProbe(ProbeParams(2))
+    Simulation(probe, ConstantData(3), 2, Streams(1, 0, 1, 2), links=links,
+               checkpoints=np.arange(1, 3)).run()
+    slot = ["tick", "deliver", "deliver", "deadline", "deliver", "deliver", "record"]
+    assert probe.events == [(t, e) for t in (1, 2) for e in slot]
+    kinds = [b.kinds[b.kind[0]] for _, b in probe.log]
+    assert kinds == ["ping", "echo"] * 4
+
+
 @pytest.mark.parametrize("k", [1, 2, 5])
 def test_fixed_latency_delivers_exactly_k_slots_later_in_order_in_one_batch(k):
     probe, _ = simulate(FixedLatency(slots=k), t_max=3 + 2 * k + 1, n=5, ping_until=3)
