@@ -4,7 +4,9 @@ Each send call draws availability and latency for its messages, drops those on l
 down, and files the rest under their delivery time. One SimPy event is scheduled per distinct
 delivery time (unless windows are on, below); when it fires, the messages whose destination
 cannot receive then (`LinkModel.receivable`: a churned agent) are dropped and everything else
-filed under that time is handed to the protocol as one `Batch`, in send order.
+filed under that time is handed to the protocol as one `Batch`, in send order. Messages due at
+the very instant being handed over (a tick's or a delivery's zero-delay sends) get no event of
+their own: they are handed over right after it, as their event would be (`at_tick`, `_fire`).
 
 Delivery times are exact (fractional when latencies are): messages of one send with random
 delays are sorted once by delivery time, and each distinct time gets its own batch. Same-time
