@@ -71,14 +71,15 @@ class Batch:  # batches are made per send and per delivery; treat a batch as rea
         only = parts[0].only if all(p.only == parts[0].only for p in parts) else -1
         widths = [p.payload.shape[1] for p in parts]
         width = max(widths)
-        sizes = [len(p) for p in parts]
-        # one array for all payloads; narrower kinds leave NaN in the columns they lack
-        padded = min(widths) < width
-        payload = np.full((sum(sizes), width), np.nan) if padded else np.empty((sum(sizes), width))
-        start = 0
-        for p, n, w in zip(parts, sizes, widths, strict=True):
-            payload[start : start + n, :w] = p.payload
-            start += n
+        if min(widths) == width:
+            payload = np.concatenate([p.payload for p in parts])
+        else:  # one array for all payloads; narrower kinds leave NaN in the columns they lack
+            sizes = [len(p) for p in parts]
+            payload = np.full((sum(sizes), width), np.nan)
+            start = 0
+            for p, n, w in zip(parts, sizes, widths, strict=True):
+                payload[start : start + n, :w] = p.payload
+                start += n
         return Batch(
             np.concatenate([p.src for p in parts]),
             np.concatenate([p.dst for p in parts]),

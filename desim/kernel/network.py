@@ -299,8 +299,8 @@ class Network:
             order = np.argsort(due, kind="stable")
             due, rows = due[order], rows.take(order, axis=0)
         self._queue.append(rows)
-        if len(self._queue) > _MERGE_AT:
-            self._queue = [_merge(self._queue)]
+        if len(self._queue) > _MERGE_AT:  # the oldest block drains by itself: keep it apart
+            self._queue = [self._queue[0], _merge(self._queue[1:])]
         if not self._flushing:
             self._schedule(float(due[0]))
 
@@ -373,7 +373,8 @@ class Network:
                      int(kind[0]) if (kind == kind[0]).all() else -1, rows[:, _DUE])
 
 
-#: Queued blocks (one per send) merged into one when there are more than this many.
+#: Queued blocks (one per send) merged when there are more than this many: all but the oldest,
+#: which windows drain from its front (merging it again and again would re-sort the queue).
 _MERGE_AT = 4
 
 #: Columns of a queued row (windows): due time, send time, source, destination, kind index,
