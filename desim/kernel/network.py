@@ -85,6 +85,7 @@ class Network:
         self._pending: dict[float, list[Batch]] = {}
         self._firing: float | None = None  # the delivery time being handed over (`_fire`)
         self._now_at: np.ndarray = np.empty(0)  # send times of the current instant (`_sent_now`)
+        self._empty: np.ndarray = np.empty((0, 0))  # zero-width payloads (`_no_payload`)
         self._code_arrays: dict[int, np.ndarray] = {}
         self.sent = np.zeros(len(kinds), dtype=np.int64)
         self.dropped = np.zeros(len(kinds), dtype=np.int64)
@@ -120,7 +121,7 @@ class Network:
         if n == 0:
             return
         if payload is None:
-            payload = np.empty((n, 0))
+            payload = self._no_payload(n)
         elif payload.ndim == 1:
             payload = payload[:, None]
         now = self.env.now
@@ -182,6 +183,13 @@ class Network:
             self._code_arrays[code] = codes
         return codes[:n]
 
+    def _no_payload(self, n: int) -> np.ndarray:
+        """A read-only (n, 0) payload (shared, like `_codes`)."""
+        if len(self._empty) < n:
+            self._empty = np.empty((max(n, 2 * len(self._empty)), 0))
+            self._empty.flags.writeable = False
+        return self._empty[:n]
+
     def _sent_now(self, now: float, n: int) -> np.ndarray:
         """A read-only array of n copies of `now` (the sends of one instant share it)."""
         at = self._now_at
@@ -234,7 +242,7 @@ class Network:
         self._firing = when
         try:
             while (parts := self._pending.pop(when, None)) is not None:
-                batch = Batch.concat(parts)
+                batch = parts[0] if len(parts) == 1 else Batch.concat(parts)
                 if not self._ideal:
                     ok = self.links.receivable(when, batch.dst)
                     if ok is not True:

@@ -198,7 +198,7 @@ class PairStatistic:
         """
         u = 1.0 / t
         total = values + 0.0  # 0 + R as `_take` forms it (a −0.0 becomes +0.0 there too)
-        self._kappa[pair] = j
+        self._kappa[pair] = j.astype(np.int32)  # (a cast before the scatter is cheaper)
         self._flat[pair, 0] = total
         self._flat[pair, 1] = u
         return total, u, j * u * u, 1.0
