@@ -62,10 +62,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
-import scipy.sparse as sp
 
 from desim.kernel.messages import Batch
 from desim.kernel.params import param
@@ -75,6 +74,9 @@ from desim.models.baselines import Local
 from desim.models.privacy.accounting import Spend
 from desim.models.privacy.calibration import laplace_scale
 from desim.topologies.graph import Graph
+
+if TYPE_CHECKING:  # scipy.sparse is imported where used (mixing_matrix)
+    import scipy.sparse as sp
 
 # --------------------------------------------------------------------------------------------
 # parameters: one table of docs and bounds, two sets of defaults (Galante's and seed 001's)
@@ -363,7 +365,7 @@ class CColME(Protocol):
         self.their_chi_at = _SendTimes(e)  # when b sent it (0: the prior `initial`)
         self.kept = self.chi.copy()  # C_a as a boolean per edge
         self.size = self._count(self.kept)  # |C_a|
-        self.nb_size = self.size[self.dst].astype(float)  # |C_b| as b told a
+        self._nb_size = self.size[self.dst].astype(float)  # |C_b| as b told a (`nb_size`)
         self.nb_size_at = _SendTimes(e)  # the slot b sent it in (0: the prior)
         # ideal links deliver every send whole, at once and in order: no send times to keep
         self._in_order = ctx.links is None or ctx.links.ideal
@@ -372,7 +374,28 @@ class CColME(Protocol):
         self._mixed_idx: np.ndarray = np.empty(0, dtype=np.int64)
         self._w: np.ndarray | float = 0.0
         self._fallback = np.zeros(m, dtype=bool)
-        self._changed = np.zeros(m, dtype=bool)  # C_a changed in this slot
+        self._unchanged = np.zeros(m, dtype=bool)
+        self._unchanged.flags.writeable = False
+        self._changed = self._unchanged  # C_a changed in this slot
+        self._agents = np.arange(m)
+        #: X̃_a^(t) = priv_sum / t, the privatised running mean of this slot
+        self._mean = np.zeros(m)
+        # Caches of the consensus step, valid while C (all agents' kept sets) is unchanged —
+        # late in a run nearly every slot. `_size_send`: (sender, receiver, |C_b|) of the size
+        # messages; `_heard`: (slots, |C_b| column, the _size_send it came from) of the latest
+        # size send when it arrived whole (nb_size[slots] is that column: written into
+        # `_nb_size` only when read, or when the next one fills other slots); `_w_cache`: (the
+        # _size_send, W_ab) of the last update that mixed exactly those sizes.
+        self._size_send: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._sent_key: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._heard: tuple[np.ndarray, np.ndarray, Any] | None = None
+        self._heard_filed = True
+        # Ideal links deliver every send at once, so the state payload of slot t − 3 is held by
+        # nobody at slot t (a keeps t − 1's and t − 2's states): three buffers in turn save
+        # fresh pages (the faults cost more than the gathers that fill them)
+        self._state_buffers: list[np.ndarray] = []
+        self._size_payload: np.ndarray | None = None
+        self._w_cache: tuple[Any, np.ndarray | float] | None = None
         self._sent: dict[str, tuple[np.ndarray, np.ndarray | slice]] = {}
         self._sends_sizes = p.weights == "metropolis" or p.fallback != "none"
         self._handlers = (self._on_state, self._on_decision, self._on_size)
@@ -400,15 +423,26 @@ class CColME(Protocol):
         self.t = t
         self.raw_sum += samples
         self.priv_sum += self.privatise(samples)
+        self._mean = self.priv_sum / t
         # message e carries the state of b = dst[e] to a = src[e], filed in a's slot e;
-        # columns are contiguous (the transpose of a C array) for the receiver's arithmetic
-        payload = np.empty((3, self.graph.n_directed)).T
-        np.take(self.priv_sum / t, self.dst, out=payload[:, 0])
+        # columns are contiguous (the transpose of a C array) for the receiver's arithmetic;
+        # mode="clip" (the indices are valid): "raise" would gather into a buffered copy
+        payload = self._state_payload()
+        np.take(self._mean, self.dst, out=payload[:, 0], mode="clip")
         payload[:, 1] = t
-        np.take(self.y, self.dst, out=payload[:, 2])
+        np.take(self.y, self.dst, out=payload[:, 2], mode="clip")
         self._send("state", self.dst, self.src, payload, slice(None))
         # the slot's consensus step, after this instant's deliveries (whatever arrived)
         self.ctx.call_at(t, self._decided)
+
+    def _state_payload(self) -> np.ndarray:
+        """An (edges × 3) array for this slot's states, columns contiguous."""
+        if not self._in_order:
+            return np.empty((3, self.graph.n_directed)).T
+        if not self._state_buffers:
+            self._state_buffers = [np.empty((3, self.graph.n_directed)).T for _ in range(3)]
+        self._state_buffers.append(self._state_buffers.pop(0))  # the oldest, in turn
+        return self._state_buffers[-1]
 
     def _send(self, kind: str, src: np.ndarray, dst: np.ndarray, payload: np.ndarray,
               slots: np.ndarray | slice) -> None:
@@ -501,34 +535,68 @@ class CColME(Protocol):
         e, as_sent = self._slots(batch, "size")
         size, at = batch.payload[:, 0], batch.payload[:, 1]
         if as_sent:
-            self.nb_size[e] = size
+            if not self._heard_filed and self._heard[0] is not e:  # type: ignore[index]
+                self._file_heard()  # the new sizes do not cover the same slots
+            self._heard, self._heard_filed = (e, size, self._sent_key), False
             if not self._in_order:
                 self.nb_size_at.sent(e, float(at[0]))
             return
+        self._file_heard()
+        self._heard = None
         times = self.nb_size_at.each
         e, rows, _ = _newest(e, at, times[e], strict=False)
-        self.nb_size[e], times[e] = size[rows], at[rows]
+        self._nb_size[e], times[e] = size[rows], at[rows]
+
+    @property
+    def nb_size(self) -> np.ndarray:
+        """|C_b| as b told a, per directed edge (a's slot)."""
+        self._file_heard()
+        return self._nb_size
+
+    def _file_heard(self) -> None:
+        """Write the sizes of the latest whole send into `_nb_size` (if not done yet)."""
+        if not self._heard_filed:
+            e, size, _ = self._heard  # type: ignore[misc]
+            self._nb_size[e] = size
+            self._heard_filed = True
 
     # -- the slot's consensus step (deadlines at the end of instant t) -----------------------
     def _decided(self) -> None:
         """C_a^(t) from χ_a and the last χ_b(a): restart ages where it changed, tell kept
         neighbours |C_a|, then update (once sizes sent with zero latency are delivered)."""
         kept = self.chi & self.their_chi if self.params.symmetric else self.chi.copy()
-        self._changed = self._count(kept != self.kept) > 0
+        flips = kept != self.kept
         self.kept = kept
-        self.size = self._count(kept)
-        self._kept_idx = np.flatnonzero(kept)
+        if flips.any():  # else |C_a|, the kept edges and the caches stay as they are
+            self._changed = self._count(flips) > 0
+            self.size = self._count(kept)
+            self._kept_idx = np.flatnonzero(kept)
+            self._size_send = None
+        else:
+            self._changed = self._unchanged
         if self.params.restart == "hard":
             self._restart(self._changed)
         if not self._sends_sizes or len(self._kept_idx) == 0:
             self._update()
             return
         # b = dst[idx] tells a = src[idx] its |C_b| of slot t, filed in a's slot idx
-        sender = self.dst[self._kept_idx]
-        payload = np.empty((2, len(sender))).T
-        payload[:, 0] = self.size[sender]
+        if self._size_send is None:
+            sender = self.dst[self._kept_idx]
+            receiver = np.repeat(self._agents, self.size)  # src[idx]: idx is in CSR order
+            self._size_send = (sender, receiver, self.size[sender].astype(float))
+        sender, receiver, sizes = self._size_send
+        if not self._in_order:  # a late batch of an earlier send must not pass for this one
+            sender, receiver = sender.copy(), receiver.copy()
+        payload = self._size_payload
+        if payload is None or self._sent_key is not self._size_send:
+            payload = np.empty((2, len(sender))).T
+            payload[:, 0] = sizes
+        # in order (ideal links) and unchanged: the last payload, delivered at once and read
+        # only for its sizes (not its send times), is taken again
+        self._size_payload = payload if self._in_order else None
         payload[:, 1] = self.t
-        self._send("size", sender, self.src[self._kept_idx], payload, self._kept_idx)
+        self._sent_key = self._size_send
+        self._send("size", sender, receiver, payload, self._kept_idx)
         self.ctx.call_at(self.t, self._update)
 
     # -- neighbour test ----------------------------------------------------------------------
@@ -546,7 +614,10 @@ class CColME(Protocol):
             return np.ones(len(x_b), dtype=bool)
         a, b = self.src[e], self.dst[e]
         n_a = float(self.t)
-        diff = np.abs(self.priv_sum[a] / n_a - x_b)
+        # |X̃_a − X̃_b|, in place; a slice e is every edge (CSR order: a = src, agents' rows)
+        diff = np.repeat(self._mean, self.graph.degree) if isinstance(e, slice) else self._mean[a]
+        np.subtract(diff, x_b, out=diff)
+        np.abs(diff, out=diff)
         if n_all is None:  # states of different ages; none yet (t_b = 0) counts as a keep
             unknown = n_b == 0
             n_b = np.where(unknown, n_a, n_b)
@@ -608,25 +679,31 @@ class CColME(Protocol):
         p = self.params
         m = self.graph.n
         idx, counts = self._mixed()
-        if len(idx) == self.graph.n_directed:  # every link mixed: no need to compress
-            nb_size, nb_y = self.nb_size, self.nb_y
-        else:
-            nb_size, nb_y = self.nb_size[idx], self.nb_y[idx]
-        w = self._weights(nb_size, counts)
-        self._mixed_idx, self._w = idx, w
+        every = len(idx) == self.graph.n_directed  # every link mixed: no need to compress
+        nb_y = self.nb_y if every else self.nb_y[idx]
+        self._mixed_idx, self._w = idx, self._mixing_weights(idx, counts, every)
         # W_aa Y_a + Σ_b W_ab Y_b = Y_a + Σ_b W_ab (Y_b − Y_a) over the mixed b ∈ C_a; they are
         # in CSR order, so agent a's are the `counts[a]` consecutive ones
         rows = counts > 0
         starts = np.cumsum(counts)[rows] - counts[rows]
-        mixed = self.y.copy()
         if len(starts):
-            mixed[rows] += np.add.reduceat(w * (nb_y - np.repeat(self.y, counts)), starts)
+            terms = np.repeat(self.y, counts)
+            np.subtract(nb_y, terms, out=terms)
+            terms *= self._w
+            sums = np.add.reduceat(terms, starts)
+            if len(starts) == m:
+                mixed = self.y + sums
+            else:
+                mixed = self.y.copy()
+                mixed[rows] += sums
+        else:
+            mixed = self.y.copy()
         age = self.t - self.start
         decay = p.alpha_c / age if p.alpha_p == 1.0 else p.alpha_c * age ** (-p.alpha_p)
         one_minus_alpha = np.minimum(1.0, decay)
         if p.alpha_c < 1.0:  # α = 0 at age 1 (a (re)start) whatever the schedule
             one_minus_alpha[age <= 1] = 1.0
-        self.y = one_minus_alpha * (self.priv_sum / self.t) + (1.0 - one_minus_alpha) * mixed
+        self.y = one_minus_alpha * self._mean + (1.0 - one_minus_alpha) * mixed
         if p.restart == "galante":
             self._restart(self._changed)
         if p.fallback != "none":
@@ -635,21 +712,42 @@ class CColME(Protocol):
                 rows = size > 0
                 starts = np.cumsum(size)[rows] - size[rows]
                 nb_size = self.nb_size[self._kept_idx]
+            else:
+                nb_size = self._sizes_heard(idx, every)
             # |C̃_a| = 1: nobody kept; = 2: one neighbour b kept, and b keeps only a
             single = np.zeros(m)
             if len(starts):
                 single[rows] = np.add.reduceat(nb_size, starts)
             self._fallback = (size == 0) | ((size == 1) & (single == 1))
 
-    def _weights(self, nb_size: np.ndarray, counts: np.ndarray) -> np.ndarray | float:
-        """W_ab of the mixed edges (CSR order, `counts` per agent) given |C_b| as each b told:
-        eq. (2) with a's own |C_a|, or 1/(1+d)."""
-        if self.params.weights == "metropolis":
-            return 1.0 / (1.0 + np.maximum(np.repeat(self.size, counts), nb_size))
-        return self._w_const
+    def _mixing_weights(self, idx: np.ndarray, counts: np.ndarray,
+                        every: bool) -> np.ndarray | float:
+        """W_ab of the mixed edges idx (CSR order, `counts` per agent) given |C_b| as each b
+        told: eq. (2) with a's own |C_a|, or 1/(1+d)."""
+        if self.params.weights != "metropolis":
+            return self._w_const
+        heard = self._heard
+        whole = heard is not None and heard[0] is idx  # the sizes of the latest send, whole
+        if whole and self._w_cache is not None and self._w_cache[0] is heard[2]:
+            return self._w_cache[1]  # the same C and sizes as the last step: the same W
+        w = np.maximum(np.repeat(self.size, counts), self._sizes_heard(idx, every))
+        w += 1.0
+        np.divide(1.0, w, out=w)
+        if whole:
+            self._w_cache = (heard[2], w)
+        return w
+
+    def _sizes_heard(self, idx: np.ndarray, every: bool) -> np.ndarray:
+        """|C_b| as b told a, for the edges idx (all edges if `every`)."""
+        heard = self._heard
+        if heard is not None and heard[0] is idx:  # the latest send arrived whole: its column
+            return heard[1]
+        return self.nb_size if every else self.nb_size[idx]
 
     def mixing_matrix(self) -> sp.csr_array:
         """W^(t) of the last consensus step as a sparse M×M matrix (W_aa on the diagonal)."""
+        import scipy.sparse as sp
+
         idx, m = self._mixed_idx, self.graph.n
         w = np.broadcast_to(self._w, idx.shape)
         off = sp.csr_array((w, (self.src[idx], self.dst[idx])), shape=(m, m))
