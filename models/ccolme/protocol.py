@@ -192,6 +192,8 @@ def confidence_radius(n: np.ndarray | float, sigma2: np.ndarray | float,
                       gamma: float) -> np.ndarray:
     """β(n; σ, γ) = σ √((2/n)(1 + 1/n) ln(√(n+1)/γ)), +∞ for n < 2 (docs/papers.md §2.1)."""
     n = np.asarray(n, dtype=float)
+    if n.ndim == 0 and n >= 2:  # one finite radius (every slot's case): nothing to silence
+        return np.sqrt(sigma2 * (2.0 / n) * (1.0 + 1.0 / n) * np.log(np.sqrt(n + 1.0) / gamma))
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.sqrt(sigma2 * (2.0 / n) * (1.0 + 1.0 / n) * np.log(np.sqrt(n + 1.0) / gamma))
     return np.where(n < 2, np.inf, r)
@@ -390,11 +392,13 @@ class CColME(Protocol):
         self._sent_key: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._heard: tuple[np.ndarray, np.ndarray, Any] | None = None
         self._heard_filed = True
+        self._starts_of: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
         # Ideal links deliver every send at once, so the state payload of slot t − 3 is held by
         # nobody at slot t (a keeps t − 1's and t − 2's states): three buffers in turn save
         # fresh pages (the faults cost more than the gathers that fill them)
         self._state_buffers: list[np.ndarray] = []
         self._size_payload: np.ndarray | None = None
+        self._size_buffers: list[np.ndarray] = []
         self._w_cache: tuple[Any, np.ndarray | float] | None = None
         self._sent: dict[str, tuple[np.ndarray, np.ndarray | slice]] = {}
         self._sends_sizes = p.weights == "metropolis" or p.fallback != "none"
@@ -547,6 +551,26 @@ class CColME(Protocol):
         e, rows, _ = _newest(e, at, times[e], strict=False)
         self._nb_size[e], times[e] = size[rows], at[rows]
 
+    def _file_dropped(self, gone: np.ndarray) -> None:
+        """C changed (in order, before this slot's size send): file the sizes last heard only
+        for the edges dropped from C, the `gone`; the send about to arrive at once overwrites
+        every other slot they filled."""
+        heard = self._heard
+        if self._heard_filed or heard is None or heard[0] is not self._kept_idx:
+            return
+        self._nb_size[gone] = heard[1][np.searchsorted(heard[0], gone)]
+        self._heard_filed = True
+
+    def _size_buffer(self, k: int) -> np.ndarray:
+        """A (k × 2) array for a size send, columns contiguous; in order, one of two buffers in
+        turn (the other holds the sizes last heard, not yet filed)."""
+        if not self._in_order:
+            return np.empty((2, k)).T
+        if not self._size_buffers:
+            self._size_buffers = [np.empty((2, self.graph.n_directed)) for _ in range(2)]
+        self._size_buffers.reverse()
+        return self._size_buffers[0][:, :k].T
+
     @property
     def nb_size(self) -> np.ndarray:
         """|C_b| as b told a, per directed edge (a's slot)."""
@@ -568,8 +592,14 @@ class CColME(Protocol):
         flips = kept != self.kept
         self.kept = kept
         if flips.any():  # else |C_a|, the kept edges and the caches stay as they are
-            self._changed = self._count(flips) > 0
-            self.size = self._count(kept)
+            flipped = np.flatnonzero(flips)  # few: |C_a| and "changed" follow from them
+            owner = self.src[flipped]
+            self._changed = np.zeros(self.graph.n, dtype=bool)
+            self._changed[owner] = True
+            self.size = self.size.copy()
+            np.add.at(self.size, owner, np.where(kept[flipped], 1, -1))
+            if self._in_order:
+                self._file_dropped(flipped[~kept[flipped]])
             self._kept_idx = np.flatnonzero(kept)
             self._size_send = None
         else:
@@ -589,7 +619,7 @@ class CColME(Protocol):
             sender, receiver = sender.copy(), receiver.copy()
         payload = self._size_payload
         if payload is None or self._sent_key is not self._size_send:
-            payload = np.empty((2, len(sender))).T
+            payload = self._size_buffer(len(sender))
             payload[:, 0] = sizes
         # in order (ideal links) and unchanged: the last payload, delivered at once and read
         # only for its sizes (not its send times), is taken again
@@ -684,8 +714,7 @@ class CColME(Protocol):
         self._mixed_idx, self._w = idx, self._mixing_weights(idx, counts, every)
         # W_aa Y_a + Σ_b W_ab Y_b = Y_a + Σ_b W_ab (Y_b − Y_a) over the mixed b ∈ C_a; they are
         # in CSR order, so agent a's are the `counts[a]` consecutive ones
-        rows = counts > 0
-        starts = np.cumsum(counts)[rows] - counts[rows]
+        rows, starts = self._row_starts(counts)
         if len(starts):
             terms = np.repeat(self.y, counts)
             np.subtract(nb_y, terms, out=terms)
@@ -719,6 +748,15 @@ class CColME(Protocol):
             if len(starts):
                 single[rows] = np.add.reduceat(nb_size, starts)
             self._fallback = (size == 0) | ((size == 1) & (single == 1))
+
+    def _row_starts(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(counts > 0, where each such agent's run of `counts` consecutive edges starts)."""
+        if self._starts_of is not None and self._starts_of[0] is counts:  # |C| unchanged
+            return self._starts_of[1]
+        rows = counts > 0
+        out = rows, np.cumsum(counts)[rows] - counts[rows]
+        self._starts_of = (counts, out)
+        return out
 
     def _mixing_weights(self, idx: np.ndarray, counts: np.ndarray,
                         every: bool) -> np.ndarray | float:
