@@ -399,6 +399,9 @@ class CColME(Protocol):
         self._state_buffers: list[np.ndarray] = []
         self._size_payload: np.ndarray | None = None
         self._size_buffers: list[np.ndarray] = []
+        if self._in_order:  # per edge: |C_b| (float) and eq. (2)'s W_ab, updated where C moves
+            self._size_dst = self.size[self.dst].astype(float)
+            self._w_full = 1.0 / (1.0 + np.maximum(self.size[self.src], self._size_dst))
         self._w_cache: tuple[Any, np.ndarray | float] | None = None
         self._sent: dict[str, tuple[np.ndarray, np.ndarray | slice]] = {}
         self._sends_sizes = p.weights == "metropolis" or p.fallback != "none"
@@ -551,6 +554,19 @@ class CColME(Protocol):
         e, rows, _ = _newest(e, at, times[e], strict=False)
         self._nb_size[e], times[e] = size[rows], at[rows]
 
+    def _refresh_edges(self, agents: np.ndarray) -> None:
+        """In order: after |C_a| changed for `agents`, recompute |C_b| (`_size_dst`) and, for
+        Metropolis weights, W_ab = 1/(1 + max(|C_a|, |C_b|)) (`_w_full`) on the edges that
+        touch them (their own rows and the reverse edges): the floats eq. (2) gives for all."""
+        g = self.graph
+        deg = g.degree[agents]
+        first = g.indptr[agents]
+        own = np.repeat(first - (np.cumsum(deg) - deg), deg) + np.arange(int(deg.sum()))
+        e = np.concatenate([own, self.reverse[own]])
+        self._size_dst[e] = self.size[self.dst[e]]
+        if self.params.weights == "metropolis":
+            self._w_full[e] = 1.0 / (1.0 + np.maximum(self.size[self.src[e]], self._size_dst[e]))
+
     def _file_dropped(self, gone: np.ndarray) -> None:
         """C changed (in order, before this slot's size send): file the sizes last heard only
         for the edges dropped from C, the `gone`; the send about to arrive at once overwrites
@@ -600,6 +616,7 @@ class CColME(Protocol):
             np.add.at(self.size, owner, np.where(kept[flipped], 1, -1))
             if self._in_order:
                 self._file_dropped(flipped[~kept[flipped]])
+                self._refresh_edges(np.unique(owner))
             self._kept_idx = np.flatnonzero(kept)
             self._size_send = None
         else:
@@ -613,14 +630,17 @@ class CColME(Protocol):
         if self._size_send is None:
             sender = self.dst[self._kept_idx]
             receiver = np.repeat(self._agents, self.size)  # src[idx]: idx is in CSR order
-            self._size_send = (sender, receiver, self.size[sender].astype(float))
-        sender, receiver, sizes = self._size_send
+            self._size_send = (sender, receiver)
+        sender, receiver = self._size_send
         if not self._in_order:  # a late batch of an earlier send must not pass for this one
             sender, receiver = sender.copy(), receiver.copy()
         payload = self._size_payload
         if payload is None or self._sent_key is not self._size_send:
             payload = self._size_buffer(len(sender))
-            payload[:, 0] = sizes
+            if self._in_order:  # |C_b| per edge, kept up to date: a gather in CSR order
+                np.take(self._size_dst, self._kept_idx, out=payload[:, 0], mode="clip")
+            else:
+                payload[:, 0] = self.size[sender]
         # in order (ideal links) and unchanged: the last payload, delivered at once and read
         # only for its sizes (not its send times), is taken again
         self._size_payload = payload if self._in_order else None
@@ -768,9 +788,12 @@ class CColME(Protocol):
         whole = heard is not None and heard[0] is idx  # the sizes of the latest send, whole
         if whole and self._w_cache is not None and self._w_cache[0] is heard[2]:
             return self._w_cache[1]  # the same C and sizes as the last step: the same W
-        w = np.maximum(np.repeat(self.size, counts), self._sizes_heard(idx, every))
-        w += 1.0
-        np.divide(1.0, w, out=w)
+        if whole and self._in_order:  # they are this slot's |C_b|: W_ab is kept per edge
+            w = self._w_full.take(idx, mode="clip")
+        else:
+            w = np.maximum(np.repeat(self.size, counts), self._sizes_heard(idx, every))
+            w += 1.0
+            np.divide(1.0, w, out=w)
         if whole:
             self._w_cache = (heard[2], w)
         return w
