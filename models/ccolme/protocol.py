@@ -380,6 +380,9 @@ class CColME(Protocol):
         self._unchanged.flags.writeable = False
         self._changed = self._unchanged  # C_a changed in this slot
         self._agents = np.arange(m)
+        #: r when every agent has r ≥ 1 neighbours (edge arrays reshape to agents × r)
+        self._degree = int(g.degree[0]) if m and g.degree[0] > 0 and np.all(
+            g.degree == g.degree[0]) else None
         #: X̃_a^(t) = priv_sum / t, the privatised running mean of this slot
         self._mean = np.zeros(m)
         # Caches of the consensus step, valid while C (all agents' kept sets) is unchanged —
@@ -616,7 +619,7 @@ class CColME(Protocol):
             np.add.at(self.size, owner, np.where(kept[flipped], 1, -1))
             if self._in_order:
                 self._file_dropped(flipped[~kept[flipped]])
-                self._refresh_edges(np.unique(owner))
+                self._refresh_edges(np.flatnonzero(self._changed))
             self._kept_idx = np.flatnonzero(kept)
             self._size_send = None
         else:
@@ -665,8 +668,12 @@ class CColME(Protocol):
         a, b = self.src[e], self.dst[e]
         n_a = float(self.t)
         # |X̃_a − X̃_b|, in place; a slice e is every edge (CSR order: a = src, agents' rows)
-        diff = np.repeat(self._mean, self.graph.degree) if isinstance(e, slice) else self._mean[a]
-        np.subtract(diff, x_b, out=diff)
+        if isinstance(e, slice) and self._degree is not None:  # r-regular: rows of r edges
+            diff = np.subtract(self._mean[:, None], x_b.reshape(-1, self._degree)).ravel()
+        else:
+            diff = (np.repeat(self._mean, self.graph.degree) if isinstance(e, slice)
+                    else self._mean[a])
+            np.subtract(diff, x_b, out=diff)
         np.abs(diff, out=diff)
         if n_all is None:  # states of different ages; none yet (t_b = 0) counts as a keep
             unknown = n_b == 0
