@@ -307,6 +307,8 @@ class CColME(Protocol):
 
     Params = CColMEParams
     message_kinds = ("state", "decision", "size")
+    #: Exact with windows: see `_states_in_window` (the kernel's contract in desim.kernel.protocol).
+    window_safe: ClassVar[bool] = True
     #: The scenario must have a [topology]: the graph arrives as ctx.public["graph"].
     needs_topology: ClassVar[bool] = True
 
@@ -481,6 +483,11 @@ class CColME(Protocol):
     def _on_state(self, batch: Batch) -> None:
         e, _ = self._slots(batch, "state")
         x, n, y = batch.payload[:, 0], batch.payload[:, 1], batch.payload[:, 2]
+        if batch.delivered_at is not None:  # a window's, with exact times (window_safe)
+            if isinstance(e, slice):
+                e = np.arange(self.graph.n_directed)[e]
+            self._states_in_window(e, x, n, y, batch.delivered_at)
+            return
         if isinstance(e, slice) and len(n) and n[0] > self._newest_state():
             # every neighbour's state of one slot, newer than all held: keep the columns
             self.nb_x_prev, self.nb_n_prev = self.nb_x, self.nb_n
@@ -490,19 +497,63 @@ class CColME(Protocol):
         else:
             if isinstance(e, slice):
                 e = np.arange(self.graph.n_directed)[e]
-            e = self._store_states(e, x, n, y)
+            e, _ = self._store_states(e, x, n, y)
             if len(e) == 0:
                 return
+        chi = self._decide(e)
+        if self.params.symmetric:
+            self._tell(e, chi, self.ctx.now())
+
+    def _decide(self, e: np.ndarray | slice) -> np.ndarray:
+        """Test the edges e (just given newer states) and file a's decisions χ_a(b)."""
         chi = self._rule(e)
         if self.params.decisions == "irrevocable":
             chi &= self.chi[e]
         self.chi[e] = chi
-        if self.params.symmetric:
-            # a = src[e] tells b = dst[e], with the time it decided; b files it in reverse[e]
-            payload = np.empty((2, len(chi))).T  # contiguous columns, as for states
-            payload[:, 0] = chi
-            payload[:, 1] = self.ctx.now()
-            self._send("decision", self.src[e], self.dst[e], payload, self.reverse[e])
+        return chi
+
+    def _tell(self, e: np.ndarray | slice, chi: np.ndarray, at: float | np.ndarray) -> None:
+        """a = src[e] tells b = dst[e] χ_a(b), with the time it decided (`at`, ascending: in a
+        window, the delivery times of the states tested); b files it in reverse[e]."""
+        payload = np.empty((2, len(chi))).T  # contiguous columns, as for states
+        payload[:, 0] = chi
+        payload[:, 1] = at
+        src = self.src[e]
+        self._sent["decision"] = (src, self.reverse[e])
+        if isinstance(at, np.ndarray):
+            self.ctx.send("decision", src, self.dst[e], payload, at=at)
+        else:
+            self.ctx.send("decision", src, self.dst[e], payload)
+
+    def _states_in_window(self, e: np.ndarray, x: np.ndarray, n: np.ndarray, y: np.ndarray,
+                          at: np.ndarray) -> None:
+        """A window's states, sorted by delivery time `at`: filed and tested as single
+        instants would. Edges are independent (each has its own held states and χ), so each
+        edge's instants are taken in time order, in rounds: round k holds the k-th delivery
+        instant of every edge that has one, all messages of that instant together (as one
+        instant's batch, in send order). The decisions are told in the order single instants
+        send them (by time, then edge), each at its instant."""
+        by_edge = np.argsort(e, kind="stable")  # edge, then delivery time, then send order
+        es, ts = e[by_edge], at[by_edge]
+        new_edge = np.ones(len(es), dtype=bool)
+        new_edge[1:] = es[1:] != es[:-1]
+        instant = new_edge.copy()
+        instant[1:] |= ts[1:] != ts[:-1]
+        group = np.cumsum(instant) - 1
+        first = group[new_edge][np.cumsum(new_edge) - 1]  # first group of each one's edge
+        rounds = np.empty(len(e), dtype=np.int64)
+        rounds[by_edge] = group - first
+        told = []
+        for k in range(int(rounds.max()) + 1):
+            sel = np.flatnonzero(rounds == k)  # delivery order
+            edges, rows = self._store_states(e[sel], x[sel], n[sel], y[sel])
+            if len(edges):
+                chi = self._decide(edges)
+                told.append((at[sel][rows], edges, chi))
+        if self.params.symmetric and told:
+            when, edges, chi = (np.concatenate(part) for part in zip(*told, strict=True))
+            order = np.lexsort((edges, when))
+            self._tell(edges[order], chi[order], when[order])
 
     def _newest_state(self) -> float:
         """The largest t_b of every state held (0 when none)."""
@@ -511,22 +562,23 @@ class CColME(Protocol):
         return float(self.nb_n.max())
 
     def _store_states(self, e: np.ndarray, x: np.ndarray, n: np.ndarray,
-                      y: np.ndarray) -> np.ndarray:
+                      y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """File states (x, n, y) in the edge slots e, keeping per edge the newest two by t_b.
 
-        Returns the edges that got a newer state; older ones than held are ignored. In place and
-        O(len(e)): with spread latencies batches are small and many.
+        Returns the edges that got a newer state (older ones than held are ignored) and the row
+        of each one's newest. In place and O(len(e)): with spread latencies batches are small
+        and many.
         """
         edges, rows, before = _newest(e, n, self.nb_n[e], strict=True)
         if len(edges) == 0:
-            return edges
+            return edges, rows
         # the state this one replaces: an older one of this batch, or the newest held
         had = before >= 0
         self.nb_x_prev[edges] = np.where(had, x[before], self.nb_x[edges])
         self.nb_n_prev[edges] = np.where(had, n[before], self.nb_n[edges])
         self.nb_x[edges], self.nb_n[edges], self.nb_y[edges] = x[rows], n[rows], y[rows]
         self._nb_n_prev_all = self._nb_n_all = None
-        return edges
+        return edges, rows
 
     def _on_decision(self, batch: Batch) -> None:
         e, as_sent = self._slots(batch, "decision")
