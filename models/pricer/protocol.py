@@ -37,7 +37,7 @@ ColRel and naive are non-private baselines: they send the raw x_i (scaled by α_
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -102,6 +102,10 @@ class Pricer(Protocol):
 
     Params = PricerParams
     message_kinds = ("share", "relay")
+    #: Exact with windows: deliveries only file messages under their rounds, in delivery order
+    #: (a window's batch is in time order, as single instants append them), and every round
+    #: closes at a deadline, which no window spans; nothing is sent from `on_deliver`.
+    window_safe: ClassVar[bool] = True
 
     @classmethod
     def check_setup(cls, params: PricerParams, data: DataSource, links: Any) -> None:

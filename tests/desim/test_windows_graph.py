@@ -81,3 +81,55 @@ def test_ccolme_windows_reproduce_one_message_per_instant_bit_for_bit(protocol, 
     win = run(protocol, params, links(), windows=True)
     assert_same(*one, *win, CCOLME_STATE)
     assert one[1].network.sent[1:].sum() > 0 or not one[0].params.symmetric
+
+
+# ---- PriCER: deadline rounds ------------------------------------------------------------------
+
+
+class LoggedPricer(PROTOCOLS.get("pricer")):
+    """PriCER keeping every round's estimate (the recorder sees only checkpoints)."""
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        self.rounds: list[np.ndarray] = []
+
+    def _aggregate(self, r):
+        super()._aggregate(r)
+        self.rounds.append(self.estimate.copy())
+
+
+PRICER_NETWORKS = [
+    {"latency": {"model": "exponential", "mean": 0.6}},
+    {"latency": {"model": "lognormal", "mean": 1.0, "cv": 2.0},
+     "outages": {"model": "markov", "mean_up": 6.0, "mean_down": 2.0},
+     "stragglers": {"fraction": 0.3, "slowdown": 3.0}},
+]
+
+
+@pytest.mark.parametrize("tables", PRICER_NETWORKS)
+@pytest.mark.parametrize("params", [{}, {"strategy": "colrel", "relay_deadline": 0.5},
+                                    {"strategy": "naive", "server_deadline": 2.5}])
+def test_pricer_windows_reproduce_one_message_per_instant_bit_for_bit(tables, params):
+    from desim.models.pricer.data import VectorData
+    from desim.network_models.links import BernoulliLinks
+
+    def once(windows):
+        data = VectorData(agents=8, dimension=5, radius=2.0, distribution="normal").make(
+            np.random.default_rng(11))
+        base = build(BernoulliLinks, {"p_server": [0.9, 0.5] * 4, "p_link": 0.7}, "network")
+        proto = LoggedPricer(build(LoggedPricer.Params, {
+            "epsilon_low": 2.0, "trust": "ring", "trusted": 1, "relay_deadline": 1.25,
+            "server_deadline": 1.0, **params}, "pricer"))
+        sim = Simulation(proto, data, 80, Streams(4, 0, 1, 2),
+                         links=realistic_links(base, tables), checkpoints=np.arange(1, 81),
+                         windows=windows)
+        return proto, sim, sim.run()
+
+    one, win = once(False), once(True)
+    assert win[1].network.windows and not one[1].network.windows
+    assert one[2].metrics.to_csv().encode() == win[2].metrics.to_csv().encode()
+    np.testing.assert_array_equal(np.array(one[0].rounds), np.array(win[0].rounds))
+    assert one[0].stage1.late == win[0].stage1.late and one[0].server.late == win[0].server.late
+    assert one[0].stage1.late + one[0].server.late > 0  # some messages missed a deadline
+    np.testing.assert_array_equal(one[1].network.sent, win[1].network.sent)
+    np.testing.assert_array_equal(one[1].network.dropped, win[1].network.dropped)
