@@ -56,6 +56,19 @@ mean; and the Y_b^(t_b−1) mixed lags the synchronous Y_b^(t−1) by the age t 
 is decided on C_a and the latest |C_b|, heard recently or not. With ideal links, or zero latency
 and always-up links, every state of slot t arrives at t (t_b = t): the synchronous protocol,
 bit for bit (the same operations in the same order).
+
+Window-safe (exact delivery times, `desim.kernel.network`): what arrives between two instants
+that matter comes as one time-ordered batch. The result of one instant at a time depends on the
+order of arrivals only edge by edge — which state an edge holds and the one before it, whether
+an irrevocable test ever failed, the last χ_a(b) for a retest — since an edge's test reads only
+its own states, a's own running mean (fixed between ticks) and t. So a window's states are taken
+in rounds, round k holding each edge's k-th delivery instant (all messages of that instant, as
+its batch had them); each round files and tests its edges as those instants would, and the
+decisions are told in the order single instants send them (time, then edge), each at its
+delivery time. Decisions and sizes keep per edge the newest by send time (ties: the later
+arrival), which a window's time-ordered batch gives as single instants do. The consensus step
+runs at deadlines, which no window spans. Tests check the whole run bit for bit against one
+message per instant.
 """
 
 from __future__ import annotations
