@@ -395,7 +395,7 @@ class CColME(Protocol):
         self._unchanged.flags.writeable = False
         self._changed = self._unchanged  # C_a changed in this slot
         self._agents = np.arange(m)
-        #: r when every agent has r ≥ 1 neighbours (edge arrays reshape to agents × r)
+        #: r when every agent has r ≥ 1 neighbours (r-regular: rows of r edges)
         self._degree = int(g.degree[0]) if m and g.degree[0] > 0 and np.all(
             g.degree == g.degree[0]) else None
         #: X̃_a^(t) = priv_sum / t, the privatised running mean of this slot
@@ -733,12 +733,11 @@ class CColME(Protocol):
         a, b = self.src[e], self.dst[e]
         n_a = float(self.t)
         # |X̃_a − X̃_b|, in place; a slice e is every edge (CSR order: a = src, agents' rows)
-        if isinstance(e, slice) and self._degree is not None:  # r-regular: rows of r edges
-            diff = np.subtract(self._mean[:, None], x_b.reshape(-1, self._degree)).ravel()
+        if isinstance(e, slice):  # r-regular: a scalar count repeats faster
+            diff = np.repeat(self._mean, self._degree or self.graph.degree)
         else:
-            diff = (np.repeat(self._mean, self.graph.degree) if isinstance(e, slice)
-                    else self._mean[a])
-            np.subtract(diff, x_b, out=diff)
+            diff = self._mean[a]
+        np.subtract(diff, x_b, out=diff)
         np.abs(diff, out=diff)
         if n_all is None:  # states of different ages; none yet (t_b = 0) counts as a keep
             unknown = n_b == 0
