@@ -400,14 +400,14 @@ class CColME(Protocol):
             g.degree == g.degree[0]) else None
         #: X̃_a^(t) = priv_sum / t, the privatised running mean of this slot
         self._mean = np.zeros(m)
-        # Caches of the consensus step, valid while C (all agents' kept sets) is unchanged —
-        # late in a run nearly every slot. `_size_send`: (sender, receiver, |C_b|) of the size
-        # messages; `_heard`: (slots, |C_b| column, the _size_send it came from) of the latest
-        # size send when it arrived whole (nb_size[slots] is that column: written into
-        # `_nb_size` only when read, or when the next one fills other slots); `_w_cache`: (the
-        # _size_send, W_ab) of the last update that mixed exactly those sizes.
-        self._size_send: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._sent_key: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        # Caches of the consensus step, valid while C (all agents' kept sets) is unchanged.
+        # `_size_send`: (sender, receiver) of the size messages (None once C moved), and
+        # `_sent_key` the one of the latest send; `_heard`: (slots, |C_b| column, its
+        # _size_send) of the latest size send when it arrived whole (nb_size[slots] is that
+        # column: written into `_nb_size` only when read, or for the edges C drops); `_w_cache`:
+        # (the _size_send, W_ab) of the last update that mixed exactly those sizes.
+        self._size_send: tuple[np.ndarray, np.ndarray] | None = None
+        self._sent_key: tuple[np.ndarray, np.ndarray] | None = None
         self._heard: tuple[np.ndarray, np.ndarray, Any] | None = None
         self._heard_filed = True
         self._starts_of: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
