@@ -5,7 +5,8 @@ source and then by destination (compressed sparse rows). Edge e goes from ``src[
 ``dst[e]``, and ``reverse[e]`` is the index of the opposite edge, so a protocol can hold one
 value per (agent, neighbour) pair in a flat array and exchange values along links with a
 single gather. Connected components of G and the class-restricted components C̃_a of seed 001
-§III-A (the component of a in the subgraph induced by a's class) come from scipy's csgraph.
+§III-A (the component of a in the subgraph induced by a's class) are found with numpy (min-label
+propagation with pointer jumping), numbered as scipy's csgraph numbers them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,37 @@ import numpy as np
 
 if TYPE_CHECKING:  # scipy.sparse is imported where used: it costs ~0.3 s at import
     import scipy.sparse as sp
+
+
+def component_labels(n: int, indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """Label in 0, …, K−1 of the connected component of each of n agents (CSR adjacency of an
+    undirected graph, both directions stored), numbered by their smallest agent — the labels of
+    scipy's `connected_components`.
+
+    Every agent starts with its own index as label; each round takes the smallest label among
+    an agent and its neighbours, then follows labels to a fixed point (label ← label[label]:
+    a label always names an agent of the same component whose own label is not larger). At the
+    fixed point labels agree across every link, so each component carries its smallest agent.
+    Rounds grow with the diameter only logarithmically (pointer jumping), each O(|E|).
+    """
+    label = np.arange(n, dtype=np.int64)
+    rows = np.flatnonzero(np.diff(indptr) > 0)
+    starts = indptr[rows]
+    while len(rows):
+        low = np.minimum.reduceat(label[indices], starts)
+        new = label.copy()
+        np.minimum.at(new, label[rows], low)  # hook: the root a label names gets it too
+        np.minimum(new, new[label], out=new)
+        new[rows] = np.minimum(new[rows], low)
+        while True:  # pointer jumping to the fixed point
+            jumped = new[new]
+            if np.array_equal(jumped, new):
+                break
+            new = jumped
+        if np.array_equal(new, label):
+            break
+        label = new
+    return np.unique(label, return_inverse=True)[1].astype(np.int64)
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -121,10 +153,7 @@ class Graph:
     @cached_property
     def components(self) -> np.ndarray:
         """Label in 0, …, K−1 of the connected component of G holding each agent."""
-        from scipy.sparse.csgraph import connected_components
-
-        _, labels = connected_components(self.adjacency(), directed=False)
-        return _frozen(labels.astype(np.int64))
+        return _frozen(component_labels(self.n, self.indptr, self.indices))
 
     @property
     def n_components(self) -> int:
@@ -135,10 +164,9 @@ class Graph:
         """Label of C̃_a for every agent a: components of G without links between classes."""
         classes = np.asarray(classes)
         same = classes[self.src] == classes[self.dst]
-        from scipy.sparse.csgraph import connected_components
-
-        _, labels = connected_components(self.adjacency(same), directed=False)
-        return labels.astype(np.int64)
+        indptr = np.zeros(self.n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.src[same], minlength=self.n), out=indptr[1:])
+        return component_labels(self.n, indptr, self.indices[same])
 
     def __repr__(self) -> str:
         low, high = (self.degree.min(), self.degree.max()) if self.n else (0, 0)

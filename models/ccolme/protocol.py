@@ -56,16 +56,28 @@ mean; and the Y_b^(t_b−1) mixed lags the synchronous Y_b^(t−1) by the age t 
 is decided on C_a and the latest |C_b|, heard recently or not. With ideal links, or zero latency
 and always-up links, every state of slot t arrives at t (t_b = t): the synchronous protocol,
 bit for bit (the same operations in the same order).
+
+Window-safe (exact delivery times, `desim.kernel.network`): what arrives between two instants
+that matter comes as one time-ordered batch. The result of one instant at a time depends on the
+order of arrivals only edge by edge — which state an edge holds and the one before it, whether
+an irrevocable test ever failed, the last χ_a(b) for a retest — since an edge's test reads only
+its own states, a's own running mean (fixed between ticks) and t. So a window's states are taken
+in rounds, round k holding each edge's k-th delivery instant (all messages of that instant, as
+its batch had them); each round files and tests its edges as those instants would, and the
+decisions are told in the order single instants send them (time, then edge), each at its
+delivery time. Decisions and sizes keep per edge the newest by send time (ties: the later
+arrival), which a window's time-ordered batch gives as single instants do. The consensus step
+runs at deadlines, which no window spans. Tests check the whole run bit for bit against one
+message per instant.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
-import scipy.sparse as sp
 
 from desim.kernel.messages import Batch
 from desim.kernel.params import param
@@ -75,6 +87,9 @@ from desim.models.baselines import Local
 from desim.models.privacy.accounting import Spend
 from desim.models.privacy.calibration import laplace_scale
 from desim.topologies.graph import Graph
+
+if TYPE_CHECKING:  # scipy.sparse is imported where used (mixing_matrix)
+    import scipy.sparse as sp
 
 # --------------------------------------------------------------------------------------------
 # parameters: one table of docs and bounds, two sets of defaults (Galante's and seed 001's)
@@ -190,6 +205,8 @@ def confidence_radius(n: np.ndarray | float, sigma2: np.ndarray | float,
                       gamma: float) -> np.ndarray:
     """β(n; σ, γ) = σ √((2/n)(1 + 1/n) ln(√(n+1)/γ)), +∞ for n < 2 (docs/papers.md §2.1)."""
     n = np.asarray(n, dtype=float)
+    if n.ndim == 0 and n >= 2:  # one finite radius (every slot's case): nothing to silence
+        return np.sqrt(sigma2 * (2.0 / n) * (1.0 + 1.0 / n) * np.log(np.sqrt(n + 1.0) / gamma))
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.sqrt(sigma2 * (2.0 / n) * (1.0 + 1.0 / n) * np.log(np.sqrt(n + 1.0) / gamma))
     return np.where(n < 2, np.inf, r)
@@ -303,6 +320,8 @@ class CColME(Protocol):
 
     Params = CColMEParams
     message_kinds = ("state", "decision", "size")
+    #: Exact with windows: see `_states_in_window` (the kernel's contract in desim.kernel.protocol).
+    window_safe: ClassVar[bool] = True
     #: The scenario must have a [topology]: the graph arrives as ctx.public["graph"].
     needs_topology: ClassVar[bool] = True
 
@@ -363,7 +382,7 @@ class CColME(Protocol):
         self.their_chi_at = _SendTimes(e)  # when b sent it (0: the prior `initial`)
         self.kept = self.chi.copy()  # C_a as a boolean per edge
         self.size = self._count(self.kept)  # |C_a|
-        self.nb_size = self.size[self.dst].astype(float)  # |C_b| as b told a
+        self._nb_size = self.size[self.dst].astype(float)  # |C_b| as b told a (`nb_size`)
         self.nb_size_at = _SendTimes(e)  # the slot b sent it in (0: the prior)
         # ideal links deliver every send whole, at once and in order: no send times to keep
         self._in_order = ctx.links is None or ctx.links.ideal
@@ -372,7 +391,36 @@ class CColME(Protocol):
         self._mixed_idx: np.ndarray = np.empty(0, dtype=np.int64)
         self._w: np.ndarray | float = 0.0
         self._fallback = np.zeros(m, dtype=bool)
-        self._changed = np.zeros(m, dtype=bool)  # C_a changed in this slot
+        self._unchanged = np.zeros(m, dtype=bool)
+        self._unchanged.flags.writeable = False
+        self._changed = self._unchanged  # C_a changed in this slot
+        self._agents = np.arange(m)
+        #: r when every agent has r ≥ 1 neighbours (r-regular: rows of r edges)
+        self._degree = int(g.degree[0]) if m and g.degree[0] > 0 and np.all(
+            g.degree == g.degree[0]) else None
+        #: X̃_a^(t) = priv_sum / t, the privatised running mean of this slot
+        self._mean = np.zeros(m)
+        # Caches of the consensus step, valid while C (all agents' kept sets) is unchanged.
+        # `_size_send`: (sender, receiver) of the size messages (None once C moved), and
+        # `_sent_key` the one of the latest send; `_heard`: (slots, |C_b| column, its
+        # _size_send) of the latest size send when it arrived whole (nb_size[slots] is that
+        # column: written into `_nb_size` only when read, or for the edges C drops); `_w_cache`:
+        # (the _size_send, W_ab) of the last update that mixed exactly those sizes.
+        self._size_send: tuple[np.ndarray, np.ndarray] | None = None
+        self._sent_key: tuple[np.ndarray, np.ndarray] | None = None
+        self._heard: tuple[np.ndarray, np.ndarray, Any] | None = None
+        self._heard_filed = True
+        self._starts_of: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
+        # Ideal links deliver every send at once, so the state payload of slot t − 3 is held by
+        # nobody at slot t (a keeps t − 1's and t − 2's states): three buffers in turn save
+        # fresh pages (the faults cost more than the gathers that fill them)
+        self._state_buffers: list[np.ndarray] = []
+        self._size_payload: np.ndarray | None = None
+        self._size_buffers: list[np.ndarray] = []
+        if self._in_order:  # per edge: |C_b| (float) and eq. (2)'s W_ab, updated where C moves
+            self._size_dst = self.size[self.dst].astype(float)
+            self._w_full = 1.0 / (1.0 + np.maximum(self.size[self.src], self._size_dst))
+        self._w_cache: tuple[Any, np.ndarray | float] | None = None
         self._sent: dict[str, tuple[np.ndarray, np.ndarray | slice]] = {}
         self._sends_sizes = p.weights == "metropolis" or p.fallback != "none"
         self._handlers = (self._on_state, self._on_decision, self._on_size)
@@ -400,15 +448,26 @@ class CColME(Protocol):
         self.t = t
         self.raw_sum += samples
         self.priv_sum += self.privatise(samples)
+        self._mean = self.priv_sum / t
         # message e carries the state of b = dst[e] to a = src[e], filed in a's slot e;
-        # columns are contiguous (the transpose of a C array) for the receiver's arithmetic
-        payload = np.empty((3, self.graph.n_directed)).T
-        np.take(self.priv_sum / t, self.dst, out=payload[:, 0])
+        # columns are contiguous (the transpose of a C array) for the receiver's arithmetic;
+        # mode="clip" (the indices are valid): "raise" would gather into a buffered copy
+        payload = self._state_payload()
+        np.take(self._mean, self.dst, out=payload[:, 0], mode="clip")
         payload[:, 1] = t
-        np.take(self.y, self.dst, out=payload[:, 2])
+        np.take(self.y, self.dst, out=payload[:, 2], mode="clip")
         self._send("state", self.dst, self.src, payload, slice(None))
         # the slot's consensus step, after this instant's deliveries (whatever arrived)
         self.ctx.call_at(t, self._decided)
+
+    def _state_payload(self) -> np.ndarray:
+        """An (edges × 3) array for this slot's states, columns contiguous."""
+        if not self._in_order:
+            return np.empty((3, self.graph.n_directed)).T
+        if not self._state_buffers:
+            self._state_buffers = [np.empty((3, self.graph.n_directed)).T for _ in range(3)]
+        self._state_buffers.append(self._state_buffers.pop(0))  # the oldest, in turn
+        return self._state_buffers[-1]
 
     def _send(self, kind: str, src: np.ndarray, dst: np.ndarray, payload: np.ndarray,
               slots: np.ndarray | slice) -> None:
@@ -437,6 +496,11 @@ class CColME(Protocol):
     def _on_state(self, batch: Batch) -> None:
         e, _ = self._slots(batch, "state")
         x, n, y = batch.payload[:, 0], batch.payload[:, 1], batch.payload[:, 2]
+        if batch.delivered_at is not None:  # a window's, with exact times (window_safe)
+            if isinstance(e, slice):
+                e = np.arange(self.graph.n_directed)[e]
+            self._states_in_window(e, x, n, y, batch.delivered_at)
+            return
         if isinstance(e, slice) and len(n) and n[0] > self._newest_state():
             # every neighbour's state of one slot, newer than all held: keep the columns
             self.nb_x_prev, self.nb_n_prev = self.nb_x, self.nb_n
@@ -446,19 +510,63 @@ class CColME(Protocol):
         else:
             if isinstance(e, slice):
                 e = np.arange(self.graph.n_directed)[e]
-            e = self._store_states(e, x, n, y)
+            e, _ = self._store_states(e, x, n, y)
             if len(e) == 0:
                 return
+        chi = self._decide(e)
+        if self.params.symmetric:
+            self._tell(e, chi, self.ctx.now())
+
+    def _decide(self, e: np.ndarray | slice) -> np.ndarray:
+        """Test the edges e (just given newer states) and file a's decisions χ_a(b)."""
         chi = self._rule(e)
         if self.params.decisions == "irrevocable":
             chi &= self.chi[e]
         self.chi[e] = chi
-        if self.params.symmetric:
-            # a = src[e] tells b = dst[e], with the time it decided; b files it in reverse[e]
-            payload = np.empty((2, len(chi))).T  # contiguous columns, as for states
-            payload[:, 0] = chi
-            payload[:, 1] = self.ctx.now()
-            self._send("decision", self.src[e], self.dst[e], payload, self.reverse[e])
+        return chi
+
+    def _tell(self, e: np.ndarray | slice, chi: np.ndarray, at: float | np.ndarray) -> None:
+        """a = src[e] tells b = dst[e] χ_a(b), with the time it decided (`at`, ascending: in a
+        window, the delivery times of the states tested); b files it in reverse[e]."""
+        payload = np.empty((2, len(chi))).T  # contiguous columns, as for states
+        payload[:, 0] = chi
+        payload[:, 1] = at
+        src = self.src[e]
+        self._sent["decision"] = (src, self.reverse[e])
+        if isinstance(at, np.ndarray):
+            self.ctx.send("decision", src, self.dst[e], payload, at=at)
+        else:
+            self.ctx.send("decision", src, self.dst[e], payload)
+
+    def _states_in_window(self, e: np.ndarray, x: np.ndarray, n: np.ndarray, y: np.ndarray,
+                          at: np.ndarray) -> None:
+        """A window's states, sorted by delivery time `at`: filed and tested as single
+        instants would. Edges are independent (each has its own held states and χ), so each
+        edge's instants are taken in time order, in rounds: round k holds the k-th delivery
+        instant of every edge that has one, all messages of that instant together (as one
+        instant's batch, in send order). The decisions are told in the order single instants
+        send them (by time, then edge), each at its instant."""
+        by_edge = np.argsort(e, kind="stable")  # edge, then delivery time, then send order
+        es, ts = e[by_edge], at[by_edge]
+        new_edge = np.ones(len(es), dtype=bool)
+        new_edge[1:] = es[1:] != es[:-1]
+        instant = new_edge.copy()
+        instant[1:] |= ts[1:] != ts[:-1]
+        group = np.cumsum(instant) - 1
+        first = group[new_edge][np.cumsum(new_edge) - 1]  # first group of each one's edge
+        rounds = np.empty(len(e), dtype=np.int64)
+        rounds[by_edge] = group - first
+        told = []
+        for k in range(int(rounds.max()) + 1):
+            sel = np.flatnonzero(rounds == k)  # delivery order
+            edges, rows = self._store_states(e[sel], x[sel], n[sel], y[sel])
+            if len(edges):
+                chi = self._decide(edges)
+                told.append((at[sel][rows], edges, chi))
+        if self.params.symmetric and told:
+            when, edges, chi = (np.concatenate(part) for part in zip(*told, strict=True))
+            order = np.lexsort((edges, when))
+            self._tell(edges[order], chi[order], when[order])
 
     def _newest_state(self) -> float:
         """The largest t_b of every state held (0 when none)."""
@@ -467,22 +575,23 @@ class CColME(Protocol):
         return float(self.nb_n.max())
 
     def _store_states(self, e: np.ndarray, x: np.ndarray, n: np.ndarray,
-                      y: np.ndarray) -> np.ndarray:
+                      y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """File states (x, n, y) in the edge slots e, keeping per edge the newest two by t_b.
 
-        Returns the edges that got a newer state; older ones than held are ignored. In place and
-        O(len(e)): with spread latencies batches are small and many.
+        Returns the edges that got a newer state (older ones than held are ignored) and the row
+        of each one's newest. In place and O(len(e)): with spread latencies batches are small
+        and many.
         """
         edges, rows, before = _newest(e, n, self.nb_n[e], strict=True)
         if len(edges) == 0:
-            return edges
+            return edges, rows
         # the state this one replaces: an older one of this batch, or the newest held
         had = before >= 0
         self.nb_x_prev[edges] = np.where(had, x[before], self.nb_x[edges])
         self.nb_n_prev[edges] = np.where(had, n[before], self.nb_n[edges])
         self.nb_x[edges], self.nb_n[edges], self.nb_y[edges] = x[rows], n[rows], y[rows]
         self._nb_n_prev_all = self._nb_n_all = None
-        return edges
+        return edges, rows
 
     def _on_decision(self, batch: Batch) -> None:
         e, as_sent = self._slots(batch, "decision")
@@ -501,34 +610,111 @@ class CColME(Protocol):
         e, as_sent = self._slots(batch, "size")
         size, at = batch.payload[:, 0], batch.payload[:, 1]
         if as_sent:
-            self.nb_size[e] = size
+            if not self._heard_filed and self._heard[0] is not e:  # type: ignore[index]
+                self._file_heard()  # the new sizes do not cover the same slots
+            self._heard, self._heard_filed = (e, size, self._sent_key), False
             if not self._in_order:
                 self.nb_size_at.sent(e, float(at[0]))
             return
+        self._file_heard()
+        self._heard = None
         times = self.nb_size_at.each
         e, rows, _ = _newest(e, at, times[e], strict=False)
-        self.nb_size[e], times[e] = size[rows], at[rows]
+        self._nb_size[e], times[e] = size[rows], at[rows]
+
+    def _refresh_edges(self, agents: np.ndarray) -> None:
+        """In order: after |C_a| changed for `agents`, recompute |C_b| (`_size_dst`) and, for
+        Metropolis weights, W_ab = 1/(1 + max(|C_a|, |C_b|)) (`_w_full`) on the edges that
+        touch them (their own rows and the reverse edges): the floats eq. (2) gives for all."""
+        g = self.graph
+        deg = g.degree[agents]
+        first = g.indptr[agents]
+        own = np.repeat(first - (np.cumsum(deg) - deg), deg) + np.arange(int(deg.sum()))
+        e = np.concatenate([own, self.reverse[own]])
+        self._size_dst[e] = self.size[self.dst[e]]
+        if self.params.weights == "metropolis":
+            self._w_full[e] = 1.0 / (1.0 + np.maximum(self.size[self.src[e]], self._size_dst[e]))
+
+    def _file_dropped(self, gone: np.ndarray) -> None:
+        """C changed (in order, before this slot's size send): file the sizes last heard only
+        for the edges dropped from C, the `gone`; the send about to arrive at once overwrites
+        every other slot they filled."""
+        heard = self._heard
+        if self._heard_filed or heard is None or heard[0] is not self._kept_idx:
+            return
+        self._nb_size[gone] = heard[1][np.searchsorted(heard[0], gone)]
+        self._heard_filed = True
+
+    def _size_buffer(self, k: int) -> np.ndarray:
+        """A (k × 2) array for a size send, columns contiguous; in order, one of two buffers in
+        turn (the other holds the sizes last heard, not yet filed)."""
+        if not self._in_order:
+            return np.empty((2, k)).T
+        if not self._size_buffers:
+            self._size_buffers = [np.empty((2, self.graph.n_directed)) for _ in range(2)]
+        self._size_buffers.reverse()
+        return self._size_buffers[0][:, :k].T
+
+    @property
+    def nb_size(self) -> np.ndarray:
+        """|C_b| as b told a, per directed edge (a's slot)."""
+        self._file_heard()
+        return self._nb_size
+
+    def _file_heard(self) -> None:
+        """Write the sizes of the latest whole send into `_nb_size` (if not done yet)."""
+        if not self._heard_filed:
+            e, size, _ = self._heard  # type: ignore[misc]
+            self._nb_size[e] = size
+            self._heard_filed = True
 
     # -- the slot's consensus step (deadlines at the end of instant t) -----------------------
     def _decided(self) -> None:
         """C_a^(t) from χ_a and the last χ_b(a): restart ages where it changed, tell kept
         neighbours |C_a|, then update (once sizes sent with zero latency are delivered)."""
         kept = self.chi & self.their_chi if self.params.symmetric else self.chi.copy()
-        self._changed = self._count(kept != self.kept) > 0
+        flips = kept != self.kept
         self.kept = kept
-        self.size = self._count(kept)
-        self._kept_idx = np.flatnonzero(kept)
+        if flips.any():  # else |C_a|, the kept edges and the caches stay as they are
+            flipped = np.flatnonzero(flips)  # few: |C_a| and "changed" follow from them
+            owner = self.src[flipped]
+            self._changed = np.zeros(self.graph.n, dtype=bool)
+            self._changed[owner] = True
+            self.size = self.size.copy()
+            np.add.at(self.size, owner, np.where(kept[flipped], 1, -1))
+            if self._in_order:
+                self._file_dropped(flipped[~kept[flipped]])
+                self._refresh_edges(np.flatnonzero(self._changed))
+            self._kept_idx = np.flatnonzero(kept)
+            self._size_send = None
+        else:
+            self._changed = self._unchanged
         if self.params.restart == "hard":
             self._restart(self._changed)
         if not self._sends_sizes or len(self._kept_idx) == 0:
             self._update()
             return
         # b = dst[idx] tells a = src[idx] its |C_b| of slot t, filed in a's slot idx
-        sender = self.dst[self._kept_idx]
-        payload = np.empty((2, len(sender))).T
-        payload[:, 0] = self.size[sender]
+        if self._size_send is None:
+            sender = self.dst[self._kept_idx]
+            receiver = np.repeat(self._agents, self.size)  # src[idx]: idx is in CSR order
+            self._size_send = (sender, receiver)
+        sender, receiver = self._size_send
+        if not self._in_order:  # a late batch of an earlier send must not pass for this one
+            sender, receiver = sender.copy(), receiver.copy()
+        payload = self._size_payload
+        if payload is None or self._sent_key is not self._size_send:
+            payload = self._size_buffer(len(sender))
+            if self._in_order:  # |C_b| per edge, kept up to date: a gather in CSR order
+                np.take(self._size_dst, self._kept_idx, out=payload[:, 0], mode="clip")
+            else:
+                payload[:, 0] = self.size[sender]
+        # in order (ideal links) and unchanged: the last payload, delivered at once and read
+        # only for its sizes (not its send times), is taken again
+        self._size_payload = payload if self._in_order else None
         payload[:, 1] = self.t
-        self._send("size", sender, self.src[self._kept_idx], payload, self._kept_idx)
+        self._sent_key = self._size_send
+        self._send("size", sender, receiver, payload, self._kept_idx)
         self.ctx.call_at(self.t, self._update)
 
     # -- neighbour test ----------------------------------------------------------------------
@@ -546,7 +732,13 @@ class CColME(Protocol):
             return np.ones(len(x_b), dtype=bool)
         a, b = self.src[e], self.dst[e]
         n_a = float(self.t)
-        diff = np.abs(self.priv_sum[a] / n_a - x_b)
+        # |X̃_a − X̃_b|, in place; a slice e is every edge (CSR order: a = src, agents' rows)
+        if isinstance(e, slice):  # r-regular: a scalar count repeats faster
+            diff = np.repeat(self._mean, self._degree or self.graph.degree)
+        else:
+            diff = self._mean[a]
+        np.subtract(diff, x_b, out=diff)
+        np.abs(diff, out=diff)
         if n_all is None:  # states of different ages; none yet (t_b = 0) counts as a keep
             unknown = n_b == 0
             n_b = np.where(unknown, n_a, n_b)
@@ -608,25 +800,30 @@ class CColME(Protocol):
         p = self.params
         m = self.graph.n
         idx, counts = self._mixed()
-        if len(idx) == self.graph.n_directed:  # every link mixed: no need to compress
-            nb_size, nb_y = self.nb_size, self.nb_y
-        else:
-            nb_size, nb_y = self.nb_size[idx], self.nb_y[idx]
-        w = self._weights(nb_size, counts)
-        self._mixed_idx, self._w = idx, w
+        every = len(idx) == self.graph.n_directed  # every link mixed: no need to compress
+        nb_y = self.nb_y if every else self.nb_y[idx]
+        self._mixed_idx, self._w = idx, self._mixing_weights(idx, counts, every)
         # W_aa Y_a + Σ_b W_ab Y_b = Y_a + Σ_b W_ab (Y_b − Y_a) over the mixed b ∈ C_a; they are
         # in CSR order, so agent a's are the `counts[a]` consecutive ones
-        rows = counts > 0
-        starts = np.cumsum(counts)[rows] - counts[rows]
-        mixed = self.y.copy()
+        rows, starts = self._row_starts(counts)
         if len(starts):
-            mixed[rows] += np.add.reduceat(w * (nb_y - np.repeat(self.y, counts)), starts)
+            terms = np.repeat(self.y, counts)
+            np.subtract(nb_y, terms, out=terms)
+            terms *= self._w
+            sums = np.add.reduceat(terms, starts)
+            if len(starts) == m:
+                mixed = self.y + sums
+            else:
+                mixed = self.y.copy()
+                mixed[rows] += sums
+        else:
+            mixed = self.y.copy()
         age = self.t - self.start
         decay = p.alpha_c / age if p.alpha_p == 1.0 else p.alpha_c * age ** (-p.alpha_p)
         one_minus_alpha = np.minimum(1.0, decay)
         if p.alpha_c < 1.0:  # α = 0 at age 1 (a (re)start) whatever the schedule
             one_minus_alpha[age <= 1] = 1.0
-        self.y = one_minus_alpha * (self.priv_sum / self.t) + (1.0 - one_minus_alpha) * mixed
+        self.y = one_minus_alpha * self._mean + (1.0 - one_minus_alpha) * mixed
         if p.restart == "galante":
             self._restart(self._changed)
         if p.fallback != "none":
@@ -635,21 +832,54 @@ class CColME(Protocol):
                 rows = size > 0
                 starts = np.cumsum(size)[rows] - size[rows]
                 nb_size = self.nb_size[self._kept_idx]
+            else:
+                nb_size = self._sizes_heard(idx, every)
             # |C̃_a| = 1: nobody kept; = 2: one neighbour b kept, and b keeps only a
             single = np.zeros(m)
             if len(starts):
                 single[rows] = np.add.reduceat(nb_size, starts)
             self._fallback = (size == 0) | ((size == 1) & (single == 1))
 
-    def _weights(self, nb_size: np.ndarray, counts: np.ndarray) -> np.ndarray | float:
-        """W_ab of the mixed edges (CSR order, `counts` per agent) given |C_b| as each b told:
-        eq. (2) with a's own |C_a|, or 1/(1+d)."""
-        if self.params.weights == "metropolis":
-            return 1.0 / (1.0 + np.maximum(np.repeat(self.size, counts), nb_size))
-        return self._w_const
+    def _row_starts(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(counts > 0, where each such agent's run of `counts` consecutive edges starts)."""
+        if self._starts_of is not None and self._starts_of[0] is counts:  # |C| unchanged
+            return self._starts_of[1]
+        rows = counts > 0
+        out = rows, np.cumsum(counts)[rows] - counts[rows]
+        self._starts_of = (counts, out)
+        return out
+
+    def _mixing_weights(self, idx: np.ndarray, counts: np.ndarray,
+                        every: bool) -> np.ndarray | float:
+        """W_ab of the mixed edges idx (CSR order, `counts` per agent) given |C_b| as each b
+        told: eq. (2) with a's own |C_a|, or 1/(1+d)."""
+        if self.params.weights != "metropolis":
+            return self._w_const
+        heard = self._heard
+        whole = heard is not None and heard[0] is idx  # the sizes of the latest send, whole
+        if whole and self._w_cache is not None and self._w_cache[0] is heard[2]:
+            return self._w_cache[1]  # the same C and sizes as the last step: the same W
+        if whole and self._in_order:  # they are this slot's |C_b|: W_ab is kept per edge
+            w = self._w_full.take(idx, mode="clip")
+        else:
+            w = np.maximum(np.repeat(self.size, counts), self._sizes_heard(idx, every))
+            w += 1.0
+            np.divide(1.0, w, out=w)
+        if whole:
+            self._w_cache = (heard[2], w)
+        return w
+
+    def _sizes_heard(self, idx: np.ndarray, every: bool) -> np.ndarray:
+        """|C_b| as b told a, for the edges idx (all edges if `every`)."""
+        heard = self._heard
+        if heard is not None and heard[0] is idx:  # the latest send arrived whole: its column
+            return heard[1]
+        return self.nb_size if every else self.nb_size[idx]
 
     def mixing_matrix(self) -> sp.csr_array:
         """W^(t) of the last consensus step as a sparse M×M matrix (W_aa on the diagonal)."""
+        import scipy.sparse as sp
+
         idx, m = self._mixed_idx, self.graph.n
         w = np.broadcast_to(self._w, idx.shape)
         off = sp.csr_array((w, (self.src[idx], self.dst[idx])), shape=(m, m))

@@ -22,7 +22,6 @@ import warnings
 from typing import Literal
 
 import numpy as np
-from scipy.cluster.vq import ClusterError, kmeans2
 
 Moments = Literal["printed", "consistent"]
 
@@ -156,6 +155,8 @@ def cluster(
     y = np.asarray(y, dtype=float)
     if len(y) < k:
         raise ValueError(f"cluster: {len(y)} uploads cannot make k = {k} clusters")
+    from scipy.cluster.vq import ClusterError, kmeans2  # here: ~0.4 s of imports
+
     if start is None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # an empty cluster: handled below (p_l = 0)

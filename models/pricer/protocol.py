@@ -25,6 +25,11 @@ deadline (`LinkModel.probabilities` with ``within`` = the relay deadline and
 they are per message; correlations between messages of one node in one round (a node that is
 down loses all its shares) are not modelled by Thm. 3.2 and are left to the simulation.
 
+Window-safe (exact delivery times, `desim.kernel.network`): deliveries only file messages under
+their rounds, and a window's batch is in delivery-time order (send order among equal times),
+so every round gets its messages in the order single instants append them — the same sums, bit
+for bit; rounds close at deadlines, which no window spans, and nothing is sent on delivery.
+
 The recorder's ``mse`` is ‖x̂̄ − x̄‖² (every agent reports the server's estimate). The metric
 functions ``pricer`` (`[study] metrics = ["pricer"]`) add ``bound`` (the worst-case MSE: the
 Thm. 3.2 bound (4) for PriCER and ColRel, at the probabilities the optimiser was given),
@@ -37,7 +42,7 @@ ColRel and naive are non-private baselines: they send the raw x_i (scaled by α_
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -102,6 +107,10 @@ class Pricer(Protocol):
 
     Params = PricerParams
     message_kinds = ("share", "relay")
+    #: Exact with windows: deliveries only file messages under their rounds, in delivery order
+    #: (a window's batch is in time order, as single instants append them), and every round
+    #: closes at a deadline, which no window spans; nothing is sent from `on_deliver`.
+    window_safe: ClassVar[bool] = True
 
     @classmethod
     def check_setup(cls, params: PricerParams, data: DataSource, links: Any) -> None:
