@@ -63,7 +63,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from scipy.special import ndtri
 
 from desim.kernel.messages import Batch
 from desim.kernel.params import param
@@ -183,6 +182,8 @@ class PrivateColME(Protocol):
         # θ_t = theta/ln(t+1) and the z-test quantile Φ⁻¹(1 − θ_t/2) of every t (index 0 unused)
         t = np.arange(1, ctx.t_max + 2, dtype=float)
         self._theta = np.concatenate([[1.0], p.theta / np.log(t + 1.0)])
+        from scipy.special import ndtri  # here, not at module level: plug-in loading is cheap
+
         self._z = np.concatenate([[np.inf], ndtri(1.0 - self._theta[1:] / 2.0)])
         self.incremental = m > self.incremental_above
         self._window: list[Batch] = []  # releases delivered in the current window

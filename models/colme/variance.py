@@ -17,9 +17,11 @@ from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.special import gammainc, gammaln, hyp1f1, ndtri, stdtr, stdtrit
 
 from desim.models.privacy.bits import lowest_set_bit, popcount
+
+# scipy.special (~0.2 s of imports) is imported inside the functions that use it: loading the
+# plug-ins imports this module for every run, whatever its protocol.
 
 Mechanism = Literal["pm1", "pm2"]
 Prior = Literal["paper", "jeffreys", "uniform"]
@@ -99,6 +101,7 @@ def welch_dof(
 
 def welch_threshold(theta: ArrayLike, nu: ArrayLike) -> float | np.ndarray:
     """Φ⁻¹_{t,ν}(1 − θ/2) of §III-C2 (Student-t quantile); normal quantile at ν = ∞, +∞ at ν = 0."""
+    from scipy.special import ndtri, stdtrit
     th = np.asarray(theta, dtype=float)
     if not np.all((th > 0) & (th < 1)):
         raise ValueError(f"theta = {theta!r}: must lie in (0, 1)")
@@ -125,6 +128,7 @@ def welch_accepts(
     bounds the t quantile above — and evaluates the t CDF only for z between the two. A test
     with an infinite variance (unknown V) accepts (z = 0). Inputs are trusted arrays.
     """
+    from scipy.special import ndtri, stdtr, stdtrit
     z = np.abs(diff) / np.sqrt(v_own / t + var_T)  # an infinite variance gives z = 0
     # scalar bounds (one quantile each): smallest normal, largest Student-t quantile in use
     th = np.asarray(theta, dtype=float)
@@ -436,6 +440,7 @@ def _h_minus_a(a: np.ndarray, x: np.ndarray) -> np.ndarray:
     ≤ (a+1)/(a+1−x) (no overflow), and h − a = −a(F₁−1)/F₁, F₁ − 1 = x/(a+1)·₁F₁(1; a+2; x)
     (no cancellation). x > a: P(a, x) ≳ 1/2, so h = exp(a ln x − x − ln Γ(a))/P(a, x) is safe.
     """
+    from scipy.special import gammainc, gammaln, hyp1f1
     if a.shape != x.shape:
         a, x = np.broadcast_arrays(a, x)
     small = x <= a
