@@ -3,6 +3,7 @@ the same bytes as the local pool, even when a worker is killed mid-study."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import sys
@@ -145,6 +146,22 @@ def test_workers_of_another_desim_version_are_refused(tmp_path, cluster, monkeyp
     with pytest.raises(desim.ConfigError, match="runs desim .*, this process desim 0.0.0"):
         run_study(load_study(folder), progress=False, scheduler=cluster.scheduler_address)
     assert not list((folder / "results" / "runs").glob("*.parquet"))  # nothing ran
+
+
+def test_local_workers_start_as_the_pools_do():
+    """``local:N`` workers are forked where the pool's are (they inherit this process's imports:
+    no desim, pandas, pyarrow to import again) and keep the dashboard's housekeeping seldom; the
+    settings hold only for that cluster."""
+    import dask
+
+    if multiprocessing.get_context().get_start_method() != "fork":
+        pytest.skip("the pool's workers are not forked on this platform")
+    before = dask.config.get("distributed.worker.multiprocessing-method")
+    with desim_dask.connect("local:1") as client:
+        assert list(client.run(lambda: "desim.study.results" in sys.modules).values()) == [True]
+        got = client.run(lambda: {k: dask.config.get(k) for k in desim_dask.LOCAL_CONFIG})
+        assert list(got.values()) == [desim_dask.LOCAL_CONFIG]
+    assert dask.config.get("distributed.worker.multiprocessing-method") == before
 
 
 def test_batches_grow_to_about_a_second_of_work():
