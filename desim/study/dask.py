@@ -8,7 +8,7 @@ batch it was computing: the scheduler gives that task to another worker (tasks w
 so computing one twice is harmless), and a task that fails `RETRIES` more times is recorded as
 failed runs that the next ``desim run`` tries again.
 
-Batches: the first tasks hold one run each; from the wall times they report, later tasks hold
+Batches: the first tasks hold one run each; from the CPU times they report, later tasks hold
 about `TASK_SECONDS` of work (at most `MAX_BATCH` runs, and never so many that the last tasks
 leave workers idle), so a study of 10⁴ short runs sends hundreds of tasks, not 10⁴, while
 runs of a second or more go one per task. At most two tasks per worker thread are in flight,
@@ -38,7 +38,8 @@ from desim.study.results import FAILED, compute_run, curve_value, store_run
 from desim.study.spec import CurveJob, Run
 
 LOCAL = "local:"
-#: Work per task the batches aim at (seconds of simulation).
+#: Work per task the batches aim at (CPU seconds of simulation: on a busy machine, wall times
+#: would shrink the batches just when the scheduler's share of the CPU is scarce).
 TASK_SECONDS = 1.0
 #: Most runs in one task.
 MAX_BATCH = 200
@@ -154,14 +155,14 @@ def compute_batch(runs: list[Run]) -> list[dict[str, Any]]:
 
 
 class _Sizer:
-    """Runs per task: 1 until wall times are known, then about `TASK_SECONDS` of work."""
+    """Runs per task: 1 until CPU times are known, then about `TASK_SECONDS` of work."""
 
     def __init__(self) -> None:
         self.seconds, self.count = 0.0, 0
 
     def learn(self, out: dict[str, Any]) -> None:
         if out.get("status") == "computed":
-            self.seconds += float(out["wall_seconds"])
+            self.seconds += float(out["cpu_seconds"])
             self.count += 1
 
     def size(self, left: int, slots: int) -> int:

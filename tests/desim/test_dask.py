@@ -168,10 +168,10 @@ def test_batches_grow_to_about_a_second_of_work():
     sizer = desim_dask._Sizer()
     assert sizer.size(10_000, 4) == 1  # nothing measured yet: one run per task
     for _ in range(10):
-        sizer.learn({"status": "computed", "wall_seconds": 0.01})
+        sizer.learn({"status": "computed", "wall_seconds": 0.05, "cpu_seconds": 0.01})
     assert sizer.size(10_000, 4) == 100  # 1 s / 0.01 s
     assert sizer.size(40, 4) == 5  # the tail still spreads: 40 runs / (2 × 4 slots)
-    sizer.learn({"status": "computed", "wall_seconds": 1e4})
+    sizer.learn({"status": "computed", "wall_seconds": 1e4, "cpu_seconds": 1e4})
     assert sizer.size(10_000, 4) == 1  # long runs go one per task
 
 
