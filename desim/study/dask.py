@@ -53,7 +53,9 @@ CONNECT_TIMEOUT = 30
 #: platform's multiprocessing default: a fork on Linux inherits this process's imports instead
 #: of importing desim, pandas and pyarrow again), and the periodic housekeeping meant for the
 #: dashboard (a 10 ms profiler, a 20 ms event-loop tick, a 100 ms memory poll) runs seldom:
-#: with it, idle scheduler and workers took ~4 % of a core each.
+#: with it, idle scheduler and workers took ~4 % of a core each. A worker the nanny restarts
+#: after a crash is started later, outside these settings: spawned (dask's default), slower to
+#: start, same results.
 LOCAL_CONFIG = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "1s",
@@ -101,9 +103,9 @@ def connect(scheduler: str) -> Iterator[Any]:
         method = multiprocessing.get_context().get_start_method()
         with dask.config.set({**LOCAL_CONFIG,
                               "distributed.worker.multiprocessing-method": method}):
-            cluster = distributed.LocalCluster(
+            cluster = distributed.LocalCluster(  # no dashboard; health routes on a free port
                 n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                silence_logs=logging.ERROR)
+                scheduler_kwargs={"dashboard_address": ":0"}, silence_logs=logging.ERROR)
             client = distributed.Client(cluster)
     else:
         try:

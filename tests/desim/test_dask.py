@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -17,6 +18,7 @@ import desim.study.dask as desim_dask  # noqa: E402
 from desim.study.cli import main  # noqa: E402
 from desim.study.results import run_study  # noqa: E402
 from desim.study.spec import load_study  # noqa: E402
+from desim.study.store import StudyLock  # noqa: E402
 
 # real protocols (the test-only toy protocol is not importable in spawned dask workers)
 STUDY = """\
@@ -49,6 +51,18 @@ kind = "local"
 [[plot]]
 file = "mse.png"
 title = "MSE"
+"""
+
+
+LOCK_PROBE = """
+import sys
+from pathlib import Path
+from desim.study.store import StudyLock, StudyLocked
+try:
+    with StudyLock(Path(sys.argv[1])):
+        print("acquired")
+except StudyLocked:
+    print("locked")
 """
 
 
@@ -148,7 +162,7 @@ def test_workers_of_another_desim_version_are_refused(tmp_path, cluster, monkeyp
     assert not list((folder / "results" / "runs").glob("*.parquet"))  # nothing ran
 
 
-def test_local_workers_start_as_the_pools_do():
+def test_local_workers_start_as_the_pools_do(tmp_path):
     """``local:N`` workers are forked where the pool's are (they inherit this process's imports:
     no desim, pandas, pyarrow to import again) and keep the dashboard's housekeeping seldom; the
     settings hold only for that cluster."""
@@ -157,10 +171,16 @@ def test_local_workers_start_as_the_pools_do():
     if multiprocessing.get_context().get_start_method() != "fork":
         pytest.skip("the pool's workers are not forked on this platform")
     before = dask.config.get("distributed.worker.multiprocessing-method")
-    with desim_dask.connect("local:1") as client:
-        assert list(client.run(lambda: "desim.study.results" in sys.modules).values()) == [True]
-        got = client.run(lambda: {k: dask.config.get(k) for k in desim_dask.LOCAL_CONFIG})
-        assert list(got.values()) == [desim_dask.LOCAL_CONFIG]
+    with StudyLock(tmp_path):  # forked while the study is locked, as `desim run` does
+        with desim_dask.connect("local:1") as client:
+            assert list(client.run(lambda: "desim.study.results" in sys.modules).values()) == [
+                True]
+            got = client.run(lambda: {k: dask.config.get(k) for k in desim_dask.LOCAL_CONFIG})
+            assert list(got.values()) == [desim_dask.LOCAL_CONFIG]
+        # the workers shared the lock file; their exit did not release the study's lock
+        probe = subprocess.run([sys.executable, "-c", LOCK_PROBE, str(tmp_path)],
+                               capture_output=True, text=True, check=True)
+        assert probe.stdout.strip() == "locked"
     assert dask.config.get("distributed.worker.multiprocessing-method") == before
 
 
