@@ -53,9 +53,9 @@ CONNECT_TIMEOUT = 30
 #: platform's multiprocessing default: a fork on Linux inherits this process's imports instead
 #: of importing desim, pandas and pyarrow again), and the periodic housekeeping meant for the
 #: dashboard (a 10 ms profiler, a 20 ms event-loop tick, a 100 ms memory poll) runs seldom:
-#: with it, idle scheduler and workers took ~4 % of a core each. A worker the nanny restarts
-#: after a crash is started later, outside these settings: spawned (dask's default), slower to
-#: start, same results.
+#: with it, idle scheduler and workers took ~4 % of a core each. The start method holds only
+#: while the cluster starts: a worker the nanny restarts after a crash is spawned (dask's
+#: default), slower to start, same results.
 LOCAL_CONFIG = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "1s",
