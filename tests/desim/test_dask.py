@@ -3,7 +3,6 @@ the same bytes as the local pool, even when a worker is killed mid-study."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -168,7 +167,7 @@ def test_local_workers_start_as_the_pools_do(tmp_path):
     settings hold only for that cluster."""
     import dask
 
-    if multiprocessing.get_context().get_start_method() != "fork":
+    if desim_dask._start_method() != "fork":
         pytest.skip("the pool's workers are not forked on this platform")
     before = dask.config.get("distributed.worker.multiprocessing-method")
     with StudyLock(tmp_path):  # forked while the study is locked, as `desim run` does
