@@ -8,7 +8,7 @@ batch it was computing: the scheduler gives that task to another worker (tasks w
 so computing one twice is harmless), and a task that fails `RETRIES` more times is recorded as
 failed runs that the next ``desim run`` tries again.
 
-Batches: the first tasks hold one run each; from the wall times they report, later tasks hold
+Batches: the first tasks hold one run each; from the CPU times they report, later tasks hold
 about `TASK_SECONDS` of work (at most `MAX_BATCH` runs, and never so many that the last tasks
 leave workers idle), so a study of 10⁴ short runs sends hundreds of tasks, not 10⁴, while
 runs of a second or more go one per task. At most two tasks per worker thread are in flight,
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+import multiprocessing
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -37,7 +38,8 @@ from desim.study.results import FAILED, compute_run, curve_value, store_run
 from desim.study.spec import CurveJob, Run
 
 LOCAL = "local:"
-#: Work per task the batches aim at (seconds of simulation).
+#: Work per task the batches aim at (CPU seconds of simulation: on a busy machine, wall times
+#: would shrink the batches just when the scheduler's share of the CPU is scarce).
 TASK_SECONDS = 1.0
 #: Most runs in one task.
 MAX_BATCH = 200
@@ -47,6 +49,19 @@ IN_FLIGHT = 2
 RETRIES = 2
 #: Seconds to wait for a scheduler to answer, and for its first worker.
 CONNECT_TIMEOUT = 30
+#: Dask settings of a ``local:N`` cluster. Its workers start the way the local pool's do (the
+#: platform's multiprocessing default: a fork on Linux inherits this process's imports instead
+#: of importing desim, pandas and pyarrow again), and the periodic housekeeping meant for the
+#: dashboard (a 10 ms profiler, a 20 ms event-loop tick, a 100 ms memory poll) runs seldom: an
+#: idle scheduler and its workers took 3–4 % of a core each with dask's defaults, ≤ 1.3 % with
+#: these. The start method holds only
+#: while the cluster starts: a worker the nanny restarts after a crash is spawned (dask's
+#: default), slower to start, same results.
+LOCAL_CONFIG = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",
+    "distributed.worker.memory.monitor-interval": "1s",
+}
 
 
 def _distributed():
@@ -76,6 +91,13 @@ def parse_scheduler(text: str) -> tuple[str, int | None]:
     return ("local", n) if n is not None else (text, None)
 
 
+def _start_method() -> str:
+    """How the local pool's workers start: the method set in this process, else the platform's
+    default (without fixing it, as `multiprocessing.get_context()` would)."""
+    return multiprocessing.get_start_method(allow_none=True) or (
+        multiprocessing.get_all_start_methods()[0])
+
+
 @contextmanager
 def connect(scheduler: str) -> Iterator[Any]:
     """A `distributed.Client` of `scheduler` (starting and closing a LocalCluster for
@@ -84,10 +106,15 @@ def connect(scheduler: str) -> Iterator[Any]:
     address, n = parse_scheduler(scheduler)
     cluster = None
     if n is not None:
-        cluster = distributed.LocalCluster(
-            n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-            silence_logs=logging.ERROR)
-        client = distributed.Client(cluster)
+        import dask
+
+        method = _start_method()
+        with dask.config.set({**LOCAL_CONFIG,
+                              "distributed.worker.multiprocessing-method": method}):
+            cluster = distributed.LocalCluster(  # no dashboard; health routes on a free port
+                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                scheduler_kwargs={"dashboard_address": ":0"}, silence_logs=logging.ERROR)
+            client = distributed.Client(cluster)
     else:
         try:
             client = distributed.Client(address, timeout=CONNECT_TIMEOUT)
@@ -138,14 +165,14 @@ def compute_batch(runs: list[Run]) -> list[dict[str, Any]]:
 
 
 class _Sizer:
-    """Runs per task: 1 until wall times are known, then about `TASK_SECONDS` of work."""
+    """Runs per task: 1 until CPU times are known, then about `TASK_SECONDS` of work."""
 
     def __init__(self) -> None:
         self.seconds, self.count = 0.0, 0
 
     def learn(self, out: dict[str, Any]) -> None:
         if out.get("status") == "computed":
-            self.seconds += float(out["wall_seconds"])
+            self.seconds += float(out["cpu_seconds"])
             self.count += 1
 
     def size(self, left: int, slots: int) -> int:

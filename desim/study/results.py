@@ -185,10 +185,11 @@ def execute_run(run: Run, results_dir: Path, head: dict[str, Any] | None = None
 
 def compute_run(run: Run) -> dict[str, Any]:
     """Simulate `run` and encode its record(s) without writing anything: ``{"status":
-    "computed", "record" (`encode_record`), "notes", "wall_seconds"}``, or the failed status
-    fields (see `execute_run`). What a worker (pool or cluster) hands to the one process
-    that writes (`store_run`)."""
-    start = time.perf_counter()
+    "computed", "record" (`encode_record`), "notes", "wall_seconds", "cpu_seconds"}``, or the
+    failed status fields (see `execute_run`). What a worker (pool or cluster) hands to the one
+    process that writes (`store_run`); the CPU time, unlike the wall time, does not depend on
+    what else the machine runs (it sizes a cluster's batches)."""
+    start, cpu = time.perf_counter(), time.thread_time()
     try:
         metrics, agents, notes = simulate(run)
         record = encode_record(
@@ -197,7 +198,8 @@ def compute_run(run: Run) -> dict[str, Any]:
     except Exception:  # recorded in the manifest; the study goes on
         return _failed(start)
     return {"status": "computed", "record": record, "notes": notes,
-            "wall_seconds": round(time.perf_counter() - start, 3)}
+            "wall_seconds": round(time.perf_counter() - start, 3),
+            "cpu_seconds": time.thread_time() - cpu}
 
 
 def _failed(start: float) -> dict[str, Any]:

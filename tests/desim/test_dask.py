@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -16,6 +17,7 @@ import desim.study.dask as desim_dask  # noqa: E402
 from desim.study.cli import main  # noqa: E402
 from desim.study.results import run_study  # noqa: E402
 from desim.study.spec import load_study  # noqa: E402
+from desim.study.store import StudyLock  # noqa: E402
 
 # real protocols (the test-only toy protocol is not importable in spawned dask workers)
 STUDY = """\
@@ -48,6 +50,18 @@ kind = "local"
 [[plot]]
 file = "mse.png"
 title = "MSE"
+"""
+
+
+LOCK_PROBE = """
+import sys
+from pathlib import Path
+from desim.study.store import StudyLock, StudyLocked
+try:
+    with StudyLock(Path(sys.argv[1])):
+        print("acquired")
+except StudyLocked:
+    print("locked")
 """
 
 
@@ -147,14 +161,36 @@ def test_workers_of_another_desim_version_are_refused(tmp_path, cluster, monkeyp
     assert not list((folder / "results" / "runs").glob("*.parquet"))  # nothing ran
 
 
+def test_local_workers_start_as_the_pools_do(tmp_path):
+    """``local:N`` workers are forked where the pool's are (they inherit this process's imports:
+    no desim, pandas, pyarrow to import again) and keep the dashboard's housekeeping seldom; the
+    settings hold only for that cluster."""
+    import dask
+
+    if desim_dask._start_method() != "fork":
+        pytest.skip("the pool's workers are not forked on this platform")
+    before = dask.config.get("distributed.worker.multiprocessing-method")
+    with StudyLock(tmp_path):  # forked while the study is locked, as `desim run` does
+        with desim_dask.connect("local:1") as client:
+            assert list(client.run(lambda: "desim.study.results" in sys.modules).values()) == [
+                True]
+            got = client.run(lambda: {k: dask.config.get(k) for k in desim_dask.LOCAL_CONFIG})
+            assert list(got.values()) == [desim_dask.LOCAL_CONFIG]
+        # the workers shared the lock file; their exit did not release the study's lock
+        probe = subprocess.run([sys.executable, "-c", LOCK_PROBE, str(tmp_path)],
+                               capture_output=True, text=True, check=True)
+        assert probe.stdout.strip() == "locked"
+    assert dask.config.get("distributed.worker.multiprocessing-method") == before
+
+
 def test_batches_grow_to_about_a_second_of_work():
     sizer = desim_dask._Sizer()
     assert sizer.size(10_000, 4) == 1  # nothing measured yet: one run per task
     for _ in range(10):
-        sizer.learn({"status": "computed", "wall_seconds": 0.01})
+        sizer.learn({"status": "computed", "wall_seconds": 0.05, "cpu_seconds": 0.01})
     assert sizer.size(10_000, 4) == 100  # 1 s / 0.01 s
     assert sizer.size(40, 4) == 5  # the tail still spreads: 40 runs / (2 × 4 slots)
-    sizer.learn({"status": "computed", "wall_seconds": 1e4})
+    sizer.learn({"status": "computed", "wall_seconds": 1e4, "cpu_seconds": 1e4})
     assert sizer.size(10_000, 4) == 1  # long runs go one per task
 
 
