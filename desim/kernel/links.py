@@ -110,6 +110,10 @@ class LinkModel:
     #: slot ⌊t⌋ (and latency draws per message, not per call): the network may then ask once
     #: for all messages of a window (`desim.kernel.network`).
     per_slot: bool = False
+    #: True when `available`, `latency` and `receivable` also take an array t, one time per
+    #: message, and answer as questions per distinct time in order would (latency draws in
+    #: message order): the network may then ask once for all messages of a window.
+    per_message: bool = False
 
     def bind(self, n_agents: int, public: Mapping[str, Any], streams: Streams) -> LinkModel:
         """The link model of one run of `n_agents` agents (default: this one, unchanged).
@@ -156,6 +160,7 @@ class IdealLinks(LinkModel):
     """Every link is always up and delivers in the slot it was sent (the papers' model)."""
 
     per_slot = True
+    per_message = True
 
 
 # ---------------------------------------------------------------------------------------------

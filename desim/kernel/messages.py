@@ -9,6 +9,10 @@ import numpy as np
 
 _EMPTY_PAYLOAD = np.empty((0, 0))
 
+#: Columns of a batch held as one float matrix (`Batch.from_rows`): delivery time, send time,
+#: source, destination, kind index, then the payload (exact: ids and kinds are far below 2⁵³).
+DUE, SENT, SRC, DST, KIND, PAYLOAD = range(6)
+
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs ~15× as much, and
 class Batch:  # batches are made per send and per delivery; treat a batch as read-only
@@ -30,6 +34,18 @@ class Batch:  # batches are made per send and per delivery; treat a batch as rea
     kinds: tuple[str, ...]
     only: int = -1
     delivered_at: np.ndarray | None = None
+    #: The matrix this batch's arrays are columns of (`from_rows`), or None.
+    rows: np.ndarray | None = None
+
+    @staticmethod
+    def from_rows(rows: np.ndarray, kinds: tuple[str, ...]) -> Batch:
+        """The batch whose messages are `rows` (columns DUE … PAYLOAD; delivered at DUE): one
+        float matrix, so that selecting or joining messages is one operation, not one per
+        array."""
+        kind = rows[:, KIND].astype(np.int64)
+        only = int(kind[0]) if len(kind) and (kind == kind[0]).all() else -1
+        return Batch(rows[:, SRC].astype(np.int64), rows[:, DST].astype(np.int64), kind,
+                     rows[:, PAYLOAD:], rows[:, SENT], kinds, only, rows[:, DUE], rows)
 
     def __len__(self) -> int:
         return len(self.src)
@@ -45,6 +61,10 @@ class Batch:  # batches are made per send and per delivery; treat a batch as rea
 
     def select(self, index: np.ndarray | slice) -> Batch:
         """The messages picked by a boolean mask, an index array or a slice."""
+        if self.rows is not None:
+            picked = self.rows[index] if isinstance(index, slice) else self.rows.take(
+                np.flatnonzero(index) if np.asarray(index).dtype == bool else index, axis=0)
+            return Batch.from_rows(picked, self.kinds)
         if isinstance(index, slice):
             return Batch(self.src[index], self.dst[index], self.kind[index],
                          self.payload[index], self.sent_at[index], self.kinds, self.only,
@@ -68,6 +88,9 @@ class Batch:  # batches are made per send and per delivery; treat a batch as rea
         """The messages of `parts` one after the other (send order is kept)."""
         if len(parts) == 1:
             return parts[0]
+        if all(p.rows is not None for p in parts) and len(
+                {p.rows.shape[1] for p in parts}) == 1:
+            return Batch.from_rows(np.concatenate([p.rows for p in parts]), parts[0].kinds)
         only = parts[0].only if all(p.only == parts[0].only for p in parts) else -1
         widths = [p.payload.shape[1] for p in parts]
         width = max(widths)

@@ -15,7 +15,8 @@ deliveries are one batch in send order; messages with different delays may overt
 Drops are counted per kind, at send time (link or node down) and at delivery time (destination
 down) alike. With ideal links none of this runs: no draws, one batch per send.
 
-Windows (exact delivery times, a protocol that declares `Protocol.window_safe`): instead of an
+Windows (a protocol that declares `Protocol.window_safe`, links that are not ideal; delivery
+times exact or on a grid, whose many ties windows keep in send order): instead of an
 event per delivery time, one event fires at the earliest due time d, and every message due
 before the next instant that matters H (the next other event on the clock: a slot tick, a
 deadline, a measurement; only d itself when such an event is at d) is handed over as one
@@ -24,8 +25,9 @@ its exact ``delivered_at``. Replies are sent at the exact times of the messages 
 them (`send(..., at=...)`); those due before H come in a follow-up batch of the same window,
 until none is left; then `on_window_end`. Availability, latency and receivability are asked
 once per window for all its messages when the link model answers per slot (`per_slot`: a
-window never spans a slot boundary), else once per distinct time; latency draws come from the
-stream in the same order either way, so windows reproduce one-message-per-instant delivery.
+window never spans a slot boundary) or takes one time per message (`per_message`), else once
+per distinct time; latency draws come from the stream in the same order either way, so
+windows reproduce one-message-per-instant delivery.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import simpy
 from simpy.events import Event
 
 from desim.kernel.links import LinkModel
-from desim.kernel.messages import Batch
+from desim.kernel.messages import DST, DUE, KIND, PAYLOAD, SENT, SRC, Batch
 
 #: Priorities of same-time events: a slot's tick, deliveries, deadlines, then measurements.
 PRIORITY_TICK, PRIORITY_DELIVER, PRIORITY_DEADLINE, PRIORITY_RECORD = 0, 1, 2, 3
@@ -91,15 +93,18 @@ class Network:
         self.dropped = np.zeros(len(kinds), dtype=np.int64)
         #: Window batching: exact times, a window-safe protocol (its `on_window_end`).
         self._window_end = window_end
-        self.windows = window_end is not None and not self._ideal and not self._ticks
+        self.windows = window_end is not None and not self._ideal
         self._per_slot = bool(getattr(links, "per_slot", False))
-        #: Queued messages: row blocks (columns `_DUE`, `_SENT`, …, payload), each sorted by due
+        self._per_message = bool(getattr(links, "per_message", False))
+        #: Queued messages: row blocks (columns `DUE`, `SENT`, …, payload), each sorted by due
         #: time, in send order (one block per send, merged every few sends).
         self._queue: list[np.ndarray] = []
         self._width = 0  # payload columns of the rows (the widest payload sent so far)
         self._flush_at: float | None = None  # time of the live flush event
         self._flush_token = 0  # flush events of older tokens are void
         self._flushing = False
+        self._clean = 0  # leading queued blocks with nothing due in the window being flushed
+        self._queued = 0  # blocks queued so far
 
     def send(
         self,
@@ -259,14 +264,20 @@ class Network:
 
     # -- windows -------------------------------------------------------------------------------
     def _by_time(
-        self, times: np.ndarray, ask: Callable[[float, slice], np.ndarray | bool | float]
+        self, times: np.ndarray | float,
+        ask: Callable[[float, slice], np.ndarray | bool | float],
     ) -> np.ndarray | bool | float:
-        """`ask(t, part)` for the messages sent (or delivered) at `times` (ascending): once for
-        all when they share one time, or one slot and the links answer per slot; else once per
-        run of equal times, in order (so draws come in the order single instants make them)."""
+        """`ask(t, part)` for the messages sent (or delivered) at `times` (ascending; a float:
+        all at that time): once for all when they share one time, or one slot and the links
+        answer per slot; else once per run of equal times, in order (so draws come in the
+        order single instants make them)."""
+        if isinstance(times, float):
+            return ask(times, slice(None))
         first, last = float(times[0]), float(times[-1])
         if first == last or (self._per_slot and math.floor(first) == math.floor(last)):
             return ask(first, slice(None))
+        if self._per_message:  # the links take one time per message
+            return ask(times, slice(None))
         cuts = [0, *(np.flatnonzero(times[1:] != times[:-1]) + 1).tolist(), len(times)]
         parts = [np.broadcast_to(ask(float(times[a]), slice(a, b)), (b - a,))
                  for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
@@ -277,17 +288,18 @@ class Network:
         at: np.ndarray | None,
     ) -> None:
         n = len(src)
-        times = np.full(n, float(self.env.now)) if at is None else np.asarray(at, dtype=float)
+        # one send time for all (a tick's sends) or each message's own (replies in a window)
+        times: np.ndarray | float = float(self.env.now) if at is None else np.asarray(
+            at, dtype=float)
         up = self._by_time(times, lambda t, s: self.links.available(
             self._rng_links, t, src[s], dst[s]))
         if up is not True:
-            up = np.asarray(up, dtype=bool)
-            if up.ndim == 0:
-                up = np.full(n, bool(up))
-            if not up.all():
-                keep = np.flatnonzero(up)
+            keep = np.flatnonzero(up) if np.ndim(up) else np.arange(n if up else 0)
+            if len(keep) < n:
                 self.dropped[code] += n - len(keep)
-                src, dst, times = src[keep], dst[keep], times[keep]
+                src, dst = src[keep], dst[keep]
+                if not isinstance(times, float):
+                    times = times[keep]
                 payload = payload.take(keep, axis=0)  # (`take`: a 2-D mask or index is slower)
                 n = len(src)
                 if n == 0:
@@ -295,20 +307,26 @@ class Network:
         width = payload.shape[1]
         delay = self._by_time(times, lambda t, s: self.links.latency(
             self._rng_latency, t, src[s], dst[s], width))
-        due = times + np.asarray(delay, dtype=float)  # (a scalar delay broadcasts)
+        due = np.asarray(times + np.asarray(delay, dtype=float))  # (scalars broadcast)
+        if due.ndim == 0:
+            due = np.full(n, float(due))
+        if self._ticks:  # on a grid of 1/ticks slot, as `send` rounds
+            due = np.ceil(due * self._ticks - 1e-9) / self._ticks
         # one row per message: (due, sent at, src, dst, kind, payload…), NaN past its width
         self._width = max(self._width, width)
-        rows = np.empty((n, _PAYLOAD + self._width))
-        rows[:, _DUE], rows[:, _SENT], rows[:, _SRC], rows[:, _DST] = due, times, src, dst
-        rows[:, _KIND] = code
-        rows[:, _PAYLOAD:_PAYLOAD + width] = payload
-        rows[:, _PAYLOAD + width:] = np.nan
+        rows = np.empty((n, PAYLOAD + self._width))
+        rows[:, DUE], rows[:, SENT], rows[:, SRC], rows[:, DST] = due, times, src, dst
+        rows[:, KIND] = code
+        rows[:, PAYLOAD:PAYLOAD + width] = payload
+        rows[:, PAYLOAD + width:] = np.nan
         if n > 1:  # sorted by due time (stable: send order among equal times)
             order = np.argsort(due, kind="stable")
             due, rows = due[order], rows.take(order, axis=0)
         self._queue.append(rows)
+        self._queued += 1
         if len(self._queue) > _MERGE_AT:  # the oldest block drains by itself: keep it apart
             self._queue = [self._queue[0], _merge(self._queue[1:])]
+            self._clean = min(self._clean, 1)
         if not self._flushing:
             self._schedule(float(due[0]))
 
@@ -337,6 +355,7 @@ class Network:
         now = float(self.env.now)
         horizon = self._horizon(now)
         self._flushing = True
+        self._clean = 0
         try:
             while (batch := self._take_due(now, horizon)) is not None:
                 dst = batch.dst
@@ -349,22 +368,27 @@ class Network:
                         batch = batch.select(ok)
                 if len(batch):
                     events = len(self.env._queue)  # sends schedule no flush while flushing
+                    queued = self._queued
                     self._deliver(batch)
                     if len(self.env._queue) != events and self._horizon(now) < horizon:
                         raise RuntimeError("a window-safe protocol scheduled an event inside a "
                                            "window (Context.call_at from on_deliver)")
+                    if self._queued == queued:
+                        break  # nothing was queued meanwhile: nothing else is due
             self._window_end()
         finally:
             self._flushing = False
         if self._queue:
-            self._schedule(min(float(rows[0, _DUE]) for rows in self._queue))
+            self._schedule(min(float(rows[0, DUE]) for rows in self._queue))
 
     def _take_due(self, now: float, horizon: float) -> Batch | None:
         """The queued messages due in [now, horizon) (at now only, if horizon is now), sorted
         by delivery time (stable: send order among equal times); the others stay queued."""
-        taken, rest = [], []
-        for rows in self._queue:  # each block is sorted: what is due is a prefix (a view)
-            due = rows[:, _DUE]
+        # blocks before `_clean` were taken from in this window: nothing in them is due
+        rest = self._queue[:self._clean]
+        taken = []
+        for rows in self._queue[self._clean:]:  # each block is sorted: what is due is a prefix
+            due = rows[:, DUE]
             k = int(np.searchsorted(due, horizon, side="left") if horizon > now
                     else np.searchsorted(due, now, side="right"))
             if k:
@@ -372,22 +396,15 @@ class Network:
             if k < len(rows):
                 rest.append(rows[k:])
         self._queue = rest
+        self._clean = len(rest)
         if not taken:
             return None
-        rows = _merge(taken)
-        kind = rows[:, _KIND].astype(np.int64)
-        return Batch(rows[:, _SRC].astype(np.int64), rows[:, _DST].astype(np.int64), kind,
-                     rows[:, _PAYLOAD:], rows[:, _SENT], self.kinds,
-                     int(kind[0]) if (kind == kind[0]).all() else -1, rows[:, _DUE])
+        return Batch.from_rows(_merge(taken), self.kinds)
 
 
 #: Queued blocks (one per send) merged when there are more than this many: all but the oldest,
 #: which windows drain from its front (merging it again and again would re-sort the queue).
 _MERGE_AT = 4
-
-#: Columns of a queued row (windows): due time, send time, source, destination, kind index,
-#: then the payload (exact: agent ids and kind indices are far below 2⁵³).
-_DUE, _SENT, _SRC, _DST, _KIND, _PAYLOAD = range(6)
 
 
 def _merge(blocks: list[np.ndarray]) -> np.ndarray:
@@ -398,4 +415,4 @@ def _merge(blocks: list[np.ndarray]) -> np.ndarray:
     width = max(b.shape[1] for b in blocks)
     rows = np.concatenate([b if b.shape[1] == width else np.pad(
         b, ((0, 0), (0, width - b.shape[1])), constant_values=np.nan) for b in blocks])
-    return rows.take(np.argsort(rows[:, _DUE], kind="stable"), axis=0)
+    return rows.take(np.argsort(rows[:, DUE], kind="stable"), axis=0)

@@ -34,8 +34,12 @@ sojourn's state, start and end; sojourn k of an entity has length
 these are dense arrays indexed by entity; beyond (n_addresses² is 10⁸ links for 10⁴ addresses)
 they hold only the entities asked so far, kept sorted and found by binary search. Advancing to t
 loops over blocks of sojourn steps, each vectorised over the entities still behind t, so an
-entity asked rarely catches up in one or two numpy passes. Times should be non-decreasing
-(simulation time); an earlier time is answered correctly by replaying the entity from time 0.
+entity asked rarely catches up in one or two numpy passes. With few entities (up to
+`BufferedRenewal.BUFFERED`, e.g. every link of 255 agents) the ends of each entity's next
+AHEAD sojourns are kept instead, so a question is one look-up per entity in its row, and rows
+are renewed in blocks as they run out. Times should be non-decreasing (simulation time); an
+earlier time is answered correctly by replaying the entity from time 0. Every realisation
+gives the same floats: sojourn ends are summed in sequence from time 0 whatever the blocks.
 """
 
 from __future__ import annotations
@@ -87,8 +91,10 @@ class BoundAvailability:
 
     #: True when `up` depends on the time only through its slot ⌊t⌋.
     per_slot: bool = True
+    #: True when `up` also takes one time per entity (an array t shaped like `entity`).
+    per_message: bool = True
 
-    def up(self, t: float, entity: np.ndarray) -> np.ndarray:
+    def up(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
         """Whether each entity is up at time t (a bool array shaped like `entity`)."""
         return np.ones(np.shape(entity), dtype=bool)
 
@@ -139,9 +145,10 @@ class BernoulliBound(BoundAvailability):
         self._n = np.uint64(n_entities)
         self._key = key
 
-    def up(self, t: float, entity: np.ndarray) -> np.ndarray:
+    def up(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
         entity = _entities(entity)
-        counter = np.uint64(math.floor(t)) * self._n + entity.astype(np.uint64)
+        slot = np.floor(t).astype(np.uint64) if np.ndim(t) else np.uint64(math.floor(t))
+        counter = slot * self._n + entity.astype(np.uint64)
         return counter_uniform(self._key, counter) < self.p
 
     def stationary(self, entity: np.ndarray) -> np.ndarray:
@@ -176,10 +183,7 @@ class RenewalBound(BoundAvailability):
     #: Up to this many entities the per-entity arrays are dense (indexed by entity; zeroed
     #: memory is only committed where touched); beyond, they hold the entities seen so far.
     DENSE = 1 << 21
-    #: Sojourns drawn at once per entity and kept ahead, and the most entities that get the
-    #: look-ahead (AHEAD·BUFFERED floats: 32 MiB).
-    AHEAD = 64
-    BUFFERED = 1 << 16
+    per_message = False  # (stepping moves every entity asked to one time)
 
     def __init__(
         self, up_law: Distribution, down_law: Distribution, n_entities: int, key: np.uint64,
@@ -201,13 +205,6 @@ class RenewalBound(BoundAvailability):
         self._state = np.zeros(size, dtype=bool)
         self._start = np.zeros(size)
         self._end = np.zeros(size)
-        # look-ahead (dense and small enough only): the ends of AHEAD consecutive sojourns of
-        # each entity, the last block drawn for it, from sojourn `_base` on (−1: none). An entity
-        # that moves on reads its next sojourns here instead of drawing them again; they are
-        # the floats a fresh draw would give (same counters, same sequential sums).
-        buffered = 0 < size <= self.BUFFERED
-        self._ahead = np.full((size if buffered else 0, self.AHEAD), np.inf)
-        self._base = np.full(size if buffered else 0, -1, dtype=np.int64)
         self._latest = -math.inf  # the latest time asked: no sojourn starts after it
 
     def _entity(self, rows: np.ndarray) -> np.ndarray:
@@ -221,7 +218,9 @@ class RenewalBound(BoundAvailability):
 
     def _length(self, ids: np.ndarray, k: np.ndarray, state: np.ndarray) -> np.ndarray:
         u = self._uniform(ids, k)
-        out = np.empty(len(u))
+        if isinstance(self.up_law, Geometric) and isinstance(self.down_law, Geometric):
+            return Geometric.ppf_of(u, np.where(state, self.up_law.log_q, self.down_law.log_q))
+        out = np.empty(u.shape)
         out[state] = self.up_law.ppf(u[state])
         out[~state] = self.down_law.ppf(u[~state])
         return out
@@ -264,23 +263,14 @@ class RenewalBound(BoundAvailability):
                 state, end = self._first(self._entity(back))
                 self._k[back], self._state[back] = 0, state
                 self._start[back], self._end[back] = 0.0, end
-                if len(self._base):
-                    self._base[back] = -1
         else:
             self._latest = time
         behind = rows[self._end[rows] <= time]
         if not behind.size:
             return
-        if len(self._base):  # (repeated rows read the same sojourns: no need to dedupe)
-            behind = self._read_ahead(time, behind)
-        if not behind.size:
-            return
         behind = np.unique(behind)
-        drawn = behind
         while behind.size:  # a block of sojourn steps for every entity still behind
             steps = self._block(time - self._end[behind].min(), len(behind))
-            if len(self._base):
-                steps = max(steps, min(self.AHEAD, (1 << 22) // len(behind)))
             j = np.arange(1, steps + 1)
             k = self._k[behind, None] + j  # the next `steps` sojourns of each entity
             state = self._state[behind, None] ^ (j % 2 == 1)  # states alternate
@@ -296,71 +286,7 @@ class RenewalBound(BoundAvailability):
             at = np.arange(len(behind))
             self._k[behind], self._state[behind] = k[at, last], state[at, last]
             self._start[behind], self._end[behind] = ends[at, last], ends[at, last + 1]
-            if len(self._base):
-                self._keep_ahead(behind, k[:, 0], ends[:, 1:], last)
             behind = behind[ends[at, last + 1] <= time]
-        if len(self._base):
-            # this call draws anyway: top up the other asked entities past half their look-ahead,
-            # so that few later calls need to (one numpy pass here instead of one per call)
-            rows = np.setdiff1d(rows, drawn)
-            left = self._base[rows] + self.AHEAD - 1 - self._k[rows]
-            self._refill(rows[(self._base[rows] < 0) | (left < self.AHEAD // 2)])
-
-    def _refill(self, rows: np.ndarray) -> None:
-        """Draw the next AHEAD − 1 sojourns of each entity of `rows` (unique, not behind) and
-        keep them with the current one's end."""
-        if not rows.size or (1 << 22) // len(rows) < self.AHEAD:
-            return
-        j = np.arange(1, self.AHEAD)
-        k = self._k[rows, None] + j
-        state = self._state[rows, None] ^ (j % 2 == 1)
-        ids = np.repeat(self._entity(rows), self.AHEAD - 1)
-        length = self._length(ids, k.ravel(), state.ravel()).reshape(k.shape)
-        self._ahead[rows] = np.add.accumulate(
-            np.concatenate([self._end[rows, None], length], axis=1), axis=1
-        )
-        self._base[rows] = self._k[rows]
-
-    def _keep_ahead(
-        self, rows: np.ndarray, first: np.ndarray, ends: np.ndarray, last: np.ndarray
-    ) -> None:
-        """Keep AHEAD of the sojourn ends just drawn (`ends[:, j]` ends sojourn first + j),
-        from the current one (column `last`) on where the block has that many."""
-        width = self.AHEAD
-        if ends.shape[1] < width:
-            self._base[rows] = -1
-            return
-        start = np.minimum(last, ends.shape[1] - width)
-        cols = start[:, None] + np.arange(width)
-        self._ahead[rows] = np.take_along_axis(ends, cols, axis=1)
-        self._base[rows] = first + start
-
-    def _read_ahead(self, time: float, rows: np.ndarray) -> np.ndarray:
-        """Move the entities of `rows` on through their kept sojourns; the rows still behind
-        `time` after the last kept one (or with none kept) are returned."""
-        base = self._base[rows]
-        kept = base >= 0
-        if not kept.any():
-            return rows
-        if not kept.all():
-            rows, base, other = rows[kept], base[kept], rows[~kept]
-        else:
-            other = None
-        ahead = self._ahead.take(rows, axis=0)
-        # ends ascend: sojourn base + passed contains time, passed = the first end after time
-        # (argmax of a boolean row: its first True; a row with none has passed them all)
-        later = ahead > time
-        passed = later.argmax(axis=1)
-        passed[~later[:, -1]] = self.AHEAD
-        at = np.minimum(passed, self.AHEAD - 1)
-        i = np.arange(len(rows))
-        k = base + at
-        self._state[rows] ^= ((k - self._k[rows]) & 1).astype(bool)
-        self._k[rows] = k
-        self._start[rows] = ahead[i, at - 1]  # at ≥ 1: the entity's own end was ≤ time
-        self._end[rows] = ahead[i, at]
-        still = rows[passed >= self.AHEAD]
-        return still if other is None else np.concatenate([other, still])
 
     def _block(self, gap: float, n_behind: int) -> int:
         """How many sojourn steps to draw at once: enough to cover `gap` on average (two per
@@ -388,6 +314,183 @@ class RenewalBound(BoundAvailability):
 
     def stationary(self, entity: np.ndarray) -> np.ndarray:
         return np.full(np.shape(entity), self.p_up)
+
+
+class BufferedRenewal(RenewalBound):
+    """`RenewalBound` for small entity spaces: the ends of each entity's next AHEAD sojourns are
+    kept, so a question is a look-up in that row, not a step of the chain, and each entity may
+    be asked at its own time (`per_message`: a window's messages in one question).
+
+    Row e of `_ends` holds the ends of sojourns `_base[e]` … `_base[e]` + AHEAD − 1 of entity e
+    (−∞ and base −1: not started), `_before[e]` the start of sojourn `_base[e]`; the state of
+    sojourn k is that of sojourn 0 (`_state0`) flipped k times. Ends are summed in sequence
+    from time 0 whatever blocks they are drawn in, so every answer equals `RenewalBound`'s.
+    """
+
+    #: Sojourns kept per entity, and the most entities that get this storage (AHEAD·BUFFERED
+    #: floats: 32 MiB).
+    AHEAD = 64
+    BUFFERED = 1 << 16
+    per_message = True
+
+    def __init__(
+        self, up_law: Distribution, down_law: Distribution, n_entities: int, key: np.uint64,
+        slotted: bool,
+    ) -> None:
+        super().__init__(up_law, down_law, 0, key, slotted)
+        self._n = np.uint64(n_entities)
+        self._ids = None
+        self._ends = np.full((n_entities, self.AHEAD), -np.inf)
+        self._base = np.full(n_entities, -1, dtype=np.int64)
+        self._before = np.zeros(n_entities)
+        self._state0 = np.zeros(n_entities, dtype=bool)
+
+    def _locate(
+        self, time: float | np.ndarray, rows: np.ndarray, ends_too: bool = False
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """The index k and (if `ends_too`) the end of each entity's sojourn that contains `time`
+        (one time, or one per row; an entity may be asked at several times)."""
+        if not rows.size:
+            return np.empty(0, dtype=np.int64), np.empty(0)
+        first = float(np.min(time)) if np.ndim(time) else time
+        if first < self._latest:  # asked about the past: replay those before their rows
+            back = rows[self._before[rows] > time]
+            self._base[back] = -1
+            self._ends[back] = -np.inf
+        self._latest = max(self._latest, float(np.max(time)) if np.ndim(time) else time)
+        ends, at = self._position(time, rows)
+        if at.max() < self.AHEAD:  # the usual case: every row holds its time
+            return self._base[rows] + at, ends[np.arange(len(rows)), at] if ends_too else None
+        k, end = np.empty(len(rows), dtype=np.int64), np.empty(len(rows))
+        todo = np.arange(len(rows))
+        while True:
+            done = at < self.AHEAD
+            i = todo[done]
+            k[i], end[i] = self._base[rows[i]] + at[done], ends[np.flatnonzero(done), at[done]]
+            todo = todo[~done]
+            if not todo.size:
+                return k, end
+            # renew the rows that ran out (or never started) at their earliest time asked, and
+            # every row past half its kept ends; an entity asked far apart takes more rounds
+            half = i[at[done] >= self.AHEAD // 2]
+            self._renew(self._earliest(rows[todo], _at(time, todo)), rows[half],
+                        _at(time, half))
+            ends, at = self._position(_at(time, todo), rows[todo])
+
+    @staticmethod
+    def _earliest(rows: np.ndarray, time: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct `rows` and the earliest time each is asked at."""
+        if not np.ndim(time):
+            out = np.unique(rows)
+            return out, np.full(len(out), time)
+        order = np.lexsort((time, rows))
+        rows, time = rows[order], time[order]
+        first = np.concatenate(([True], rows[1:] != rows[:-1]))
+        return rows[first], time[first]
+
+    def _position(
+        self, time: float | np.ndarray, rows: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The kept ends of `rows` and the column of each one's first end after its `time`
+        (AHEAD: none)."""
+        ends = self._ends.take(rows, axis=0)
+        later = ends > (time[:, None] if np.ndim(time) else time)
+        at = later.argmax(axis=1)  # ends ascend: the first True, or 0 when there is none
+        at[~later[:, -1]] = self.AHEAD
+        return ends, at
+
+    def _renew(self, out: tuple[np.ndarray, np.ndarray], half: np.ndarray,
+               half_time: float | np.ndarray) -> None:
+        """Renew the distinct rows `out[0]` (run out, or not started) at times `out[1]`, then
+        the rows `half` (past half their kept ends at `half_time`) not among them."""
+        out, time = out
+        base = self._base[out]
+        fresh = base < 0
+        if fresh.any():
+            new = out[fresh]
+            self._state0[new] = counter_uniform(self._key, new.astype(np.uint64)) < self.p_up
+        # from sojourn −1 "ending" at 0 (not started), else from the last kept one
+        k = np.where(fresh, -1, base + self.AHEAD - 1)
+        self._catch_up(time, out, k, np.where(fresh, 0.0, self._ends[out, -1]))
+        keep = ~np.isin(half, out)
+        if keep.any():
+            rows, time = self._earliest(half[keep], _at(half_time, np.flatnonzero(keep)))
+            self._extend(time, rows, self._position(time, rows)[1])
+
+    def _catch_up(self, time: np.ndarray, rows: np.ndarray, k: np.ndarray, end: np.ndarray
+                  ) -> None:
+        """Keep AHEAD sojourn ends from the one holding time_i on, for unique `rows` whose sojourn
+        k_i (−1: none before sojourn 0) ends at end_i ≤ time_i."""
+        while rows.size:
+            steps = self._block(float(np.max(time - end)), len(rows)) + self.AHEAD
+            ends = self._draw(rows, k, end, steps)  # [j, i]: end of sojourn k_i + j
+            c = (ends[1:] <= time).sum(axis=0) + 1  # the sojourn holding time: k + c
+            kept = c + self.AHEAD <= steps + 1
+            i = np.flatnonzero(kept)
+            if i.size:
+                self._keep(rows[i], ends, i, c[i], k[i])
+            # the others step on from the last sojourn before time they reached
+            i = np.flatnonzero(~kept)
+            last = np.minimum(c[i], steps) - 1
+            rows, k, end, time = rows[i], k[i] + last, ends[last, i], time[i]
+
+    def _extend(self, time: np.ndarray, rows: np.ndarray, at: np.ndarray) -> None:
+        """Keep AHEAD sojourn ends from the one holding time_i (column at_i < AHEAD of the kept
+        ends) on, for unique `rows`: the kept ones are reused, only the missing ones drawn."""
+        kept = self._ends[rows].T
+        base = self._base[rows]
+        new = self._draw(rows, base + self.AHEAD - 1, kept[-1], int(at.max()))
+        ends = np.concatenate([kept, new[1:]])  # [j, i]: end of sojourn base_i + j
+        self._keep(rows, ends, np.arange(len(rows)), at, base)
+
+    def _keep(self, rows: np.ndarray, ends: np.ndarray, i: np.ndarray, c: np.ndarray,
+              k: np.ndarray) -> None:
+        """Keep `ends[c_i:c_i + AHEAD, i]` (sojourns k_i + c_i on; c_i ≥ 1) for `rows`."""
+        self._ends[rows] = ends[c[:, None] + np.arange(self.AHEAD), i[:, None]]
+        self._base[rows] = k + c
+        self._before[rows] = ends[c - 1, i]
+
+    def _draw(self, rows: np.ndarray, k: np.ndarray, end: np.ndarray, steps: int) -> np.ndarray:
+        """[j, i]: the end of sojourn k_i + j of rows[i] (j = 0 … steps), given that sojourn k_i
+        ends at end_i; summed in sequence from it (sojourn by row: the sums run along rows)."""
+        kk = np.arange(1, steps + 1)[:, None] + k
+        state = self._state0[rows] ^ (kk & 1).astype(bool)
+        ends = np.empty((steps + 1, len(rows)))
+        ends[0] = end
+        ends[1:] = self._length(np.broadcast_to(rows, kk.shape), kk, state)
+        return np.add.accumulate(ends, axis=0, out=ends)
+
+    def up(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
+        entity = _entities(entity)
+        rows = entity.ravel()
+        k, _ = self._locate(self._times(t), rows)
+        return (self._state0[rows] ^ (k & 1).astype(bool)).reshape(entity.shape)
+
+    def next_switch(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
+        entity = _entities(entity)
+        return self._locate(self._times(t), entity.ravel(), True)[1].reshape(entity.shape)
+
+    def _times(self, t: float | np.ndarray) -> float | np.ndarray:
+        """The time(s) the chain is read at: t, or its slot ⌊t⌋ (one time or one per entity)."""
+        if not np.ndim(t):
+            return self._time(t)
+        t = np.asarray(t, dtype=float).ravel()
+        return np.floor(t) if self.slotted else t
+
+
+def _at(time: float | np.ndarray, i: np.ndarray) -> float | np.ndarray:
+    """time[i] of per-element times; one time for all stays as it is."""
+    return time[i] if np.ndim(time) else time
+
+
+def renewal(
+    up_law: Distribution, down_law: Distribution, n_entities: int, key: np.uint64,
+    slotted: bool,
+) -> RenewalBound:
+    """The realisation of an alternating renewal process on `n_entities` entities: rows of
+    sojourns kept ahead when there are few entities (`BufferedRenewal`), else stepped lazily."""
+    cls = BufferedRenewal if n_entities <= BufferedRenewal.BUFFERED else RenewalBound
+    return cls(up_law, down_law, n_entities, key, slotted)
 
 
 @AVAILABILITY.register("markov")
@@ -425,7 +528,7 @@ class Markov(Availability):
         self, n_addresses: int, scope: Scope, rng: np.random.Generator,
         base_dir: Path | str | None = None,
     ) -> RenewalBound:
-        return RenewalBound(
+        return renewal(
             Geometric(mean=self.up_mean), Geometric(mean=self.mean_down),
             n_entities(n_addresses, scope), _key(rng), slotted=True,
         )
@@ -470,7 +573,7 @@ class Churn(Availability):
         self, n_addresses: int, scope: Scope, rng: np.random.Generator,
         base_dir: Path | str | None = None,
     ) -> RenewalBound:
-        return RenewalBound(
+        return renewal(
             self.session_law, self.offline_law, n_entities(n_addresses, scope), _key(rng),
             slotted=False,
         )
@@ -589,6 +692,7 @@ class TraceBound(BoundAvailability):
     """
 
     per_slot = False  # traces switch at any time
+    per_message = False  # events are applied up to one time
 
     def __init__(self, entity: np.ndarray, trace: TraceRows, default_up: bool) -> None:
         self.default_up = default_up

@@ -215,12 +215,22 @@ class Geometric(Distribution):
             return (k >= 1).astype(np.float64)
         return -np.expm1(k * math.log1p(-self.p))
 
+    @property
+    def log_q(self) -> float:
+        """log(1 − p) (−∞ when p = 1)."""
+        return -math.inf if self.p == 1 else math.log1p(-self.p)
+
     def ppf(self, u: np.ndarray) -> np.ndarray:
         u = _array(u)
         if self.p == 1:
             return np.ones_like(u)
-        # smallest k ≥ 1 with 1 − (1 − p)^k ≥ u
-        return np.maximum(np.ceil(np.log1p(-u) / math.log1p(-self.p)), 1.0)
+        return self.ppf_of(u, self.log_q)
+
+    @staticmethod
+    def ppf_of(u: np.ndarray, log_q: np.ndarray | float) -> np.ndarray:
+        """The quantiles of geometric laws with log(1 − p) = `log_q` (one per u, or one for all):
+        the smallest k ≥ 1 with 1 − (1 − p)^k ≥ u (p = 1, log_q = −∞: k = 1)."""
+        return np.maximum(np.ceil(np.log1p(-u) / log_q), 1.0)
 
 
 def distribution(table: Mapping[str, Any] | Distribution, where: str) -> Distribution:

@@ -9,8 +9,10 @@ per message, so i.i.d. delays let a later message overtake an earlier one on the
 
 ``resolution`` (slots, default 0: exact) rounds every delivery time up to the next multiple of
 it (1/resolution must be a whole number of ticks per slot). Exact continuous delays give every
-message its own delivery instant, so a protocol handles one message per event; a resolution of
-0.1 slot batches what arrives within a tenth of a slot, at most 0.1 slot late, and makes
+message its own delivery instant. A protocol that declares itself window-safe gets them in
+windows either way (`desim.kernel.network`), so the grid changes the model, not the speed;
+any other protocol handles one delivery instant per event, and there a resolution of 0.1
+slot (what arrives within a tenth of a slot comes together, at most 0.1 slot late) makes
 population-scale runs with random latency ten to a hundred times faster. Deadlines on the
 grid (PriCER's, in whole or tenth slots) see exactly the same on-time probability, since
 ⌈t + D⌉ ≤ t + d ⟺ D ≤ d when t + d is on the grid.
@@ -38,6 +40,8 @@ class Latency:
 
     #: Delivery times are rounded up to a multiple of this many slots (0: exact).
     resolution: float = 0.0
+    #: True when `sample` ignores t (or takes one per message): draws come in message order.
+    per_message: bool = False
 
     def sample(
         self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray, width: int
@@ -57,6 +61,7 @@ class IidLatency(Latency):
 
     delay: Distribution
     resolution: float = 0.0
+    per_message = True
 
     def sample(
         self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray, width: int
@@ -80,6 +85,7 @@ class SizeProportional(Latency):
     resolution: float = param(
         0.0, "round delivery times up to a multiple of this (slots; 0: exact)", ge=0, lt=1
     )
+    per_message = True
 
     def sample(
         self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray, width: int

@@ -47,6 +47,7 @@ class FixedLatency(LinkModel):
     slots: float = param(1.0, "delivery delay of every message, in slots", ge=0)
     ideal = False
     per_slot = True
+    per_message = True
 
 
 class IntermittentLinks(LinkModel):
@@ -60,6 +61,7 @@ class IntermittentLinks(LinkModel):
 
     ideal = False
     per_slot = True
+    per_message = True
 
     def __init__(self, conn: Connectivity, reciprocity: float, slots: float = 0.0) -> None:
         self.conn = conn
@@ -118,7 +120,8 @@ class IntermittentLinks(LinkModel):
     def available(
         self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray
     ) -> np.ndarray:
-        return self.realise(rng, math.floor(t), src, dst)
+        return self.realise(rng, np.floor(t).astype(np.int64) if np.ndim(t) else math.floor(t),
+                            src, dst)
 
 
 @LINKS.register("bernoulli")

@@ -118,14 +118,17 @@ class BoundRealistic(LinkModel):
         # stragglers read the slot ⌊t⌋, latency models draw per message whatever t is
         self.per_slot = bool(getattr(base, "per_slot", False)) and all(
             part.per_slot for part in (outages, nodes) if part is not None)
+        self.per_message = bool(getattr(base, "per_message", False)) and all(
+            getattr(part, "per_message", False)
+            for part in (outages, nodes, stragglers, latency) if part is not None)
 
-    def _nodes_up(self, t: float, who: np.ndarray) -> np.ndarray:
-        """Whether each address is up at t (the server always is)."""
+    def _nodes_up(self, t: float | np.ndarray, who: np.ndarray) -> np.ndarray:
+        """Whether each address is up at t (or t[k]; the server always is)."""
         agent = who < self.n_agents
         if agent.all():
             return np.asarray(self.nodes.up(t, who), dtype=bool)
         up = np.ones(len(who), dtype=bool)
-        up[agent] = self.nodes.up(t, who[agent])
+        up[agent] = self.nodes.up(t[agent] if np.ndim(t) else t, who[agent])
         return up
 
     def available(
@@ -136,7 +139,8 @@ class BoundRealistic(LinkModel):
             link = self.outages.up(t, link_entity(src, dst, self.n_agents + 1)) | (src == dst)
             up = link if up is True else up & link
         if self.nodes is not None:
-            ends = self._nodes_up(t, np.concatenate([src, dst]))
+            ends = self._nodes_up(np.concatenate([t, t]) if np.ndim(t) else t,
+                                  np.concatenate([src, dst]))
             both = ends[: len(src)] & ends[len(src):]
             up = both if up is True else up & both
         return up

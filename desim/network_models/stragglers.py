@@ -83,14 +83,20 @@ class BoundStragglers:
         # f of every address, the server (one past the agents) included
         self._f = np.append(factors, 1.0)
 
-    def delay(self, t: float, src: np.ndarray) -> np.ndarray | float:
-        """How late each message src[k] sends at time t leaves: (f_i − 1)·D_{i,⌊t⌋} slots."""
+    #: `delay` also takes one time per message.
+    per_message = True
+
+    def delay(self, t: float | np.ndarray, src: np.ndarray) -> np.ndarray | float:
+        """How late each message src[k] sent at time t (or t[k]) leaves: (f_i − 1)·D_{i,⌊t⌋}
+        slots."""
         f = self._f[src]
         slow = f > 1
         if not slow.any():
             return 0.0
         out = np.zeros(len(src))
-        counter = np.uint64(math.floor(t)) * self._stride + src[slow].astype(np.uint64)
+        slot = (np.floor(np.asarray(t)[slow]).astype(np.uint64) if np.ndim(t)
+                else np.uint64(math.floor(t)))
+        counter = slot * self._stride + src[slow].astype(np.uint64)
         out[slow] = (f[slow] - 1) * self.nominal.ppf(counter_uniform(self._key, counter))
         return out
 

@@ -227,7 +227,13 @@ class PrivateColME(Protocol):
     # -- deliveries: answer queries, take releases -----------------------------------------
     def on_deliver(self, batch: Batch) -> None:
         # a batch of one kind (the usual case) skips the other: no empty selection is made
-        queries = batch.of_kind("query") if batch.only != _RELEASE else None
+        if batch.only == _QUERY:
+            queries, releases = batch, None
+        elif batch.only == _RELEASE:
+            queries, releases = None, batch
+        else:  # both kinds (a window's): one mask, two selections
+            is_query = batch.kind == _QUERY
+            queries, releases = batch.select(is_query), batch.select(~is_query)
         if queries is not None and len(queries):
             b, a = queries.dst, queries.src
             payload = self._answer(b, a) if self.asynchronous else self._release(b, a)
@@ -236,7 +242,6 @@ class PrivateColME(Protocol):
                 self.ctx.send("release", b, a, payload)
             else:  # in a window: each reply leaves at its query's exact delivery time
                 self.ctx.send("release", b, a, payload, at=queries.delivered_at)
-        releases = batch.of_kind("release") if batch.only != _QUERY else None
         if releases is not None and len(releases):
             if releases.delivered_at is not None:  # in a window: taken at its end
                 self._window.append(releases)

@@ -15,6 +15,7 @@ from desim.kernel.registry import AVAILABILITY
 from desim.network_models.availability import (
     Always,
     BernoulliAvailability,
+    BufferedRenewal,
     Markov,
     RenewalBound,
     Trace,
@@ -135,34 +136,40 @@ def test_sparse_storage_and_catch_up_blocks_give_the_same_floats(monkeypatch):
          "offline": {"model": "pareto", "shift": 0.5, "scale": 1.0, "alpha": 2.5}}, "x",
     )
     entity = np.array([5, 17, 3, 399, 17, 250])
-    dense = model.bind(20, "link", _rng(9))  # asked often: small blocks
+    buffered = model.bind(20, "link", _rng(9))  # asked often: small blocks
+    for t in np.linspace(0, 500, 300):
+        buffered.up(t, entity[: 1 + int(t) % 6])
+    monkeypatch.setattr(BufferedRenewal, "BUFFERED", 0)
+    dense = model.bind(20, "link", _rng(9))
     for t in np.linspace(0, 500, 300):
         dense.up(t, entity[: 1 + int(t) % 6])
     monkeypatch.setattr(RenewalBound, "DENSE", 10)
     sparse = model.bind(20, "link", _rng(9))  # asked once: one catch-up of ~100 cycles
     assert sparse._ids is not None and dense._ids is None
-    assert np.array_equal(sparse.next_switch(500.0, entity), dense.next_switch(500.0, entity))
-    assert np.array_equal(sparse.up(500.0, entity), dense.up(500.0, entity))
-    assert np.array_equal(sparse.up(3.0, entity[::-1]), dense.up(3.0, entity[::-1]))
+    assert isinstance(buffered, BufferedRenewal) and not isinstance(dense, BufferedRenewal)
+    for other in (dense, buffered):
+        assert np.array_equal(sparse.next_switch(500.0, entity), other.next_switch(500.0, entity))
+        assert np.array_equal(sparse.up(500.0, entity), other.up(500.0, entity))
+        assert np.array_equal(sparse.up(3.0, entity[::-1]), other.up(3.0, entity[::-1]))
 
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), churn=st.booleans(), data=st.data())
 def test_look_ahead_gives_the_floats_of_fresh_draws(seed, churn, data):
-    """Sojourns kept ahead (RenewalBound.AHEAD) are read instead of drawn again: every state,
-    start, end and sojourn index equals that of a model without look-ahead, for any order of
-    questions (forwards, gaps of many cycles, back in time)."""
+    """Sojourns kept ahead (BufferedRenewal) are read instead of drawn again: every state and
+    switch time equals that of the lazily stepped model, for any order of questions (forwards,
+    gaps of many cycles, back in time)."""
     model = (
         availability({"model": "churn", "session": {"model": "exponential", "mean": 2.0},
                       "offline": {"model": "lognormal", "mean": 1.0, "cv": 2.0}}, "x")
         if churn else Markov(mean_up=3.0, mean_down=2.0)
     )
     ahead = model.bind(20, "link", _rng(seed))
-    assert len(ahead._base)  # the look-ahead is on
+    assert isinstance(ahead, BufferedRenewal)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(RenewalBound, "BUFFERED", 0)
+        mp.setattr(BufferedRenewal, "BUFFERED", 0)
         plain = model.bind(20, "link", _rng(seed))
-    assert not len(plain._base)
+    assert not isinstance(plain, BufferedRenewal)
     entity = np.arange(0, 400, 5)
     steps = data.draw(st.lists(st.tuples(st.floats(0, 400), st.integers(1, len(entity))),
                                min_size=1, max_size=30))
@@ -171,9 +178,39 @@ def test_look_ahead_gives_the_floats_of_fresh_draws(seed, churn, data):
         assert np.array_equal(ahead.up(t, entity[pick]), plain.up(t, entity[pick]))
         e = entity[pick]
         assert np.array_equal(ahead.next_switch(t, e), plain.next_switch(t, e))
-    seen = np.flatnonzero(plain._seen)
-    for name in ("_k", "_state", "_start", "_end"):
-        assert np.array_equal(getattr(ahead, name)[seen], getattr(plain, name)[seen]), name
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), which=st.integers(0, 3), data=st.data())
+def test_one_time_per_entity_answers_as_one_question_per_time(seed, which, data):
+    """`up(times, entity)` (the network asks once per window) gives what asking each entity at
+    its own time gives, also for entities asked at several times, spans of many sojourns and
+    times before earlier questions."""
+    model = [
+        BernoulliAvailability(p=0.6),
+        Markov(mean_up=1.0, mean_down=1.0),  # geometric laws of mean 1: log(1 − p) = −∞
+        Markov(mean_up=5.0, mean_down=2.0),
+        availability({"model": "churn", "session": {"model": "exponential", "mean": 2.0},
+                      "offline": {"model": "lognormal", "mean": 1.0, "cv": 2.0}}, "x"),
+    ][which]
+    asked = model.bind(12, "link", _rng(seed))
+    assert asked.per_message
+    assert asked.up(np.empty(0), np.empty(0, dtype=np.int64)).shape == (0,)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(BufferedRenewal, "BUFFERED", 0)
+        one = model.bind(12, "link", _rng(seed))  # asked one time at a time
+    rng = np.random.default_rng(seed)
+    start = 0.0
+    for _ in range(data.draw(st.integers(1, 8))):
+        start = data.draw(st.floats(0, start + 200))  # mostly forwards, sometimes back
+        times = np.sort(start + rng.uniform(0, data.draw(st.sampled_from([0.5, 20.0, 400.0])),
+                                            40))
+        entity = rng.integers(0, 144, 40)
+        want = np.array([one.up(float(t), entity[i:i + 1])[0] for i, t in enumerate(times)])
+        assert np.array_equal(asked.up(times, entity), want)
+        if hasattr(asked, "next_switch"):
+            want = [one.next_switch(float(t), entity[i:i + 1])[0] for i, t in enumerate(times)]
+            assert np.array_equal(asked.next_switch(times, entity), want)
 
 
 def test_different_seeds_differ_and_the_same_seed_repeats():

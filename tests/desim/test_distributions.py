@@ -76,6 +76,18 @@ def test_geometric_ppf_is_the_smallest_k_whose_cdf_reaches_u(mean, u):
     assert k == 1 or g.cdf(np.array([k - 1]))[0] < u + 1e-12
 
 
+@given(m1=st.floats(1.0, 50.0), m2=st.sampled_from([1.0, 2.0, 10.0, 37.5]),
+       seed=st.integers(0, 2**32 - 1))
+def test_geometric_quantiles_of_two_laws_in_one_pass_are_those_of_each_law(m1, m2, seed):
+    """`Geometric.ppf_of` with each draw's own log(1 − p) (mean 1 included: log_q = −∞) gives
+    the floats of the two laws' own `ppf` (alternating renewal draws rely on it)."""
+    rng = np.random.default_rng(seed)
+    u, first = rng.random(500), rng.random(500) < 0.5
+    g1, g2 = Geometric(mean=m1), Geometric(mean=m2)
+    expected = np.where(first, g1.ppf(u), g2.ppf(u))
+    assert np.array_equal(Geometric.ppf_of(u, np.where(first, g1.log_q, g2.log_q)), expected)
+
+
 def test_hand_values():
     assert Exponential(mean=2.0).cdf(np.array([2.0]))[0] == pytest.approx(1 - math.exp(-1))
     assert Weibull(shape=2.0, scale=1.0).mean == pytest.approx(math.sqrt(math.pi) / 2)

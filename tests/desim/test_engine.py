@@ -9,7 +9,7 @@ import pytest
 
 from desim.kernel.engine import Simulation
 from desim.kernel.links import IdealLinks
-from desim.kernel.messages import Batch
+from desim.kernel.messages import DST, DUE, KIND, PAYLOAD, SENT, SRC, Batch
 from desim.kernel.params import param
 from desim.kernel.protocol import Context, DataSource, Protocol
 from desim.kernel.randomness import Streams
@@ -151,6 +151,37 @@ def test_batch_concat_pads_payloads_and_keeps_order():
     np.testing.assert_array_equal(both.src, [0, 2])
     assert both.payload.shape == (2, 2) and np.isnan(both.payload[1]).all()
     assert len(both.of_kind("b")) == 1 and both.of_kind("b").src[0] == 2
+
+
+def test_a_batch_held_as_rows_selects_and_joins_like_one_held_as_arrays():
+    """Window batches are one float matrix (`Batch.from_rows`): selecting by mask, index or
+    slice and joining give the arrays an array-held batch gives."""
+    kinds = ("a", "b")
+    rng = np.random.default_rng(3)
+    n = 9
+    rows = np.empty((n, PAYLOAD + 2))
+    rows[:, DUE], rows[:, SENT] = np.sort(rng.random(n)) + 2, rng.random(n)
+    rows[:, SRC], rows[:, DST] = rng.integers(0, 50, n), rng.integers(0, 50, n)
+    rows[:, KIND], rows[:, PAYLOAD:] = rng.integers(0, 2, n), rng.random((n, 2))
+    held = Batch.from_rows(rows, kinds)
+    plain = Batch(rows[:, SRC].astype(np.int64), rows[:, DST].astype(np.int64),
+                  rows[:, KIND].astype(np.int64), rows[:, PAYLOAD:], rows[:, SENT], kinds, -1,
+                  rows[:, DUE])
+
+    def same(x: Batch, y: Batch) -> None:
+        for name in ("src", "dst", "kind", "payload", "sent_at", "delivered_at"):
+            got, want = getattr(x, name), getattr(y, name)
+            assert got.dtype == want.dtype and np.array_equal(got, want), name
+        assert x.only == -1 or (x.kind == x.only).all()  # `only` is never wrong
+
+    for index in (held.kind == 1, np.array([4, 0, 4]), slice(2, 6), held.kind == 7):
+        same(held.select(index), plain.select(index))
+    for name in kinds:
+        same(held.of_kind(name), plain.of_kind(name))
+    parts = [held.select(slice(0, 4)), held.select(slice(4, n))]
+    same(Batch.concat(parts), plain)
+    assert Batch.concat(parts).rows is not None
+    assert Batch.from_rows(rows[rows[:, KIND] == 1], kinds).only == 1
 
 
 def test_log_checkpoints_are_sorted_unique_and_end_at_t_max():

@@ -101,6 +101,40 @@ def test_a_message_goes_through_exactly_when_its_link_and_both_nodes_are_up():
     assert sim.network.dropped.sum() == 2 * 60 * N - len(expected) > 0
 
 
+def test_bound_links_take_one_time_per_message_as_they_take_one_time():
+    """With `per_message` the network asks once per window: availability, straggler delays
+    and receivability at each message's own time, the same answers as one time at a time."""
+    base = build(BernoulliLinks, {"p_link": 0.7, "p_server": 0.5}, "network")
+    model = RealisticLinks(
+        base, latency=IidLatency(Exponential(mean=2.0)),
+        outages=Markov(mean_up=4.0, mean_down=2.0),
+        nodes=desim.network_models.availability.availability(
+            {"model": "churn", "session": {"model": "exponential", "mean": 3.0},
+             "offline": {"model": "exponential", "mean": 1.0}}, "nodes"),
+        stragglers=Stragglers(fraction=0.5, slowdown=3.0,
+                              delay={"model": "exponential", "mean": 1.0}))
+    rng = np.random.default_rng(8)
+    times = np.sort(rng.uniform(0, 40, 300))
+    src, dst = rng.integers(0, N + 1, 300), rng.integers(0, N + 1, 300)
+    many, one = (model.bind(N, {}, Streams(2, 0, 1, 2)) for _ in range(2))
+    assert many.per_message and not many.per_slot
+    key_a, key_b = np.random.default_rng(1), np.random.default_rng(1)  # (the base's key)
+    first = [np.atleast_1d(one.available(key_b, float(t), src[i:i + 1], dst[i:i + 1]))[0]
+             for i, t in enumerate(times)]
+    assert np.array_equal(many.available(key_a, times, src, dst), first)
+    late = [np.atleast_1d(one.stragglers.delay(float(t), src[i:i + 1]))[0]
+            for i, t in enumerate(times)]
+    assert np.array_equal(np.broadcast_to(many.stragglers.delay(times, src), (300,)), late)
+    ok = [np.atleast_1d(one.receivable(float(t), dst[i:i + 1]))[0] for i, t in enumerate(times)]
+    assert np.array_equal(many.receivable(times, dst), ok)
+    # latency draws in message order: one call for all is the calls one by one
+    a, b = np.random.default_rng(4), np.random.default_rng(4)
+    joint = many.latency(a, times, src, dst, 1)
+    split = np.concatenate([np.atleast_1d(one.latency(b, float(times[i]), src[i:i + 1],
+                                                       dst[i:i + 1], 1)) for i in range(300)])
+    assert np.array_equal(joint, split)
+
+
 # ---- the synchronous limit -------------------------------------------------------------------
 
 ZERO = {"latency": {"model": "constant", "value": 0.0}, "outages": {"model": "always"},

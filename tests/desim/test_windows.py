@@ -61,7 +61,7 @@ def test_windows_reproduce_one_message_per_instant_bit_for_bit(params):
 
 
 #: Realistic networks: slotted outages and stragglers (a window asks the links once), then
-#: continuous churn (asked once per distinct time) with heavy-tailed latency.
+#: continuous churn (asked once per distinct time) with heavy-tailed latency, then a grid.
 NETWORKS = [
     {"latency": {"model": "exponential", "mean": 3.0},
      "outages": {"model": "markov", "mean_up": 8.0, "mean_down": 3.0},
@@ -69,6 +69,9 @@ NETWORKS = [
     {"latency": {"model": "lognormal", "mean": 2.0, "cv": 3.0},
      "nodes": {"model": "churn", "session": {"model": "weibull", "shape": 0.7, "scale": 40.0},
                "offline": {"model": "exponential", "mean": 6.0}}},
+    # a delivery grid of a quarter slot: many messages share an instant (ties in send order)
+    {"latency": {"model": "exponential", "mean": 1.5, "resolution": 0.25},
+     "outages": {"model": "markov", "mean_up": 8.0, "mean_down": 3.0}},
 ]
 
 
@@ -83,6 +86,7 @@ def test_windows_are_exact_on_realistic_networks(tables, params):
     win, sim_win, out_win = run("private-colme", params, links(), windows=True)
     assert sim_win.network.windows
     assert sim_win.links.per_slot == ("outages" in tables)
+    assert sim_win.links.per_message  # one question per window, whatever the times
     assert out_one.metrics.to_csv().encode() == out_win.metrics.to_csv().encode()
     assert out_one.agents.to_csv().encode() == out_win.agents.to_csv().encode()
     np.testing.assert_array_equal(sim_one.network.dropped, sim_win.network.dropped)

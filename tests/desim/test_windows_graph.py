@@ -73,8 +73,13 @@ CCOLME_STATE = ("y", "chi", "their_chi", "kept", "nb_x", "nb_n", "nb_y", "nb_x_p
                 "nb_n_prev", "nb_size", "start")
 
 
-@pytest.mark.parametrize("links", [scripted, tied, lambda: realistic_links(IdealLinks(),
-                                                                            REALISTIC)])
+#: the same on a delivery grid of a quarter slot (many states of an edge share an instant)
+GRID = {**REALISTIC, "latency": {"model": "exponential", "mean": 2.0, "resolution": 0.25}}
+
+
+@pytest.mark.parametrize("links", [scripted, tied,
+                                   lambda: realistic_links(IdealLinks(), REALISTIC),
+                                   lambda: realistic_links(IdealLinks(), GRID)])
 @pytest.mark.parametrize(("protocol", "params"), CCOLME)
 def test_ccolme_windows_reproduce_one_message_per_instant_bit_for_bit(protocol, params, links):
     one = run(protocol, params, links(), windows=False)
@@ -103,6 +108,7 @@ PRICER_NETWORKS = [
     {"latency": {"model": "lognormal", "mean": 1.0, "cv": 2.0},
      "outages": {"model": "markov", "mean_up": 6.0, "mean_down": 2.0},
      "stragglers": {"fraction": 0.3, "slowdown": 3.0}},
+    {"latency": {"model": "exponential", "mean": 0.6, "resolution": 0.25}},
 ]
 
 
