@@ -79,18 +79,34 @@ class RoundCollector:
         return np.ones(len(batch), dtype=bool)
 
     def receive(self, batch: Batch) -> None:
-        """File the messages of this kind in `batch` under their rounds (late ones are counted)."""
+        """File the messages of this kind in `batch` under their rounds (late ones are counted).
+
+        A window's batch (`desim.kernel.network`) may hold several rounds and late messages:
+        one pass per open round takes its messages in delivery order, and whatever no open round
+        takes is late — no round opens or closes inside a window (ticks and deadlines end
+        windows), so this is what the same messages filed one instant at a time give.
+        """
         mine = batch.of_kind(self.kind)
         if len(mine) == 0:
             return
-        mine = mine.select(self.accepts(mine))
-        rounds = mine.payload[:, 0].astype(np.int64)
-        first = int(rounds[0])
+        ok = self.accepts(mine)
+        if not ok.all():
+            mine = mine.select(ok)
+            if len(mine) == 0:
+                return
+        rounds = mine.payload[:, 0]  # round numbers are exact in a float column
+        first = rounds[0]
         if (rounds == first).all():  # the usual case: one round in flight
-            self._file(first, mine)
+            self._file(int(first), mine)
             return
-        for r in np.unique(rounds):
-            self._file(int(r), mine.select(rounds == r))
+        taken = 0
+        for r, parts in self._parts.items():
+            of_r = rounds == r
+            n = int(np.count_nonzero(of_r))
+            if n:
+                parts.append(mine.select(of_r))
+                taken += n
+        self.late += len(mine) - taken
 
     def _file(self, r: int, batch: Batch) -> None:
         parts = self._parts.get(r)
