@@ -75,10 +75,17 @@ class ServerEstimation(Protocol):
     Subclasses set `broadcast_width`, and implement `aggregate` (the server's round) and
     `combine` (the agents' estimates from their broadcasts). Their Params have at least
     ``round``, ``deadline`` and ``mechanism`` (and ε, δ, ... when a mechanism needs them).
+
+    Window-safe (`desim.kernel.protocol.Protocol`): nothing is sent in reply to a delivery and
+    the state changes only at ticks and deadlines (uploads, the server's rounds), which are
+    window boundaries; within a window the server files uploads under their rounds in delivery
+    order, and each agent keeps the broadcast one-message-per-instant delivery leaves it
+    (`_first_of_latest`), so a window ends in that delivery's state.
     """
 
     message_kinds = ("upload", "broadcast")
     broadcast_width: int = 1
+    window_safe = True
 
     def setup(self, ctx: Context) -> None:
         super().setup(ctx)
@@ -227,15 +234,19 @@ class ServerEstimation(Protocol):
         if len(got) == 0:
             return
         rounds = got.payload[:, 0].astype(np.int64)
-        newer = rounds > self.received_round[got.dst]  # a late broadcast never overwrites
-        if len(got) == len(self._agents) and newer.all() and (got.dst == self._agents).all():
+        if len(got) == len(self._agents) and (got.dst == self._agents).all() and (
+                rounds > self.received_round).all():
             # the usual case: one broadcast to every agent, in order (no fancy indexing)
             self.received[:] = got.payload[:, 1 : 1 + self.broadcast_width]
             self.received_round[:] = rounds
             return
-        dst = got.dst[newer]
-        self.received[dst] = got.payload[newer, 1 : 1 + self.broadcast_width]
-        self.received_round[dst] = rounds[newer]
+        # an agent may get several broadcasts here (a window's, or overtaking ones): keep the
+        # one delivery one at a time would leave it, then only if newer than what it holds
+        keep = _first_of_latest(got.dst, rounds)
+        keep = keep[rounds[keep] > self.received_round[got.dst[keep]]]  # late: never overwrites
+        dst = got.dst[keep]
+        self.received[dst] = got.payload[keep, 1 : 1 + self.broadcast_width]
+        self.received_round[dst] = rounds[keep]
 
     # -- estimates -------------------------------------------------------------------------
     def local(self) -> np.ndarray:
@@ -262,6 +273,24 @@ def gaussian_multiplier(calibration: str, epsilon: float, delta: float, rounds: 
     if calibration == "paper":
         return math.sqrt(2.0 * math.log(2.0 / delta)) / epsilon
     return tight_multiplier("gaussian", float(epsilon), float(delta), int(rounds))
+
+
+def _first_of_latest(dst: np.ndarray, rounds: np.ndarray) -> np.ndarray:
+    """Index, for each destination in `dst`, of its first message (in delivery order) of the
+    latest round it gets in `rounds`, ordered by destination.
+
+    Delivered one at a time, a broadcast replaces an agent's only when of a later round than the
+    one it holds: the agent ends with the latest round's, and of several of that round the first
+    to arrive (later ones are not newer). Writing a batch's broadcasts at once would instead
+    keep the last written for each agent: an older round's that arrived after a newer one (links
+    are not FIFO), when a window holds both.
+    """
+    # stable: delivery order among a destination's messages of one round
+    order = np.lexsort((-rounds, dst))
+    d = dst[order]
+    first = np.ones(len(d), dtype=bool)
+    first[1:] = d[1:] != d[:-1]
+    return order[first]
 
 
 def _tagged(r: int, payload: np.ndarray) -> np.ndarray:
