@@ -65,7 +65,8 @@ class RoundCollector:
         self.width = int(width)
         self.on_close = on_close
         self.late = 0
-        self._parts: dict[int, list[Batch]] = {}
+        #: Open rounds: the (src, dst, payload without the tag) of each delivery, in order.
+        self._parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
 
     def open(self, r: int, deadline: float) -> None:
         """Start collecting round r; it closes at time `deadline` (≥ now)."""
@@ -82,9 +83,9 @@ class RoundCollector:
         """File the messages of this kind in `batch` under their rounds (late ones are counted).
 
         A window's batch (`desim.kernel.network`) may hold several rounds and late messages:
-        one pass per open round takes its messages in delivery order, and whatever no open round
-        takes is late — no round opens or closes inside a window (ticks and deadlines end
-        windows), so this is what the same messages filed one instant at a time give.
+        one stable sort by round (delivery order within a round) and one run of it per open
+        round, the rest late. No round opens or closes inside a window (ticks and deadlines end
+        windows), so this files what the same messages delivered one instant at a time would.
         """
         mine = batch.of_kind(self.kind)
         if len(mine) == 0:
@@ -97,33 +98,36 @@ class RoundCollector:
         rounds = mine.payload[:, 0]  # round numbers are exact in a float column
         first = rounds[0]
         if (rounds == first).all():  # the usual case: one round in flight
-            self._file(int(first), mine)
+            parts = self._parts.get(int(first))
+            if parts is None:
+                self.late += len(mine)
+            else:
+                parts.append((mine.src, mine.dst, mine.payload[:, 1 : 1 + self.width]))
             return
+        order = np.argsort(rounds, kind="stable")
+        mine, rounds = mine.select(order), rounds[order]
+        open_rounds = np.fromiter(self._parts, dtype=float, count=len(self._parts))
+        starts = np.searchsorted(rounds, open_rounds, side="left").tolist()
+        ends = np.searchsorted(rounds, open_rounds, side="right").tolist()
+        payload = mine.payload[:, 1 : 1 + self.width]
         taken = 0
-        for r, parts in self._parts.items():
-            of_r = rounds == r
-            n = int(np.count_nonzero(of_r))
-            if n:
-                parts.append(mine.select(of_r))
-                taken += n
+        for parts, a, b in zip(self._parts.values(), starts, ends, strict=True):
+            if b > a:
+                parts.append((mine.src[a:b], mine.dst[a:b], payload[a:b]))
+                taken += b - a
         self.late += len(mine) - taken
-
-    def _file(self, r: int, batch: Batch) -> None:
-        parts = self._parts.get(r)
-        if parts is None:
-            self.late += len(batch)
-            return
-        parts.append(batch)
 
     def _close(self, r: int) -> None:
         parts = self._parts.pop(r)
-        if parts:
-            b = Batch.concat(parts)
-            payload = b.payload[:, 1 : 1 + self.width]
-            self.on_close(Round(r, b.src, b.dst, payload))
-            return
-        empty = np.empty(0, dtype=np.int64)
-        self.on_close(Round(r, empty, empty, np.empty((0, self.width))))
+        if len(parts) == 1:
+            self.on_close(Round(r, *parts[0]))
+        elif parts:
+            src, dst, payload = zip(*parts, strict=True)
+            self.on_close(Round(r, np.concatenate(src), np.concatenate(dst),
+                                np.concatenate(payload)))
+        else:
+            empty = np.empty(0, dtype=np.int64)
+            self.on_close(Round(r, empty, empty, np.empty((0, self.width))))
 
 
 class ParameterServer(RoundCollector):
