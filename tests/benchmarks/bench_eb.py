@@ -3,8 +3,11 @@
     python tests/benchmarks/bench_eb.py
 
 One-shot workloads (m = 10⁴ agents, one round at t_max = n) for each protocol, bar ≤ 2 s, and
-streaming workloads (M = 200, T = 3·10⁴, a round every slot, PM-I uploads), bar ≤ 4 s. Each
-runs in a fresh process (imports not timed) and reports wall time, CPU time (the bar applies to
+streaming workloads (M = 200, T = 3·10⁴, a round every slot, PM-I uploads), bar ≤ 4 s. Then
+exact-time what-ifs (M = 200, T = 10⁴, a round every slot with a deadline of 10 slots, over
+exponential latency of mean 5 slots and Markov link outages, exact delivery times: windows),
+each next to the same run on ideal links and judged by issue 15's bar, ≤ 3× synchronous. Each
+runs in a fresh process (imports not timed) and reports wall time, CPU time (the bars apply to
 CPU time: the development machine is shared) and peak memory; the table printed at the end is
 what goes into closing notes.
 """
@@ -39,6 +42,20 @@ WORKLOADS = (
      {"mechanism": "pm1", "round": 100}, CLASSES, 30_000, 4.0),
 )
 
+#: Exact delivery times: the network of issue 15's what-ifs (`bench_speed.py`'s EXACT).
+EXACT = {"links": "ideal", "latency": {"model": "exponential", "mean": 5.0},
+         "outages": {"model": "markov", "mean_up": 50.0, "mean_down": 10.0}}
+#: (label, protocol, params, data, t_max): each timed on ideal links, then over EXACT. The
+#: deadline is twice the mean latency, so most uploads make their round (with 0, none would).
+EXACT_WORKLOADS = (
+    ("eb-gaussian PM-I, every slot, deadline 10, M=200, T=10⁴", "eb-gaussian",
+     {"mechanism": "pm1", "round": 1, "deadline": 10.0}, CLASSES, 10_000),
+    ("eb-mixture PM-I, every slot (1 Lloyd step), deadline 10, M=200, T=10⁴", "eb-mixture",
+     {"mechanism": "pm1", "round": 1, "lloyd": 1, "deadline": 10.0}, CLASSES, 10_000),
+)
+#: Issue 15's bar: an exact-time what-if costs at most this many times its synchronous run.
+EXACT_BAR = 3.0
+
 
 def main() -> None:
     rows = []
@@ -46,9 +63,18 @@ def main() -> None:
         r = time_scenario(protocol=protocol, params=params, data=data, t_max=t_max, seed=1)
         ok = "ok" if r["cpu"] <= bar else "FAIL"
         rows.append((label, r["wall"], r["cpu"], r["rss_mb"], f"≤ {bar:g} s", ok))
-    print(f"\n{'workload':<72} {'wall s':>7} {'cpu s':>7} {'peak MB':>8}  {'bar':<8} result")
+    for label, protocol, params, data, t_max in EXACT_WORKLOADS:
+        sync = time_scenario(protocol=protocol, params=params, data=data, t_max=t_max, seed=1)
+        exact = time_scenario(protocol=protocol, params=params, data=data, t_max=t_max, seed=1,
+                              network=EXACT)
+        ratio = exact["cpu"] / sync["cpu"]
+        rows.append((f"{label}, sync", sync["wall"], sync["cpu"], sync["rss_mb"], "", ""))
+        rows.append((f"{label}, exact times", exact["wall"], exact["cpu"], exact["rss_mb"],
+                     f"{ratio:.2f}× sync (≤ {EXACT_BAR:g}×)",
+                     "ok" if ratio <= EXACT_BAR else "FAIL"))
+    print(f"\n{'workload':<84} {'wall s':>7} {'cpu s':>7} {'peak MB':>8}  {'bar':<20} result")
     for label, wall, cpu, rss, bar, ok in rows:
-        print(f"{label:<72} {wall:7.2f} {cpu:7.2f} {rss:8.0f}  {bar:<8} {ok}")
+        print(f"{label:<84} {wall:7.2f} {cpu:7.2f} {rss:8.0f}  {bar:<20} {ok}")
 
 
 if __name__ == "__main__":
