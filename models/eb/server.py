@@ -52,7 +52,7 @@ nodes after κ_i uploads.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -85,7 +85,7 @@ class ServerEstimation(Protocol):
 
     message_kinds = ("upload", "broadcast")
     broadcast_width: int = 1
-    window_safe = True
+    window_safe: ClassVar[bool] = True
 
     def setup(self, ctx: Context) -> None:
         super().setup(ctx)
