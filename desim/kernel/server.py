@@ -90,26 +90,28 @@ class RoundCollector:
         mine = batch.of_kind(self.kind)
         if len(mine) == 0:
             return
-        ok = self.accepts(mine)
-        if not ok.all():
-            mine = mine.select(ok)
-            if len(mine) == 0:
-                return
-        rounds = mine.payload[:, 0]  # round numbers are exact in a float column
-        first = rounds[0]
-        if (rounds == first).all():  # the usual case: one round in flight
-            parts = self._parts.get(int(first))
+        index = np.flatnonzero(self.accepts(mine))
+        if len(index) == 0:
+            return
+        rounds = mine.payload[index, 0]  # round numbers are exact in a float column
+        several = not (rounds == rounds[0]).all()  # the usual case: one round in flight
+        if several:
+            order = np.argsort(rounds, kind="stable")
+            index, rounds = index[order], rounds[order]
+        # a copy (`select` takes): rounds keep their messages until they close, longer than a
+        # sender's payload buffer need live
+        mine = mine.select(index)
+        payload = mine.payload[:, 1 : 1 + self.width]
+        if not several:
+            parts = self._parts.get(int(rounds[0]))
             if parts is None:
                 self.late += len(mine)
             else:
-                parts.append((mine.src, mine.dst, mine.payload[:, 1 : 1 + self.width]))
+                parts.append((mine.src, mine.dst, payload))
             return
-        order = np.argsort(rounds, kind="stable")
-        mine, rounds = mine.select(order), rounds[order]
         open_rounds = np.fromiter(self._parts, dtype=float, count=len(self._parts))
         starts = np.searchsorted(rounds, open_rounds, side="left").tolist()
         ends = np.searchsorted(rounds, open_rounds, side="right").tolist()
-        payload = mine.payload[:, 1 : 1 + self.width]
         taken = 0
         for parts, a, b in zip(self._parts.values(), starts, ends, strict=True):
             if b > a:
