@@ -76,7 +76,7 @@ class RoundCollector:
         self.ctx.call_at(deadline, lambda: self._close(r))
 
     def accepts(self, batch: Batch) -> np.ndarray:
-        """Which messages of `batch` (already of this kind) this collector takes: all."""
+        """Which messages of `batch` this collector takes if of its kind (checked apart): all."""
         return np.ones(len(batch), dtype=bool)
 
     def receive(self, batch: Batch) -> None:
@@ -87,20 +87,23 @@ class RoundCollector:
         round, the rest late. No round opens or closes inside a window (ticks and deadlines end
         windows), so this files what the same messages delivered one instant at a time would.
         """
-        mine = batch.of_kind(self.kind)
-        if len(mine) == 0:
+        code = batch.kinds.index(self.kind)
+        if batch.only >= 0 and batch.only != code:
             return
-        index = np.flatnonzero(self.accepts(mine))
+        take = self.accepts(batch)
+        if batch.only != code:  # a joined batch: one mask for kind and acceptance, one select
+            take = take & (batch.kind == code)
+        index = np.flatnonzero(take)
         if len(index) == 0:
             return
-        rounds = mine.payload[index, 0]  # round numbers are exact in a float column
+        rounds = batch.payload[index, 0]  # round numbers are exact in a float column
         several = not (rounds == rounds[0]).all()  # the usual case: one round in flight
         if several:
             order = np.argsort(rounds, kind="stable")
             index, rounds = index[order], rounds[order]
         # a copy (`select` takes): rounds keep their messages until they close, longer than a
         # sender's payload buffer need live
-        mine = mine.select(index)
+        mine = batch.select(index)
         payload = mine.payload[:, 1 : 1 + self.width]
         if not several:
             parts = self._parts.get(int(rounds[0]))
