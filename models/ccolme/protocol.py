@@ -580,9 +580,10 @@ class CColME(Protocol):
 
     @property
     def nb_n(self) -> np.ndarray:
-        """t_b of b's newest state held by a (0: none yet), per directed edge."""
+        """t_b of b's newest state held by a (0: none yet), per directed edge (live-first: the
+        slot of the latest send, which reached every edge, with values or not)."""
         if self._live_first:
-            return self._per_edge(self._held[0], self._nb_n_all)
+            return np.full(self.graph.n_directed, self._nb_n_all)
         return self._nb_n
 
     @property
@@ -599,11 +600,12 @@ class CColME(Protocol):
     def nb_n_prev(self) -> np.ndarray:
         """t_b of the state before b's newest, per directed edge."""
         if self._live_first:
-            return self._per_edge(self._held_prev[0], self._nb_n_prev_all)
+            return np.full(self.graph.n_directed, self._nb_n_prev_all)
         return self._nb_n_prev
 
     def _leave_live_first(self) -> None:
-        """Hold per-edge arrays from now on (a state send that did not arrive whole)."""
+        """Hold per-edge arrays from now on (a state send that did not arrive whole, which
+        ideal links never do): the per-edge path, NaN values held on edges dropped for good."""
         self._nb_x, self._nb_n, self._nb_y = self.nb_x, self.nb_n, self.nb_y
         self._nb_x_prev, self._nb_n_prev = self.nb_x_prev, self.nb_n_prev
         self._live_first = False

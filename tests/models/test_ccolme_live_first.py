@@ -138,3 +138,27 @@ def test_live_first_compacts_and_stays_exact_on_a_large_regular_graph():
     left_out[live._sent_set] = False
     assert not live.chi[left_out].any()
     assert (classes[g.src] != classes[g.dst])[left_out].all()
+
+
+def test_a_state_send_not_delivered_as_sent_falls_back_to_the_per_edge_path():
+    """Should a state send arrive other than whole and as sent (ideal links never do that), the
+    protocol holds per-edge arrays from then on: the same results still."""
+    base = PROTOCOLS.get("c-colme")
+
+    class Copied(base):
+        def on_deliver(self, batch: Batch) -> None:
+            if batch.only == 0 and self.t == 120:  # a copy: not the arrays it sent
+                batch = Batch(batch.src.copy(), batch.dst.copy(), batch.kind,
+                              batch.payload.copy(), batch.sent_at, batch.kinds, batch.only)
+                assert self._live_first and len(self._sent_set) < self.graph.n_directed
+            super().on_deliver(batch)
+
+    g = regular(200, 6, seed=1)
+    data = GraphData(g, np.arange(200) % 2, [0.0, 1.5], sigma=1.0)
+    live, sim_live, out_live = run(Copied, {}, data, 200, 4)
+    ref, sim_ref, out_ref = run(per_edge(base), {}, data, 200, 4)
+    assert not live._live_first
+    assert out_live.metrics.to_csv().encode() == out_ref.metrics.to_csv().encode()
+    assert out_live.agents.to_csv().encode() == out_ref.agents.to_csv().encode()
+    np.testing.assert_array_equal(live.kept, ref.kept)
+    np.testing.assert_array_equal(live.y, ref.y)
