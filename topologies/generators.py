@@ -137,7 +137,9 @@ def _regular_attempt(d: int, n: int, draw: random.Random) -> np.ndarray | None:
         first = np.zeros(len(key), dtype=bool)  # first occurrence of each key in this pass
         first[np.unique(np.where(ok, key, -1), return_index=True)[1]] = True
         ok &= first
-        links = np.union1d(links, key[ok])
+        # the new keys are distinct and not yet links: their union is a sort (np.union1d
+        # would hash them to drop repeats that cannot occur)
+        links = np.sort(np.concatenate([links, key[ok]]))
         # leftover stubs: each node of a rejected pair, in order of first appearance
         order = np.stack([low[~ok], high[~ok]], axis=1).ravel()
         if len(order) == 0:

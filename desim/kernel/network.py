@@ -196,12 +196,15 @@ class Network:
         return self._empty[:n]
 
     def _sent_now(self, now: float, n: int) -> np.ndarray:
-        """A read-only array of n copies of `now` (the sends of one instant share it)."""
+        """A read-only array of n copies of `now` (the sends of one instant share it).
+
+        A broadcast view of one float (stride 0): no array of 10⁶ entries is allocated and
+        filled at every instant, and batches still pending keep their own send time (a buffer
+        refilled in place would change it under them).
+        """
         at = self._now_at
         if len(at) < n or (n and at[0] != now):
-            at = np.empty(max(n, len(at)))
-            at.fill(now)
-            at.flags.writeable = False
+            at = np.broadcast_to(np.float64(now), (max(n, len(at)),))
             self._now_at = at
         return at[:n]
 

@@ -69,6 +69,13 @@ delivery time. Decisions and sizes keep per edge the newest by send time (ties: 
 arrival), which a window's time-ordered batch gives as single instants do. The consensus step
 runs at deadlines, which no window spans. Tests check the whole run bit for bit against one
 message per instant.
+
+Live-first (ideal links, irrevocable decisions): an edge a dropped never returns to C_a, so
+nothing reads b's states on it again. Every edge still gets its state message in every slot
+(message counts are results), but those of the edges still tested come first and carry values;
+the others carry NaN (`_send_live_first`). The test runs on the edges still tested only, and Y_b
+is gathered from the send by a cached index: the operations of the per-edge path on the same
+values, over fewer edges, so the results are the same bit for bit (tests check it).
 """
 
 from __future__ import annotations
@@ -372,8 +379,8 @@ class CColME(Protocol):
         self.start = np.zeros(m)  # t_a^start: age s = t − start (float: α needs no cast)
         # per directed edge e = (a, b), what a holds about its neighbour b: its last state
         # (X̃_b, t_b, Y_b) and, for values = "stale", the one before; t_b = 0: none yet
-        self.nb_x, self.nb_n, self.nb_y = np.zeros(e), np.zeros(e), np.zeros(e)
-        self.nb_x_prev, self.nb_n_prev = np.zeros(e), np.zeros(e)
+        self._nb_x, self._nb_n, self._nb_y = np.zeros(e), np.zeros(e), np.zeros(e)
+        self._nb_x_prev, self._nb_n_prev = np.zeros(e), np.zeros(e)
         # t_b shared by every stored state (synchronous agents), None when they differ
         self._nb_n_all: float | None = 0.0
         self._nb_n_prev_all: float | None = 0.0
@@ -422,6 +429,21 @@ class CColME(Protocol):
             self._w_full = 1.0 / (1.0 + np.maximum(self.size[self.src], self._size_dst))
         self._w_cache: tuple[Any, np.ndarray | float] | None = None
         self._sent: dict[str, tuple[np.ndarray, np.ndarray | slice]] = {}
+        # Live-first state sends (ideal links, irrevocable decisions; see `_send_live_first`):
+        # S, the edges whose states carry values (CSR order, a superset of χ), and χ over S
+        self._live_first = self._in_order and p.decisions == "irrevocable"
+        self._sent_set = self._kept_idx
+        self._alive = np.ones(len(self._sent_set), dtype=bool)
+        self._dead_in_set = 0  # edges of S dropped for good since S was last compacted
+        self._died = self._kept_idx[:0]  # edges dropped for good in this slot's test
+        # (S, its message senders, receivers, slots) of the live-first send
+        self._state_send: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._nan_from: dict[int, int] = {}  # per state buffer: rows from here on are NaN
+        # the newest and the previous live-first send as a holds them: (S, X̃_b, Y_b) over S
+        self._held = (self._sent_set, self._nb_x, self._nb_y)
+        self._held_prev = (self._sent_set, self._nb_x_prev)
+        # positions of one edge set within a larger one, for the two latest pairs (`_within`)
+        self._within_cache: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._sends_sizes = p.weights == "metropolis" or p.fallback != "none"
         self._handlers = (self._on_state, self._on_decision, self._on_size)
         if self.uses_oracle:
@@ -453,10 +475,13 @@ class CColME(Protocol):
         # columns are contiguous (the transpose of a C array) for the receiver's arithmetic;
         # mode="clip" (the indices are valid): "raise" would gather into a buffered copy
         payload = self._state_payload()
-        np.take(self._mean, self.dst, out=payload[:, 0], mode="clip")
-        payload[:, 1] = t
-        np.take(self.y, self.dst, out=payload[:, 2], mode="clip")
-        self._send("state", self.dst, self.src, payload, slice(None))
+        if self._live_first:
+            self._send_live_first(payload)
+        else:
+            np.take(self._mean, self.dst, out=payload[:, 0], mode="clip")
+            payload[:, 1] = t
+            np.take(self.y, self.dst, out=payload[:, 2], mode="clip")
+            self._send("state", self.dst, self.src, payload, slice(None))
         # the slot's consensus step, after this instant's deliveries (whatever arrived)
         self.ctx.call_at(t, self._decided)
 
@@ -468,6 +493,122 @@ class CColME(Protocol):
             self._state_buffers = [np.empty((3, self.graph.n_directed)).T for _ in range(3)]
         self._state_buffers.append(self._state_buffers.pop(0))  # the oldest, in turn
         return self._state_buffers[-1]
+
+    def _send_live_first(self, payload: np.ndarray) -> None:
+        """This slot's states, live first: the messages of the edges of S come first and carry
+        (X̃_b, t, Y_b), those of the other edges, dropped for good, carry NaN.
+
+        Under irrevocable decisions an edge a dropped never returns to χ_a, and its states are
+        never read again: the test runs on χ_a's edges only (it could only confirm the drop),
+        and a mixes only kept edges. So only their values are gathered; every edge still gets
+        its message (the counts are results), in the order S, then the others. S is χ as of
+        its last compaction: it holds the edges dropped since then until they are an eighth
+        of it (their values are sent and not read), so that S, its message order and the
+        index arrays built from it change a few times per run, not in every slot with a drop.
+        """
+        if self._dead_in_set * 8 > len(self._sent_set):  # compact S to χ's edges
+            # (C = χ without symmetric: then the kept edges are these already, as an array)
+            keep = self._sent_set[self._alive] if self.params.symmetric else self._kept_idx
+            self._seed_within(keep, self._sent_set, np.flatnonzero(self._alive))
+            self._sent_set, self._alive, self._dead_in_set = keep, np.ones(len(keep), bool), 0
+        s = self._sent_set
+        if self._state_send is None or self._state_send[0] is not s:
+            rest = np.ones(self.graph.n_directed, dtype=bool)
+            rest[s] = False
+            order = np.concatenate([s, np.flatnonzero(rest)])
+            self._state_send = (s, self.dst[order], self.src[order], order)
+        _, sender, receiver, slots = self._state_send
+        k = len(s)
+        np.take(self._mean, sender[:k], out=payload[:k, 0], mode="clip")
+        payload[:k, 1] = self.t
+        np.take(self.y, sender[:k], out=payload[:k, 2], mode="clip")
+        nan_from = self._nan_from.get(id(payload), self.graph.n_directed)
+        if k < nan_from:  # the buffer's rows past S (S only shrinks): NaN, once
+            payload[k:nan_from] = np.nan
+            self._nan_from[id(payload)] = k
+        self._send("state", sender, receiver, payload, slots)
+
+    def _on_live_states(self, x: np.ndarray, y: np.ndarray) -> None:
+        """A live-first send of this slot, whole: hold its columns over S, test χ's edges."""
+        s = self._sent_set
+        k = len(s)
+        self._held_prev = self._held[:2]
+        self._held = (s, x[:k], y[:k])
+        self._nb_n_prev_all, self._nb_n_all = self._nb_n_all, float(self.t)
+        keep = self._rule(s)
+        keep &= self._alive  # irrevocable: an edge of S dropped before stays dropped
+        died = self._alive & ~keep
+        if died.any():
+            self._died = s[died]
+            self.chi[self._died] = False
+            self._alive = keep
+            self._dead_in_set += len(self._died)
+        if self.params.symmetric:  # χ_a(b) told on every edge, as a slot's tests tell it
+            self._tell(slice(None), self.chi, self.ctx.now())
+
+    def _within(self, idx: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """The positions in the sorted edge set s of the edges idx (a subset of s): cached for
+        the two latest pairs, which the next slots ask for again."""
+        for cached in self._within_cache:
+            if cached[0] is idx and cached[1] is s:
+                return cached[2]
+        pos = np.searchsorted(s, idx)
+        self._seed_within(idx, s, pos)
+        return pos
+
+    def _seed_within(self, idx: np.ndarray, s: np.ndarray, pos: np.ndarray) -> None:
+        """Remember that the edges idx sit at positions pos of the edge set s."""
+        self._within_cache = [(idx, s, pos), *self._within_cache[:1]]
+
+    def _held_y(self, idx: np.ndarray) -> np.ndarray:
+        """Live-first: Y_b of the newest send on the edges idx (a subset of its S), gathered
+        by a cached index (no gather while no edge was dropped since S was compacted)."""
+        s, _, y = self._held
+        return y if idx is s else y.take(self._within(idx, s))
+
+    def _per_edge(self, s: np.ndarray, values: np.ndarray | float | None) -> np.ndarray:
+        """Live-first: values over the edge set s as an array over every edge (NaN off s)."""
+        out = np.full(self.graph.n_directed, np.nan)
+        out[s] = values
+        return out
+
+    @property
+    def nb_x(self) -> np.ndarray:
+        """X̃_b of b's newest state held by a, per directed edge (a's slot); NaN where the
+        message carried none (live-first: edges dropped for good)."""
+        return self._per_edge(*self._held[:2]) if self._live_first else self._nb_x
+
+    @property
+    def nb_n(self) -> np.ndarray:
+        """t_b of b's newest state held by a (0: none yet), per directed edge (live-first: the
+        slot of the latest send, which reached every edge, with values or not)."""
+        if self._live_first:
+            return np.full(self.graph.n_directed, self._nb_n_all)
+        return self._nb_n
+
+    @property
+    def nb_y(self) -> np.ndarray:
+        """Y_b (that is Y_b^(t_b − 1)) of b's newest state held by a, per directed edge."""
+        return self._per_edge(self._held[0], self._held[2]) if self._live_first else self._nb_y
+
+    @property
+    def nb_x_prev(self) -> np.ndarray:
+        """X̃_b of the state before b's newest, per directed edge (``values = "stale"``)."""
+        return self._per_edge(*self._held_prev) if self._live_first else self._nb_x_prev
+
+    @property
+    def nb_n_prev(self) -> np.ndarray:
+        """t_b of the state before b's newest, per directed edge."""
+        if self._live_first:
+            return np.full(self.graph.n_directed, self._nb_n_prev_all)
+        return self._nb_n_prev
+
+    def _leave_live_first(self) -> None:
+        """Hold per-edge arrays from now on (a state send that did not arrive whole, which
+        ideal links never do): the per-edge path, NaN values held on edges dropped for good."""
+        self._nb_x, self._nb_n, self._nb_y = self.nb_x, self.nb_n, self.nb_y
+        self._nb_x_prev, self._nb_n_prev = self.nb_x_prev, self.nb_n_prev
+        self._live_first = False
 
     def _send(self, kind: str, src: np.ndarray, dst: np.ndarray, payload: np.ndarray,
               slots: np.ndarray | slice) -> None:
@@ -494,8 +635,13 @@ class CColME(Protocol):
                 handle(part)
 
     def _on_state(self, batch: Batch) -> None:
-        e, _ = self._slots(batch, "state")
+        e, as_sent = self._slots(batch, "state")
         x, n, y = batch.payload[:, 0], batch.payload[:, 1], batch.payload[:, 2]
+        if self._live_first:
+            if as_sent:  # in order, every send arrives whole, at once
+                self._on_live_states(x, y)
+                return
+            self._leave_live_first()
         if batch.delivered_at is not None:  # a window's, with exact times (window_safe)
             if isinstance(e, slice):
                 e = np.arange(self.graph.n_directed)[e]
@@ -503,9 +649,9 @@ class CColME(Protocol):
             return
         if isinstance(e, slice) and len(n) and n[0] > self._newest_state():
             # every neighbour's state of one slot, newer than all held: keep the columns
-            self.nb_x_prev, self.nb_n_prev = self.nb_x, self.nb_n
+            self._nb_x_prev, self._nb_n_prev = self._nb_x, self._nb_n
             self._nb_n_prev_all = self._nb_n_all
-            self.nb_x, self.nb_n, self.nb_y = x, n, y
+            self._nb_x, self._nb_n, self._nb_y = x, n, y
             self._nb_n_all = float(n[0])
         else:
             if isinstance(e, slice):
@@ -572,7 +718,7 @@ class CColME(Protocol):
         """The largest t_b of every state held (0 when none)."""
         if self._nb_n_all is not None:
             return self._nb_n_all
-        return float(self.nb_n.max())
+        return float(self._nb_n.max())
 
     def _store_states(self, e: np.ndarray, x: np.ndarray, n: np.ndarray,
                       y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -582,14 +728,14 @@ class CColME(Protocol):
         of each one's newest. In place and O(len(e)): with spread latencies batches are small
         and many.
         """
-        edges, rows, before = _newest(e, n, self.nb_n[e], strict=True)
+        edges, rows, before = _newest(e, n, self._nb_n[e], strict=True)
         if len(edges) == 0:
             return edges, rows
         # the state this one replaces: an older one of this batch, or the newest held
         had = before >= 0
-        self.nb_x_prev[edges] = np.where(had, x[before], self.nb_x[edges])
-        self.nb_n_prev[edges] = np.where(had, n[before], self.nb_n[edges])
-        self.nb_x[edges], self.nb_n[edges], self.nb_y[edges] = x[rows], n[rows], y[rows]
+        self._nb_x_prev[edges] = np.where(had, x[before], self._nb_x[edges])
+        self._nb_n_prev[edges] = np.where(had, n[before], self._nb_n[edges])
+        self._nb_x[edges], self._nb_n[edges], self._nb_y[edges] = x[rows], n[rows], y[rows]
         self._nb_n_prev_all = self._nb_n_all = None
         return edges, rows
 
@@ -672,11 +818,18 @@ class CColME(Protocol):
     def _decided(self) -> None:
         """C_a^(t) from χ_a and the last χ_b(a): restart ages where it changed, tell kept
         neighbours |C_a|, then update (once sizes sent with zero latency are delivered)."""
-        kept = self.chi & self.their_chi if self.params.symmetric else self.chi.copy()
-        flips = kept != self.kept
-        self.kept = kept
-        if flips.any():  # else |C_a|, the kept edges and the caches stay as they are
-            flipped = np.flatnonzero(flips)  # few: |C_a| and "changed" follow from them
+        live = self._live_first and not self.params.symmetric
+        if live:  # C_a = χ_a: the only flips are the drops of this slot's test
+            flipped, self._died = self._died, self._died[:0]
+            kept = self.kept
+            kept[flipped] = False
+        else:
+            kept = self.chi & self.their_chi if self.params.symmetric else self.chi.copy()
+            flips = kept != self.kept
+            self.kept = kept
+            flipped = np.flatnonzero(flips) if flips.any() else self._died[:0]
+        if len(flipped):  # else |C_a|, the kept edges and the caches stay as they are
+            # few: |C_a| and "changed" follow from them
             owner = self.src[flipped]
             self._changed = np.zeros(self.graph.n, dtype=bool)
             self._changed[owner] = True
@@ -685,7 +838,12 @@ class CColME(Protocol):
             if self._in_order:
                 self._file_dropped(flipped[~kept[flipped]])
                 self._refresh_edges(np.flatnonzero(self._changed))
-            self._kept_idx = np.flatnonzero(kept)
+            if live:  # χ's edges: those of S still alive, at known positions of S
+                s = self._sent_set
+                self._kept_idx = s[self._alive]
+                self._seed_within(self._kept_idx, s, np.flatnonzero(self._alive))
+            else:
+                self._kept_idx = np.flatnonzero(kept)
             self._size_send = None
         else:
             self._changed = self._unchanged
@@ -722,21 +880,19 @@ class CColME(Protocol):
         """χ_a(b) for the edges e (a = src[e], b = dst[e]) from privatised values only."""
         if self.uses_oracle:
             return self._oracle_chi[e].copy()
-        if self.params.values == "fresh":
-            x_b, n_all, n_b = self.nb_x[e], self._nb_n_all, self.nb_n[e]
-        else:
-            x_b, n_all, n_b = self.nb_x_prev[e], self._nb_n_prev_all, self.nb_n_prev[e]
+        x_b, n_all, n_b = self._held_states(e)
         if n_all is None:  # states of different ages held; maybe not on these edges
             n_all = _common(n_b)
         if n_all == 0.0:  # nothing from these neighbours yet (stale, t = 1): keep them all
             return np.ones(len(x_b), dtype=bool)
-        a, b = self.src[e], self.dst[e]
+        a, b = self._ends(e)
         n_a = float(self.t)
-        # |X̃_a − X̃_b|, in place; a slice e is every edge (CSR order: a = src, agents' rows)
-        if isinstance(e, slice):  # r-regular: a scalar count repeats faster
+        # |X̃_a − X̃_b|, in place; every edge: CSR order, a = src, agents' rows
+        if isinstance(e, slice) or (self._live_first and len(e) == self.graph.n_directed):
+            # r-regular: a scalar count repeats faster
             diff = np.repeat(self._mean, self._degree or self.graph.degree)
         else:
-            diff = self._mean[a]
+            diff = self._mean.take(a)
         np.subtract(diff, x_b, out=diff)
         np.abs(diff, out=diff)
         if n_all is None:  # states of different ages; none yet (t_b = 0) counts as a keep
@@ -749,6 +905,27 @@ class CColME(Protocol):
         else:
             keep = diff < self._bernstein(np.minimum(n_a, n_b), a, b)
         return keep if unknown is None else keep | unknown
+
+    def _held_states(self, e: np.ndarray | slice) -> tuple[np.ndarray, float | None,
+                                                            np.ndarray | float | None]:
+        """(X̃_b, t_b shared by all or None, t_b) of the states the test reads on edges e: the
+        newest (``values = "fresh"``) or the one before (``"stale"``). Live-first, e is S."""
+        fresh = self.params.values == "fresh"
+        if self._live_first:  # the columns of the sends over their S (which holds e)
+            s, x = self._held[:2] if fresh else self._held_prev
+            n_all = self._nb_n_all if fresh else self._nb_n_prev_all
+            return (x if s is e else x.take(self._within(e, s))), n_all, n_all
+        if fresh:
+            return self._nb_x[e], self._nb_n_all, self._nb_n[e]
+        return self._nb_x_prev[e], self._nb_n_prev_all, self._nb_n_prev[e]
+
+    def _ends(self, e: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
+        """(a, b) = (src[e], dst[e]); live-first, e is S and they are its send's receivers
+        and senders (no gather)."""
+        send = self._state_send
+        if send is not None and send[0] is e:
+            return send[2][:len(e)], send[1][:len(e)]
+        return self.src[e], self.dst[e]
 
     def _radius(self, n: float | np.ndarray, agents: np.ndarray) -> np.ndarray:
         """β(n; σ̃_a, γ) of the DP-adjusted optimistic distance for the given agents."""
@@ -790,9 +967,9 @@ class CColME(Protocol):
         n_all, max_age = self._nb_n_all, self.params.max_age
         if n_all is not None and n_all > 0 and self.t - n_all <= max_age:
             return self._kept_idx, self.size  # every state of one slot: all kept are mixed
-        mixed = self.kept & (self.nb_n > 0)
+        mixed = self.kept & (self._nb_n > 0)
         if math.isfinite(max_age):
-            mixed &= self.t - self.nb_n <= max_age
+            mixed &= self.t - self._nb_n <= max_age
         return np.flatnonzero(mixed), self._count(mixed)
 
     def _update(self) -> None:
@@ -801,7 +978,10 @@ class CColME(Protocol):
         m = self.graph.n
         idx, counts = self._mixed()
         every = len(idx) == self.graph.n_directed  # every link mixed: no need to compress
-        nb_y = self.nb_y if every else self.nb_y[idx]
+        if self._live_first:
+            nb_y = self._held_y(idx)
+        else:
+            nb_y = self._nb_y if every else self._nb_y[idx]
         self._mixed_idx, self._w = idx, self._mixing_weights(idx, counts, every)
         # W_aa Y_a + Σ_b W_ab Y_b = Y_a + Σ_b W_ab (Y_b − Y_a) over the mixed b ∈ C_a; they are
         # in CSR order, so agent a's are the `counts[a]` consecutive ones

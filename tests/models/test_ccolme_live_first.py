@@ -1,0 +1,164 @@
+"""C-ColME's live-first state sends (ideal links, irrevocable decisions) against the per-edge
+path: the same results bit for bit, and messages that carry exactly the values the per-edge
+send gives on every edge still tested (NaN on the others)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_ccolme import GraphData, protocol, regular
+
+from desim.kernel.engine import Simulation
+from desim.kernel.messages import Batch
+from desim.kernel.randomness import Streams
+from desim.kernel.registry import PROTOCOLS
+from desim.topologies.graph import Graph
+
+
+def per_edge(base: type) -> type:
+    """`base` with live-first sends turned off: states gathered and held on every edge."""
+
+    class PerEdge(base):
+        def setup(self, ctx):
+            super().setup(ctx)
+            self._live_first = False
+
+    return PerEdge
+
+
+def checked(base: type) -> type:
+    """`base` checking every state send it receives against a direct computation."""
+
+    class Checked(base):
+        def setup(self, ctx):
+            super().setup(ctx)
+            self.sends = 0
+            self.compactions = 0
+            self._last_set = self._sent_set
+
+        def on_deliver(self, batch: Batch) -> None:
+            if batch.only == 0:  # states: delivered at once, before anything of the slot moved
+                self.check_states(batch)
+            super().on_deliver(batch)
+
+        def check_states(self, batch: Batch) -> None:
+            g, e = self.graph, self.graph.n_directed
+            assert self._live_first and len(batch) == e  # every edge gets its message
+            # one message per directed edge: b = src of the message tells a = dst, slot (a, b)
+            slot = np.searchsorted(self._keys, batch.dst * g.n + batch.src)
+            np.testing.assert_array_equal(np.sort(slot), np.arange(e))
+            np.testing.assert_array_equal(g.src[slot], batch.dst)
+            np.testing.assert_array_equal(g.dst[slot], batch.src)
+            valued = np.zeros(e, dtype=bool)
+            valued[self._sent_set] = True
+            rows = valued[slot]
+            # S holds every edge still tested, and S comes first
+            assert not (self.chi & ~valued).any()
+            assert rows[: len(self._sent_set)].all() and not rows[len(self._sent_set):].any()
+            x, n, y = batch.payload[:, 0], batch.payload[:, 1], batch.payload[:, 2]
+            np.testing.assert_array_equal(x[rows], self._mean[g.dst[slot[rows]]])
+            np.testing.assert_array_equal(y[rows], self.y[g.dst[slot[rows]]])
+            assert (n[rows] == self.t).all()
+            assert np.isnan(batch.payload[~rows]).all()
+            self.sends += 1
+            if self._sent_set is not self._last_set:
+                assert len(self._sent_set) < len(self._last_set)
+                self.compactions += 1
+                self._last_set = self._sent_set
+
+    return Checked
+
+
+def run(cls: type, params: dict, data: GraphData, t_max: int, seed: int):
+    proto = protocol(cls=cls, **params)
+    sim = Simulation(proto, data, t_max, Streams(seed, 0, 5, 6), per_agent=True,
+                     checkpoints=np.arange(1, t_max + 1))
+    return proto, sim, sim.run()
+
+
+def assert_same_run(params: dict, data: GraphData, t_max: int, seed: int, name: str):
+    base = PROTOCOLS.get(name)
+    live, sim_live, out_live = run(checked(base), params, data, t_max, seed)
+    ref, sim_ref, out_ref = run(per_edge(base), params, data, t_max, seed)
+    assert live._live_first and not ref._live_first
+    assert live.sends == (t_max if live.graph.n_directed else 0)  # none without links
+    assert out_live.metrics.to_csv().encode() == out_ref.metrics.to_csv().encode()
+    assert out_live.agents.to_csv().encode() == out_ref.agents.to_csv().encode()
+    for attr in ("y", "chi", "their_chi", "kept", "size", "start", "estimates"):
+        a, b = getattr(live, attr), getattr(ref, attr)
+        np.testing.assert_array_equal(a() if callable(a) else a, b() if callable(b) else b,
+                                      err_msg=attr)
+    np.testing.assert_array_equal(sim_live.network.sent, sim_ref.network.sent)
+    # the per-edge arrays made from the sends: equal wherever a value was sent
+    for attr in ("nb_x", "nb_y", "nb_x_prev", "nb_n"):
+        a, b = getattr(live, attr), getattr(ref, attr)
+        sent = ~np.isnan(a)
+        assert sent[live.chi].all(), attr
+        np.testing.assert_array_equal(a[sent], b[sent], err_msg=attr)
+    return live
+
+
+def random_graph(n: int, p: float, rng: np.random.Generator) -> Graph:
+    u, v = np.triu_indices(n, k=1)
+    pick = rng.random(len(u)) < p
+    return Graph.from_edges(n, u[pick], v[pick])
+
+
+@given(n=st.integers(4, 40), p=st.floats(0.1, 0.9), k=st.integers(1, 3),
+       name=st.sampled_from(["c-colme", "private-c-colme"]),
+       rule=st.sampled_from(["optimistic", "bernstein", "oracle"]),
+       symmetric=st.booleans(), values=st.sampled_from(["fresh", "stale"]),
+       weights=st.sampled_from(["metropolis", "max-degree"]),
+       fallback=st.sampled_from(["none", "local"]),
+       epsilon=st.sampled_from([float("inf"), 8.0]), seed=st.integers(0, 10**6))
+@settings(max_examples=60, deadline=None)
+def test_live_first_sends_reproduce_the_per_edge_path_bit_for_bit(
+        n, p, k, name, rule, symmetric, values, weights, fallback, epsilon, seed):
+    rng = np.random.default_rng(seed)
+    g = random_graph(n, p, rng)
+    # classes far apart (in σ): cross-class links are dropped within the run
+    data = GraphData(g, rng.integers(0, k, n), [0.0, 2.0, 4.0][:k], sigma=0.5)
+    params = {"rule": rule, "decisions": "irrevocable", "initial": "all",
+              "symmetric": symmetric, "values": values, "weights": weights,
+              "fallback": fallback, "epsilon": epsilon}
+    assert_same_run(params, data, 40, seed, name)
+
+
+def test_live_first_compacts_and_stays_exact_on_a_large_regular_graph():
+    """Many drops over the run: S is compacted several times, the results do not move."""
+    g = regular(600, 10, seed=3)
+    classes = np.arange(600) % 2
+    data = GraphData(g, classes, [0.0, 1.0], sigma=1.0)
+    live = assert_same_run({}, data, 250, 7, "c-colme")
+    assert live.compactions >= 2
+    assert len(live._sent_set) < g.n_directed
+    # every edge left out of S is dropped for good, and links between classes are gone
+    left_out = np.ones(g.n_directed, dtype=bool)
+    left_out[live._sent_set] = False
+    assert not live.chi[left_out].any()
+    assert (classes[g.src] != classes[g.dst])[left_out].all()
+
+
+def test_a_state_send_not_delivered_as_sent_falls_back_to_the_per_edge_path():
+    """Should a state send arrive other than whole and as sent (ideal links never do that), the
+    protocol holds per-edge arrays from then on: the same results still."""
+    base = PROTOCOLS.get("c-colme")
+
+    class Copied(base):
+        def on_deliver(self, batch: Batch) -> None:
+            if batch.only == 0 and self.t == 120:  # a copy: not the arrays it sent
+                batch = Batch(batch.src.copy(), batch.dst.copy(), batch.kind,
+                              batch.payload.copy(), batch.sent_at, batch.kinds, batch.only)
+                assert self._live_first and len(self._sent_set) < self.graph.n_directed
+            super().on_deliver(batch)
+
+    g = regular(200, 6, seed=1)
+    data = GraphData(g, np.arange(200) % 2, [0.0, 1.5], sigma=1.0)
+    live, sim_live, out_live = run(Copied, {}, data, 200, 4)
+    ref, sim_ref, out_ref = run(per_edge(base), {}, data, 200, 4)
+    assert not live._live_first
+    assert out_live.metrics.to_csv().encode() == out_ref.metrics.to_csv().encode()
+    assert out_live.agents.to_csv().encode() == out_ref.agents.to_csv().encode()
+    np.testing.assert_array_equal(live.kept, ref.kept)
+    np.testing.assert_array_equal(live.y, ref.y)
