@@ -44,3 +44,20 @@ class ScriptedLinks(LinkModel):
 
     def latency(self, rng, t, src, dst, width=0):  # noqa: D102 (LinkModel's doc)
         return 0.0 if self.delay is None else self.delay(rng, t, len(src))
+
+
+#: Realistic network tables (`desim.network_models.realistic.realistic_links`) that exercise
+#: every way a window asks its links, for tests that a window-safe protocol reproduces
+#: one-message-per-instant delivery: slotted Markov outages and stragglers (one question per
+#: window), continuous churn with heavy-tailed latency (one time per message), and a
+#: quarter-slot delivery grid (many messages per instant, ties in send order).
+WINDOW_NETWORKS: tuple[dict, ...] = (
+    {"latency": {"model": "exponential", "mean": 3.0},
+     "outages": {"model": "markov", "mean_up": 8.0, "mean_down": 3.0},
+     "stragglers": {"fraction": 0.3, "slowdown": 3.0}},
+    {"latency": {"model": "lognormal", "mean": 2.0, "cv": 3.0},
+     "nodes": {"model": "churn", "session": {"model": "weibull", "shape": 0.7, "scale": 40.0},
+               "offline": {"model": "exponential", "mean": 6.0}}},
+    {"latency": {"model": "exponential", "mean": 1.5, "resolution": 0.25},
+     "outages": {"model": "markov", "mean_up": 8.0, "mean_down": 3.0}},
+)

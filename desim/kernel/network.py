@@ -151,8 +151,8 @@ class Network:
         due: np.ndarray | float = now + (
             np.asarray(delay, dtype=float) if not isinstance(delay, int | float) else float(delay)
         )
-        if self._ticks:  # deliveries on a grid of 1/ticks slot: due times rounded up
-            due = np.ceil(np.asarray(due) * self._ticks - 1e-9) / self._ticks
+        if self._ticks:
+            due = self._on_grid(due)
         batch = Batch(src, dst, self._codes(code, n), payload, self._sent_now(float(now), n),
                       self.kinds, code)
         if np.ndim(due) == 0:
@@ -161,6 +161,11 @@ class Network:
             self._file(float(due[0]), batch)
         else:
             self._file_each(due, batch)
+
+    def _on_grid(self, due: np.ndarray | float) -> np.ndarray:
+        """Delivery times rounded up to the grid of 1/ticks slot (a hair's tolerance: a time
+        already on the grid stays there despite rounding in the sum t + delay)."""
+        return np.ceil(np.asarray(due) * self._ticks - 1e-9) / self._ticks
 
     def _file_each(self, due: np.ndarray, batch: Batch) -> None:
         """File the messages of `batch` under their own delivery times `due`.
@@ -313,8 +318,8 @@ class Network:
         due = np.asarray(times + np.asarray(delay, dtype=float))  # (scalars broadcast)
         if due.ndim == 0:
             due = np.full(n, float(due))
-        if self._ticks:  # on a grid of 1/ticks slot, as `send` rounds
-            due = np.ceil(due * self._ticks - 1e-9) / self._ticks
+        if self._ticks:
+            due = self._on_grid(due)
         # one row per message: (due, sent at, src, dst, kind, payload…), NaN past its width
         self._width = max(self._width, width)
         rows = np.empty((n, PAYLOAD + self._width))

@@ -967,9 +967,10 @@ class CColME(Protocol):
         n_all, max_age = self._nb_n_all, self.params.max_age
         if n_all is not None and n_all > 0 and self.t - n_all <= max_age:
             return self._kept_idx, self.size  # every state of one slot: all kept are mixed
-        mixed = self.kept & (self._nb_n > 0)
+        nb_n = self.nb_n  # (live-first: derived from the latest send, held per edge otherwise)
+        mixed = self.kept & (nb_n > 0)
         if math.isfinite(max_age):
-            mixed &= self.t - self._nb_n <= max_age
+            mixed &= self.t - nb_n <= max_age
         return np.flatnonzero(mixed), self._count(mixed)
 
     def _update(self) -> None:

@@ -14,7 +14,7 @@ from desim.kernel.plugins import load_plugins
 from desim.kernel.randomness import Streams
 from desim.kernel.registry import DATA, PROTOCOLS
 from desim.network_models.realistic import realistic_links
-from desim.testing import ScriptedLinks
+from desim.testing import WINDOW_NETWORKS, ScriptedLinks
 
 load_plugins()
 
@@ -60,22 +60,9 @@ def test_windows_reproduce_one_message_per_instant_bit_for_bit(params):
     np.testing.assert_array_equal(sim_one.network.dropped, sim_win.network.dropped)
 
 
-#: Realistic networks: slotted outages and stragglers (a window asks the links once), then
-#: continuous churn (asked once per distinct time) with heavy-tailed latency, then a grid.
-NETWORKS = [
-    {"latency": {"model": "exponential", "mean": 3.0},
-     "outages": {"model": "markov", "mean_up": 8.0, "mean_down": 3.0},
-     "stragglers": {"fraction": 0.3, "slowdown": 3.0}},
-    {"latency": {"model": "lognormal", "mean": 2.0, "cv": 3.0},
-     "nodes": {"model": "churn", "session": {"model": "weibull", "shape": 0.7, "scale": 40.0},
-               "offline": {"model": "exponential", "mean": 6.0}}},
-    # a delivery grid of a quarter slot: many messages share an instant (ties in send order)
-    {"latency": {"model": "exponential", "mean": 1.5, "resolution": 0.25},
-     "outages": {"model": "markov", "mean_up": 8.0, "mean_down": 3.0}},
-]
 
 
-@pytest.mark.parametrize("tables", NETWORKS)
+@pytest.mark.parametrize("tables", WINDOW_NETWORKS)
 @pytest.mark.parametrize("params", [{}, {"weights": "wmom", "schedule": "rrr",
                                          "variance": "sch-var-2", "timeout": 5.5}])
 def test_windows_are_exact_on_realistic_networks(tables, params):

@@ -17,7 +17,7 @@ from desim.kernel.randomness import Streams
 from desim.kernel.registry import DATA, METRICS, PROTOCOLS
 from desim.models.eb.server import _first_of_latest
 from desim.network_models.realistic import realistic_links
-from desim.testing import ScriptedLinks
+from desim.testing import WINDOW_NETWORKS, ScriptedLinks
 
 load_plugins()
 
@@ -110,22 +110,9 @@ def test_eb_windows_reproduce_one_message_per_instant_bit_for_bit(protocol, para
     assert overtaken(watch) > 0  # the windows held broadcasts out of round order
 
 
-#: Realistic networks: slotted Markov outages and stragglers (one question per window), then
-#: continuous churn with heavy-tailed latency (agents asked at each message's own time; uploads
-#: go to the server, which never churns), then a quarter-slot grid (ties in send order).
-NETWORKS = [
-    {"latency": {"model": "exponential", "mean": 3.0},
-     "outages": {"model": "markov", "mean_up": 8.0, "mean_down": 3.0},
-     "stragglers": {"fraction": 0.3, "slowdown": 3.0}},
-    {"latency": {"model": "lognormal", "mean": 2.0, "cv": 3.0},
-     "nodes": {"model": "churn", "session": {"model": "weibull", "shape": 0.7, "scale": 40.0},
-               "offline": {"model": "exponential", "mean": 6.0}}},
-    {"latency": {"model": "exponential", "mean": 1.5, "resolution": 0.25},
-     "outages": {"model": "markov", "mean_up": 8.0, "mean_down": 3.0}},
-]
 
 
-@pytest.mark.parametrize("tables", NETWORKS)
+@pytest.mark.parametrize("tables", WINDOW_NETWORKS)
 @pytest.mark.parametrize("protocol,params,data", [
     ("eb-gaussian", {"mechanism": "pm1", **OVERLAP}, GAUSS),
     ("eb-mixture", {"mechanism": "pm2", "round": 5, "deadline": 4.0}, CLASSES),
