@@ -178,9 +178,15 @@ def counter_uniform(key: np.uint64, counter: np.ndarray) -> np.ndarray:
     a realisation of all n² links per slot, and makes availability independent of how many
     sends a protocol makes or in which order.
     """
-    with np.errstate(over="ignore"):
-        z = key + counter.astype(np.uint64) * _GAMMA
-        z = (z ^ (z >> np.uint64(30))) * _MIX1
-        z = (z ^ (z >> np.uint64(27))) * _MIX2
-        z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    z = np.array(counter, dtype=np.uint64)  # a copy, mixed in place (array arithmetic wraps)
+    z *= _GAMMA
+    z += key
+    z ^= z >> np.uint64(30)
+    z *= _MIX1
+    z ^= z >> np.uint64(27)
+    z *= _MIX2
+    z ^= z >> np.uint64(31)
+    z >>= np.uint64(11)
+    u = z.astype(np.float64)
+    u *= 2.0**-53
+    return u

@@ -350,9 +350,11 @@ class Network:
 
     def _horizon(self, now: float) -> float:
         """The time of the next event on the clock other than this network's flushes."""
-        # SimPy keeps no public view of its queue; it holds (time, priority, id, event)
-        times = [t for t, _prio, _id, ev in self.env._queue
-                 if not getattr(ev, "network_flush", False)]
+        # SimPy keeps no public view of its queue; it is a heap of (time, priority, id, event)
+        queue = self.env._queue
+        if queue and not getattr(queue[0][3], "network_flush", False):
+            return queue[0][0]  # the earliest event of all (the usual case: a tick)
+        times = [t for t, _prio, _id, ev in queue if not getattr(ev, "network_flush", False)]
         return min(times, default=np.inf)
 
     def _flush(self, token: int) -> None:
