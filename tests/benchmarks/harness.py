@@ -54,3 +54,9 @@ def time_study(name: str, workers: int) -> float:
                         "sys.exit(main())", "run", str(study), "--workers", str(workers),
                         "--no-progress"], check=True, cwd=ROOT, capture_output=True)
         return time.perf_counter() - start
+
+
+def best_of(tries: list[dict]) -> dict:
+    """The try of one workload with the least CPU time: on a shared machine interference only
+    adds time, so the least is the closest to what the code costs (as `timeit` keeps)."""
+    return min(tries, key=lambda r: r["cpu"])
