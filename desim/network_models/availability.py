@@ -32,9 +32,10 @@ Markov and churn are realised lazily: per entity the index k of its current sojo
 sojourn's state, start and end; sojourn k of an entity has length
 ``ppf(counter_uniform(key, (k + 1)·n_entities + entity))``. Up to `RenewalBound.DENSE` entities
 these are dense arrays indexed by entity; beyond (n_addresses² is 10⁸ links for 10⁴ addresses)
-they hold only the entities asked so far, kept sorted and found by binary search. Advancing to t
-loops over blocks of sojourn steps, each vectorised over the entities still behind t, so an
-entity asked rarely catches up in one or two numpy passes. With few entities (up to
+they hold only the entities asked so far, in order of first sight, found through a hash index
+(`RowIndex`: adding entities costs nothing for those already held). Advancing to t loops
+over blocks of sojourn steps, each vectorised over the entities still behind t, so an entity
+asked rarely catches up in one or two numpy passes. With few entities (up to
 `BufferedRenewal.BUFFERED`, e.g. every link of 255 agents) the ends of each entity's next
 AHEAD sojourns are kept instead, so a question is one look-up per entity in its row, and rows
 are renewed in blocks as they run out. Times should be non-decreasing (simulation time); an
@@ -57,6 +58,7 @@ from desim.kernel.links import counter_uniform
 from desim.kernel.params import ConfigError, build, param
 from desim.kernel.registry import AVAILABILITY
 from desim.network_models.distributions import Distribution, Geometric, distribution
+from desim.network_models.rowindex import RowIndex
 
 Scope = Literal["link", "node"]
 
@@ -196,9 +198,10 @@ class RenewalBound(BoundAvailability):
         self.per_slot = slotted
         self._n = np.uint64(n_entities)
         self._key = key
-        # per entity (dense) or per entity seen so far (sparse, `_ids` sorted): the index k,
-        # state, start and end of its current sojourn
+        # per entity (dense) or per entity seen so far (sparse: rows found by `_index`, the
+        # entity of each row in `_ids`): the index k, state, start and end of its current sojourn
         size = n_entities if n_entities <= self.DENSE else 0
+        self._index = None if size else RowIndex()
         self._ids: np.ndarray | None = None if size else np.empty(0, dtype=np.int64)
         self._seen = np.zeros(size, dtype=bool)
         self._k = np.zeros(size, dtype=np.int64)
@@ -242,20 +245,23 @@ class RenewalBound(BoundAvailability):
                 self._seen[new] = True
                 self._state[new], self._end[new] = self._first(new)
             return entity
-        rows = np.searchsorted(self._ids, entity)
-        known = rows < len(self._ids)
-        known[known] = self._ids[rows[known]] == entity[known]
-        if known.all():
+        rows = self._index.find(entity)
+        new = rows < 0
+        if not new.any():
             return rows
-        new = np.unique(entity[~known])
-        state, end = self._first(new)
-        at = np.searchsorted(self._ids, new)
-        self._ids = np.insert(self._ids, at, new)
-        self._k = np.insert(self._k, at, 0)
-        self._state = np.insert(self._state, at, state)
-        self._start = np.insert(self._start, at, 0.0)
-        self._end = np.insert(self._end, at, end)
-        return np.searchsorted(self._ids, entity)
+        fresh = np.unique(entity[new])
+        at = self._index.add(fresh)
+        if len(self._index) > len(self._ids):  # room for the new rows: double the arrays
+            size = max(len(self._index), 2 * len(self._ids))
+            for name in ("_ids", "_k", "_state", "_start", "_end"):
+                held = getattr(self, name)
+                grown = np.zeros(size, dtype=held.dtype)
+                grown[:len(held)] = held
+                setattr(self, name, grown)
+        self._ids[at], self._k[at], self._start[at] = fresh, 0, 0.0
+        self._state[at], self._end[at] = self._first(fresh)
+        rows[new] = at[np.searchsorted(fresh, entity[new])]
+        return rows
 
     def _advance(self, time: float, rows: np.ndarray) -> None:
         """Move every entity of `rows` to the sojourn that contains `time`."""

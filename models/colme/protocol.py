@@ -317,12 +317,7 @@ class PrivateColME(Protocol):
             # in a window, earliest)
             j = payload[:, _INDEX]
             keys = (j, pair) if when is None else (j, batch_no, when, pair)
-            order = np.lexsort(keys)
-            sorted_pair = pair[order]
-            head = np.flatnonzero(np.concatenate(([True], sorted_pair[1:] != sorted_pair[:-1])))
-            rank = np.arange(len(order)) - np.repeat(head, np.diff(np.append(head, len(order))))
-            for r in range(int(rank.max()) + 1):
-                take = order[rank == r]
+            for take in _rounds(pair, np.lexsort(keys)):
                 self._take_fresh(a[take], b[take], pair[take], payload[take])
         elif len(pair):
             self._take_fresh(a, b, pair, payload)
@@ -533,12 +528,13 @@ class CombinationSums:
                                   minlength=len(self.terms)).astype(np.int64)
         # the old terms leave and the new ones enter as separate compensated additions: their
         # difference, formed in plain floating point, would lose the ulps of a large term
+        # an agent's terms in order (several releases to one agent in a window): its r-th in
+        # round r, each round over distinct agents
+        rounds = _rounds(a, np.argsort(a, kind="stable")) if len(a) > 1 and _has_repeats(
+            a) else [slice(None)]
         for x in (-np.stack([old_num, old_den]), np.stack([new_num, new_den])):
-            if len(a) > 1 and _has_repeats(a):  # one agent at a time, in order
-                for i in range(len(a)):
-                    self._add(a[i : i + 1], x[:, i : i + 1])
-            else:
-                self._add(a, x)
+            for i in rounds:
+                self._add(a[i], x[:, i])
 
     def _add(self, a: np.ndarray, x: np.ndarray) -> None:
         """Add x (2 × len(a)) to the sums of distinct agents a (Neumaier's step)."""
@@ -557,6 +553,15 @@ class CombinationSums:
         out = self.sums + self.carry
         out[:, self.terms == 0] = 0.0  # every term removed: exactly nothing to weigh
         return out[0], out[1]
+
+
+def _rounds(key: np.ndarray, order: np.ndarray) -> list[np.ndarray]:
+    """Indices of `key` in rounds of distinct keys: round r holds the r-th occurrence of each
+    key, where `order` sorts `key` and ranks equal keys (e.g. a stable argsort: send order)."""
+    ordered = key[order]
+    head = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    rank = np.arange(len(order)) - np.repeat(head, np.diff(np.append(head, len(order))))
+    return [order[rank == r] for r in range(int(rank.max()) + 1)]
 
 
 def _has_repeats(pair: np.ndarray) -> bool:

@@ -153,6 +153,31 @@ def test_sparse_storage_and_catch_up_blocks_give_the_same_floats(monkeypatch):
         assert np.array_equal(sparse.up(3.0, entity[::-1]), other.up(3.0, entity[::-1]))
 
 
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), churn=st.booleans(), data=st.data())
+def test_sparse_storage_grown_batch_by_batch_answers_as_dense(seed, churn, data):
+    """Entities held in order of first sight (sparse storage, its arrays and hash index grown as
+    new ones come) answer every question as dense storage does, for any batches of entities."""
+    model = (
+        availability({"model": "churn", "session": {"model": "exponential", "mean": 2.0},
+                      "offline": {"model": "lognormal", "mean": 1.0, "cv": 2.0}}, "x")
+        if churn else Markov(mean_up=3.0, mean_down=2.0)
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(BufferedRenewal, "BUFFERED", 0)
+        dense = model.bind(60, "link", _rng(seed))
+        mp.setattr(RenewalBound, "DENSE", 10)
+        sparse = model.bind(60, "link", _rng(seed))
+    assert sparse._ids is not None and dense._ids is None
+    rng = np.random.default_rng(seed)
+    t = 0.0
+    for _ in range(data.draw(st.integers(1, 12))):
+        t += data.draw(st.sampled_from([0.0, 0.7, 5.0, 80.0]))
+        entity = rng.integers(0, 3600, data.draw(st.integers(0, 900)))
+        assert np.array_equal(sparse.up(t, entity), dense.up(t, entity))
+        assert np.array_equal(sparse.next_switch(t, entity), dense.next_switch(t, entity))
+
+
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), churn=st.booleans(), data=st.data())
 def test_look_ahead_gives_the_floats_of_fresh_draws(seed, churn, data):

@@ -12,7 +12,7 @@ from desim.kernel.engine import Simulation
 from desim.kernel.params import build
 from desim.kernel.randomness import Streams
 from desim.kernel.registry import DATA
-from desim.models.colme.protocol import PrivateColME
+from desim.models.colme.protocol import CombinationSums, PrivateColME
 from desim.testing import ScriptedLinks
 
 RTOL = 1e-12
@@ -93,3 +93,28 @@ def test_large_populations_use_the_incremental_sums_small_ones_the_full_sum():
     Simulation(plain, spec.make(np.random.default_rng(0)), 6, Streams(0, 0, 1, 2),
                checkpoints=np.array([6])).run()
     assert not plain.incremental
+
+
+@given(seed=st.integers(0, 10**6), n=st.integers(2, 40), m=st.integers(1, 6))
+@settings(max_examples=50, deadline=None)
+def test_replacing_terms_of_repeated_agents_at_once_is_replacing_them_one_by_one(seed, n, m):
+    """A window may bring one agent several releases: `replace` takes them in rounds of distinct
+    agents, and every sum, carry and count is the same float as removing the old terms one at a
+    time, then adding the new ones one at a time (an agent's terms keep their order)."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, m, n)
+    terms = rng.standard_normal((4, n)) * 10.0 ** rng.integers(-8, 9, (4, n))
+    terms[[1, 3]] = np.abs(terms[[1, 3]])
+    terms[:, rng.random(n) < 0.2] = 0.0  # excluded pairs: zero terms
+    start = np.abs(rng.standard_normal((2, m))) * 1e3  # a common start, something to cancel
+    at_once, one_by_one = CombinationSums(m), CombinationSums(m)
+    for sums in (at_once, one_by_one):
+        sums.replace(np.arange(m), *np.zeros((2, m)), *start)
+    at_once.replace(a, *terms)
+    zero = np.zeros((2, 1))
+    for i in range(n):  # the old terms leave first, then the new ones enter (see `replace`)
+        one_by_one.replace(a[i:i + 1], *terms[:2, i:i + 1], *zero)
+    for i in range(n):
+        one_by_one.replace(a[i:i + 1], *zero, *terms[2:, i:i + 1])
+    for name in ("sums", "carry", "terms", "dirty"):
+        np.testing.assert_array_equal(getattr(at_once, name), getattr(one_by_one, name))
