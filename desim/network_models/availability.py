@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -86,6 +86,23 @@ def _key(rng: np.random.Generator) -> np.uint64:
 
 def _entities(entity: Any) -> np.ndarray:
     return np.asarray(entity, dtype=np.int64)
+
+
+def _time_by_time(
+    ask: Callable[[float, np.ndarray], np.ndarray], t: np.ndarray, entity: np.ndarray,
+    dtype: type,
+) -> np.ndarray:
+    """ask(t_i, entity_i) for one time per entity, asked once per distinct time in increasing
+    order: a model that moves to one time at a time still takes a window's messages in one
+    question (`per_message`), at the cost of one step per distinct time."""
+    t = np.asarray(t, dtype=float).ravel()
+    flat = entity.ravel()
+    order = np.argsort(t, kind="stable")
+    cuts = np.flatnonzero(t[order][1:] != t[order][:-1]) + 1
+    out = np.empty(len(flat), dtype=dtype)
+    for part in np.split(order, cuts) if len(flat) else ():
+        out[part] = ask(float(t[part[0]]), flat[part])
+    return out.reshape(entity.shape)
 
 
 class BoundAvailability:
@@ -185,7 +202,6 @@ class RenewalBound(BoundAvailability):
     #: Up to this many entities the per-entity arrays are dense (indexed by entity; zeroed
     #: memory is only committed where touched); beyond, they hold the entities seen so far.
     DENSE = 1 << 21
-    per_message = False  # (stepping moves every entity asked to one time)
 
     def __init__(
         self, up_law: Distribution, down_law: Distribution, n_entities: int, key: np.uint64,
@@ -307,16 +323,27 @@ class RenewalBound(BoundAvailability):
     def _time(self, t: float) -> float:
         return float(math.floor(t)) if self.slotted else float(t)
 
-    def up(self, t: float, entity: np.ndarray) -> np.ndarray:
+    def _times(self, t: float | np.ndarray) -> float | np.ndarray:
+        """The time(s) the chain is read at: t, or its slot ⌊t⌋ (one time or one per entity)."""
+        if not np.ndim(t):
+            return self._time(t)
+        t = np.asarray(t, dtype=float).ravel()
+        return np.floor(t) if self.slotted else t
+
+    def up(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
         entity = _entities(entity)
+        if np.ndim(t):  # (stepping moves the entities asked to one time: time by time)
+            return _time_by_time(self.up, self._times(t), entity, bool)
         rows = self._rows(entity.ravel())
         self._advance(self._time(t), rows)
         return self._state[rows].reshape(entity.shape)
 
-    def next_switch(self, t: float, entity: np.ndarray) -> np.ndarray:
+    def next_switch(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
         """The end of each entity's sojourn containing t: when its state next changes (a whole
         slot for Markov; a zero-length sojourn in between may leave it unchanged)."""
         entity = _entities(entity)
+        if np.ndim(t):
+            return _time_by_time(self.next_switch, self._times(t), entity, float)
         rows = self._rows(entity.ravel())
         self._advance(self._time(t), rows)
         return self._end[rows].reshape(entity.shape)
@@ -340,7 +367,6 @@ class BufferedRenewal(RenewalBound):
     #: floats: 32 MiB).
     AHEAD = 64
     BUFFERED = 1 << 16
-    per_message = True
 
     def __init__(
         self, up_law: Distribution, down_law: Distribution, n_entities: int, key: np.uint64,
@@ -493,13 +519,6 @@ class BufferedRenewal(RenewalBound):
     def next_switch(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
         entity = _entities(entity)
         return self._locate(self._times(t), entity.ravel(), True)[1].reshape(entity.shape)
-
-    def _times(self, t: float | np.ndarray) -> float | np.ndarray:
-        """The time(s) the chain is read at: t, or its slot ⌊t⌋ (one time or one per entity)."""
-        if not np.ndim(t):
-            return self._time(t)
-        t = np.asarray(t, dtype=float).ravel()
-        return np.floor(t) if self.slotted else t
 
 
 def _at(time: float | np.ndarray, i: np.ndarray) -> float | np.ndarray:
@@ -716,7 +735,6 @@ class TraceBound(BoundAvailability):
     """
 
     per_slot = False  # traces switch at any time
-    per_message = False  # events are applied up to one time
 
     def __init__(self, entity: np.ndarray, trace: TraceRows, default_up: bool) -> None:
         self.default_up = default_up
@@ -741,7 +759,9 @@ class TraceBound(BoundAvailability):
         self._applied = 0  # events applied so far
         self._t = -math.inf
 
-    def up(self, t: float, entity: np.ndarray) -> np.ndarray:
+    def up(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
+        if np.ndim(t):  # (events are applied up to one time: time by time)
+            return _time_by_time(self.up, t, _entities(entity), bool)
         t = float(t)
         if t < self._t:  # asked about the past: replay from the beginning
             self._state[:] = self.default_up

@@ -227,6 +227,8 @@ def test_one_time_per_entity_answers_as_one_question_per_time(seed, which, data)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(BufferedRenewal, "BUFFERED", 0)
         one = model.bind(12, "link", _rng(seed))  # asked one time at a time
+        stepped = model.bind(12, "link", _rng(seed))  # no kept sojourns: stepped time by time
+    assert stepped.per_message
     rng = np.random.default_rng(seed)
     start = 0.0
     for _ in range(data.draw(st.integers(1, 8))):
@@ -236,9 +238,11 @@ def test_one_time_per_entity_answers_as_one_question_per_time(seed, which, data)
         entity = rng.integers(0, 144, 40)
         want = np.array([one.up(float(t), entity[i:i + 1])[0] for i, t in enumerate(times)])
         assert np.array_equal(asked.up(times, entity), want)
+        assert np.array_equal(stepped.up(times[::-1], entity[::-1]), want[::-1])
         if hasattr(asked, "next_switch"):
             want = [one.next_switch(float(t), entity[i:i + 1])[0] for i, t in enumerate(times)]
             assert np.array_equal(asked.next_switch(times, entity), want)
+            assert np.array_equal(stepped.next_switch(times, entity), want)
 
 
 def test_different_seeds_differ_and_the_same_seed_repeats():
@@ -310,6 +314,10 @@ start,end,state,node
         assert bound.up(t, np.arange(3)).tolist() == list(states), t
     # asked about the past: replayed from the start
     assert bound.up(2.0, np.array([1, 1, 0])).tolist() == [False, False, True]
+    times = np.array(list(expect))[::-1]
+    for node in range(3):  # one time per entity (a window's question), in any order
+        got = bound.up(times, np.full(len(times), node))
+        assert got.tolist() == [expect[t][node] for t in times]
     assert bound.horizon == 9.0
     np.testing.assert_allclose(bound.stationary(np.arange(3)), [8 / 9, 4.5 / 9, 1.0])
 
