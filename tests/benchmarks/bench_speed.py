@@ -85,6 +85,10 @@ ROWS = {
     "Private-ColME M=2000 T=1e3 exp. latency + Markov, exact times": (
         colme(2000, 1000, EXACT),
         ("per-agent-slot", "Private-ColME M=200 T=1e4 exp. latency + Markov, exact times", 1.5)),
+    "Private-ColME M=2000 T=1e3 exp. latency + Markov + churn, exact times": (
+        colme(2000, 1000, CHURN), ("per-agent-slot",
+                                   "Private-ColME M=200 T=1e4 exp. latency + Markov + churn, "
+                                   "exact times", 1.5)),
     "Private-ColME M=1000 T=1e4 sync": (
         colme(1000, 10_000), ("per-agent-slot", "Private-ColME M=200 T=1e4 sync", None)),
     "Private-ColME M=5000 T=1e4 sync": (
