@@ -209,7 +209,9 @@ class Network:
         """
         at = self._now_at
         if len(at) < n or (n and at[0] != now):
-            at = np.broadcast_to(np.float64(now), (max(n, len(at)),))
+            # (the constructor, not `np.broadcast_to`: a third of the cost, at every instant)
+            at = np.ndarray((max(n, len(at)),), np.float64, np.array([now]), 0, (0,))
+            at.flags.writeable = False
             self._now_at = at
         return at[:n]
 

@@ -178,6 +178,8 @@ class PrivateColME(Protocol):
         self.included = np.ones((m, m), dtype=bool)
         self._n_included = np.full(m, m)  # row sums of `included`, kept current
         self._agents = np.arange(m)
+        self._twice = np.concatenate((self._agents, self._agents))  # read-only: RR's targets
+        self._twice.flags.writeable = False
         self._offset = np.zeros(m, dtype=np.int64)  # RR position last queried, 0 = none yet
         # θ_t = theta/ln(t+1) and the z-test quantile Φ⁻¹(1 − θ_t/2) of every t (index 0 unused)
         t = np.arange(1, ctx.t_max + 2, dtype=float)
@@ -199,7 +201,7 @@ class PrivateColME(Protocol):
         if self.params.schedule == "rr":
             a = self._agents
             offset = (t - 1) % (len(a) - 1) + 1
-            b = np.concatenate((a[offset:], a[:offset]))  # (a + offset) mod M, by a rotation
+            b = self._twice[offset:offset + len(a)]  # (a + offset) mod M: a window of 0…M−1 twice
         else:
             a, offset = self._next_included()
             self._offset[a] = offset
@@ -402,8 +404,13 @@ class PrivateColME(Protocol):
         """χ_a(b) of §III-C1: |X̄_a − T_{b→a}| < Φ⁻¹(1−θ_t/2)·√(σ_a²/t + Var[T_{b→a}])."""
         t = self.counts[0]  # every agent has t samples (one per slot): one t, one quantile
         z = self._z[int(t)]
-        spread = np.sqrt(self.sigma2[a] / t + var)
-        return np.abs(self.sums[a] / t - value) < z * spread
+        spread = self.sigma2[a] / t  # (in place: the same floats, fewer temporaries)
+        spread += var
+        np.sqrt(spread, out=spread)
+        spread *= z
+        gap = self.sums[a] / t
+        gap -= value
+        return np.abs(gap, out=gap) < spread
 
     def own_variance(self, a: np.ndarray | slice = slice(None)) -> np.ndarray:
         """V_a^{(t)}, each agent's sample variance of its own data (+∞ before 2 samples)."""
