@@ -535,10 +535,10 @@ class CombinationSums:
                                   minlength=len(self.terms)).astype(np.int64)
         # the old terms leave and the new ones enter as separate compensated additions: their
         # difference, formed in plain floating point, would lose the ulps of a large term
-        # an agent's terms in order (several releases to one agent in a window): its r-th in
-        # round r, each round over distinct agents
-        rounds = _rounds(a, np.argsort(a, kind="stable")) if len(a) > 1 and _has_repeats(
-            a) else [slice(None)]
+        if len(a) > 1 and _has_repeats(a):  # several releases to one agent (in a window):
+            rounds = _rounds(a, np.argsort(a, kind="stable"))  # its r-th term in round r
+        else:
+            rounds = [slice(None)]
         for x in (-np.stack([old_num, old_den]), np.stack([new_num, new_den])):
             for i in rounds:
                 self._add(a[i], x[:, i])
