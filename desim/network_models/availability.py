@@ -97,10 +97,12 @@ def _time_by_time(
     question (`per_message`), at the cost of one step per distinct time."""
     t = np.asarray(t, dtype=float).ravel()
     flat = entity.ravel()
+    out = np.empty(len(flat), dtype=dtype)
+    if not len(flat):
+        return out.reshape(entity.shape)
     order = np.argsort(t, kind="stable")
     cuts = np.flatnonzero(t[order][1:] != t[order][:-1]) + 1
-    out = np.empty(len(flat), dtype=dtype)
-    for part in np.split(order, cuts) if len(flat) else ():
+    for part in np.split(order, cuts):
         out[part] = ask(float(t[part[0]]), flat[part])
     return out.reshape(entity.shape)
 

@@ -146,8 +146,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1,
                         help="tries of each row, in rounds over all rows (best kept)")
     args = parser.parse_args()
-    names = [name for name in ROWS if args.only in name or (
-        args.only and name.endswith("T=1e4 sync") and "M=200" in name)]
+    # the rows asked for and, transitively, the rows they are judged against
+    chosen = {name for name in ROWS if args.only in name}
+    while refs := {ROWS[name][1][1] for name in chosen if ROWS[name][1] is not None
+                   and ROWS[name][1][0] in ("sync", "per-agent-slot")} - chosen:
+        chosen |= refs
+    names = [name for name in ROWS if name in chosen]
     tries: dict[str, list[dict]] = {name: [] for name in names}
     for _ in range(args.repeat):
         for name in names:
