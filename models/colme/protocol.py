@@ -168,8 +168,14 @@ class PrivateColME(Protocol):
         #: Answers each responder b re-sent unchanged (no new sample since its last to a).
         self.repeated = np.zeros(m, dtype=np.int64)
         if self.asynchronous:
-            self._answered = np.zeros((m * m, self._width))  # b's last release to a, [b·m + a]
-            self._received = np.zeros(m * m, dtype=np.int64)  # releases a took from b, [a·m + b]
+            # b's last release to a, [b·m + a]: its value, b's sample count then (j < 2³¹, as
+            # `mech.count`, which holds its index j) and Sch-Var-1's variance release
+            self._last_value = np.zeros(m * m)
+            self._last_count = np.zeros(m * m, dtype=np.int32)
+            if p.variance == "sch-var-1":
+                self._last_variance = np.zeros(m * m)
+            if not self.known:  # releases a took from b, [a·m + b]
+                self._received = np.zeros(m * m, dtype=np.int64)
         #: Running sum, sum of squares and count of each agent's own samples.
         self.sums = np.zeros(m)
         self.sumsq = np.zeros(m)
@@ -272,20 +278,31 @@ class PrivateColME(Protocol):
         """
         pair = b * len(self._agents) + a
         if len(pair) == 1 or not _has_repeats(pair):
-            if (self.counts[b] > self._answered[pair, _COUNT]).all():  # the usual case
+            if (self.counts[b] > self._last_count[pair]).all():  # the usual case
                 payload = self._release(b, a)
-                self._answered[pair] = payload
+                self._keep_answer(pair, payload)
                 return payload
             first = np.arange(len(pair))
         else:
             first = np.sort(np.unique(pair, return_index=True)[1])  # send order: noise draws
-        new = first[self.counts[b[first]] > self._answered[pair[first], _COUNT]]
+        new = first[self.counts[b[first]] > self._last_count[pair[first]]]
         if len(new):
-            self._answered[pair[new]] = self._release(b[new], a[new])
+            self._keep_answer(pair[new], self._release(b[new], a[new]))
         again = np.ones(len(b), dtype=bool)
         again[new] = False
         self.repeated += np.bincount(b[again], minlength=len(self._agents))
-        return self._answered[pair]
+        payload = np.empty((len(pair), self._width))  # b's last releases to a (_ASKED unset)
+        payload[:, _VALUE], payload[:, _COUNT] = self._last_value[pair], self._last_count[pair]
+        payload[:, _INDEX] = self.mech.count.ravel()[pair]  # (no release since: still its j)
+        if self.params.variance == "sch-var-1":
+            payload[:, _VARIANCE] = self._last_variance[pair]
+        return payload
+
+    def _keep_answer(self, pair: np.ndarray, payload: np.ndarray) -> None:
+        """Keep the new releases of distinct pairs [b·m + a] as b's last to a."""
+        self._last_value[pair], self._last_count[pair] = payload[:, _VALUE], payload[:, _COUNT]
+        if self.params.variance == "sch-var-1":
+            self._last_variance[pair] = payload[:, _VARIANCE]
 
     def on_window_end(self) -> None:
         if not self._window:

@@ -241,6 +241,38 @@ def test_query_answered_in_a_slot_already_answered_repeats_the_release(timeout):
     assert proto.mech.count[0, 1] == t_max // 2  # one new release per even slot
 
 
+@pytest.mark.parametrize("params", [
+    {"mechanism": "pm1"},
+    {"mechanism": "pm2", "variance": "sch-var-1"},
+])
+def test_a_repeated_answer_is_the_release_it_repeats(params):
+    """Under the timing above, every repeated answer carries the columns of b's last release to
+    a bit for bit — value, count, index j and Sch-Var-1's variance release — though only the
+    value and count are kept per pair and j is read back from the mechanism's count."""
+    answers = []
+
+    class Recording(PrivateColME):
+        def _answer(self, b, a):
+            payload = super()._answer(b, a)
+            answers.append((b.copy(), a.copy(), payload.copy()))
+            return payload
+
+    links = ScriptedLinks(delay=lambda rng, t, n: 1.5 if t == int(t) and int(t) % 2 else 0.0)
+    simulate(params, 2, 30, links, Recording)
+    first: dict[tuple[int, int, int], np.ndarray] = {}
+    repeats = 0
+    asked = 3  # the _ASKED column: set by the caller, not part of the release
+    for b, a, payload in answers:
+        for bi, ai, row in zip(b, a, payload, strict=True):
+            key = (int(bi), int(ai), int(row[2]))
+            kept = np.delete(row, asked)
+            if key in first:
+                repeats += 1
+                np.testing.assert_array_equal(kept, first[key])
+            else:
+                first[key] = kept
+    assert repeats == 2 * 15  # every odd slot's query, each agent's (slot 29's answered at 30.5)
+
 @pytest.mark.parametrize("timeout, lost", [(1.5, True), (2.0, False)])
 def test_round_trip_beyond_the_timeout_is_discarded(timeout, lost):
     """Fixed latency 1: each answer arrives 2 slots after its query. A timeout below that
