@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -14,41 +13,85 @@ _EMPTY_PAYLOAD = np.empty((0, 0))
 DUE, SENT, SRC, DST, KIND, PAYLOAD = range(6)
 
 
-@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs ~15× as much, and
-class Batch:  # batches are made per send and per delivery; treat a batch as read-only
+class Batch:
     """Messages delivered at one instant, as a struct of arrays (one entry per message).
 
     ``kind`` holds indices into ``kinds`` (the protocol's message kinds). ``payload`` is a
     float array of shape (n, width); messages of a kind with a narrower payload are padded
     with NaN when batches of several kinds are joined. ``only`` is the kind index when every
-    message has that kind (known when the batch is made), or -1. ``delivered_at`` is each
-    message's exact delivery time when the batch is a window's (`desim.network`), else None
-    (every message is delivered now).
+    message has that kind, or -1. ``delivered_at`` is each message's exact delivery time when
+    the batch is a window's (`desim.network`), else None (every message is delivered now).
+    Treat a batch as read-only.
     """
 
-    src: np.ndarray
-    dst: np.ndarray
-    kind: np.ndarray
-    payload: np.ndarray
-    sent_at: np.ndarray
-    kinds: tuple[str, ...]
-    only: int = -1
-    delivered_at: np.ndarray | None = None
-    #: The matrix this batch's arrays are columns of (`from_rows`), or None.
-    rows: np.ndarray | None = None
+    # (a plain class with slots: batches are made per send and per delivery, and a window's
+    # batch reads its integer columns out of `rows` only when asked)
+    __slots__ = ("_src", "_dst", "_kind", "payload", "sent_at", "kinds", "_only",
+                 "delivered_at", "rows")
+
+    def __init__(
+        self,
+        src: np.ndarray | None,
+        dst: np.ndarray | None,
+        kind: np.ndarray | None,
+        payload: np.ndarray,
+        sent_at: np.ndarray,
+        kinds: tuple[str, ...],
+        only: int | None = -1,
+        delivered_at: np.ndarray | None = None,
+        rows: np.ndarray | None = None,
+    ) -> None:
+        self._src, self._dst, self._kind = src, dst, kind
+        self.payload = payload
+        self.sent_at = sent_at
+        self.kinds = kinds
+        self._only = only  # None: not known yet (read from `kind`)
+        self.delivered_at = delivered_at
+        #: The matrix this batch's arrays are columns of (`from_rows`), or None.
+        self.rows = rows
+
+    @property
+    def src(self) -> np.ndarray:
+        """The sender of each message."""
+        if self._src is None:
+            self._src = self.rows[:, SRC].astype(np.int64)
+        return self._src
+
+    @property
+    def dst(self) -> np.ndarray:
+        """The receiver of each message."""
+        if self._dst is None:
+            self._dst = self.rows[:, DST].astype(np.int64)
+        return self._dst
+
+    @property
+    def kind(self) -> np.ndarray:
+        """The kind index of each message."""
+        if self._kind is None:
+            self._kind = self.rows[:, KIND].astype(np.int64)
+        return self._kind
+
+    @property
+    def only(self) -> int:
+        """The kind index of every message when they share one, else -1."""
+        if self._only is None:
+            kind = self.kind
+            self._only = int(kind[0]) if len(kind) and (kind == kind[0]).all() else -1
+        return self._only
+
+    def __repr__(self) -> str:
+        return f"Batch({len(self)} messages, kinds={self.kinds}, only={self.only})"
 
     @staticmethod
     def from_rows(rows: np.ndarray, kinds: tuple[str, ...]) -> Batch:
         """The batch whose messages are `rows` (columns DUE … PAYLOAD; delivered at DUE): one
         float matrix, so that selecting or joining messages is one operation, not one per
-        array."""
-        kind = rows[:, KIND].astype(np.int64)
-        only = int(kind[0]) if len(kind) and (kind == kind[0]).all() else -1
-        return Batch(rows[:, SRC].astype(np.int64), rows[:, DST].astype(np.int64), kind,
-                     rows[:, PAYLOAD:], rows[:, SENT], kinds, only, rows[:, DUE], rows)
+        array; the integer columns are read out when first asked for."""
+        return Batch(None, None, None, rows[:, PAYLOAD:], rows[:, SENT], kinds, None,
+                     rows[:, DUE], rows)
 
     def __len__(self) -> int:
-        return len(self.src)
+        return len(self.rows) if self.rows is not None else len(self._src)
 
     def of_kind(self, name: str) -> Batch:
         """The messages of kind `name`, in delivery order (possibly none)."""
