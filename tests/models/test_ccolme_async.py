@@ -148,6 +148,23 @@ def test_zero_latency_always_up_is_bit_identical_to_ideal_links(name, params):
         assert outs[0] == outs[1] == outs[2]
 
 
+@pytest.mark.parametrize("table_keys", [1 << 22, 0])  # a direct table, a hash index
+def test_edge_slots_are_the_positions_of_the_sorted_edge_keys(monkeypatch, table_keys):
+    """The receiver's slot of every directed edge, asked in a shuffled order with repeats, is
+    where a binary search of the sorted keys (CSR order) puts it, whichever look-up runs."""
+    monkeypatch.setattr("desim.models.ccolme.protocol._TABLE_KEYS", table_keys)
+    rng = np.random.default_rng(3)
+    for g in graphs():
+        proto = protocol()
+        data = GraphData(g, np.zeros(g.n, int), [0.0])
+        simulate(proto, data, 1)
+        keys = proto._keys[rng.integers(0, len(proto._keys), 3 * len(proto._keys))]
+        slots = proto._edge_slots(keys)
+        assert slots.dtype == np.int64
+        np.testing.assert_array_equal(slots, np.searchsorted(proto._keys, keys))
+        assert isinstance(proto._slot_table, np.ndarray) == (table_keys > 0)
+
+
 # --------------------------------------------------------------------------------------------
 # latency: the consensus mixes states exactly ⌈L⌉ slots old
 
