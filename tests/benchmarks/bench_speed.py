@@ -96,6 +96,10 @@ ROWS = {
     "Private-ColME M=200 T=3e4 PM-I RR": (colme(200, 30_000), ("cpu", 2.0, None)),
     "C-ColME r=10 T=2000 n=1e5": (ccolme(100_000), ("cpu", 40.0, None)),
     "C-ColME r=10 T=2000 n=1e3 (whole process)": (ccolme(1000), ("process", 1.0, None)),
+    # a message per edge and slot: ten times Private-ColME's per agent (no bar, for the record)
+    "C-ColME r=10 T=2000 n=1e3 exp. latency + Markov, exact times": (
+        {**ccolme(1000), "network": EXACT},
+        ("sync", "C-ColME r=10 T=2000 n=1e3 (whole process)", None)),
 }
 MEMORY = {"Private-ColME M=5000 T=1e4 sync": 1024.0, "C-ColME r=10 T=2000 n=1e5": 1536.0}
 
