@@ -273,6 +273,27 @@ def test_a_repeated_answer_is_the_release_it_repeats(params):
                 first[key] = kept
     assert repeats == 2 * 15  # every odd slot's query, each agent's (slot 29's answered at 30.5)
 
+
+@pytest.mark.parametrize(("variance", "extra"), [
+    ("known", 12),  # the last answer's value (float64) and count (int32)
+    ("sch-var-2", 12 + 8),  # … and the releases taken per pair
+    ("sch-var-1", 12 + 8 + 8),  # … and the last answer's variance release
+])
+def test_asynchrony_adds_only_the_last_answer_per_pair(variance, extra):
+    """Pair-sized state beyond the synchronous protocol's: the bytes per ordered pair that
+    asynchrony costs (at M = 5000, 12 bytes a pair are 0.3 GB)."""
+    m = 7
+
+    def pair_bytes(proto) -> int:
+        return sum(v.nbytes for v in vars(proto).values()
+                   if isinstance(v, np.ndarray) and v.size >= m * m)
+
+    params = {"mechanism": "pm1", "variance": variance}
+    ideal, _ = simulate(params, m, 4, None)
+    laggy, _ = simulate(params, m, 4, FixedLatency(slots=1.0))
+    assert laggy.asynchronous and not ideal.asynchronous
+    assert pair_bytes(laggy) - pair_bytes(ideal) == extra * m * m
+
 @pytest.mark.parametrize("timeout, lost", [(1.5, True), (2.0, False)])
 def test_round_trip_beyond_the_timeout_is_discarded(timeout, lost):
     """Fixed latency 1: each answer arrives 2 slots after its query. A timeout below that
