@@ -104,17 +104,17 @@ class Batch:
 
     def select(self, index: np.ndarray | slice) -> Batch:
         """The messages picked by a boolean mask, an index array or a slice."""
-        if self.rows is not None:
-            picked = self.rows[index] if isinstance(index, slice) else self.rows.take(
-                np.flatnonzero(index) if np.asarray(index).dtype == bool else index, axis=0)
-            return Batch.from_rows(picked, self.kinds)
         if isinstance(index, slice):
+            if self.rows is not None:
+                return Batch.from_rows(self.rows[index], self.kinds)
             return Batch(self.src[index], self.dst[index], self.kind[index],
                          self.payload[index], self.sent_at[index], self.kinds, self.only,
                          None if self.delivered_at is None else self.delivered_at[index])
         index = np.asarray(index)
         if index.dtype == bool:  # positions once, not a mask pass per array
-            index = np.flatnonzero(index)
+            index = index.nonzero()[0]  # (1-D; the method, not `np.flatnonzero`'s wrapper)
+        if self.rows is not None:
+            return Batch.from_rows(self.rows.take(index, axis=0), self.kinds)
         return Batch(
             self.src.take(index),
             self.dst.take(index),

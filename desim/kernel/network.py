@@ -304,7 +304,8 @@ class Network:
         up = self._by_time(times, lambda t, s: self.links.available(
             self._rng_links, t, src[s], dst[s]))
         if up is not True:
-            keep = np.flatnonzero(up) if np.ndim(up) else np.arange(n if up else 0)
+            # (methods, not `np.flatnonzero`/`np.ndim`: the wrappers cost as much at this size)
+            keep = up.nonzero()[0] if isinstance(up, np.ndarray) else np.arange(n if up else 0)
             if len(keep) < n:
                 self.dropped[code] += n - len(keep)
                 src, dst = src[keep], dst[keep]
@@ -330,7 +331,7 @@ class Network:
         rows[:, PAYLOAD:PAYLOAD + width] = payload
         rows[:, PAYLOAD + width:] = np.nan
         if n > 1:  # sorted by due time (stable: send order among equal times)
-            order = np.argsort(due, kind="stable")
+            order = due.argsort(kind="stable")
             due, rows = due[order], rows.take(order, axis=0)
         self._queue.append(rows)
         self._queued += 1
@@ -401,8 +402,8 @@ class Network:
         taken = []
         for rows in self._queue[self._clean:]:  # each block is sorted: what is due is a prefix
             due = rows[:, DUE]
-            k = int(np.searchsorted(due, horizon, side="left") if horizon > now
-                    else np.searchsorted(due, now, side="right"))
+            k = int(due.searchsorted(horizon, side="left") if horizon > now
+                    else due.searchsorted(now, side="right"))
             if k:
                 taken.append(rows[:k])
             if k < len(rows):
@@ -427,4 +428,4 @@ def _merge(blocks: list[np.ndarray]) -> np.ndarray:
     width = max(b.shape[1] for b in blocks)
     rows = np.concatenate([b if b.shape[1] == width else np.pad(
         b, ((0, 0), (0, width - b.shape[1])), constant_values=np.nan) for b in blocks])
-    return rows.take(np.argsort(rows[:, DUE], kind="stable"), axis=0)
+    return rows.take(rows[:, DUE].argsort(kind="stable"), axis=0)

@@ -327,7 +327,7 @@ class RenewalBound(BoundAvailability):
 
     def _times(self, t: float | np.ndarray) -> float | np.ndarray:
         """The time(s) the chain is read at: t, or its slot ⌊t⌋ (one time or one per entity)."""
-        if not np.ndim(t):
+        if isinstance(t, float | int) or not np.ndim(t):
             return self._time(t)
         t = np.asarray(t, dtype=float).ravel()
         return np.floor(t) if self.slotted else t
@@ -392,14 +392,15 @@ class BufferedRenewal(RenewalBound):
         (one time, or one per row; an entity may be asked at several times)."""
         if not rows.size:
             return np.empty(0, dtype=np.int64), np.empty(0)
-        first = float(np.min(time)) if np.ndim(time) else time
+        one = isinstance(time, float)  # (not `np.ndim`: its wrapper costs as much as a look-up)
+        first, last = (time, time) if one else (float(time.min()), float(time.max()))
         if first < self._latest:  # asked about the past: replay those before their rows
             back = rows[self._before[rows] > time]
             self._base[back] = -1
             self._ends[back] = -np.inf
-        self._latest = max(self._latest, float(np.max(time)) if np.ndim(time) else time)
-        ends, at = self._position(time, rows)
-        if at.max() < self.AHEAD:  # the usual case: every row holds its time
+        self._latest = max(self._latest, last)
+        ends, at, held = self._position(time, rows)
+        if held:  # the usual case: every row holds its time
             return self._base[rows] + at, ends[np.arange(len(rows)), at] if ends_too else None
         k, end = np.empty(len(rows), dtype=np.int64), np.empty(len(rows))
         todo = np.arange(len(rows))
@@ -415,12 +416,12 @@ class BufferedRenewal(RenewalBound):
             half = i[at[done] >= self.AHEAD // 2]
             self._renew(self._earliest(rows[todo], _at(time, todo)), rows[half],
                         _at(time, half))
-            ends, at = self._position(_at(time, todo), rows[todo])
+            ends, at, _ = self._position(_at(time, todo), rows[todo])
 
     @staticmethod
     def _earliest(rows: np.ndarray, time: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The distinct `rows` and the earliest time each is asked at."""
-        if not np.ndim(time):  # (a sort, not `np.unique`: several times less on a few hundred)
+        if isinstance(time, float):  # (a sort, not `np.unique`: several times less on hundreds)
             rows, time = np.sort(rows), np.full(len(rows), time)
         else:
             order = np.lexsort((time, rows))
@@ -430,14 +431,17 @@ class BufferedRenewal(RenewalBound):
 
     def _position(
         self, time: float | np.ndarray, rows: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The kept ends of `rows` and the column of each one's first end after its `time`
-        (AHEAD: none)."""
+    ) -> tuple[np.ndarray, np.ndarray, bool]:
+        """The kept ends of `rows`, the column of each one's first end after its `time`
+        (AHEAD: none), and whether every row has one."""
         ends = self._ends.take(rows, axis=0)
-        later = ends > (time[:, None] if np.ndim(time) else time)
+        later = ends > (time if isinstance(time, float) else time[:, None])
         at = later.argmax(axis=1)  # ends ascend: the first True, or 0 when there is none
-        at[~later[:, -1]] = self.AHEAD
-        return ends, at
+        held = later[:, -1]
+        if held.all():
+            return ends, at, True
+        at[~held] = self.AHEAD
+        return ends, at, False
 
     def _renew(self, out: tuple[np.ndarray, np.ndarray], half: np.ndarray,
                half_time: float | np.ndarray) -> None:
@@ -510,12 +514,13 @@ class BufferedRenewal(RenewalBound):
         # the question just asked, asked again (a server's broadcast on the links its uploads
         # used at the same time): the same answer, without a look-up
         asked = self._asked
-        if (asked is not None and not np.ndim(time) and time == asked[0]
-                and np.array_equal(rows, asked[1])):
+        one = isinstance(time, float)
+        if (one and asked is not None and time == asked[0] and len(rows) == len(asked[1])
+                and (rows == asked[1]).all()):
             return asked[2].reshape(entity.shape).copy()  # (callers may write to theirs)
         k, _ = self._locate(time, rows)
         up = self._state0[rows] ^ (k & 1).astype(bool)
-        self._asked = (time, rows.copy(), up.copy()) if not np.ndim(time) else None
+        self._asked = (time, rows.copy(), up.copy()) if one else None
         return up.reshape(entity.shape)
 
     def next_switch(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
@@ -524,8 +529,8 @@ class BufferedRenewal(RenewalBound):
 
 
 def _at(time: float | np.ndarray, i: np.ndarray) -> float | np.ndarray:
-    """time[i] of per-element times; one time for all stays as it is."""
-    return time[i] if np.ndim(time) else time
+    """time[i] of per-element times; one time for all (a float) stays as it is."""
+    return time if isinstance(time, float) else time[i]
 
 
 def renewal(
