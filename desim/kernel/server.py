@@ -90,16 +90,16 @@ class RoundCollector:
         code = batch.kinds.index(self.kind)
         if batch.only >= 0 and batch.only != code:
             return
-        take = self.accepts(batch)
+        take = np.asarray(self.accepts(batch), dtype=bool)
         if batch.only != code:  # a joined batch: one mask for kind and acceptance, one select
             take = take & (batch.kind == code)
-        index = np.flatnonzero(take)
+        index = take.nonzero()[0]  # (methods here, not numpy's wrappers: a call per window)
         if len(index) == 0:
             return
         rounds = batch.payload[index, 0]  # round numbers are exact in a float column
         several = not (rounds == rounds[0]).all()  # the usual case: one round in flight
         if several:
-            order = np.argsort(rounds, kind="stable")
+            order = rounds.argsort(kind="stable")
             index, rounds = index[order], rounds[order]
         # a copy (`select` takes): rounds keep their messages until they close, longer than a
         # sender's payload buffer need live
@@ -113,8 +113,8 @@ class RoundCollector:
                 parts.append((mine.src, mine.dst, payload))
             return
         open_rounds = np.fromiter(self._parts, dtype=float, count=len(self._parts))
-        starts = np.searchsorted(rounds, open_rounds, side="left").tolist()
-        ends = np.searchsorted(rounds, open_rounds, side="right").tolist()
+        starts = rounds.searchsorted(open_rounds, side="left").tolist()
+        ends = rounds.searchsorted(open_rounds, side="right").tolist()
         taken = 0
         for parts, a, b in zip(self._parts.values(), starts, ends, strict=True):
             if b > a:
