@@ -31,6 +31,7 @@ class ScriptedLinks(LinkModel):
     runs even when nothing is dropped or delayed."""
 
     ideal = False
+    counter_based = False  # the callbacks draw from the streams in the order they are asked
 
     def __init__(
         self,
@@ -42,7 +43,7 @@ class ScriptedLinks(LinkModel):
     def available(self, rng, t, src, dst):  # noqa: D102 (LinkModel's doc)
         return True if self.down is None else ~self.down(rng, t, src, dst)
 
-    def latency(self, rng, t, src, dst, width=0):  # noqa: D102 (LinkModel's doc)
+    def latency(self, rng, t, src, dst, width=0, ids=None):  # noqa: D102 (LinkModel's doc)
         return 0.0 if self.delay is None else self.delay(rng, t, len(src))
 
 

@@ -7,11 +7,15 @@ instant, more batches if zero-latency replies are sent meanwhile), then deadline
 set with `Context.call_at` (their zero-latency sends are delivered before the next deadline),
 then the recorder. With exact delivery times and a window-safe protocol, the deliveries
 between two such instants come as windows (`desim.kernel.network`): the same results, far fewer
-events.
+events. When moreover the protocol's sends at a tick never depend on earlier deliveries
+(`Protocol.slot_batches`) and the links are counter-based, up to SLOT_BATCH slots are handed
+over at once (`Protocol.on_slots`), so that windows span those slots; a batch ends at every
+measurement, which then sees the state one slot at a time would leave.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -31,6 +35,8 @@ from desim.kernel.recorder import Recorder, log_checkpoints
 #: population's size changes the samples of a slot.
 DATA_BLOCK = 1024
 DATA_BLOCK_BYTES = 128 * 2**20
+#: Most slots handed to a protocol at once (`Protocol.on_slots`).
+SLOT_BATCH = 16
 
 
 def data_block(n_agents: int) -> int:
@@ -88,6 +94,18 @@ class Simulation:
         if i == 0:
             self._block = None  # free the old block before drawing the next
             self._block = self.data.sample(self._rng_data, self._block_size)
+        if self._batches:
+            # slots t … last at once: to a measurement, the run's end or the block's end
+            measured = self._measured
+            k = math.floor(measured[measured.searchsorted(t)]) + 1 - t if (
+                len(measured) and t <= measured[-1]) else SLOT_BATCH
+            k = min(k, SLOT_BATCH, self.t_max + 1 - t, self._block_size - i)
+            samples = self._block[i:i + k]
+            self._t = t + k - 1
+            self.network.at_tick(lambda: self.protocol.on_slots(t, samples))
+            if self._t < self.t_max:
+                At(self.env, k, PRIORITY_TICK).callbacks.append(self._tick)
+            return
         samples = self._block[i]
         self.network.at_tick(lambda: self.protocol.on_samples(t, samples))
         if t < self.t_max:
@@ -111,6 +129,9 @@ class Simulation:
             call_at=self._call_at,
         )
         self.protocol.setup(ctx)
+        self._batches = (self.network.windows and self.protocol.slot_batches
+                         and self.links.counter_based)
+        self._measured = np.sort(np.asarray(self.checkpoints, dtype=float))
         self._t, self._block, self._block_size = 0, None, data_block(self.data.n_agents)
         self._rng_data = self.streams.get("data")
         if self.t_max >= 1:

@@ -114,6 +114,11 @@ class LinkModel:
     #: message, and answer as questions per distinct time in order would (latency draws in
     #: message order): the network may then ask once for all messages of a window.
     per_message: bool = False
+    #: True when every random answer is a fixed function of what it is about: availability of
+    #: a (link, time), receivability of a (node, time), the delay of a message given its id
+    #: (`latency`'s ``ids``). The order and grouping of questions then do not matter, so the
+    #: engine may hand a protocol several slots at once (`desim.kernel.engine`).
+    counter_based: bool = True
 
     def bind(self, n_agents: int, public: Mapping[str, Any], streams: Streams) -> LinkModel:
         """The link model of one run of `n_agents` agents (default: this one, unchanged).
@@ -143,10 +148,17 @@ class LinkModel:
         return True
 
     def latency(
-        self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray, width: int = 0
+        self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray, width: int = 0,
+        ids: np.ndarray | None = None,
     ) -> np.ndarray | float:
         """Delivery delay in slots of each message sent at t carrying `width` numbers (an array,
-        or one number for all)."""
+        or one number for all).
+
+        `ids` (uint64, one per message, unique in the run; None: not given) name the messages:
+        with them a random delay is a fixed function of the message's id, not the next draw
+        from `rng` (`counter_uniform`), so it does not depend on when or with which other
+        messages it is asked for.
+        """
         return self.slots
 
     def receivable(self, t: float, dst: np.ndarray) -> np.ndarray | bool:

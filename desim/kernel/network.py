@@ -113,11 +113,14 @@ class Network:
         dst: np.ndarray,
         payload: np.ndarray | None = None,
         at: np.ndarray | None = None,
+        ids: np.ndarray | None = None,
     ) -> None:
         """Send one message of `kind` from each src[i] to dst[i], carrying payload[i] (a row).
 
         `at` (windows only): each message's exact send time (ascending), e.g. the delivery
-        times of the messages it answers; None means now.
+        times of the messages it answers; None means now. `ids` (optional): a number naming
+        each message among the run's messages of this kind (a reply may reuse its request's);
+        random delays are then fixed functions of (kind, id) (`LinkModel.latency`).
         """
         code = self.kinds.index(kind)
         src = np.asarray(src, dtype=np.int64)
@@ -135,8 +138,10 @@ class Network:
             self._file(float(now), Batch(src, dst, self._codes(code, n), payload,
                                          self._sent_now(float(now), n), self.kinds, code))
             return
+        if ids is not None:
+            ids = self._message_ids(code, ids)
         if self.windows:
-            self._send_window(code, src, dst, payload, at)
+            self._send_window(code, src, dst, payload, at, ids)
             return
         up = self.links.available(self._rng_links, now, src, dst)
         if up is not True:
@@ -144,10 +149,12 @@ class Network:
             if not up.all():
                 self.dropped[code] += n - int(up.sum())
                 src, dst, payload = src[up], dst[up], payload[up]
+                if ids is not None:
+                    ids = ids[up]
                 n = len(src)
                 if n == 0:
                     return
-        delay = self.links.latency(self._rng_latency, now, src, dst, payload.shape[1])
+        delay = self._latency(now, src, dst, payload.shape[1], ids)
         due: np.ndarray | float = now + (
             np.asarray(delay, dtype=float) if not isinstance(delay, int | float) else float(delay)
         )
@@ -161,6 +168,20 @@ class Network:
             self._file(float(due[0]), batch)
         else:
             self._file_each(due, batch)
+
+    def _message_ids(self, code: int, ids: np.ndarray) -> np.ndarray:
+        """The latency counters of messages of kind `code` named `ids`: distinct per kind."""
+        counter = np.asarray(ids, dtype=np.uint64) * np.uint64(len(self.kinds))
+        counter += np.uint64(code)
+        return counter
+
+    def _latency(self, t: float | np.ndarray, src: np.ndarray, dst: np.ndarray, width: int,
+                 ids: np.ndarray | None) -> np.ndarray | float:
+        """The links' delays of these messages (by id when named; link models written before
+        ids existed are never passed them)."""
+        if ids is None:
+            return self.links.latency(self._rng_latency, t, src, dst, width)
+        return self.links.latency(self._rng_latency, t, src, dst, width, ids=ids)
 
     def _on_grid(self, due: np.ndarray | float) -> np.ndarray:
         """Delivery times rounded up to the grid of 1/ticks slot (a hair's tolerance: a time
@@ -295,7 +316,7 @@ class Network:
 
     def _send_window(
         self, code: int, src: np.ndarray, dst: np.ndarray, payload: np.ndarray,
-        at: np.ndarray | None,
+        at: np.ndarray | None, ids: np.ndarray | None,
     ) -> None:
         n = len(src)
         # one send time for all (a tick's sends) or each message's own (replies in a window)
@@ -312,12 +333,14 @@ class Network:
                 if not isinstance(times, float):
                     times = times[keep]
                 payload = payload.take(keep, axis=0)  # (`take`: a 2-D mask or index is slower)
+                if ids is not None:
+                    ids = ids[keep]
                 n = len(src)
                 if n == 0:
                     return
         width = payload.shape[1]
-        delay = self._by_time(times, lambda t, s: self.links.latency(
-            self._rng_latency, t, src[s], dst[s], width))
+        delay = self._by_time(times, lambda t, s: self._latency(
+            t, src[s], dst[s], width, None if ids is None else ids[s]))
         due = np.asarray(times + np.asarray(delay, dtype=float))  # (scalars broadcast)
         if due.ndim == 0:
             due = np.full(n, float(due))

@@ -43,9 +43,10 @@ class DataSource:
 class Context:
     """What a protocol is given at set-up.
 
-    `send(kind, src, dst, payload, at=None)` puts messages on the network (`at`: their exact
-    send times, in a window); `oracle_classes` is the true class of each agent and is set only
-    for protocols that declare ``uses_oracle = True``.
+    `send(kind, src, dst, payload, at=None, ids=None)` puts messages on the network (`at`:
+    their exact send times, in a window; `ids`: numbers naming them, which make random delays
+    fixed functions of the messages); `oracle_classes` is the true class of each agent and is
+    set only for protocols that declare ``uses_oracle = True``.
     `links` is the run's bound link model (its `probabilities(n, within, server_within)` are
     public: PriCER optimises for them, optionally for messages that must arrive within a
     deadline); `call_at(when, fn)` calls `fn()` at time `when`, after that instant's deliveries
@@ -87,6 +88,10 @@ class Protocol:
     uses_oracle: ClassVar[bool] = False
     #: True when the protocol can take a window's messages in batches (see above).
     window_safe: ClassVar[bool] = False
+    #: True (set by a window-safe protocol, at the latest in `setup`) when what it sends at a
+    #: tick never depends on what was delivered before it, so that the engine may hand it
+    #: several slots at once (`on_slots`), when the links are counter-based.
+    slot_batches: bool = False
 
     def __init__(self, params: Any) -> None:
         self.params = params
@@ -97,6 +102,17 @@ class Protocol:
 
     def on_samples(self, t: int, samples: np.ndarray) -> None:
         """Take every agent's sample of slot `t` (shape (n_agents,)) and send what is due."""
+
+    def on_slots(self, t: int, samples: np.ndarray) -> None:
+        """Slots t … t + k − 1 at once (`slot_batches` only; samples: shape (k, n_agents)).
+
+        Each slot's sends carry ``at`` = its time and ``ids``. The windows up to the next
+        call deliver messages due in any of these slots: a message delivered at time x must be
+        handled with the state of slot ⌊x⌋ (e.g. sums kept per slot), and the state after the
+        last window must be what `on_samples` slot by slot, one instant at a time, would leave:
+        bit for bit, which the kernel's tests check. No `Context.call_at` is allowed.
+        """
+        raise NotImplementedError
 
     def on_deliver(self, batch: Batch) -> None:
         """React to the messages delivered at the current instant (or in a window)."""

@@ -5,7 +5,10 @@ A study file picks one with a ``[network.latency]`` table: any distribution of
 its own independent delay) or ``model = "size-proportional"`` (``base + per_value × width``, where
 width is the number of values the message carries). Delays are in slots and may be fractional; the
 network delivers at the exact time. Draws come from the run's ``latency`` stream in send order, one
-per message, so i.i.d. delays let a later message overtake an earlier one on the same link.
+per message, so i.i.d. delays let a later message overtake an earlier one on the same link. A
+protocol that names its messages (ids, `desim.kernel.links.LinkModel.latency`) gets each delay as a
+fixed function of its message's id instead, ``ppf(counter_uniform(key, id))`` with a key drawn
+once from that stream: the same law, whatever the order messages are sent in.
 
 ``resolution`` (slots, default 0: exact) rounds every delivery time up to the next multiple of
 it (1/resolution must be a whole number of ticks per slot). Exact continuous delays give every
@@ -27,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from desim.kernel.links import counter_uniform
 from desim.kernel.params import ConfigError, build, field_names, param
 from desim.kernel.registry import DISTRIBUTIONS
 from desim.network_models.distributions import Distribution, distribution
@@ -50,6 +54,14 @@ class Latency:
         (an array, or one number for all), drawn from `rng` (the ``latency`` stream)."""
         raise NotImplementedError
 
+    def sample_keyed(
+        self, key: np.uint64, ids: np.ndarray, t: float, src: np.ndarray, dst: np.ndarray,
+        width: int,
+    ) -> np.ndarray | float:
+        """The same law as `sample`, as a fixed function of each message's id (uint64) and the
+        run's `key`: the draws do not depend on the order messages are asked in."""
+        raise NotImplementedError
+
     def cdf(self, x: np.ndarray, width: int) -> np.ndarray:
         """P(delay ≤ x) of a message carrying `width` values, elementwise."""
         raise NotImplementedError
@@ -67,6 +79,13 @@ class IidLatency(Latency):
         self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray, width: int
     ) -> np.ndarray:
         return self.delay.sample(rng, len(src))
+
+    def sample_keyed(
+        self, key: np.uint64, ids: np.ndarray, t: float, src: np.ndarray, dst: np.ndarray,
+        width: int,
+    ) -> np.ndarray:
+        # (`Distribution.sample` inverts one uniform per draw too: the same law)
+        return self.delay.ppf(counter_uniform(key, ids))
 
     def cdf(self, x: np.ndarray, width: int) -> np.ndarray:
         return self.delay.cdf(x)
@@ -89,6 +108,12 @@ class SizeProportional(Latency):
 
     def sample(
         self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray, width: int
+    ) -> float:
+        return self.base + self.per_value * width
+
+    def sample_keyed(
+        self, key: np.uint64, ids: np.ndarray, t: float, src: np.ndarray, dst: np.ndarray,
+        width: int,
     ) -> float:
         return self.base + self.per_value * width
 

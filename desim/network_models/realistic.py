@@ -113,7 +113,9 @@ class BoundRealistic(LinkModel):
         self.outages = outages
         self.nodes = nodes
         self.stragglers = stragglers
+        self._latency_key: np.uint64 | None = None  # of delays drawn by message id
         self.slots = base.slots
+        self.counter_based = base.counter_based
         self.resolution = latency.resolution if latency is not None else 0.0
         # stragglers read the slot ⌊t⌋, latency models draw per message whatever t is
         self.per_slot = bool(getattr(base, "per_slot", False)) and all(
@@ -146,13 +148,20 @@ class BoundRealistic(LinkModel):
         return up
 
     def latency(
-        self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray, width: int = 0
+        self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray, width: int = 0,
+        ids: np.ndarray | None = None,
     ) -> np.ndarray | float:
         delay = self.base.latency(rng, t, src, dst, width)
         if self.stragglers is not None:
             delay = delay + self.stragglers.delay(t, src)
         if self.latency_model is not None:
-            delay = delay + self.latency_model.sample(rng, t, src, dst, width)
+            if ids is None:
+                delay = delay + self.latency_model.sample(rng, t, src, dst, width)
+            else:
+                if self._latency_key is None:  # the run's latency stream fixes the key once
+                    self._latency_key = np.uint64(rng.integers(0, 2**63))
+                delay = delay + self.latency_model.sample_keyed(
+                    self._latency_key, ids, t, src, dst, width)
         return delay
 
     def receivable(self, t: float, dst: np.ndarray) -> np.ndarray | bool:

@@ -195,6 +195,13 @@ class PrivateColME(Protocol):
         self._z = np.concatenate([[np.inf], ndtri(1.0 - self._theta[1:] / 2.0)])
         self.incremental = m > self.incremental_above
         self._window: list[Batch] = []  # releases delivered in the current window
+        # RR's queries never depend on deliveries: the engine may hand over several slots at
+        # once (`on_slots`), whose windows read the state of each slot from these
+        self.slot_batches = self.asynchronous and p.schedule == "rr"
+        self._slot0 = 0  # the first slot of the current batch
+        self._slot_sums: np.ndarray | None = None  # [i, a]: sums after slot _slot0 + i
+        self._slot_sumsq: np.ndarray | None = None  # (unknown variances only)
+        self._slot_counts: np.ndarray | None = None  # [i]: every agent's count then
         if self.incremental:
             self.sums_w = CombinationSums(m)
 
@@ -212,7 +219,51 @@ class PrivateColME(Protocol):
             a, offset = self._next_included()
             self._offset[a] = offset
             b = (a + offset) % len(self._agents)
-        self.ctx.send("query", a, b)
+        if self.asynchronous:
+            self.ctx.send("query", a, b, ids=self._query_ids(t, a, b))
+        else:
+            self.ctx.send("query", a, b)
+
+    def on_slots(self, t: int, samples: np.ndarray) -> None:
+        """Slots t … t + k − 1 under RR: the samples, kept per slot for the windows that follow
+        (summed in the order slot-by-slot `on_samples` sums them), then every slot's queries."""
+        k, m = samples.shape
+        self._slot0 = t
+        self._slot_sums = _running(self.sums, samples)
+        self.sums[:] = self._slot_sums[-1]
+        if not self.known:
+            self._slot_sumsq = _running(self.sumsq, samples * samples)
+            self.sumsq[:] = self._slot_sumsq[-1]
+        self._slot_counts = self.counts[0] + np.arange(1.0, k + 1.0)
+        self.counts += k
+        slots = np.arange(t, t + k)
+        offset = (slots - 1) % (m - 1) + 1
+        b = (self._agents + offset[:, None]) % m
+        b = b.ravel()
+        a = np.tile(self._agents, k)
+        sent = np.repeat(slots, m)
+        self.ctx.send("query", a, b, at=sent.astype(float), ids=self._query_ids(sent, a, b))
+
+    def _query_ids(self, t: int | np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The ids of queries a → b sent in slots t, (t·M + a)·M + b; a release carries the id
+        of the query it answers (`desim.kernel.network.Network.send`)."""
+        m = len(self._agents)
+        return (np.asarray(t, dtype=np.int64) * m + a) * m + b
+
+    def _own(self, who: np.ndarray, slot: np.ndarray | None
+             ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """Sums, sums of squares (None with known variances) and counts of agents `who`: now,
+        or after slots `_slot0 + slot` of the current batch (`on_slots`)."""
+        if slot is None:
+            return self.sums[who], None if self.known else self.sumsq[who], self.counts[who]
+        return (self._slot_sums[slot, who],
+                None if self.known else self._slot_sumsq[slot, who], self._slot_counts[slot])
+
+    def _slot_of(self, when: np.ndarray | None) -> np.ndarray | None:
+        """The slot of the current batch each time falls in (None: not in a batch)."""
+        if when is None or self._slot_sums is None:
+            return None
+        return (np.floor(when) - self._slot0).astype(np.intp)
 
     def _next_included(self) -> tuple[np.ndarray, np.ndarray]:
         """rRR: each agent's next RR position whose agent it still includes."""
@@ -244,12 +295,17 @@ class PrivateColME(Protocol):
             queries, releases = batch.select(is_query), batch.select(~is_query)
         if queries is not None and len(queries):
             b, a = queries.dst, queries.src
-            payload = self._answer(b, a) if self.asynchronous else self._release(b, a)
-            payload[:, _ASKED] = queries.sent_at
-            if queries.delivered_at is None:
+            if self.asynchronous:
+                payload = self._answer(b, a, self._slot_of(queries.delivered_at))
+                payload[:, _ASKED] = queries.sent_at
+                # a release is named by the query it answers; in a window it leaves at that
+                # query's exact delivery time
+                self.ctx.send("release", b, a, payload, at=queries.delivered_at,
+                              ids=self._query_ids(queries.sent_at, a, b))
+            else:
+                payload = self._release(b, a)
+                payload[:, _ASKED] = queries.sent_at
                 self.ctx.send("release", b, a, payload)
-            else:  # in a window: each reply leaves at its query's exact delivery time
-                self.ctx.send("release", b, a, payload, at=queries.delivered_at)
         if releases is not None and len(releases):
             if releases.delivered_at is not None:  # in a window: taken at its end
                 self._window.append(releases)
@@ -258,36 +314,49 @@ class PrivateColME(Protocol):
             else:
                 self._take_releases(releases.dst, releases.src, releases.payload)
 
-    def _release(self, b: np.ndarray, a: np.ndarray) -> np.ndarray:
-        """Payloads of new releases of agents b to agents a (distinct pairs; _ASKED unset)."""
-        sums, counts = self.sums[b], self.counts[b]
+    def _release(self, b: np.ndarray, a: np.ndarray, slot: np.ndarray | None = None
+                 ) -> np.ndarray:
+        """Payloads of new releases of agents b to agents a (distinct pairs; _ASKED unset), with
+        b's state now or after slots `slot` of the batch."""
+        sums, sumsq, counts = self._own(b, slot)
         values, j, fresh = self.mech.release(b, a, sums, counts)
         payload = np.empty((len(b), self._width))
         if self.params.variance == "sch-var-1":
             payload[:, _VARIANCE] = self.var_release.release(
-                b, a, j, fresh, sums, self.sumsq[b], counts, values
+                b, a, j, fresh, sums, sumsq, counts, values
             )
         payload[:, _VALUE], payload[:, _COUNT], payload[:, _INDEX] = values, counts, j
         return payload
 
-    def _answer(self, b: np.ndarray, a: np.ndarray) -> np.ndarray:
-        """Payloads answering queries a → b that may repeat a pair or find no new sample.
+    def _answer(self, b: np.ndarray, a: np.ndarray, slot: np.ndarray | None = None
+                ) -> np.ndarray:
+        """Payloads answering queries a → b that may repeat a pair or find no new sample, with
+        b's state now or (in a batch of slots) after the slot each query arrives in (`slot`,
+        ascending).
 
-        A pair's first query here gets a new release if b has a sample its last release to a
-        lacked; every other query gets that last release again (`repeated`).
+        A pair's first query in a slot gets a new release if b has a sample its last release to
+        a lacked; every other query gets that last release again (`repeated`).
         """
         pair = b * len(self._agents) + a
-        if len(pair) == 1 or not _has_repeats(pair):
-            if (self.counts[b] > self._last_count[pair]).all():  # the usual case
-                payload = self._release(b, a)
+        repeats = len(pair) > 1 and _has_repeats(pair)
+        if repeats and slot is not None and slot[0] != slot[-1]:
+            # slot by slot, in order: a pair asked again in a later slot may have a new sample
+            cuts = [0, *(slot[1:] != slot[:-1]).nonzero()[0] + 1, len(slot)]
+            return np.concatenate([self._answer(b[i:j], a[i:j], slot[i:j])
+                                   for i, j in zip(cuts[:-1], cuts[1:], strict=True)])
+        counts = self._own(b, slot)[2]
+        if not repeats:
+            if (counts > self._last_count[pair]).all():  # the usual case
+                payload = self._release(b, a, slot)
                 self._keep_answer(pair, payload)
                 return payload
             first = np.arange(len(pair))
         else:
             first = np.sort(np.unique(pair, return_index=True)[1])  # send order: noise draws
-        new = first[self.counts[b[first]] > self._last_count[pair[first]]]
+        new = first[counts[first] > self._last_count[pair[first]]]
         if len(new):
-            self._keep_answer(pair[new], self._release(b[new], a[new]))
+            self._keep_answer(pair[new], self._release(b[new], a[new],
+                                                       None if slot is None else slot[new]))
         again = np.ones(len(b), dtype=bool)
         again[new] = False
         self.repeated += np.bincount(b[again], minlength=len(self._agents))
@@ -318,9 +387,11 @@ class PrivateColME(Protocol):
         """Discard timed-out and stale releases, take the others pair by pair in order of j.
 
         A window's releases come with their delivery times `when` and the number of the batch
-        that delivered each: a pair's releases are then taken by time, batch, then j.
+        that delivered each: a pair's releases are then taken by time, batch, then j. In a
+        batch of slots each is tested with a's state of the slot it arrived in.
         """
         a, b, payload = releases.dst, releases.src, releases.payload
+        slot = self._slot_of(when)
         m = len(self._agents)
         if math.isfinite(self.params.timeout):
             now = self.ctx.now() if when is None else when
@@ -330,6 +401,8 @@ class PrivateColME(Protocol):
                 a, b, payload = a[~late], b[~late], payload[~late]
                 if when is not None:
                     when, batch_no = when[~late], batch_no[~late]
+                if slot is not None:
+                    slot = slot[~late]
         pair = a * m + b
         if len(pair) > 1 and _has_repeats(pair):
             # several releases of one pair: round r takes the r-th of every pair (lowest j;
@@ -337,12 +410,14 @@ class PrivateColME(Protocol):
             j = payload[:, _INDEX]
             keys = (j, pair) if when is None else (j, batch_no, when, pair)
             for take in _rounds(pair, np.lexsort(keys)):
-                self._take_fresh(a[take], b[take], pair[take], payload[take])
+                self._take_fresh(a[take], b[take], pair[take], payload[take],
+                                 None if slot is None else slot[take])
         elif len(pair):
-            self._take_fresh(a, b, pair, payload)
+            self._take_fresh(a, b, pair, payload, slot)
 
     def _take_fresh(
-        self, a: np.ndarray, b: np.ndarray, pair: np.ndarray, payload: np.ndarray
+        self, a: np.ndarray, b: np.ndarray, pair: np.ndarray, payload: np.ndarray,
+        slot: np.ndarray | None = None,
     ) -> None:
         """Take the releases of distinct pairs whose j is above κ; count the others stale."""
         last = self.stat.last_index(pair)
@@ -350,15 +425,19 @@ class PrivateColME(Protocol):
         if not fresh.all():
             self.stale += np.bincount(a[~fresh], minlength=len(self._agents))
             a, b, payload, last = a[fresh], b[fresh], payload[fresh], last[fresh]
+            if slot is not None:
+                slot = slot[fresh]
         if len(a):
-            self._take_releases(a, b, payload, last.astype(np.int64))
+            self._take_releases(a, b, payload, last.astype(np.int64), slot)
 
     def _take_releases(
-        self, a: np.ndarray, b: np.ndarray, payload: np.ndarray, last: np.ndarray | None = None
+        self, a: np.ndarray, b: np.ndarray, payload: np.ndarray, last: np.ndarray | None = None,
+        slot: np.ndarray | None = None,
     ) -> None:
         """Take releases from b to a (distinct pairs, each j above κ): T, V_{b→a}, the test.
 
-        `last` is each pair's κ before these releases; None when every j is κ + 1.
+        `last` is each pair's κ before these releases; None when every j is κ + 1. `slot`: the
+        slot of the batch whose state a tests with (None: now).
         """
         values, t_b = payload[:, _VALUE], payload[:, _COUNT]
         j = payload[:, _INDEX].astype(np.int64)
@@ -385,7 +464,7 @@ class PrivateColME(Protocol):
             self.v_hat.ravel()[pair] = v_b
             var = (v_b * data + self.sigma2_dp * noise) / (n * n)  # data > 0: ∞ stays ∞
             n_other = t_b if self.params.welch_df == "printed" else k.astype(float)
-        decision = self._test(a, b, value, var, n_other)
+        decision = self._test(a, b, value, var, n_other, slot)
         if self.incremental:
             self.sums_w.replace(a, *old, *_contribution(decision, value, var))
         pair = a * len(self._agents) + b
@@ -410,22 +489,30 @@ class PrivateColME(Protocol):
 
     def _test(
         self, a: np.ndarray, b: np.ndarray, value: np.ndarray, var: np.ndarray,
-        n_other: np.ndarray,
+        n_other: np.ndarray, slot: np.ndarray | None = None,
     ) -> np.ndarray:
-        """χ_a(b): the z-test with known variances, the Welch t-test otherwise."""
+        """χ_a(b): the z-test with known variances, the Welch t-test otherwise (a's state now,
+        or after slots `slot` of the batch)."""
         if self.known:
-            return self._z_test(a, value, var)
-        return self._welch_test(a, value, var, n_other)
+            return self._z_test(a, value, var, slot)
+        return self._welch_test(a, value, var, n_other, slot)
 
-    def _z_test(self, a: np.ndarray, value: np.ndarray, var: np.ndarray) -> np.ndarray:
+    def _z_test(self, a: np.ndarray, value: np.ndarray, var: np.ndarray,
+                slot: np.ndarray | None = None) -> np.ndarray:
         """χ_a(b) of §III-C1: |X̄_a − T_{b→a}| < Φ⁻¹(1−θ_t/2)·√(σ_a²/t + Var[T_{b→a}])."""
-        t = self.counts[0]  # every agent has t samples (one per slot): one t, one quantile
-        z = self._z[int(t)]
+        if slot is None:
+            t = self.counts[0]  # every agent has t samples (one per slot): one t, one quantile
+            z = self._z[int(t)]
+            sums = self.sums[a]
+        else:
+            t = self._slot_counts[slot]
+            z = self._z[t.astype(np.int64)]
+            sums = self._slot_sums[slot, a]
         spread = self.sigma2[a] / t  # (in place: the same floats, fewer temporaries)
         spread += var
         np.sqrt(spread, out=spread)
         spread *= z
-        gap = self.sums[a] / t
+        gap = sums / t
         gap -= value
         return np.abs(gap, out=gap) < spread
 
@@ -434,12 +521,13 @@ class PrivateColME(Protocol):
         return sample_variance(self.sums[a], self.sumsq[a], self.counts[a])
 
     def _welch_test(
-        self, a: np.ndarray, value: np.ndarray, var: np.ndarray, n_other: np.ndarray
+        self, a: np.ndarray, value: np.ndarray, var: np.ndarray, n_other: np.ndarray,
+        slot: np.ndarray | None = None,
     ) -> np.ndarray:
         """χ_a(b) of §III-C2, the Welch t-test with V_a and V̂ar[T_{b→a}] (kept if unknown)."""
-        t = self.counts[a]
+        sums, sumsq, t = self._own(a, slot)
         theta = self._theta[t.astype(np.int64)]
-        return welch_accepts(self.sums[a] / t - value, self.own_variance(a), t, var, n_other,
+        return welch_accepts(sums / t - value, sample_variance(sums, sumsq, t), t, var, n_other,
                              theta)
 
     def _sch_var_2(
@@ -523,6 +611,15 @@ def _contribution(
     return weight * value, weight
 
 
+def _running(before: np.ndarray, samples: np.ndarray) -> np.ndarray:
+    """[i]: `before` plus samples[0], …, samples[i], added one row at a time (as slot-by-slot
+    updates add them: the same floats)."""
+    out = np.empty((len(samples) + 1, len(before)))
+    out[0] = before
+    out[1:] = samples
+    return np.add.accumulate(out, axis=0, out=out)[1:]
+
+
 class CombinationSums:
     """Each agent's Σ_b T_{b→a}/Var[T_{b→a}] and Σ_b 1/Var[T_{b→a}], kept up to date.
 
@@ -602,7 +699,7 @@ class PrivateColMEOracle(PrivateColME):
 
     def _test(
         self, a: np.ndarray, b: np.ndarray, value: np.ndarray, var: np.ndarray,
-        n_other: np.ndarray,
+        n_other: np.ndarray, slot: np.ndarray | None = None,
     ) -> np.ndarray:
         classes = self.ctx.oracle_classes
         return classes[a] == classes[b]

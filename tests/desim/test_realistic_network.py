@@ -135,6 +135,39 @@ def test_bound_links_take_one_time_per_message_as_they_take_one_time():
     assert np.array_equal(joint, split)
 
 
+@pytest.mark.parametrize("law", [Exponential(mean=5.0), Uniform(low=1.0, high=3.0)])
+def test_delays_by_message_id_do_not_depend_on_order_or_grouping_and_keep_the_law(law):
+    """Named messages (ids) get ppf(counter_uniform(key, id)): the same delay whatever order and
+    calls they are asked in, whatever other draws the stream made; their mean and spread
+    are the law's within four standard errors (10⁵ draws)."""
+    model = RealisticLinks(IdealLinks(), latency=IidLatency(law))
+    ids = np.arange(100_000, dtype=np.uint64) * np.uint64(7919)
+    src = dst = np.zeros(len(ids), dtype=np.int64)
+    a, b = (model.bind(N, {}, Streams(2, 0, 1, 2)) for _ in range(2))
+    rng_a, rng_b = np.random.default_rng(4), np.random.default_rng(4)
+    joint = a.latency(rng_a, 3.0, src, dst, 1, ids=ids)
+    order = np.random.default_rng(0).permutation(len(ids))
+    b.latency(rng_b, 0.0, src[:1], dst[:1], 1, ids=ids[:1])  # fixes the key
+    rng_b.random(17)  # other draws of the stream change nothing
+    parts = [b.latency(rng_b, 9.5, src[p], dst[p], 1, ids=ids[p])
+             for p in np.array_split(order, 7)]
+    assert np.array_equal(np.concatenate(parts), joint[order])
+    n = len(joint)
+    sd = math.sqrt(_variance(law))
+    assert abs(joint.mean() - law.mean) < 4 * sd / math.sqrt(n)
+    # the sample variance's standard error, from the fourth central moment of the law
+    m4 = 9 * law.mean**4 if isinstance(law, Exponential) else (law.high - law.low) ** 4 / 80
+    assert abs(joint.var() - sd**2) < 4 * math.sqrt((m4 - sd**4) / n)
+    # and distinct ids are not the same draw: no two of 10⁵ continuous delays coincide
+    assert len(np.unique(joint)) == n
+
+
+def _variance(law) -> float:
+    if isinstance(law, Exponential):
+        return law.mean**2
+    return (law.high - law.low) ** 2 / 12
+
+
 # ---- the synchronous limit -------------------------------------------------------------------
 
 ZERO = {"latency": {"model": "constant", "value": 0.0}, "outages": {"model": "always"},

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from desim.kernel.engine import Simulation
+from desim.kernel.engine import SLOT_BATCH, Simulation
 from desim.kernel.links import IdealLinks
 from desim.kernel.params import build
 from desim.kernel.plugins import load_plugins
@@ -78,3 +78,72 @@ def test_windows_are_exact_on_realistic_networks(tables, params):
     assert out_one.agents.to_csv().encode() == out_win.agents.to_csv().encode()
     np.testing.assert_array_equal(sim_one.network.dropped, sim_win.network.dropped)
     assert sim_win.network.dropped.sum() > 0  # the network did lose messages
+
+
+class Batched(PROTOCOLS.get("private-colme")):
+    """Private-ColME that records how many slots each `on_slots` call was handed, and keeps
+    incremental combination sums at any size (to check them under batches too)."""
+
+    incremental_above = 0
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        self.batch_sizes = []
+
+    def on_slots(self, t, samples):
+        self.batch_sizes.append(len(samples))
+        super().on_slots(t, samples)
+
+
+def run_batched(params: dict, links, windows: bool, checkpoints: np.ndarray, t_max: int = 300):
+    proto = Batched(build(Batched.Params, params, "test"))
+    data = build(DATA.get("classes"), {**CLASSES, "agents": 9}, "data").make(
+        np.random.default_rng(5))
+    sim = Simulation(proto, data, t_max, Streams(5, 0, 1, 2), links=links,
+                     checkpoints=checkpoints, per_agent=True, windows=windows)
+    return proto, sim, sim.run()
+
+
+@pytest.mark.parametrize("tables", WINDOW_NETWORKS)
+@pytest.mark.parametrize("params", [
+    {},
+    {"mechanism": "pm2", "weights": "wmom", "variance": "sch-var-2-bayes", "timeout": 4.25},
+    {"mechanism": "pm2", "weights": "mom", "variance": "sch-var-1", "welch_df": "kappa"},
+    {"mechanism": "pm1", "weights": "mom", "variance": "sch-var-2", "timeout": 3.5},
+])
+def test_batches_of_slots_reproduce_one_message_per_instant_bit_for_bit(tables, params):
+    """Under RR the engine hands Private-ColME up to SLOT_BATCH slots at once, ending a batch at
+    every measurement (here at uneven times, two of them adjacent): every measurement and the
+    final state equal one message per instant, one slot at a time."""
+    checkpoints = np.array([1, 7, 50, 51, 52, 129, 200, 300])
+
+    def links():
+        return realistic_links(IdealLinks(), tables)
+
+    one, sim_one, out_one = run_batched(params, links(), False, checkpoints)
+    win, sim_win, out_win = run_batched(params, links(), True, checkpoints)
+    assert not one.batch_sizes and sim_win._batches
+    assert max(win.batch_sizes) == SLOT_BATCH and sum(win.batch_sizes) == 300
+    assert out_one.metrics.to_csv().encode() == out_win.metrics.to_csv().encode()
+    assert out_one.agents.to_csv().encode() == out_win.agents.to_csv().encode()
+    for name in ("_state", "kappa"):
+        np.testing.assert_array_equal(getattr(one.stat, name), getattr(win.stat, name))
+    for name in ("included", "stale", "timed_out", "repeated", "sums", "sumsq", "counts"):
+        np.testing.assert_array_equal(getattr(one, name), getattr(win, name))
+    # the compensated combination sums (their terms may be added in another order)
+    np.testing.assert_array_equal(one.sums_w.sums + one.sums_w.carry,
+                                  win.sums_w.sums + win.sums_w.carry)
+    np.testing.assert_array_equal(sim_one.network.sent, sim_win.network.sent)
+    np.testing.assert_array_equal(sim_one.network.dropped, sim_win.network.dropped)
+    assert sim_win.network.dropped.sum() > 0
+
+
+@pytest.mark.parametrize("params, links, batches", [
+    ({"schedule": "rrr"}, lambda: realistic_links(IdealLinks(), WINDOW_NETWORKS[0]), False),
+    ({}, scripted, False),  # its delays are the next draws of a stream, in the order asked
+    ({}, lambda: realistic_links(IdealLinks(), WINDOW_NETWORKS[0]), True),
+])
+def test_slots_are_batched_only_under_rr_on_counter_based_links(params, links, batches):
+    proto, sim, _ = run_batched(params, links(), True, np.array([300]), t_max=40)
+    assert sim._batches == batches
+    assert bool(proto.batch_sizes) == batches

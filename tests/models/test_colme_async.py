@@ -163,9 +163,9 @@ class Counting(PrivateColME):
         self.releases_in += len(batch.of_kind("release"))
         super().on_deliver(batch)
 
-    def _take_releases(self, a, b, payload, last=None):
+    def _take_releases(self, a, b, payload, last=None, slot=None):
         self.taken += len(a)
-        super()._take_releases(a, b, payload, last)
+        super()._take_releases(a, b, payload, last, slot)
 
 
 def simulate(params: dict, m: int, t_max: int, links: LinkModel | None, cls=None,
@@ -252,8 +252,8 @@ def test_a_repeated_answer_is_the_release_it_repeats(params):
     answers = []
 
     class Recording(PrivateColME):
-        def _answer(self, b, a):
-            payload = super()._answer(b, a)
+        def _answer(self, b, a, slot=None):
+            payload = super()._answer(b, a, slot)
             answers.append((b.copy(), a.copy(), payload.copy()))
             return payload
 
