@@ -27,7 +27,9 @@ until none is left; then `on_window_end`. Availability, latency and receivabilit
 once per window for all its messages when the link model answers per slot (`per_slot`: a
 window never spans a slot boundary) or takes one time per message (`per_message`), else once
 per distinct time; latency draws come from the stream in the same order either way, so
-windows reproduce one-message-per-instant delivery.
+windows reproduce one-message-per-instant delivery. A window may span several slots when the
+engine hands a protocol several at once (`desim.kernel.engine`): sends then carry their slot
+times (`at`) and ids, which make delays fixed functions of the messages (`LinkModel.latency`).
 """
 
 from __future__ import annotations

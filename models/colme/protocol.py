@@ -54,6 +54,12 @@ querier's state, never what answers read. In a window the queries are answered b
 (replies at their exact times) and the releases are kept until `on_window_end`, which takes
 them in the order one-message-per-instant delivery would: per pair by delivery time (then by
 batch, then by j among releases of one instant), timeouts against each exact delivery time.
+Under RR the queries never depend on deliveries, so the engine may hand over several slots at
+once (`on_slots`, `slot_batches`): the sums after each slot are kept, and a query (a release)
+delivered at x is answered (taken) with the responder's (the querier's) state of slot ⌊x⌋.
+Messages are named for the links' latency (`Network.send`'s ids): a query by (slot, querier,
+responder), a release by the query it answers; so their delays do not depend on how sends
+are grouped.
 """
 
 from __future__ import annotations
