@@ -36,7 +36,7 @@ from desim.kernel.recorder import Recorder, log_checkpoints
 DATA_BLOCK = 1024
 DATA_BLOCK_BYTES = 128 * 2**20
 #: Most slots handed to a protocol at once (`Protocol.on_slots`).
-SLOT_BATCH = 16
+SLOT_BATCH = 32
 
 
 def data_block(n_agents: int) -> int:

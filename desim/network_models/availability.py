@@ -100,6 +100,11 @@ def _time_by_time(
     out = np.empty(len(flat), dtype=dtype)
     if not len(flat):
         return out.reshape(entity.shape)
+    if (t[1:] >= t[:-1]).all():  # the usual case (a window's messages): runs, no sort
+        cuts = [0, *((t[1:] != t[:-1]).nonzero()[0] + 1).tolist(), len(t)]
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+            out[a:b] = ask(float(t[a]), flat[a:b])
+        return out.reshape(entity.shape)
     order = np.argsort(t, kind="stable")
     cuts = np.flatnonzero(t[order][1:] != t[order][:-1]) + 1
     for part in np.split(order, cuts):
@@ -366,13 +371,17 @@ class BufferedRenewal(RenewalBound):
     """
 
     #: Sojourns kept per entity, and the most entities that get this storage (AHEAD·BUFFERED
-    #: floats: 32 MiB).
-    AHEAD = 64
+    #: floats: 16 MiB).
+    AHEAD = 32
     BUFFERED = 1 << 16
     #: A renewal also extends the rows asked with it that are past this many kept ends. Rows
     #: running out cause renewals; extending from an eighth rather than half on makes that rarer
     #: (about 40 % fewer renewals when 200 agents ask each other under Markov outages).
     EXTEND_PAST = AHEAD // 8
+    #: Questions about more rows than this extend none: some row runs out in nearly every such
+    #: question anyway, and rewriting every worn row costs more than the renewals it saves
+    #: (Private-ColME handed 32 slots at once asks 6400 rows: 25 % faster without).
+    EXTEND_UP_TO = 1024
 
     def __init__(
         self, up_law: Distribution, down_law: Distribution, n_entities: int, key: np.uint64,
@@ -417,7 +426,7 @@ class BufferedRenewal(RenewalBound):
                 return k, end
             # renew the rows that ran out (or never started) at their earliest time asked, and
             # extend every row past EXTEND_PAST; an entity asked far apart takes more rounds
-            worn = i[at[done] >= self.EXTEND_PAST]
+            worn = i[at[done] >= self.EXTEND_PAST] if len(rows) <= self.EXTEND_UP_TO else i[:0]
             self._renew(self._earliest(rows[todo], _at(time, todo)), rows[worn],
                         _at(time, worn))
             ends, at, _ = self._position(_at(time, todo), rows[todo])

@@ -179,11 +179,20 @@ def test_sparse_storage_grown_batch_by_batch_answers_as_dense(seed, churn, data)
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), churn=st.booleans(), data=st.data())
-def test_look_ahead_gives_the_floats_of_fresh_draws(seed, churn, data):
+@given(seed=st.integers(0, 2**32 - 1), churn=st.booleans(), extend=st.booleans(),
+       data=st.data())
+def test_look_ahead_gives_the_floats_of_fresh_draws(seed, churn, extend, data):
     """Sojourns kept ahead (BufferedRenewal) are read instead of drawn again: every state and
     switch time equals that of the lazily stepped model, for any order of questions (forwards,
-    gaps of many cycles, back in time)."""
+    gaps of many cycles, back in time), whether renewals extend worn rows or not (large
+    questions do not)."""
+    with pytest.MonkeyPatch.context() as mp:
+        if not extend:
+            mp.setattr(BufferedRenewal, "EXTEND_UP_TO", 0)
+        _look_ahead(seed, churn, data)
+
+
+def _look_ahead(seed: int, churn: bool, data) -> None:
     model = (
         availability({"model": "churn", "session": {"model": "exponential", "mean": 2.0},
                       "offline": {"model": "lognormal", "mean": 1.0, "cv": 2.0}}, "x")
