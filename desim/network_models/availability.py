@@ -88,6 +88,12 @@ def _entities(entity: Any) -> np.ndarray:
     return np.asarray(entity, dtype=np.int64)
 
 
+def _distinct(ids: np.ndarray) -> np.ndarray:
+    """The distinct `ids`, ascending (a sort, not `np.unique`: several times less on thousands)."""
+    ids = np.sort(ids)
+    return ids[np.concatenate(([True], ids[1:] != ids[:-1]))]
+
+
 def _time_by_time(
     ask: Callable[[float, np.ndarray], np.ndarray], t: np.ndarray, entity: np.ndarray,
     dtype: type,
@@ -264,7 +270,7 @@ class RenewalBound(BoundAvailability):
         if self._ids is None:
             fresh = ~self._seen[entity]
             if fresh.any():
-                new = np.unique(entity[fresh])
+                new = _distinct(entity[fresh])
                 self._seen[new] = True
                 self._state[new], self._end[new] = self._first(new)
             return entity
@@ -272,7 +278,7 @@ class RenewalBound(BoundAvailability):
         new = rows < 0
         if not new.any():
             return rows
-        fresh = np.unique(entity[new])
+        fresh = _distinct(entity[new])
         at = self._index.add(fresh)
         if len(self._index) > len(self._ids):  # room for the new rows: double the arrays
             size = max(len(self._index), 2 * len(self._ids))
@@ -291,16 +297,14 @@ class RenewalBound(BoundAvailability):
         if time < self._latest:  # a sojourn may start after `time`: check
             back = rows[self._start[rows] > time]
             if back.size:  # asked about the past: replay from time 0
-                back = np.unique(back)
+                back = _distinct(back)
                 state, end = self._first(self._entity(back))
                 self._k[back], self._state[back] = 0, state
                 self._start[back], self._end[back] = 0.0, end
         else:
             self._latest = time
+        # (an entity asked twice is stepped twice, to the same state: cheaper than `np.unique`)
         behind = rows[self._end[rows] <= time]
-        if not behind.size:
-            return
-        behind = np.unique(behind)
         while behind.size:  # a block of sojourn steps for every entity still behind
             steps = self._block(time - self._end[behind].min(), len(behind))
             j = np.arange(1, steps + 1)
