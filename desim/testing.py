@@ -30,8 +30,7 @@ class ScriptedLinks(LinkModel):
     slots (both optional: never down, no delay); never ideal, so the network's general path
     runs even when nothing is dropped or delayed."""
 
-    ideal = False
-    counter_based = False  # the callbacks draw from the streams in the order they are asked
+    ideal = False  # (and not counter-based: the callbacks draw in the order they are asked)
 
     def __init__(
         self,

@@ -117,8 +117,9 @@ class LinkModel:
     #: True when every random answer is a fixed function of what it is about: availability of
     #: a (link, time), receivability of a (node, time), the delay of a message given its id
     #: (`latency`'s ``ids``). The order and grouping of questions then do not matter, so the
-    #: engine may hand a protocol several slots at once (`desim.kernel.engine`).
-    counter_based: bool = True
+    #: engine may hand a protocol several slots at once (`desim.kernel.engine`). False unless a
+    #: model says so: one that draws from its streams in the order asked must not be batched.
+    counter_based: bool = False
 
     def bind(self, n_agents: int, public: Mapping[str, Any], streams: Streams) -> LinkModel:
         """The link model of one run of `n_agents` agents (default: this one, unchanged).
@@ -173,6 +174,7 @@ class IdealLinks(LinkModel):
 
     per_slot = True
     per_message = True
+    counter_based = True
 
 
 # ---------------------------------------------------------------------------------------------

@@ -213,8 +213,9 @@ class RenewalBound(BoundAvailability):
     """
 
     #: Up to this many entities the per-entity arrays are dense (indexed by entity; zeroed
-    #: memory is only committed where touched); beyond, they hold the entities seen so far.
-    DENSE = 1 << 21
+    #: memory is only committed where touched: 26 bytes an entity, 218 MB at most, less than
+    #: the hash index once most links are asked); beyond, they hold the entities seen so far.
+    DENSE = 1 << 23
 
     def __init__(
         self, up_law: Distribution, down_law: Distribution, n_entities: int, key: np.uint64,

@@ -48,6 +48,7 @@ class FixedLatency(LinkModel):
     ideal = False
     per_slot = True
     per_message = True
+    counter_based = True
 
 
 class IntermittentLinks(LinkModel):
@@ -62,6 +63,7 @@ class IntermittentLinks(LinkModel):
     ideal = False
     per_slot = True
     per_message = True
+    counter_based = True  # τ of a (link, slot) is `counter_uniform` of them
 
     def __init__(self, conn: Connectivity, reciprocity: float, slots: float = 0.0) -> None:
         self.conn = conn

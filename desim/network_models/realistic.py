@@ -115,6 +115,8 @@ class BoundRealistic(LinkModel):
         self.stragglers = stragglers
         self._latency_key: np.uint64 | None = None  # of delays drawn by message id
         self.slots = base.slots
+        # every availability and straggler model is counter-based (`availability`); latency is
+        # too for named messages
         self.counter_based = base.counter_based
         self.resolution = latency.resolution if latency is not None else 0.0
         # stragglers read the slot ⌊t⌋, latency models draw per message whatever t is
