@@ -308,22 +308,22 @@ class RenewalBound(BoundAvailability):
         behind = rows[self._end[rows] <= time]
         while behind.size:  # a block of sojourn steps for every entity still behind
             steps = self._block(time - self._end[behind].min(), len(behind))
-            j = np.arange(1, steps + 1)
-            k = self._k[behind, None] + j  # the next `steps` sojourns of each entity
-            state = self._state[behind, None] ^ (j % 2 == 1)  # states alternate
-            ids = np.repeat(self._entity(behind), steps)
-            length = self._length(ids, k.ravel(), state.ravel()).reshape(k.shape)
+            j = np.arange(1, steps + 1)[:, None]
+            k = self._k[behind] + j  # [j, i]: sojourn k_i + j of entity i (steps run down)
+            state = self._state[behind] ^ (j % 2 == 1)  # states alternate
+            ends = np.empty((steps + 1, len(behind)))
+            ends[0] = self._end[behind]
+            ends[1:] = self._length(self._entity(behind), k, state)  # (ids broadcast)
             # ends by sequential accumulation from the stored end, so that they are the same
-            # floats whatever blocks an entity was advanced in
-            ends = np.add.accumulate(
-                np.concatenate([self._end[behind, None], length], axis=1), axis=1
-            )
+            # floats whatever blocks an entity was advanced in (down the columns: one vector
+            # add per step, not one short sum per entity)
+            np.add.accumulate(ends, axis=0, out=ends)
             # the sojourn containing `time` is the first whose end is after it (ends ascend)
-            last = np.minimum((ends[:, 1:] <= time).sum(axis=1), steps - 1)
+            last = np.minimum((ends[1:] <= time).sum(axis=0), steps - 1)
             at = np.arange(len(behind))
-            self._k[behind], self._state[behind] = k[at, last], state[at, last]
-            self._start[behind], self._end[behind] = ends[at, last], ends[at, last + 1]
-            behind = behind[ends[at, last + 1] <= time]
+            self._k[behind], self._state[behind] = k[last, at], state[last, at]
+            self._start[behind], self._end[behind] = ends[last, at], ends[last + 1, at]
+            behind = behind[ends[last + 1, at] <= time]
 
     def _block(self, gap: float, n_behind: int) -> int:
         """How many sojourn steps to draw at once: enough to cover `gap` on average (two per
