@@ -88,7 +88,8 @@ class Simulation:
 
     def _tick(self, _event: simpy.Event | None = None) -> None:
         """Slot t's tick: every agent's sample, then the next tick (a chain of callbacks, not
-        a SimPy process: a process pays a generator resume and an event per slot on top)."""
+        a SimPy process: a process pays a generator resume and an event per slot on top); with
+        slot batches, the ticks of slots t … t + k − 1 at once."""
         t = self._t = self._t + 1
         i = (t - 1) % self._block_size
         if i == 0:
