@@ -116,9 +116,10 @@ class RoundCollector:
         starts = rounds.searchsorted(open_rounds, side="left").tolist()
         ends = rounds.searchsorted(open_rounds, side="right").tolist()
         taken = 0
+        src, dst = mine.src, mine.dst  # (properties: read once, not once per round)
         for parts, a, b in zip(self._parts.values(), starts, ends, strict=True):
             if b > a:
-                parts.append((mine.src[a:b], mine.dst[a:b], payload[a:b]))
+                parts.append((src[a:b], dst[a:b], payload[a:b]))
                 taken += b - a
         self.late += len(mine) - taken
 
