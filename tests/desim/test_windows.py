@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import desim.kernel.engine as engine
 from desim.kernel.engine import SLOT_BATCH, Simulation
 from desim.kernel.links import IdealLinks
 from desim.kernel.params import build
@@ -95,11 +98,12 @@ class Batched(PROTOCOLS.get("private-colme")):
         super().on_slots(t, samples)
 
 
-def run_batched(params: dict, links, windows: bool, checkpoints: np.ndarray, t_max: int = 300):
+def run_batched(params: dict, links, windows: bool, checkpoints: np.ndarray, t_max: int = 300,
+                seed: int = 5):
     proto = Batched(build(Batched.Params, params, "test"))
     data = build(DATA.get("classes"), {**CLASSES, "agents": 9}, "data").make(
-        np.random.default_rng(5))
-    sim = Simulation(proto, data, t_max, Streams(5, 0, 1, 2), links=links,
+        np.random.default_rng(seed))
+    sim = Simulation(proto, data, t_max, Streams(seed, 0, 1, 2), links=links,
                      checkpoints=checkpoints, per_agent=True, windows=windows)
     return proto, sim, sim.run()
 
@@ -147,3 +151,24 @@ def test_slots_are_batched_only_under_rr_on_counter_based_links(params, links, b
     proto, sim, _ = run_batched(params, links(), True, np.array([300]), t_max=40)
     assert sim._batches == batches
     assert bool(proto.batch_sizes) == batches
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**31), network=st.integers(0, len(WINDOW_NETWORKS) - 1),
+       block=st.sampled_from([5, 37, 1024]),
+       checkpoints=st.lists(st.integers(1, 130), min_size=1, max_size=6))
+def test_batches_end_at_any_measurement_and_data_block_alike(seed, network, block, checkpoints):
+    """Whatever the measurement times and data-block size (a batch also ends at a block's end),
+    batched and one-slot-at-a-time runs measure the same bytes."""
+    def links():
+        return realistic_links(IdealLinks(), WINDOW_NETWORKS[network])
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine, "DATA_BLOCK", block)
+        cp = np.unique(checkpoints)
+        _, _, one = run_batched({"timeout": 6.5}, links(), False, cp, t_max=130, seed=seed)
+        win, sim, batched = run_batched({"timeout": 6.5}, links(), True, cp, t_max=130,
+                                        seed=seed)
+    assert sim._batches and sum(win.batch_sizes) == 130
+    assert one.metrics.to_csv().encode() == batched.metrics.to_csv().encode()
+    assert one.agents.to_csv().encode() == batched.agents.to_csv().encode()
