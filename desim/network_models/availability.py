@@ -308,22 +308,31 @@ class RenewalBound(BoundAvailability):
         behind = rows[self._end[rows] <= time]
         while behind.size:  # a block of sojourn steps for every entity still behind
             steps = self._block(time - self._end[behind].min(), len(behind))
-            j = np.arange(1, steps + 1)[:, None]
-            k = self._k[behind] + j  # [j, i]: sojourn k_i + j of entity i (steps run down)
-            state = self._state[behind] ^ (j % 2 == 1)  # states alternate
-            ends = np.empty((steps + 1, len(behind)))
-            ends[0] = self._end[behind]
-            ends[1:] = self._length(self._entity(behind), k, state)  # (ids broadcast)
-            # ends by sequential accumulation from the stored end, so that they are the same
-            # floats whatever blocks an entity was advanced in (down the columns: one vector
-            # add per step, not one short sum per entity)
-            np.add.accumulate(ends, axis=0, out=ends)
+            k, state, ends = self._steps(self._entity(behind), self._k[behind],
+                                         self._state[behind], self._end[behind], steps)
             # the sojourn containing `time` is the first whose end is after it (ends ascend)
             last = np.minimum((ends[1:] <= time).sum(axis=0), steps - 1)
             at = np.arange(len(behind))
             self._k[behind], self._state[behind] = k[last, at], state[last, at]
             self._start[behind], self._end[behind] = ends[last, at], ends[last + 1, at]
             behind = behind[ends[last + 1, at] <= time]
+
+    def _steps(
+        self, ids: np.ndarray, k: np.ndarray, state: np.ndarray, end: np.ndarray, steps: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The next `steps` sojourns of entities `ids` whose sojourn k_i, in state state_i, ends
+        at end_i: [j − 1, i] the index k_i + j and state of each, and [j, i] its end (j = 0 …
+        steps; row 0 is end_i). Ends are summed in sequence from end_i, so they are the same
+        floats whatever blocks an entity is stepped in; down the columns, one vector add per
+        step rather than one short sum per entity."""
+        j = np.arange(1, steps + 1)[:, None]
+        kk = k + j
+        state = state ^ (j % 2 == 1)  # states alternate
+        ends = np.empty((steps + 1, len(ids)))
+        ends[0] = end
+        ends[1:] = self._length(ids, kk, state)  # (ids broadcast along the steps)
+        np.add.accumulate(ends, axis=0, out=ends)
+        return kk, state, ends
 
     def _block(self, gap: float, n_behind: int) -> int:
         """How many sojourn steps to draw at once: enough to cover `gap` on average (two per
@@ -516,14 +525,8 @@ class BufferedRenewal(RenewalBound):
 
     def _draw(self, rows: np.ndarray, k: np.ndarray, end: np.ndarray, steps: int) -> np.ndarray:
         """[j, i]: the end of sojourn k_i + j of rows[i] (j = 0 … steps), given that sojourn k_i
-        ends at end_i; summed in sequence from it (sojourn by row: the sums run along rows)."""
-        kk = np.arange(1, steps + 1)[:, None] + k
-        state = (kk & 1).astype(bool)
-        state ^= self._state0[rows]
-        ends = np.empty((steps + 1, len(rows)))
-        ends[0] = end
-        ends[1:] = self._length(rows, kk, state)  # (rows broadcast along the steps)
-        return np.add.accumulate(ends, axis=0, out=ends)
+        ends at end_i (the state of sojourn k is that of sojourn 0 flipped k times)."""
+        return self._steps(rows, k, self._state0[rows] ^ (k & 1).astype(bool), end, steps)[2]
 
     def up(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
         entity = _entities(entity)

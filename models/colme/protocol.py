@@ -219,7 +219,7 @@ class PrivateColME(Protocol):
         self.counts += 1
         if self.params.schedule == "rr":
             a = self._agents
-            offset = (t - 1) % (len(a) - 1) + 1
+            offset = self._rr_offset(t)
             b = self._twice[offset:offset + len(a)]  # (a + offset) mod M: a window of 0…M−1 twice
         else:
             a, offset = self._next_included()
@@ -243,12 +243,15 @@ class PrivateColME(Protocol):
         self._slot_counts = self.counts[0] + np.arange(1.0, k + 1.0)
         self.counts += k
         slots = np.arange(t, t + k)
-        offset = (slots - 1) % (m - 1) + 1
-        b = (self._agents + offset[:, None]) % m
+        b = (self._agents + self._rr_offset(slots)[:, None]) % m
         b = b.ravel()
         a = np.tile(self._agents, k)
         sent = np.repeat(slots, m)
         self.ctx.send("query", a, b, at=sent.astype(float), ids=self._query_ids(sent, a, b))
+
+    def _rr_offset(self, t: int | np.ndarray) -> int | np.ndarray:
+        """RR's position in slot(s) t: every agent a queries a + offset (mod M), offset in 1…M−1."""
+        return (t - 1) % (len(self._agents) - 1) + 1
 
     def _query_ids(self, t: int | np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """The ids of queries a → b sent in slots t, (t·M + a)·M + b; a release carries the id
