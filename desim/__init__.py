@@ -20,10 +20,14 @@ from desim.kernel.params import ConfigError
 #: Public names imported on first use (module-level __getattr__): the study layer and the
 #: engine load pandas, pyarrow and the plug-ins, which `import desim` alone should not pay.
 _LAZY = {
-    "RunOutput": "desim.kernel.engine", "Simulation": "desim.kernel.engine",
-    "run_study": "desim.study.results", "Scenario": "desim.study.scenario",
-    "run": "desim.study.scenario", "load_study": "desim.study.spec",
-    "load": "desim.study.export", "Results": "desim.study.export",
+    "RunOutput": "desim.kernel.engine",
+    "Simulation": "desim.kernel.engine",
+    "run_study": "desim.study.results",
+    "Scenario": "desim.study.scenario",
+    "run": "desim.study.scenario",
+    "load_study": "desim.study.spec",
+    "load": "desim.study.export",
+    "Results": "desim.study.export",
 }
 
 
@@ -40,8 +44,16 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
 
+
 __all__ = [
-    "ConfigError", "Results", "RunOutput", "Scenario", "Simulation", "load", "load_study", "run",
+    "ConfigError",
+    "Results",
+    "RunOutput",
+    "Scenario",
+    "Simulation",
+    "load",
+    "load_study",
+    "run",
     "run_study",
     "__version__",
 ]

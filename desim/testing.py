@@ -52,12 +52,21 @@ class ScriptedLinks(LinkModel):
 #: window), continuous churn with heavy-tailed latency (one time per message), and a
 #: quarter-slot delivery grid (many messages per instant, ties in send order).
 WINDOW_NETWORKS: tuple[dict, ...] = (
-    {"latency": {"model": "exponential", "mean": 3.0},
-     "outages": {"model": "markov", "mean_up": 8.0, "mean_down": 3.0},
-     "stragglers": {"fraction": 0.3, "slowdown": 3.0}},
-    {"latency": {"model": "lognormal", "mean": 2.0, "cv": 3.0},
-     "nodes": {"model": "churn", "session": {"model": "weibull", "shape": 0.7, "scale": 40.0},
-               "offline": {"model": "exponential", "mean": 6.0}}},
-    {"latency": {"model": "exponential", "mean": 1.5, "resolution": 0.25},
-     "outages": {"model": "markov", "mean_up": 8.0, "mean_down": 3.0}},
+    {
+        "latency": {"model": "exponential", "mean": 3.0},
+        "outages": {"model": "markov", "mean_up": 8.0, "mean_down": 3.0},
+        "stragglers": {"fraction": 0.3, "slowdown": 3.0},
+    },
+    {
+        "latency": {"model": "lognormal", "mean": 2.0, "cv": 3.0},
+        "nodes": {
+            "model": "churn",
+            "session": {"model": "weibull", "shape": 0.7, "scale": 40.0},
+            "offline": {"model": "exponential", "mean": 6.0},
+        },
+    },
+    {
+        "latency": {"model": "exponential", "mean": 1.5, "resolution": 0.25},
+        "outages": {"model": "markov", "mean_up": 8.0, "mean_down": 3.0},
+    },
 )

@@ -129,9 +129,7 @@ class IdealCurve:
     are known exactly and Prop. 2 is evaluated on them.
     """
 
-    agents: int | None = param(
-        None, "number of agents M (default: the study's data.agents)", ge=2
-    )
+    agents: int | None = param(None, "number of agents M (default: the study's data.agents)", ge=2)
 
     def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:
         """(mean, zeros) of Prop. 2 on the grid `t`."""

@@ -43,8 +43,7 @@ def links(protocol: Any, data: Any) -> dict[str, float]:
         return {}
     a, b, kept = decisions()
     same = data.classes[a] == data.classes[b]
-    return {"wrong_kept": float(np.sum(kept & ~same)),
-            "wrong_dropped": float(np.sum(~kept & same))}
+    return {"wrong_kept": float(np.sum(kept & ~same)), "wrong_dropped": float(np.sum(~kept & same))}
 
 
 @METRICS.register("privacy")

@@ -49,7 +49,9 @@ class Topology:
             sizes = np.bincount(graph.components)
             warnings.warn(
                 f"{self}: the graph is disconnected ({graph.n_components} components, the "
-                f"largest has {sizes.max()} of {n} agents)", TopologyWarning, stacklevel=2,
+                f"largest has {sizes.max()} of {n} agents)",
+                TopologyWarning,
+                stacklevel=2,
             )
         return graph
 
@@ -90,11 +92,14 @@ class RandomRegular(Topology):
 
     def check(self, n: int) -> None:
         if self.degree >= n:
-            raise ValueError(f"degree = {self.degree}: an r-regular graph on M = {n} agents "
-                             f"needs r < M")
+            raise ValueError(
+                f"degree = {self.degree}: an r-regular graph on M = {n} agents needs r < M"
+            )
         if self.degree * n % 2:
-            raise ValueError(f"degree = {self.degree} with M = {n} agents: r·M = "
-                             f"{self.degree * n} is odd, so no r-regular graph exists")
+            raise ValueError(
+                f"degree = {self.degree} with M = {n} agents: r·M = "
+                f"{self.degree * n} is odd, so no r-regular graph exists"
+            )
 
     def make(self, n: int, rng: np.random.Generator) -> Graph:
         keys = random_regular_keys(self.degree, n, _nx_seed(rng))
@@ -279,8 +284,7 @@ class BarabasiAlbert(Topology):
 
     def check(self, n: int) -> None:
         if self.m >= n:
-            raise ValueError(f"m = {self.m}: preferential attachment on M = {n} agents needs "
-                             "m < M")
+            raise ValueError(f"m = {self.m}: preferential attachment on M = {n} agents needs m < M")
 
     def make(self, n: int, rng: np.random.Generator) -> Graph:
         return _from_nx(_nx().barabasi_albert_graph(n, self.m, seed=_nx_seed(rng)), n)
@@ -353,12 +357,12 @@ def _read_edgelist(file: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
             try:
                 a, b = int(text[0]), int(text[1])
             except (ValueError, IndexError):
-                raise ValueError(f"{file}:{lineno}: {line.strip()!r}: expected two agent "
-                                 "numbers") from None
+                raise ValueError(
+                    f"{file}:{lineno}: {line.strip()!r}: expected two agent numbers"
+                ) from None
             for x in (a, b):
                 if not 0 <= x < n:
-                    raise ValueError(f"{file}:{lineno}: agent {x} outside 0…{n - 1} "
-                                     f"(M = {n})")
+                    raise ValueError(f"{file}:{lineno}: agent {x} outside 0…{n - 1} (M = {n})")
             if a == b:
                 raise ValueError(f"{file}:{lineno}: self-loop {a}–{b}: G has none")
             u.append(a)
@@ -374,8 +378,7 @@ def _read_graphml(file: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
     except Exception as exc:  # networkx raises several parser errors; report any of them
         raise ValueError(f"{file}: not readable GraphML: {exc}") from None
     if g.number_of_nodes() != n:
-        raise ValueError(f"{file}: {g.number_of_nodes()} nodes, but the data have M = {n} "
-                         "agents")
+        raise ValueError(f"{file}: {g.number_of_nodes()} nodes, but the data have M = {n} agents")
     if _nx().number_of_selfloops(g):
         raise ValueError(f"{file}: has self-loops; G has none")
     index = {node: i for i, node in enumerate(g.nodes())}

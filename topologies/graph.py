@@ -64,7 +64,10 @@ class Graph:
     """
 
     def __init__(
-        self, n: int, indptr: np.ndarray, indices: np.ndarray,
+        self,
+        n: int,
+        indptr: np.ndarray,
+        indices: np.ndarray,
         positions: np.ndarray | None = None,
     ) -> None:
         self.n = int(n)
@@ -174,8 +177,10 @@ class Graph:
 
     def __repr__(self) -> str:
         low, high = (self.degree.min(), self.degree.max()) if self.n else (0, 0)
-        return (f"Graph(n={self.n}, links={self.n_links}, components={self.n_components}, "
-                f"degree {low}…{high})")
+        return (
+            f"Graph(n={self.n}, links={self.n_links}, components={self.n_components}, "
+            f"degree {low}…{high})"
+        )
 
 
 def component_sizes(labels: np.ndarray) -> np.ndarray:

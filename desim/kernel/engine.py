@@ -98,10 +98,13 @@ class Simulation:
         if self._batches:
             # slots t … last at once: to a measurement, the run's end or the block's end
             measured = self._measured
-            k = math.floor(measured[measured.searchsorted(t)]) + 1 - t if (
-                len(measured) and t <= measured[-1]) else SLOT_BATCH
+            k = (
+                math.floor(measured[measured.searchsorted(t)]) + 1 - t
+                if (len(measured) and t <= measured[-1])
+                else SLOT_BATCH
+            )
             k = min(k, SLOT_BATCH, self.t_max + 1 - t, self._block_size - i)
-            samples = self._block[i:i + k]
+            samples = self._block[i : i + k]
             self._t = t + k - 1
             self.network.at_tick(lambda: self.protocol.on_slots(t, samples))
             if self._t < self.t_max:
@@ -130,8 +133,9 @@ class Simulation:
             call_at=self._call_at,
         )
         self.protocol.setup(ctx)
-        self._batches = (self.network.windows and self.protocol.slot_batches
-                         and self.links.counter_based)
+        self._batches = (
+            self.network.windows and self.protocol.slot_batches and self.links.counter_based
+        )
         self._measured = np.sort(np.asarray(self.checkpoints, dtype=float))
         self._t, self._block, self._block_size = 0, None, data_block(self.data.n_agents)
         self._rng_data = self.streams.get("data")

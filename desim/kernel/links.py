@@ -71,8 +71,9 @@ class Connectivity:
         return Connectivity(np.ones(n), np.ones((n, n)), np.ones((n, n)))
 
 
-def on_time(conn: Connectivity, node: np.ndarray | float, server: np.ndarray | float
-            ) -> Connectivity:
+def on_time(
+    conn: Connectivity, node: np.ndarray | float, server: np.ndarray | float
+) -> Connectivity:
     """`conn` for messages that must also arrive in time: P and E thinned by delivery chances.
 
     `node[i]` is the probability that a message of node i to another node arrives within the
@@ -130,7 +131,10 @@ class LinkModel:
         return self
 
     def probabilities(
-        self, n_agents: int, within: float | None = None, server_within: float | None = None,
+        self,
+        n_agents: int,
+        within: float | None = None,
+        server_within: float | None = None,
         width: int = 1,
     ) -> Connectivity:
         """The per-round probabilities p, P, E that a message sent at a round's start is up and
@@ -139,8 +143,11 @@ class LinkModel:
         None means no deadline; `width` is the number of values a message carries (for
         size-proportional latency). Here links never fail, so only the fixed delay counts.
         """
-        return on_time(Connectivity.reliable(n_agents), fixed_on_time(self.slots, within),
-                       fixed_on_time(self.slots, server_within))
+        return on_time(
+            Connectivity.reliable(n_agents),
+            fixed_on_time(self.slots, within),
+            fixed_on_time(self.slots, server_within),
+        )
 
     def available(
         self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray
@@ -149,7 +156,12 @@ class LinkModel:
         return True
 
     def latency(
-        self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray, width: int = 0,
+        self,
+        rng: np.random.Generator,
+        t: float,
+        src: np.ndarray,
+        dst: np.ndarray,
+        width: int = 0,
         ids: np.ndarray | None = None,
     ) -> np.ndarray | float:
         """Delivery delay in slots of each message sent at t carrying `width` numbers (an array,

@@ -26,8 +26,17 @@ class Batch:
 
     # (a plain class with slots: batches are made per send and per delivery, and a window's
     # batch reads its integer columns out of `rows` only when asked)
-    __slots__ = ("_src", "_dst", "_kind", "payload", "sent_at", "kinds", "_only",
-                 "delivered_at", "rows")
+    __slots__ = (
+        "_src",
+        "_dst",
+        "_kind",
+        "payload",
+        "sent_at",
+        "kinds",
+        "_only",
+        "delivered_at",
+        "rows",
+    )
 
     def __init__(
         self,
@@ -87,8 +96,9 @@ class Batch:
         """The batch whose messages are `rows` (columns DUE … PAYLOAD; delivered at DUE): one
         float matrix, so that selecting or joining messages is one operation, not one per
         array; the integer columns are read out when first asked for."""
-        return Batch(None, None, None, rows[:, PAYLOAD:], rows[:, SENT], kinds, None,
-                     rows[:, DUE], rows)
+        return Batch(
+            None, None, None, rows[:, PAYLOAD:], rows[:, SENT], kinds, None, rows[:, DUE], rows
+        )
 
     def __len__(self) -> int:
         return len(self.rows) if self.rows is not None else len(self._src)
@@ -107,9 +117,16 @@ class Batch:
         if isinstance(index, slice):
             if self.rows is not None:
                 return Batch.from_rows(self.rows[index], self.kinds)
-            return Batch(self.src[index], self.dst[index], self.kind[index],
-                         self.payload[index], self.sent_at[index], self.kinds, self.only,
-                         None if self.delivered_at is None else self.delivered_at[index])
+            return Batch(
+                self.src[index],
+                self.dst[index],
+                self.kind[index],
+                self.payload[index],
+                self.sent_at[index],
+                self.kinds,
+                self.only,
+                None if self.delivered_at is None else self.delivered_at[index],
+            )
         index = np.asarray(index)
         if index.dtype == bool:  # positions once, not a mask pass per array
             index = index.nonzero()[0]  # (1-D; the method, not `np.flatnonzero`'s wrapper)
@@ -131,8 +148,7 @@ class Batch:
         """The messages of `parts` one after the other (send order is kept)."""
         if len(parts) == 1:
             return parts[0]
-        if all(p.rows is not None for p in parts) and len(
-                {p.rows.shape[1] for p in parts}) == 1:
+        if all(p.rows is not None for p in parts) and len({p.rows.shape[1] for p in parts}) == 1:
             return Batch.from_rows(np.concatenate([p.rows for p in parts]), parts[0].kinds)
         only = parts[0].only if all(p.only == parts[0].only for p in parts) else -1
         widths = [p.payload.shape[1] for p in parts]
@@ -154,6 +170,7 @@ class Batch:
             np.concatenate([p.sent_at for p in parts]),
             parts[0].kinds,
             only,
-            None if any(p.delivered_at is None for p in parts)
+            None
+            if any(p.delivered_at is None for p in parts)
             else np.concatenate([p.delivered_at for p in parts]),
         )

@@ -137,8 +137,18 @@ class Network:
         now = self.env.now
         self.sent[code] += n
         if self._ideal:
-            self._file(float(now), Batch(src, dst, self._codes(code, n), payload,
-                                         self._sent_now(float(now), n), self.kinds, code))
+            self._file(
+                float(now),
+                Batch(
+                    src,
+                    dst,
+                    self._codes(code, n),
+                    payload,
+                    self._sent_now(float(now), n),
+                    self.kinds,
+                    code,
+                ),
+            )
             return
         if ids is not None:
             ids = self._message_ids(code, ids)
@@ -162,8 +172,9 @@ class Network:
         )
         if self._ticks:
             due = self._on_grid(due)
-        batch = Batch(src, dst, self._codes(code, n), payload, self._sent_now(float(now), n),
-                      self.kinds, code)
+        batch = Batch(
+            src, dst, self._codes(code, n), payload, self._sent_now(float(now), n), self.kinds, code
+        )
         if np.ndim(due) == 0:
             self._file(float(due), batch)
         elif n == 1 or due.min() == due.max():  # one time for all (e.g. constant delay)
@@ -177,8 +188,14 @@ class Network:
         counter += np.uint64(code)
         return counter
 
-    def _latency(self, t: float | np.ndarray, src: np.ndarray, dst: np.ndarray, width: int,
-                 ids: np.ndarray | None) -> np.ndarray | float:
+    def _latency(
+        self,
+        t: float | np.ndarray,
+        src: np.ndarray,
+        dst: np.ndarray,
+        width: int,
+        ids: np.ndarray | None,
+    ) -> np.ndarray | float:
         """The links' delays of these messages (by id when named; link models written before
         ids existed are never passed them)."""
         if ids is None:
@@ -200,8 +217,18 @@ class Network:
         s = batch.select(order)
         cuts = [0, *(np.flatnonzero(due[1:] != due[:-1]) + 1).tolist(), len(due)]
         for a, b in zip(cuts[:-1], cuts[1:], strict=True):
-            self._file(float(due[a]), Batch(s.src[a:b], s.dst[a:b], s.kind[a:b],
-                                            s.payload[a:b], s.sent_at[a:b], s.kinds, s.only))
+            self._file(
+                float(due[a]),
+                Batch(
+                    s.src[a:b],
+                    s.dst[a:b],
+                    s.kind[a:b],
+                    s.payload[a:b],
+                    s.sent_at[a:b],
+                    s.kinds,
+                    s.only,
+                ),
+            )
 
     def _codes(self, code: int, n: int) -> np.ndarray:
         """A read-only array of n copies of `code` (shared: batches of a kind reuse it).
@@ -286,8 +313,7 @@ class Network:
                     if ok is not True:
                         ok = np.asarray(ok, dtype=bool)
                         if not ok.all():
-                            self.dropped += np.bincount(batch.kind[~ok],
-                                                        minlength=len(self.kinds))
+                            self.dropped += np.bincount(batch.kind[~ok], minlength=len(self.kinds))
                             batch = batch.select(ok)
                             if len(batch) == 0:
                                 continue
@@ -297,7 +323,8 @@ class Network:
 
     # -- windows -------------------------------------------------------------------------------
     def _by_time(
-        self, times: np.ndarray | float,
+        self,
+        times: np.ndarray | float,
         ask: Callable[[float, slice], np.ndarray | bool | float],
     ) -> np.ndarray | bool | float:
         """`ask(t, part)` for the messages sent (or delivered) at `times` (ascending; a float:
@@ -312,20 +339,29 @@ class Network:
         if self._per_message:  # the links take one time per message
             return ask(times, slice(None))
         cuts = [0, *(np.flatnonzero(times[1:] != times[:-1]) + 1).tolist(), len(times)]
-        parts = [np.broadcast_to(ask(float(times[a]), slice(a, b)), (b - a,))
-                 for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        parts = [
+            np.broadcast_to(ask(float(times[a]), slice(a, b)), (b - a,))
+            for a, b in zip(cuts[:-1], cuts[1:], strict=True)
+        ]
         return np.concatenate(parts)
 
     def _send_window(
-        self, code: int, src: np.ndarray, dst: np.ndarray, payload: np.ndarray,
-        at: np.ndarray | None, ids: np.ndarray | None,
+        self,
+        code: int,
+        src: np.ndarray,
+        dst: np.ndarray,
+        payload: np.ndarray,
+        at: np.ndarray | None,
+        ids: np.ndarray | None,
     ) -> None:
         n = len(src)
         # one send time for all (a tick's sends) or each message's own (replies in a window)
-        times: np.ndarray | float = float(self.env.now) if at is None else np.asarray(
-            at, dtype=float)
-        up = self._by_time(times, lambda t, s: self.links.available(
-            self._rng_links, t, src[s], dst[s]))
+        times: np.ndarray | float = (
+            float(self.env.now) if at is None else np.asarray(at, dtype=float)
+        )
+        up = self._by_time(
+            times, lambda t, s: self.links.available(self._rng_links, t, src[s], dst[s])
+        )
         if up is not True:
             # (methods, not `np.flatnonzero`/`np.ndim`: the wrappers cost as much at this size)
             keep = up.nonzero()[0] if isinstance(up, np.ndarray) else np.arange(n if up else 0)
@@ -341,8 +377,10 @@ class Network:
                 if n == 0:
                     return
         width = payload.shape[1]
-        delay = self._by_time(times, lambda t, s: self._latency(
-            t, src[s], dst[s], width, None if ids is None else ids[s]))
+        delay = self._by_time(
+            times,
+            lambda t, s: self._latency(t, src[s], dst[s], width, None if ids is None else ids[s]),
+        )
         due = np.asarray(times + np.asarray(delay, dtype=float))  # (scalars broadcast)
         if due.ndim == 0:
             due = np.full(n, float(due))
@@ -353,8 +391,8 @@ class Network:
         rows = np.empty((n, PAYLOAD + self._width))
         rows[:, DUE], rows[:, SENT], rows[:, SRC], rows[:, DST] = due, times, src, dst
         rows[:, KIND] = code
-        rows[:, PAYLOAD:PAYLOAD + width] = payload
-        rows[:, PAYLOAD + width:] = np.nan
+        rows[:, PAYLOAD : PAYLOAD + width] = payload
+        rows[:, PAYLOAD + width :] = np.nan
         if n > 1:  # sorted by due time (stable: send order among equal times)
             order = due.argsort(kind="stable")
             due, rows = due[order], rows.take(order, axis=0)
@@ -397,8 +435,9 @@ class Network:
         try:
             while (batch := self._take_due(now, horizon)) is not None:
                 dst = batch.dst
-                ok = self._by_time(batch.delivered_at,
-                                   lambda t, s, dst=dst: self.links.receivable(t, dst[s]))
+                ok = self._by_time(
+                    batch.delivered_at, lambda t, s, dst=dst: self.links.receivable(t, dst[s])
+                )
                 if ok is not True:
                     ok = np.broadcast_to(np.asarray(ok, dtype=bool), (len(batch),))
                     if not ok.all():
@@ -409,8 +448,10 @@ class Network:
                     queued = self._queued
                     self._deliver(batch)
                     if len(self.env._queue) != events and self._horizon(now) < horizon:
-                        raise RuntimeError("a window-safe protocol scheduled an event inside a "
-                                           "window (Context.call_at from on_deliver)")
+                        raise RuntimeError(
+                            "a window-safe protocol scheduled an event inside a "
+                            "window (Context.call_at from on_deliver)"
+                        )
                     if self._queued == queued:
                         break  # nothing was queued meanwhile: nothing else is due
             self._window_end()
@@ -423,12 +464,15 @@ class Network:
         """The queued messages due in [now, horizon) (at now only, if horizon is now), sorted
         by delivery time (stable: send order among equal times); the others stay queued."""
         # blocks before `_clean` were taken from in this window: nothing in them is due
-        rest = self._queue[:self._clean]
+        rest = self._queue[: self._clean]
         taken = []
-        for rows in self._queue[self._clean:]:  # each block is sorted: what is due is a prefix
+        for rows in self._queue[self._clean :]:  # each block is sorted: what is due is a prefix
             due = rows[:, DUE]
-            k = int(due.searchsorted(horizon, side="left") if horizon > now
-                    else due.searchsorted(now, side="right"))
+            k = int(
+                due.searchsorted(horizon, side="left")
+                if horizon > now
+                else due.searchsorted(now, side="right")
+            )
             if k:
                 taken.append(rows[:k])
             if k < len(rows):
@@ -451,6 +495,12 @@ def _merge(blocks: list[np.ndarray]) -> np.ndarray:
     if len(blocks) == 1:
         return blocks[0]
     width = max(b.shape[1] for b in blocks)
-    rows = np.concatenate([b if b.shape[1] == width else np.pad(
-        b, ((0, 0), (0, width - b.shape[1])), constant_values=np.nan) for b in blocks])
+    rows = np.concatenate(
+        [
+            b
+            if b.shape[1] == width
+            else np.pad(b, ((0, 0), (0, width - b.shape[1])), constant_values=np.nan)
+            for b in blocks
+        ]
+    )
     return rows.take(rows[:, DUE].argsort(kind="stable"), axis=0)

@@ -72,10 +72,13 @@ def _type_name(tp: Any) -> str:
         return f"a list of {_type_name(get_args(tp)[0])}"
     if tp is type(None):
         return "absent"
-    return {float: "a number", int: "an integer", bool: "true or false", str: "a string",
-            dict: "a table"}.get(
-        tp, str(tp)
-    )
+    return {
+        float: "a number",
+        int: "an integer",
+        bool: "true or false",
+        str: "a string",
+        dict: "a table",
+    }.get(tp, str(tp))
 
 
 def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:

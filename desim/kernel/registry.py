@@ -50,8 +50,12 @@ class Registry(Generic[T]):
         def add(obj: T) -> T:
             old = self._items.get(name)
             if old is not None and old is not obj:
-                warnings.warn(f"{self.kind} {name!r} registered again: {_origin(obj)} replaces "
-                              f"{_origin(old)}", RegistryWarning, stacklevel=2)
+                warnings.warn(
+                    f"{self.kind} {name!r} registered again: {_origin(obj)} replaces "
+                    f"{_origin(old)}",
+                    RegistryWarning,
+                    stacklevel=2,
+                )
             self._items[name] = obj
             return obj
 

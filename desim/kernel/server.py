@@ -129,8 +129,9 @@ class RoundCollector:
             self.on_close(Round(r, *parts[0]))
         elif parts:
             src, dst, payload = zip(*parts, strict=True)
-            self.on_close(Round(r, np.concatenate(src), np.concatenate(dst),
-                                np.concatenate(payload)))
+            self.on_close(
+                Round(r, np.concatenate(src), np.concatenate(dst), np.concatenate(payload))
+            )
         else:
             empty = np.empty(0, dtype=np.int64)
             self.on_close(Round(r, empty, empty, np.empty((0, self.width))))

@@ -95,7 +95,9 @@ def _distinct(ids: np.ndarray) -> np.ndarray:
 
 
 def _time_by_time(
-    ask: Callable[[float, np.ndarray], np.ndarray], t: np.ndarray, entity: np.ndarray,
+    ask: Callable[[float, np.ndarray], np.ndarray],
+    t: np.ndarray,
+    entity: np.ndarray,
     dtype: type,
 ) -> np.ndarray:
     """ask(t_i, entity_i) for one time per entity, asked once per distinct time in increasing
@@ -139,7 +141,10 @@ class Availability:
     """A model of when links or nodes are up; `bind` realises it for one run."""
 
     def bind(
-        self, n_addresses: int, scope: Scope, rng: np.random.Generator,
+        self,
+        n_addresses: int,
+        scope: Scope,
+        rng: np.random.Generator,
         base_dir: Path | str | None = None,
     ) -> BoundAvailability:
         """The availability of the `scope` entities of a run with `n_addresses` addresses.
@@ -156,7 +161,10 @@ class Always(Availability):
     """Every entity is always up."""
 
     def bind(
-        self, n_addresses: int, scope: Scope, rng: np.random.Generator,
+        self,
+        n_addresses: int,
+        scope: Scope,
+        rng: np.random.Generator,
         base_dir: Path | str | None = None,
     ) -> BoundAvailability:
         n_entities(n_addresses, scope)
@@ -195,7 +203,10 @@ class BernoulliAvailability(Availability):
     p: float = param(0.9, "probability of being up in a slot", ge=0, le=1)
 
     def bind(
-        self, n_addresses: int, scope: Scope, rng: np.random.Generator,
+        self,
+        n_addresses: int,
+        scope: Scope,
+        rng: np.random.Generator,
         base_dir: Path | str | None = None,
     ) -> BernoulliBound:
         return BernoulliBound(self.p, n_entities(n_addresses, scope), _key(rng))
@@ -218,7 +229,11 @@ class RenewalBound(BoundAvailability):
     DENSE = 1 << 23
 
     def __init__(
-        self, up_law: Distribution, down_law: Distribution, n_entities: int, key: np.uint64,
+        self,
+        up_law: Distribution,
+        down_law: Distribution,
+        n_entities: int,
+        key: np.uint64,
         slotted: bool,
     ) -> None:
         self.up_law = up_law
@@ -286,7 +301,7 @@ class RenewalBound(BoundAvailability):
             for name in ("_ids", "_k", "_state", "_start", "_end"):
                 held = getattr(self, name)
                 grown = np.zeros(size, dtype=held.dtype)
-                grown[:len(held)] = held
+                grown[: len(held)] = held
                 setattr(self, name, grown)
         self._ids[at], self._k[at], self._start[at] = fresh, 0, 0.0
         self._state[at], self._end[at] = self._first(fresh)
@@ -308,8 +323,9 @@ class RenewalBound(BoundAvailability):
         behind = rows[self._end[rows] <= time]
         while behind.size:  # a block of sojourn steps for every entity still behind
             steps = self._block(time - self._end[behind].min(), len(behind))
-            k, state, ends = self._steps(self._entity(behind), self._k[behind],
-                                         self._state[behind], self._end[behind], steps)
+            k, state, ends = self._steps(
+                self._entity(behind), self._k[behind], self._state[behind], self._end[behind], steps
+            )
             # the sojourn containing `time` is the first whose end is after it (ends ascend)
             last = np.minimum((ends[1:] <= time).sum(axis=0), steps - 1)
             at = np.arange(len(behind))
@@ -398,7 +414,11 @@ class BufferedRenewal(RenewalBound):
     EXTEND_UP_TO = 1024
 
     def __init__(
-        self, up_law: Distribution, down_law: Distribution, n_entities: int, key: np.uint64,
+        self,
+        up_law: Distribution,
+        down_law: Distribution,
+        n_entities: int,
+        key: np.uint64,
         slotted: bool,
     ) -> None:
         super().__init__(up_law, down_law, 0, key, slotted)
@@ -441,8 +461,7 @@ class BufferedRenewal(RenewalBound):
             # renew the rows that ran out (or never started) at their earliest time asked, and
             # extend every row past EXTEND_PAST; an entity asked far apart takes more rounds
             worn = i[at[done] >= self.EXTEND_PAST] if len(rows) <= self.EXTEND_UP_TO else i[:0]
-            self._renew(self._earliest(rows[todo], _at(time, todo)), rows[worn],
-                        _at(time, worn))
+            self._renew(self._earliest(rows[todo], _at(time, todo)), rows[worn], _at(time, worn))
             ends, at, _ = self._position(_at(time, todo), rows[todo])
 
     @staticmethod
@@ -470,8 +489,9 @@ class BufferedRenewal(RenewalBound):
         at[~held] = self.AHEAD
         return ends, at, False
 
-    def _renew(self, out: tuple[np.ndarray, np.ndarray], worn: np.ndarray,
-               worn_time: float | np.ndarray) -> None:
+    def _renew(
+        self, out: tuple[np.ndarray, np.ndarray], worn: np.ndarray, worn_time: float | np.ndarray
+    ) -> None:
         """Renew the distinct rows `out[0]` (run out, or not started) at times `out[1]`, then
         extend the rows `worn` (past EXTEND_PAST kept ends at `worn_time`) not among them."""
         out, time = out
@@ -490,8 +510,7 @@ class BufferedRenewal(RenewalBound):
             rows, time = self._earliest(worn[keep], _at(worn_time, np.flatnonzero(keep)))
             self._extend(time, rows, self._position(time, rows)[1])
 
-    def _catch_up(self, time: np.ndarray, rows: np.ndarray, k: np.ndarray, end: np.ndarray
-                  ) -> None:
+    def _catch_up(self, time: np.ndarray, rows: np.ndarray, k: np.ndarray, end: np.ndarray) -> None:
         """Keep AHEAD sojourn ends from the one holding time_i on, for unique `rows` whose sojourn
         k_i (−1: none before sojourn 0) ends at end_i ≤ time_i."""
         while rows.size:
@@ -516,8 +535,9 @@ class BufferedRenewal(RenewalBound):
         ends = np.concatenate([kept, new[1:]])  # [j, i]: end of sojourn base_i + j
         self._keep(rows, ends, np.arange(len(rows)), at, base)
 
-    def _keep(self, rows: np.ndarray, ends: np.ndarray, i: np.ndarray, c: np.ndarray,
-              k: np.ndarray) -> None:
+    def _keep(
+        self, rows: np.ndarray, ends: np.ndarray, i: np.ndarray, c: np.ndarray, k: np.ndarray
+    ) -> None:
         """Keep `ends[c_i:c_i + AHEAD, i]` (sojourns k_i + c_i on; c_i ≥ 1) for `rows`."""
         self._ends[rows] = ends[c[:, None] + np.arange(self.AHEAD), i[:, None]]
         self._base[rows] = k + c
@@ -536,8 +556,13 @@ class BufferedRenewal(RenewalBound):
         # used at the same time): the same answer, without a look-up
         asked = self._asked
         one = isinstance(time, float)
-        if (one and asked is not None and time == asked[0] and len(rows) == len(asked[1])
-                and (rows == asked[1]).all()):
+        if (
+            one
+            and asked is not None
+            and time == asked[0]
+            and len(rows) == len(asked[1])
+            and (rows == asked[1]).all()
+        ):
             return asked[2].reshape(entity.shape).copy()  # (callers may write to theirs)
         k, _ = self._locate(time, rows)
         up = self._state0[rows] ^ (k & 1).astype(bool)
@@ -555,7 +580,10 @@ def _at(time: float | np.ndarray, i: np.ndarray) -> float | np.ndarray:
 
 
 def renewal(
-    up_law: Distribution, down_law: Distribution, n_entities: int, key: np.uint64,
+    up_law: Distribution,
+    down_law: Distribution,
+    n_entities: int,
+    key: np.uint64,
     slotted: bool,
 ) -> RenewalBound:
     """The realisation of an alternating renewal process on `n_entities` entities: rows of
@@ -577,8 +605,10 @@ class Markov(Availability):
     mean_up: float = param(20.0, "mean length of an up sojourn, in slots", ge=1)
     mean_down: float = param(5.0, "mean length of a down sojourn, in slots", ge=1)
     availability: float | None = param(
-        None, "if set: P(up), with mean_up = mean_down·P/(1−P) (sweeps burstiness at fixed P)",
-        gt=0, lt=1,
+        None,
+        "if set: P(up), with mean_up = mean_down·P/(1−P) (sweeps burstiness at fixed P)",
+        gt=0,
+        lt=1,
     )
 
     def __post_init__(self) -> None:
@@ -596,12 +626,18 @@ class Markov(Availability):
         return self.mean_down * self.availability / (1.0 - self.availability)
 
     def bind(
-        self, n_addresses: int, scope: Scope, rng: np.random.Generator,
+        self,
+        n_addresses: int,
+        scope: Scope,
+        rng: np.random.Generator,
         base_dir: Path | str | None = None,
     ) -> RenewalBound:
         return renewal(
-            Geometric(mean=self.up_mean), Geometric(mean=self.mean_down),
-            n_entities(n_addresses, scope), _key(rng), slotted=True,
+            Geometric(mean=self.up_mean),
+            Geometric(mean=self.mean_down),
+            n_entities(n_addresses, scope),
+            _key(rng),
+            slotted=True,
         )
 
 
@@ -641,11 +677,17 @@ class Churn(Availability):
         return distribution(self.offline or DEFAULT_OFFLINE, "offline")
 
     def bind(
-        self, n_addresses: int, scope: Scope, rng: np.random.Generator,
+        self,
+        n_addresses: int,
+        scope: Scope,
+        rng: np.random.Generator,
         base_dir: Path | str | None = None,
     ) -> RenewalBound:
         return renewal(
-            self.session_law, self.offline_law, n_entities(n_addresses, scope), _key(rng),
+            self.session_law,
+            self.offline_law,
+            n_entities(n_addresses, scope),
+            _key(rng),
             slotted=False,
         )
 
@@ -693,8 +735,10 @@ def read_trace(path: Path | str, scope: Scope) -> TraceRows:
                     f"trace {path}: missing column(s) {', '.join(missing)}; "
                     f"a {scope} trace needs {', '.join(needed)}"
                 )
-            rows = [({k.strip(): (v or "").strip() for k, v in r.items() if k}, reader.line_num)
-                    for r in reader]
+            rows = [
+                ({k.strip(): (v or "").strip() for k, v in r.items() if k}, reader.line_num)
+                for r in reader
+            ]
     except OSError as exc:
         raise ConfigError(f"trace {path}: cannot be read ({exc.strerror})") from None
 
@@ -732,8 +776,13 @@ def read_trace(path: Path | str, scope: Scope) -> TraceRows:
         a.append(x), b.append(y), start.append(s), end.append(e)
         up.append(_STATES[state]), lines.append(line)
     trace = TraceRows(
-        path, np.array(a, dtype=np.int64), np.array(b, dtype=np.int64), np.array(start),
-        np.array(end), np.array(up, dtype=bool), np.array(lines, dtype=np.int64),
+        path,
+        np.array(a, dtype=np.int64),
+        np.array(b, dtype=np.int64),
+        np.array(start),
+        np.array(end),
+        np.array(up, dtype=bool),
+        np.array(lines, dtype=np.int64),
     )
     _check_overlaps(trace)
     return trace
@@ -797,8 +846,8 @@ class TraceBound(BoundAvailability):
         self._t = t
         upto = int(np.searchsorted(self._times, t, side="right"))
         if upto > self._applied:
-            rows = self._row[self._applied:upto]
-            values = self._value[self._applied:upto]
+            rows = self._row[self._applied : upto]
+            values = self._value[self._applied : upto]
             # the last event of each entity decides its state
             _, last_from_end = np.unique(rows[::-1], return_index=True)
             last = len(rows) - 1 - last_from_end
@@ -844,7 +893,10 @@ class Trace(Availability):
         return path if path.is_absolute() or base_dir is None else Path(base_dir) / path
 
     def bind(
-        self, n_addresses: int, scope: Scope, rng: np.random.Generator,
+        self,
+        n_addresses: int,
+        scope: Scope,
+        rng: np.random.Generator,
         base_dir: Path | str | None = None,
     ) -> TraceBound:
         n_entities(n_addresses, scope)
@@ -871,11 +923,10 @@ def availability(table: Mapping[str, Any] | Availability, where: str) -> Availab
     if isinstance(table, Availability):
         return table
     if not isinstance(table, Mapping):
-        raise ConfigError(f"{where} = {table!r}: must be a table {{model = \"<name>\", ...}}")
+        raise ConfigError(f'{where} = {table!r}: must be a table {{model = "<name>", ...}}')
     if "model" not in table:
         raise ConfigError(
             f"{where}: missing key 'model'; allowed models: {', '.join(AVAILABILITY)}"
         )
     cls = AVAILABILITY.lookup(table["model"], f"{where}: model")
     return build(cls, {k: v for k, v in table.items() if k != "model"}, where)
-

@@ -242,7 +242,7 @@ def distribution(table: Mapping[str, Any] | Distribution, where: str) -> Distrib
     if isinstance(table, Distribution):
         return table
     if not isinstance(table, Mapping):
-        raise ConfigError(f"{where} = {table!r}: must be a table {{model = \"<name>\", ...}}")
+        raise ConfigError(f'{where} = {table!r}: must be a table {{model = "<name>", ...}}')
     if "model" not in table:
         allowed = ", ".join(DISTRIBUTIONS)
         raise ConfigError(f"{where}: missing key 'model'; allowed models: {allowed}")

@@ -55,7 +55,12 @@ class Latency:
         raise NotImplementedError
 
     def sample_keyed(
-        self, key: np.uint64, ids: np.ndarray, t: float, src: np.ndarray, dst: np.ndarray,
+        self,
+        key: np.uint64,
+        ids: np.ndarray,
+        t: float,
+        src: np.ndarray,
+        dst: np.ndarray,
         width: int,
     ) -> np.ndarray | float:
         """The same law as `sample`, as a fixed function of each message's id (uint64) and the
@@ -81,7 +86,12 @@ class IidLatency(Latency):
         return self.delay.sample(rng, len(src))
 
     def sample_keyed(
-        self, key: np.uint64, ids: np.ndarray, t: float, src: np.ndarray, dst: np.ndarray,
+        self,
+        key: np.uint64,
+        ids: np.ndarray,
+        t: float,
+        src: np.ndarray,
+        dst: np.ndarray,
         width: int,
     ) -> np.ndarray:
         # (`Distribution.sample` inverts one uniform per draw too: the same law)
@@ -112,7 +122,12 @@ class SizeProportional(Latency):
         return self.base + self.per_value * width
 
     def sample_keyed(
-        self, key: np.uint64, ids: np.ndarray, t: float, src: np.ndarray, dst: np.ndarray,
+        self,
+        key: np.uint64,
+        ids: np.ndarray,
+        t: float,
+        src: np.ndarray,
+        dst: np.ndarray,
         width: int,
     ) -> float:
         return self.base + self.per_value * width
@@ -124,7 +139,7 @@ class SizeProportional(Latency):
 def latency_model(table: Mapping[str, Any], where: str) -> Latency:
     """The latency model a ``[network.latency]`` table describes; `ConfigError` naming `where`."""
     if not isinstance(table, Mapping):
-        raise ConfigError(f"{where} = {table!r}: must be a table {{model = \"<name>\", ...}}")
+        raise ConfigError(f'{where} = {table!r}: must be a table {{model = "<name>", ...}}')
     allowed = sorted([*DISTRIBUTIONS, SIZE_PROPORTIONAL])
     name = table.get("model")
     if name is None:
@@ -132,14 +147,20 @@ def latency_model(table: Mapping[str, Any], where: str) -> Latency:
     if name not in allowed:
         close = difflib.get_close_matches(str(name), allowed, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"{where}: model: unknown latency model {name!r}{hint}; "
-                          f"allowed: {', '.join(allowed)}")
+        raise ConfigError(
+            f"{where}: model: unknown latency model {name!r}{hint}; allowed: {', '.join(allowed)}"
+        )
     resolution = table.get("resolution", 0.0)
-    if isinstance(resolution, bool) or not isinstance(resolution, int | float) or not (
-        0 <= resolution < 1
-    ) or (resolution > 0 and abs(1 / resolution - round(1 / resolution)) > 1e-9):
-        raise ConfigError(f"{where}: resolution = {resolution!r}: must be 0 (exact times) or "
-                          "1/k slot for a whole number k ≥ 2 (e.g. 0.5, 0.1, 0.01)")
+    if (
+        isinstance(resolution, bool)
+        or not isinstance(resolution, int | float)
+        or not (0 <= resolution < 1)
+        or (resolution > 0 and abs(1 / resolution - round(1 / resolution)) > 1e-9)
+    ):
+        raise ConfigError(
+            f"{where}: resolution = {resolution!r}: must be 0 (exact times) or "
+            "1/k slot for a whole number k ≥ 2 (e.g. 0.5, 0.1, 0.01)"
+        )
     rest = {k: v for k, v in table.items() if k not in ("model", "resolution")}
     if name == SIZE_PROPORTIONAL:
         return build(SizeProportional, {**rest, "resolution": resolution}, where)

@@ -79,13 +79,17 @@ class IntermittentLinks(LinkModel):
         self._key: np.uint64 | None = None
 
     def probabilities(
-        self, n_agents: int, within: float | None = None, server_within: float | None = None,
+        self,
+        n_agents: int,
+        within: float | None = None,
+        server_within: float | None = None,
         width: int = 1,
     ) -> Connectivity:
         if n_agents != self.conn.n:
             raise ValueError(f"links were bound for {self.conn.n} agents, not {n_agents}")
-        return on_time(self.conn, fixed_on_time(self.slots, within),
-                       fixed_on_time(self.slots, server_within))
+        return on_time(
+            self.conn, fixed_on_time(self.slots, within), fixed_on_time(self.slots, server_within)
+        )
 
     def realise(
         self, rng: np.random.Generator, slot: int | np.ndarray, src: np.ndarray, dst: np.ndarray
@@ -122,8 +126,9 @@ class IntermittentLinks(LinkModel):
     def available(
         self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray
     ) -> np.ndarray:
-        return self.realise(rng, np.floor(t).astype(np.int64) if np.ndim(t) else math.floor(t),
-                            src, dst)
+        return self.realise(
+            rng, np.floor(t).astype(np.int64) if np.ndim(t) else math.floor(t), src, dst
+        )
 
 
 @LINKS.register("bernoulli")
@@ -139,8 +144,10 @@ class BernoulliLinks(LinkModel):
     """
 
     p_server: float | list[float] = param(
-        1.0, "p_i: probability that node i reaches the server in a slot (one for all, or a list)",
-        ge=0, le=1,
+        1.0,
+        "p_i: probability that node i reaches the server in a slot (one for all, or a list)",
+        ge=0,
+        le=1,
     )
     good: int | None = param(
         None, "if set: nodes 0…good−1 reach the server with p_good, the others with p_bad", ge=0
@@ -151,15 +158,18 @@ class BernoulliLinks(LinkModel):
         1.0, "p_ij of every link of the [topology] graph (of every pair without one)", ge=0, le=1
     )
     decay: float | None = param(
-        None, "geometric graphs: p_ij = p_link·exp(−distance/decay) (distance in the unit square)",
+        None,
+        "geometric graphs: p_ij = p_link·exp(−distance/decay) (distance in the unit square)",
         gt=0,
     )
     p_nodes: list[list[float]] | None = param(
         None, "explicit P as rows (n × n, p_ii is 1); overrides p_link and the graph", ge=0, le=1
     )
     reciprocity: float = param(
-        1.0, "ρ: E[τ_ij τ_ji] = p_ij p_ji + ρ(min(p_ij, p_ji) − p_ij p_ji); 0 independent",
-        ge=0, le=1,
+        1.0,
+        "ρ: E[τ_ij τ_ji] = p_ij p_ji + ρ(min(p_ij, p_ji) − p_ij p_ji); 0 independent",
+        ge=0,
+        le=1,
     )
     slots: float = param(0.0, "delivery delay of every message, in slots", ge=0)
     ideal = False
@@ -192,8 +202,10 @@ class BernoulliLinks(LinkModel):
         if self.p_nodes is not None:
             P = np.asarray(self.p_nodes, dtype=float)
             if P.shape != (n, n):
-                raise ValueError(f"p_nodes is {P.shape[0]}×{P.shape[1] if P.ndim > 1 else 0}; "
-                                 f"the data have {n} nodes")
+                raise ValueError(
+                    f"p_nodes is {P.shape[0]}×{P.shape[1] if P.ndim > 1 else 0}; "
+                    f"the data have {n} nodes"
+                )
         elif graph is None:
             P = np.full((n, n), self.p_link)
         else:
@@ -214,18 +226,22 @@ class BernoulliLinks(LinkModel):
         E = reciprocity_matrix(P, self.reciprocity)
         return Connectivity(self.server_probabilities(n), P, E)
 
-    def bind(
-        self, n_agents: int, public: Mapping[str, Any], streams: Streams
-    ) -> IntermittentLinks:
+    def bind(self, n_agents: int, public: Mapping[str, Any], streams: Streams) -> IntermittentLinks:
         conn = self.connectivity(n_agents, public.get("graph"))
         return IntermittentLinks(conn, self.reciprocity, self.slots)
 
     def probabilities(
-        self, n_agents: int, within: float | None = None, server_within: float | None = None,
+        self,
+        n_agents: int,
+        within: float | None = None,
+        server_within: float | None = None,
         width: int = 1,
     ) -> Connectivity:
-        return on_time(self.connectivity(n_agents), fixed_on_time(self.slots, within),
-                       fixed_on_time(self.slots, server_within))
+        return on_time(
+            self.connectivity(n_agents),
+            fixed_on_time(self.slots, within),
+            fixed_on_time(self.slots, server_within),
+        )
 
     def available(
         self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray

@@ -73,16 +73,22 @@ class RealisticLinks(LinkModel):
             n_agents,
             self.base.bind(n_agents, public, streams),
             self.latency,
-            None if self.outages is None
+            None
+            if self.outages is None
             else self.outages.bind(n_addresses, "link", streams.get("outages")),
-            None if self.nodes is None
+            None
+            if self.nodes is None
             else self.nodes.bind(n_addresses, "node", streams.get("nodes")),
-            None if self.stragglers is None
+            None
+            if self.stragglers is None
             else self.stragglers.bind(n_agents, streams.get("stragglers")),
         )
 
     def probabilities(
-        self, n_agents: int, within: float | None = None, server_within: float | None = None,
+        self,
+        n_agents: int,
+        within: float | None = None,
+        server_within: float | None = None,
         width: int = 1,
     ) -> Connectivity:
         raise RuntimeError("RealisticLinks must be bound to a run first (LinkModel.bind)")
@@ -121,10 +127,13 @@ class BoundRealistic(LinkModel):
         self.resolution = latency.resolution if latency is not None else 0.0
         # stragglers read the slot ⌊t⌋, latency models draw per message whatever t is
         self.per_slot = bool(getattr(base, "per_slot", False)) and all(
-            part.per_slot for part in (outages, nodes) if part is not None)
+            part.per_slot for part in (outages, nodes) if part is not None
+        )
         self.per_message = bool(getattr(base, "per_message", False)) and all(
             getattr(part, "per_message", False)
-            for part in (outages, nodes, stragglers, latency) if part is not None)
+            for part in (outages, nodes, stragglers, latency)
+            if part is not None
+        )
 
     def _nodes_up(self, t: float | np.ndarray, who: np.ndarray) -> np.ndarray:
         """Whether each address is up at t (or t[k]; the server always is)."""
@@ -143,14 +152,20 @@ class BoundRealistic(LinkModel):
             link = self.outages.up(t, link_entity(src, dst, self.n_agents + 1)) | (src == dst)
             up = link if up is True else up & link
         if self.nodes is not None:
-            ends = self._nodes_up(np.concatenate([t, t]) if np.ndim(t) else t,
-                                  np.concatenate([src, dst]))
-            both = ends[: len(src)] & ends[len(src):]
+            ends = self._nodes_up(
+                np.concatenate([t, t]) if np.ndim(t) else t, np.concatenate([src, dst])
+            )
+            both = ends[: len(src)] & ends[len(src) :]
             up = both if up is True else up & both
         return up
 
     def latency(
-        self, rng: np.random.Generator, t: float, src: np.ndarray, dst: np.ndarray, width: int = 0,
+        self,
+        rng: np.random.Generator,
+        t: float,
+        src: np.ndarray,
+        dst: np.ndarray,
+        width: int = 0,
         ids: np.ndarray | None = None,
     ) -> np.ndarray | float:
         delay = self.base.latency(rng, t, src, dst, width)
@@ -163,7 +178,8 @@ class BoundRealistic(LinkModel):
                 if self._latency_key is None:  # the run's latency stream fixes the key once
                     self._latency_key = np.uint64(rng.integers(0, 2**63))
                 delay = delay + self.latency_model.sample_keyed(
-                    self._latency_key, ids, t, src, dst, width)
+                    self._latency_key, ids, t, src, dst, width
+                )
         return delay
 
     def receivable(self, t: float, dst: np.ndarray) -> np.ndarray | bool:
@@ -192,8 +208,9 @@ class BoundRealistic(LinkModel):
         scale = np.ones((n + 1, n + 1))
         if self.outages is not None:
             i, j = np.indices((n + 1, n + 1)).reshape(2, -1)
-            scale = np.asarray(self.outages.stationary(link_entity(i, j, n + 1)),
-                               dtype=float).reshape(n + 1, n + 1)
+            scale = np.asarray(
+                self.outages.stationary(link_entity(i, j, n + 1)), dtype=float
+            ).reshape(n + 1, n + 1)
         if self.nodes is not None:
             q = np.append(np.asarray(self.nodes.stationary(np.arange(n)), dtype=float), 1.0)
             scale = scale * q[:, None] * q[None, :]
@@ -261,7 +278,8 @@ def realistic_links(base: LinkModel, tables: Mapping[str, Any]) -> RealisticLink
 def unknown_table_message(name: str) -> str:
     """One line for a [network] sub-table that does not exist."""
     return unknown_key_message("[network]", name, list(NETWORK_TABLES)).replace(
-        "unknown key", "unknown sub-table", 1)
+        "unknown key", "unknown sub-table", 1
+    )
 
 
 def table_keys(name: str, table: Mapping[str, Any]) -> list[str]:

@@ -36,8 +36,9 @@ class Stragglers:
     """Per-agent speed factors f_i and the nominal processing time D of a ``[network.stragglers]``
     table."""
 
-    fraction: float = param(0.0, "share of agents that are stragglers (chosen at random)",
-                            ge=0, le=1)
+    fraction: float = param(
+        0.0, "share of agents that are stragglers (chosen at random)", ge=0, le=1
+    )
     slowdown: float = param(5.0, "speed factor f of a straggler (the others have f = 1)", ge=1)
     factors: list[float] | None = param(
         None, "explicit speed factor f_i of every agent (overrides fraction and slowdown)", ge=1
@@ -62,8 +63,10 @@ class Stragglers:
         """
         if self.factors is not None:
             if len(self.factors) != n_agents:
-                raise ValueError(f"stragglers: factors has {len(self.factors)} values; the data "
-                                 f"have {n_agents} agents")
+                raise ValueError(
+                    f"stragglers: factors has {len(self.factors)} values; the data "
+                    f"have {n_agents} agents"
+                )
             factors = np.asarray(self.factors, dtype=float)
         else:
             factors = np.ones(n_agents)
@@ -94,8 +97,11 @@ class BoundStragglers:
         if not slow.any():
             return 0.0
         out = np.zeros(len(src))
-        slot = (np.floor(np.asarray(t)[slow]).astype(np.uint64) if np.ndim(t)
-                else np.uint64(math.floor(t)))
+        slot = (
+            np.floor(np.asarray(t)[slow]).astype(np.uint64)
+            if np.ndim(t)
+            else np.uint64(math.floor(t))
+        )
         counter = slot * self._stride + src[slow].astype(np.uint64)
         out[slow] = (f[slow] - 1) * self.nominal.ppf(counter_uniform(self._key, counter))
         return out

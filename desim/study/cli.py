@@ -85,58 +85,96 @@ def _parser() -> argparse.ArgumentParser:
     def study_command(name: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("study", metavar="STUDY", help="study folder or its study.toml")
-        p.add_argument("--quick", action="store_true",
-                       help="seconds-long smoke version ([quick] table), written under quick/")
+        p.add_argument(
+            "--quick",
+            action="store_true",
+            help="seconds-long smoke version ([quick] table), written under quick/",
+        )
         return p
 
     run = study_command("run", "run a study (resuming what is done) and draw its figures")
-    run.add_argument("--workers", type=_workers, default=1, metavar="N",
-                     help="worker processes (default 1: run in this process)")
-    run.add_argument("--scheduler", metavar="ADDRESS|local:N",
-                     help="run on a dask.distributed cluster: a scheduler's address, or local:N "
-                     "to start N worker processes here (needs `pip install 'desim[dask]'`)")
+    run.add_argument(
+        "--workers",
+        type=_workers,
+        default=1,
+        metavar="N",
+        help="worker processes (default 1: run in this process)",
+    )
+    run.add_argument(
+        "--scheduler",
+        metavar="ADDRESS|local:N",
+        help="run on a dask.distributed cluster: a scheduler's address, or local:N "
+        "to start N worker processes here (needs `pip install 'desim[dask]'`)",
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(func=_run)
     study_command("plot", "redraw a study's figures from its results").set_defaults(func=_plot)
     validate = study_command("validate", "check a study file without running it")
     validate.set_defaults(func=_validate)
     for p in (run, validate):
-        p.add_argument("--force", action="store_true",
-                       help="accept a study larger than this machine can run (run count, "
-                       "work, memory)")
+        p.add_argument(
+            "--force",
+            action="store_true",
+            help="accept a study larger than this machine can run (run count, work, memory)",
+        )
     summary = study_command(
-        "summary", "print a metric per grid point and scenario: mean ± SE at a slot, and the "
-        "time to reach a target")
+        "summary",
+        "print a metric per grid point and scenario: mean ± SE at a slot, and the "
+        "time to reach a target",
+    )
     summary.add_argument("--metric", default="mse", help="the metric (default mse)")
-    summary.add_argument("--at", type=float, metavar="T",
-                         help="the slot (default: each run's last checkpoint)")
-    summary.add_argument("--target", type=_positive, metavar="X",
-                         help="also the time at which the metric first reaches X")
+    summary.add_argument(
+        "--at", type=float, metavar="T", help="the slot (default: each run's last checkpoint)"
+    )
+    summary.add_argument(
+        "--target",
+        type=_positive,
+        metavar="X",
+        help="also the time at which the metric first reaches X",
+    )
     summary.add_argument("--csv", type=Path, metavar="FILE", help="also write the table here")
     summary.set_defaults(func=_summary)
     verify = study_command(
-        "verify", "re-run stored runs and report any whose trajectory fingerprint changed "
-        "(after upgrading desim)")
-    verify.add_argument("--sample", type=_workers, metavar="N",
-                        help="re-run N stored runs chosen at random (default: all)")
+        "verify",
+        "re-run stored runs and report any whose trajectory fingerprint changed "
+        "(after upgrading desim)",
+    )
+    verify.add_argument(
+        "--sample",
+        type=_workers,
+        metavar="N",
+        help="re-run N stored runs chosen at random (default: all)",
+    )
     verify.add_argument("--no-progress", action="store_true", help="no progress bar")
     verify.set_defaults(func=_verify)
     clean = study_command(
-        "clean", "remove stored results of older versions of the study file (and damaged "
-        "records set aside)")
+        "clean",
+        "remove stored results of older versions of the study file (and damaged records set aside)",
+    )
     clean.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     clean.set_defaults(func=_clean)
     export = study_command(
-        "export", "write a study's current results as csv, parquet or netCDF (curves beside)")
-    export.add_argument("--format", required=True, choices=["csv", "parquet", "netcdf"],
-                        help="csv and parquet: tidy tables (curves in <F>.curves.<ext>); "
-                        "netcdf: one xarray Dataset")
-    export.add_argument("--out", type=Path, metavar="F",
-                        help="the file to write (default: beside the results folder)")
+        "export", "write a study's current results as csv, parquet or netCDF (curves beside)"
+    )
+    export.add_argument(
+        "--format",
+        required=True,
+        choices=["csv", "parquet", "netcdf"],
+        help="csv and parquet: tidy tables (curves in <F>.curves.<ext>); "
+        "netcdf: one xarray Dataset",
+    )
+    export.add_argument(
+        "--out",
+        type=Path,
+        metavar="F",
+        help="the file to write (default: beside the results folder)",
+    )
     export.set_defaults(func=_export)
-    sub.add_parser("list", help="list protocols, data models, link models and curves",
-                   description="list protocols, data models, link models and curves"
-                   ).set_defaults(func=_list)
+    sub.add_parser(
+        "list",
+        help="list protocols, data models, link models and curves",
+        description="list protocols, data models, link models and curves",
+    ).set_defaults(func=_list)
     return parser
 
 
@@ -208,6 +246,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.scheduler is not None:
         from desim.study.dask import parse_scheduler
+
         parse_scheduler(args.scheduler)  # before anything runs
 
     studies = _studies(args)
@@ -218,21 +257,29 @@ def _run(args: argparse.Namespace) -> int:
     if progress and len(studies) > 1:
         from tqdm import tqdm
 
-        progress = tqdm(total=sum(len(s.unique_runs) for s in studies), unit="run",
-                        desc=f"suite {_where(Path(args.study))}"[:40], file=sys.stderr)
+        progress = tqdm(
+            total=sum(len(s.unique_runs) for s in studies),
+            unit="run",
+            desc=f"suite {_where(Path(args.study))}"[:40],
+            file=sys.stderr,
+        )
 
     def one(study: Study) -> int:
         try:
             on = {} if args.scheduler is None else {"scheduler": args.scheduler}
             summary = run_study(study, workers=args.workers, progress=progress, **on)
         except KeyboardInterrupt:
-            print(f"desim: interrupted; finished runs are kept in "
-                  f"{_where(study.results_dir)}; run the same command again to resume",
-                  file=sys.stderr)
+            print(
+                f"desim: interrupted; finished runs are kept in "
+                f"{_where(study.results_dir)}; run the same command again to resume",
+                file=sys.stderr,
+            )
             raise _Stop(EXIT_INTERRUPTED) from None
         for name in summary.damaged:
-            print(f"desim: note: {name}: damaged record (checksum differs), set aside and "
-                  "run again", file=sys.stderr)
+            print(
+                f"desim: note: {name}: damaged record (checksum differs), set aside and run again",
+                file=sys.stderr,
+            )
         for warning in summary.warnings:
             print(f"desim: warning: {warning}", file=sys.stderr)
         has_results = summary.done + summary.skipped or study.curve_jobs
@@ -249,9 +296,12 @@ def _run(args: argparse.Namespace) -> int:
         )
         print(f"results: {_where(summary.results_dir)}")
         if summary.stale:
-            print(f"desim: note: {summary.stale} stored runs of an older version of "
-                  f"{study.file.name} are kept (not shown); `{study.command('clean')}` "
-                  "removes them", file=sys.stderr)
+            print(
+                f"desim: note: {summary.stale} stored runs of an older version of "
+                f"{study.file.name} are kept (not shown); `{study.command('clean')}` "
+                "removes them",
+                file=sys.stderr,
+            )
         if figures:
             names = ", ".join(f.name for f in figures)
             print(f"figures: {_where(study.figures_dir)} ({names})")
@@ -261,8 +311,11 @@ def _run(args: argparse.Namespace) -> int:
         if summary.failures:
             more = len(summary.failures) - shown
             extra = f" (first {shown} shown)" if more > 0 else ""
-            print(f"desim: {len(summary.failures)} failures{extra}; errors and tracebacks are "
-                  f"in {_where(summary.results_dir / 'manifest.json')}", file=sys.stderr)
+            print(
+                f"desim: {len(summary.failures)} failures{extra}; errors and tracebacks are "
+                f"in {_where(summary.results_dir / 'manifest.json')}",
+                file=sys.stderr,
+            )
             return EXIT_FAILED
         return EXIT_OK
 
@@ -316,18 +369,26 @@ def _summary(args: argparse.Namespace) -> int:
             raise ConfigError(f"{_where(study.results_dir)}: no finished runs to summarise")
         known = sorted(metrics["metric"].unique())
         if args.metric not in known:
-            raise ConfigError(f"--metric {args.metric!r}: not in the results; "
-                              f"recorded: {', '.join(known)}")
+            raise ConfigError(
+                f"--metric {args.metric!r}: not in the results; recorded: {', '.join(known)}"
+            )
         if args.at is not None:
             slots = np.unique(metrics["t"].to_numpy(float))
             if args.at not in slots:
                 shown = ", ".join(f"{t:g}" for t in slots[:60])
                 more = " ..." if len(slots) > 60 else ""
-                raise ConfigError(f"--at {args.at:g}: no checkpoint at that slot; "
-                                  f"checkpoints: {shown}{more}")
+                raise ConfigError(
+                    f"--at {args.at:g}: no checkpoint at that slot; checkpoints: {shown}{more}"
+                )
         # runs that kept the privacy ledger show the ε spent (max over agents) beside the metric
-        table = summarise_runs(metrics, args.metric, list(study.grid_columns.values()),
-                               args.at, args.target, beside=ledger_maxima(metrics))
+        table = summarise_runs(
+            metrics,
+            args.metric,
+            list(study.grid_columns.values()),
+            args.at,
+            args.target,
+            beside=ledger_maxima(metrics),
+        )
         if args.csv is not None:
             table.to_csv(args.csv, index=False)
         print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
@@ -342,13 +403,18 @@ def _verify(args: argparse.Namespace) -> int:
     def one(study: Study) -> int:
         found = verify_study(study, args.sample, progress=not args.no_progress)
         for run_id, h in found.changed:
-            print(f"desim: changed: {run_id} (config hash {h}…): its trajectory differs "
-                  "from the stored one", file=sys.stderr)
+            print(
+                f"desim: changed: {run_id} (config hash {h}…): its trajectory differs "
+                "from the stored one",
+                file=sys.stderr,
+            )
         for run_id, error in found.failed:
             print(f"desim: failed: {run_id}: {error}", file=sys.stderr)
         same = len(found.checked) - len(found.changed) - len(found.failed)
-        print(f"desim: {study.title}: verified {len(found.checked)} runs: {same} identical, "
-              f"{len(found.changed)} changed, {len(found.failed)} failed")
+        print(
+            f"desim: {study.title}: verified {len(found.checked)} runs: {same} identical, "
+            f"{len(found.changed)} changed, {len(found.failed)} failed"
+        )
         return EXIT_FAILED if found.changed or found.failed else EXIT_OK
 
     return _each(args, one)
@@ -364,10 +430,14 @@ def _clean(args: argparse.Namespace) -> int:
             return EXIT_OK
         if not args.yes:
             if not sys.stdin.isatty():
-                raise ConfigError(f"{_where(study.results_dir)}: {len(files)} files of older "
-                                  "versions; add --yes to remove them")
-            answer = input(f"remove {len(files)} files of older versions from "
-                           f"{_where(study.results_dir)}? [y/N] ")
+                raise ConfigError(
+                    f"{_where(study.results_dir)}: {len(files)} files of older "
+                    "versions; add --yes to remove them"
+                )
+            answer = input(
+                f"remove {len(files)} files of older versions from "
+                f"{_where(study.results_dir)}? [y/N] "
+            )
             if answer.strip().lower() not in ("y", "yes"):
                 print("desim: nothing removed")
                 return EXIT_OK
@@ -383,8 +453,10 @@ def _export(args: argparse.Namespace) -> int:
 
     files = find_studies(args.study)
     if len(files) > 1 and args.out is not None:
-        raise ConfigError(f"--out {args.out}: STUDY is a suite of {len(files)} studies; "
-                          "export them one by one, or leave --out out")
+        raise ConfigError(
+            f"--out {args.out}: STUDY is a suite of {len(files)} studies; "
+            "export them one by one, or leave --out out"
+        )
     for file in files:
         for path in export(load_study(file, quick=args.quick), args.format, args.out):
             print(_where(path))
@@ -416,11 +488,14 @@ def _list(args: argparse.Namespace) -> int:
     plugins = load_plugins()
     lines = [f"plug-ins: {', '.join(f'{v} ({k})' for k, v in plugins.items()) or 'none'}", ""]
     for title, registry in (
-        ("protocols", PROTOCOLS), ("data models", DATA), ("link models", LINKS),
+        ("protocols", PROTOCOLS),
+        ("data models", DATA),
+        ("link models", LINKS),
         ("availability models ([network.outages], [network.nodes])", AVAILABILITY),
-        ("distributions ([network.latency], stragglers' delay, churn sessions)",
-         DISTRIBUTIONS),
-        ("topologies", TOPOLOGIES), ("curves", CURVES), ("metrics", METRICS),
+        ("distributions ([network.latency], stragglers' delay, churn sessions)", DISTRIBUTIONS),
+        ("topologies", TOPOLOGIES),
+        ("curves", CURVES),
+        ("metrics", METRICS),
     ):
         lines += [*_list_registry(title, registry), ""]
     print("\n".join(lines).rstrip())
@@ -451,8 +526,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # the file system: read-only, full, a file where a folder goes
         where = f"{exc.filename}: " if exc.filename else ""
         reason = exc.strerror or str(exc) or type(exc).__name__
-        print(f"desim: error: {where}{reason}; nothing already stored was lost",
-              file=sys.stderr)
+        print(f"desim: error: {where}{reason}; nothing already stored was lost", file=sys.stderr)
         return EXIT_CONFIG
 
 

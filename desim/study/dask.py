@@ -67,8 +67,10 @@ def _distributed():
     try:
         import distributed
     except ImportError:
-        raise ConfigError("--scheduler: dask.distributed is not installed; install it with "
-                          "`pip install 'desim[dask]'`") from None
+        raise ConfigError(
+            "--scheduler: dask.distributed is not installed; install it with "
+            "`pip install 'desim[dask]'`"
+        ) from None
     return distributed
 
 
@@ -76,12 +78,13 @@ def parse_scheduler(text: str) -> tuple[str, int | None]:
     """(address, None) for a scheduler address, ("local", N) for ``local:N``; a `ConfigError`
     for anything else or when dask.distributed is not installed."""
     if not isinstance(text, str) or not text.strip() or any(c.isspace() for c in text):
-        raise ConfigError(f"--scheduler {text!r}: must be a scheduler address "
-                          "(tcp://host:8786) or local:N")
+        raise ConfigError(
+            f"--scheduler {text!r}: must be a scheduler address (tcp://host:8786) or local:N"
+        )
     n = None
     if text.startswith(LOCAL):
         try:
-            n = int(text[len(LOCAL):])
+            n = int(text[len(LOCAL) :])
         except ValueError:
             n = 0
         if n < 1:
@@ -93,8 +96,10 @@ def parse_scheduler(text: str) -> tuple[str, int | None]:
 def _start_method() -> str:
     """How the local pool's workers start: the method set in this process, else the platform's
     default (without fixing it, as `multiprocessing.get_context()` would)."""
-    return multiprocessing.get_start_method(allow_none=True) or (
-        multiprocessing.get_all_start_methods()[0])
+    return (
+        multiprocessing.get_start_method(allow_none=True)
+        or (multiprocessing.get_all_start_methods()[0])
+    )
 
 
 @contextmanager
@@ -108,24 +113,30 @@ def connect(scheduler: str) -> Iterator[Any]:
         import dask
 
         method = _start_method()
-        with dask.config.set({**LOCAL_CONFIG,
-                              "distributed.worker.multiprocessing-method": method}):
+        with dask.config.set({**LOCAL_CONFIG, "distributed.worker.multiprocessing-method": method}):
             cluster = distributed.LocalCluster(  # no dashboard; health routes on a free port
-                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                scheduler_kwargs={"dashboard_address": ":0"}, silence_logs=logging.ERROR)
+                n_workers=n,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                scheduler_kwargs={"dashboard_address": ":0"},
+                silence_logs=logging.ERROR,
+            )
             client = distributed.Client(cluster)
     else:
         try:
             client = distributed.Client(address, timeout=CONNECT_TIMEOUT)
         except (OSError, TimeoutError) as exc:
-            raise ConfigError(f"--scheduler {address}: no scheduler answers there "
-                              f"({' '.join(str(exc).split())})") from None
+            raise ConfigError(
+                f"--scheduler {address}: no scheduler answers there ({' '.join(str(exc).split())})"
+            ) from None
     try:
         try:
             client.wait_for_workers(1, timeout=CONNECT_TIMEOUT)
         except TimeoutError:
-            raise ConfigError(f"--scheduler {scheduler}: the scheduler has no worker "
-                              f"(waited {CONNECT_TIMEOUT} s)") from None
+            raise ConfigError(
+                f"--scheduler {scheduler}: the scheduler has no worker (waited {CONNECT_TIMEOUT} s)"
+            ) from None
         yield client
     finally:
         client.close()
@@ -147,15 +158,19 @@ def check_workers(client: Any, scheduler: str) -> None:
     try:
         versions = client.run(_desim_version)
     except Exception as exc:
-        raise ConfigError(f"--scheduler {scheduler}: the workers cannot run desim "
-                          f"({type(exc).__name__}: {' '.join(str(exc).split())}); install "
-                          "desim on them") from None
+        raise ConfigError(
+            f"--scheduler {scheduler}: the workers cannot run desim "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())}); install "
+            "desim on them"
+        ) from None
     other = {w: v for w, v in versions.items() if v != desim.__version__}
     if other:
         worker, version = sorted(other.items())[0]
-        raise ConfigError(f"--scheduler {scheduler}: worker {worker} runs desim {version}, this "
-                          f"process desim {desim.__version__}; install the same version on "
-                          f"every worker ({len(other)} of {len(versions)} differ)")
+        raise ConfigError(
+            f"--scheduler {scheduler}: worker {worker} runs desim {version}, this "
+            f"process desim {desim.__version__}; install the same version on "
+            f"every worker ({len(other)} of {len(versions)} differ)"
+        )
 
 
 def compute_batch(runs: list[Run]) -> list[dict[str, Any]]:
@@ -202,8 +217,14 @@ class Session:
         """`curve_value` of each job, computed on the workers (one task per curve)."""
         client = self.client()
         tag = uuid.uuid4().hex[:8]
-        futures = client.map(curve_value, jobs, t=t, pure=False, retries=RETRIES,
-                             key=[f"desim-curve-{tag}-{i}" for i in range(len(jobs))])
+        futures = client.map(
+            curve_value,
+            jobs,
+            t=t,
+            pure=False,
+            retries=RETRIES,
+            key=[f"desim-curve-{tag}-{i}" for i in range(len(jobs))],
+        )
         return client.gather(futures)
 
     def __enter__(self) -> Session:
@@ -213,9 +234,13 @@ class Session:
         self._stack.close()
 
 
-def run_on_cluster(todo: list[Run], results_dir: Path, session: Session,
-                   finish: Callable[[Run, dict[str, Any]], None], head: dict[str, Any]
-                   ) -> None:
+def run_on_cluster(
+    todo: list[Run],
+    results_dir: Path,
+    session: Session,
+    finish: Callable[[Run, dict[str, Any]], None],
+    head: dict[str, Any],
+) -> None:
     """Compute `todo` on the session's cluster and call `finish(run, record)` as each run's
     record is written (in this process)."""
     distributed = _distributed()
@@ -229,8 +254,13 @@ def run_on_cluster(todo: list[Run], results_dir: Path, session: Session,
     def submit() -> None:
         n = min(sizer.size(len(queue), slots), len(queue))
         batch = [queue.popleft() for _ in range(n)]
-        future = client.submit(compute_batch, batch, pure=False, retries=RETRIES,
-                               key=f"desim-{tag}-{batch[0].config_hash[:12]}-{n}")
+        future = client.submit(
+            compute_batch,
+            batch,
+            pure=False,
+            retries=RETRIES,
+            key=f"desim-{tag}-{batch[0].config_hash[:12]}-{n}",
+        )
         batches[future] = batch
         running.add(future)
 
@@ -243,8 +273,7 @@ def run_on_cluster(todo: list[Run], results_dir: Path, session: Session,
                 outs = future.result()
             except Exception as exc:  # e.g. KilledWorker: lost too often
                 error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-                outs = [{"status": FAILED, "wall_seconds": None, "error": error}] * len(
-                    batch)
+                outs = [{"status": FAILED, "wall_seconds": None, "error": error}] * len(batch)
             for run, out in zip(batch, outs, strict=True):
                 sizer.learn(out)
                 finish(run, store_run(run, results_dir, out, head))

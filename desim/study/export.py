@@ -39,8 +39,9 @@ def _xarray():
     try:
         import xarray
     except ImportError:
-        raise ConfigError("xarray is not installed; install it with "
-                          "`pip install 'desim[xarray]'`") from None
+        raise ConfigError(
+            "xarray is not installed; install it with `pip install 'desim[xarray]'`"
+        ) from None
     return xarray
 
 
@@ -61,11 +62,16 @@ class Results:
         return list(self.study.grid_columns.values())
 
     def __repr__(self) -> str:
-        runs = len(self.metrics.groupby(["scenario", *self.grid, "replicate"], sort=False)) \
-            if not self.metrics.empty else 0
+        runs = (
+            len(self.metrics.groupby(["scenario", *self.grid, "replicate"], sort=False))
+            if not self.metrics.empty
+            else 0
+        )
         curves = 0 if self.curves is None else self.curves["curve"].nunique()
-        return (f"<desim results of {self.study.title!r}: {runs} runs, "
-                f"{len(self.metrics)} metric rows, {curves} curves>")
+        return (
+            f"<desim results of {self.study.title!r}: {runs} runs, "
+            f"{len(self.metrics)} metric rows, {curves} curves>"
+        )
 
     def plot(self, which: str | int = 0, ax=None):
         """The matplotlib Figure of the study's [[plot]] `which` (file name, stem or index),
@@ -84,22 +90,28 @@ class Results:
         parts = []
         if not self.metrics.empty:
             value = self.metrics.set_index(dims)["value"].to_xarray()
-            order = [s.name for s in self.study.scenarios
-                     if s.name in set(self.metrics["scenario"])]
+            order = [
+                s.name for s in self.study.scenarios if s.name in set(self.metrics["scenario"])
+            ]
             parts.append(value.reindex(scenario=order).to_dataset(name="value"))
         if self.curves is not None and not self.curves.empty:
             # the curves are all MSE curves; metric is kept as an attribute, not a dimension
             frame = self.curves.set_index(["curve", *grid, "t"])[["value", "stderr"]]
-            curves = frame.rename(columns={"value": "curve_value",
-                                           "stderr": "curve_stderr"}).to_xarray()
+            curves = frame.rename(
+                columns={"value": "curve_value", "stderr": "curve_stderr"}
+            ).to_xarray()
             order = [c.name for c in self.study.curves if c.name in set(self.curves["curve"])]
             curves = curves.reindex(curve=order)
             curves["curve_value"].attrs["metric"] = "mse"
             parts.append(curves)
         ds = xarray.merge(parts, join="outer") if parts else xarray.Dataset()
-        ds.attrs.update(title=self.study.title, study_file=self.study.file.name,
-                        config_hash=self.study.config_hash, root_seed=int(self.study.seed),
-                        quick=int(self.study.quick))
+        ds.attrs.update(
+            title=self.study.title,
+            study_file=self.study.file.name,
+            config_hash=self.study.config_hash,
+            root_seed=int(self.study.seed),
+            quick=int(self.study.quick),
+        )
         return ds
 
 
@@ -135,8 +147,9 @@ def curves_path(out: Path) -> Path:
     return out.with_name(f"{out.stem}.curves{out.suffix}")
 
 
-def export(study: str | Path | Study, fmt: str, out: str | Path | None = None,
-           quick: bool = False) -> list[Path]:
+def export(
+    study: str | Path | Study, fmt: str, out: str | Path | None = None, quick: bool = False
+) -> list[Path]:
     """Write the current results of `study` as `fmt` (csv, parquet or netcdf) to `out`
     (default `default_out`); return the files written.
 
@@ -165,10 +178,8 @@ def export(study: str | Path | Study, fmt: str, out: str | Path | None = None,
         frame = _plain_strings(frame)
         if fmt == "csv":
             text = frame.to_csv(index=False)  # floats as repr: exact
-            atomic_write(path, lambda tmp, text=text: Path(tmp).write_text(text,
-                                                                           encoding="utf-8"))
+            atomic_write(path, lambda tmp, text=text: Path(tmp).write_text(text, encoding="utf-8"))
         else:
             write_parquet(frame, path)
         written.append(path)
     return written
-

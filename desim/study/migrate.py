@@ -92,8 +92,10 @@ def migrate(study: Study) -> dict[str, int]:
     if old.get("schema") == MANIFEST_SCHEMA:
         return {"runs": 0, "duplicates": 0}
     by_old = {e["run_id"]: e for e in old.get("runs", []) if isinstance(e, dict)}
-    head = {k: old.get(k) for k in ("desim_version", "git_commit", "platform", "python",
-                                    "numpy", "pandas", "pyarrow")}
+    head = {
+        k: old.get(k)
+        for k in ("desim_version", "git_commit", "platform", "python", "numpy", "pandas", "pyarrow")
+    }
     head.update(git_dirty=None, scipy=None, simpy=None)
     sidecars: dict[str, dict[str, Any]] = {}
     kept: dict[str, str] = {}  # new hash -> fingerprint
@@ -107,8 +109,9 @@ def migrate(study: Study) -> dict[str, int]:
                 if _stored_hash(path) != old_hash(run):
                     raise MigrationError(f"{path}: config hash is not the current one")
                 if fingerprint(_trajectory(path)) != kept[run.config_hash]:
-                    raise MigrationError(f"{path}: differs from {target.name}, though the "
-                                         "grid does not reach it")
+                    raise MigrationError(
+                        f"{path}: differs from {target.name}, though the grid does not reach it"
+                    )
                 path.unlink()
                 duplicates += 1
             continue
@@ -119,12 +122,20 @@ def migrate(study: Study) -> dict[str, int]:
         path.rename(target)
         entry = by_old.get(rid, {})
         side = {
-            "schema": SIDECAR_SCHEMA, "run_id": run.run_id, "scenario": run.scenario.name,
-            "replicate": run.scenario.replicate, "grid": run.columns, "spawn": run.spawn,
-            "provenance": {**head, "wall_seconds": entry.get("wall_seconds"),
-                           "finished": old.get("finished"),
-                           "migrated": "from a schema-1 results folder"},
-            "warnings": [], "config_hash": run.config_hash,
+            "schema": SIDECAR_SCHEMA,
+            "run_id": run.run_id,
+            "scenario": run.scenario.name,
+            "replicate": run.scenario.replicate,
+            "grid": run.columns,
+            "spawn": run.spawn,
+            "provenance": {
+                **head,
+                "wall_seconds": entry.get("wall_seconds"),
+                "finished": old.get("finished"),
+                "migrated": "from a schema-1 results folder",
+            },
+            "warnings": [],
+            "config_hash": run.config_hash,
             "fingerprint": fingerprint(_trajectory(target)),
             "files": {target.name: sha256_file(target)},
         }
@@ -138,13 +149,20 @@ def migrate(study: Study) -> dict[str, int]:
     _check_metrics(study, sidecars, manifest)
     _check_curves(study, old, manifest)
     body = manifest.body()
-    body["invocations"] = [{
-        "started": old.get("started"), "finished": old.get("finished"), **head,
-        "workers": old.get("workers"), "ran": len(sidecars), "failed": 0,
-        "curves_computed": len(study.curve_jobs), "interrupted": old.get("interrupted"),
-        "wall_seconds": old.get("wall_seconds"),
-        "note": "recorded by a schema-1 manifest (the last invocation only); migrated",
-    }]
+    body["invocations"] = [
+        {
+            "started": old.get("started"),
+            "finished": old.get("finished"),
+            **head,
+            "workers": old.get("workers"),
+            "ran": len(sidecars),
+            "failed": 0,
+            "curves_computed": len(study.curve_jobs),
+            "interrupted": old.get("interrupted"),
+            "wall_seconds": old.get("wall_seconds"),
+            "note": "recorded by a schema-1 manifest (the last invocation only); migrated",
+        }
+    ]
     write_json(body, results / "manifest.json")
     return {"runs": len(sidecars), "duplicates": duplicates}
 
@@ -162,7 +180,8 @@ def _check_metrics(study: Study, sidecars: dict, manifest: _Manifest) -> None:
     if buffer.getvalue() != path.read_bytes():
         raise MigrationError(f"{path}: differs from the table built from the run records")
     manifest.tables[METRICS_FILE] = _table_entry(
-        path, _contents_key(study, sidecars), sum(r.config_hash in sidecars for r in study.runs))
+        path, _contents_key(study, sidecars), sum(r.config_hash in sidecars for r in study.runs)
+    )
 
 
 def _check_curves(study: Study, old: dict, manifest: _Manifest) -> None:
@@ -173,10 +192,16 @@ def _check_curves(study: Study, old: dict, manifest: _Manifest) -> None:
     if not study.curve_jobs:
         return
     stored = pd.read_parquet(path)
-    if len(stored) != len(fresh) or not all(
-        np.array_equal(stored[c].to_numpy(), fresh[c].to_numpy(), equal_nan=c in (
-            "value", "stderr")) for c in ("t", "value", "stderr")
-    ) or list(stored["curve"]) != list(fresh["curve"]):
+    if (
+        len(stored) != len(fresh)
+        or not all(
+            np.array_equal(
+                stored[c].to_numpy(), fresh[c].to_numpy(), equal_nan=c in ("value", "stderr")
+            )
+            for c in ("t", "value", "stderr")
+        )
+        or list(stored["curve"]) != list(fresh["curve"])
+    ):
         raise MigrationError(f"{path}: differs from the curves the current code computes")
     if any(e["status"] != DONE for e in entries):
         raise MigrationError(f"{path}: a curve fails with the current code")
@@ -189,8 +214,10 @@ def main(argv: list[str]) -> int:
         for file in find_studies(arg):
             study = load_study(file)
             counts = migrate(study)
-            print(f"{file.parent}: {counts['runs']} runs migrated, "
-                  f"{counts['duplicates']} duplicate copies removed")
+            print(
+                f"{file.parent}: {counts['runs']} runs migrated, "
+                f"{counts['duplicates']} duplicate copies removed"
+            )
     return 0
 
 

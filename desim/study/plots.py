@@ -92,11 +92,13 @@ def colours(study: Study, spec: PlotSpec | None = None) -> dict[tuple[str, str],
     if crowded and spec is not None:
         alone = [c for c in spec.curves if pairs[c] is None]
     n = len(scenarios) + (0 if crowded and scenarios else len(alone))
-    palette = (sns.color_palette("colorblind", n) if n <= 10
-               else sns.color_palette("husl", n))
+    palette = sns.color_palette("colorblind", n) if n <= 10 else sns.color_palette("husl", n)
     # crowded: the unpaired curves (drawn dashed) take a darker palette of their own
-    extra = (sns.color_palette("dark", max(len(alone), 1)) if crowded and scenarios
-             else palette[len(scenarios):])
+    extra = (
+        sns.color_palette("dark", max(len(alone), 1))
+        if crowded and scenarios
+        else palette[len(scenarios) :]
+    )
     out: dict[tuple[str, str], tuple] = {}
     for i, name in enumerate(scenarios):
         out[("scenario", name)] = palette[i]
@@ -108,8 +110,9 @@ def colours(study: Study, spec: PlotSpec | None = None) -> dict[tuple[str, str],
     return out
 
 
-def summarise(metrics: pd.DataFrame, metric: str, grid: list[str], log: bool = True
-              ) -> pd.DataFrame:
+def summarise(
+    metrics: pd.DataFrame, metric: str, grid: list[str], log: bool = True
+) -> pd.DataFrame:
     """Mean, 95% band and replicate count of `metric` per (grid point, scenario, t)."""
     rows = metrics[metrics["metric"] == metric]
     stats = (
@@ -148,13 +151,20 @@ def _panels_figure(nrows: int, ncols: int, ax=None) -> tuple:
     `ax` for a one-panel plot)."""
     if ax is not None:
         if nrows * ncols != 1:
-            raise ConfigError(f"ax: this plot has {nrows * ncols} panels (one per grid point); "
-                              "pass ax only for a one-panel plot, or none to get a new figure")
+            raise ConfigError(
+                f"ax: this plot has {nrows * ncols} panels (one per grid point); "
+                "pass ax only for a one-panel plot, or none to get a new figure"
+            )
         return ax.figure, np.array([[ax]])
     with sns.axes_style("whitegrid"):
         return plt.subplots(
-            nrows, ncols, figsize=(4.6 * ncols + 2.0, 3.6 * nrows), squeeze=False,
-            sharex=True, sharey=True, layout="constrained",
+            nrows,
+            ncols,
+            figsize=(4.6 * ncols + 2.0, 3.6 * nrows),
+            squeeze=False,
+            sharex=True,
+            sharey=True,
+            layout="constrained",
         )
 
 
@@ -169,7 +179,6 @@ def draw_figures(study: Study, loaded: Loaded | None = None) -> list[Path]:
         return [draw_plot(study, spec, metrics, loaded.curves) for spec in study.plots]
 
 
-
 def draw_plot(
     study: Study, spec: PlotSpec, metrics: pd.DataFrame, curves: pd.DataFrame | None
 ) -> Path:
@@ -177,8 +186,13 @@ def draw_plot(
     return _save(study, spec, figure(study, spec, metrics, curves))
 
 
-def figure(study: Study, spec: PlotSpec | str | int, metrics: pd.DataFrame,
-           curves: pd.DataFrame | None, ax=None):
+def figure(
+    study: Study,
+    spec: PlotSpec | str | int,
+    metrics: pd.DataFrame,
+    curves: pd.DataFrame | None,
+    ax=None,
+):
     """The matplotlib `Figure` of one [[plot]] of `study` (by spec, file name or index), drawn
     from `metrics` and `curves` exactly as `desim plot` draws its file; into `ax` when given
     (one-panel plots only). Nothing is written and no backend is chosen."""
@@ -191,18 +205,19 @@ def figure(study: Study, spec: PlotSpec | str | int, metrics: pd.DataFrame,
 def plot_spec(study: Study, which: str | int) -> PlotSpec:
     """The [[plot]] of `study` with file name (or stem) `which`, or at index `which`."""
     files = [p.file for p in study.plots]
-    if isinstance(which, int) and not isinstance(which, bool) and -len(files) <= which < len(
-            files):
+    if isinstance(which, int) and not isinstance(which, bool) and -len(files) <= which < len(files):
         return study.plots[which]
     for p in study.plots:
         if which in (p.file, Path(p.file).stem):
             return p
-    raise ConfigError(f"plot {which!r}: not a [[plot]] of {study.file.name}; "
-                      f"plots: {', '.join(files) or 'none'}")
+    raise ConfigError(
+        f"plot {which!r}: not a [[plot]] of {study.file.name}; plots: {', '.join(files) or 'none'}"
+    )
 
 
-def _figure(study: Study, spec: PlotSpec, metrics: pd.DataFrame, curves: pd.DataFrame | None,
-            ax=None):
+def _figure(
+    study: Study, spec: PlotSpec, metrics: pd.DataFrame, curves: pd.DataFrame | None, ax=None
+):
     available = sorted(metrics["metric"].unique())
     wanted = [("metric = ", spec.metric)] + [("dashed: metric ", m) for m in spec.dashed]
     for what, metric in wanted if spec.scenarios and not metrics.empty else ():
@@ -232,21 +247,34 @@ def _figure(study: Study, spec: PlotSpec, metrics: pd.DataFrame, curves: pd.Data
             if line.empty:  # e.g. every replicate of it failed
                 continue
             ax.plot(line["t"], line["value_mean"], color=color, lw=1.6, label=_text(name))
-            ax.fill_between(line["t"], line["value_low"], line["value_high"], color=color,
-                            alpha=0.2, lw=0)
+            ax.fill_between(
+                line["t"], line["value_low"], line["value_high"], color=color, alpha=0.2, lw=0
+            )
             for k, metric in enumerate(spec.dashed):
                 extra = _at_point(dashed[metric], point)
                 extra = extra[extra["scenario"] == name]
-                ax.plot(extra["t"], extra["value_mean"], color=color, lw=1.2, ls=_DASHES[k % 3],
-                        label=_text(f"{name}: {metric}"))
+                ax.plot(
+                    extra["t"],
+                    extra["value_mean"],
+                    color=color,
+                    lw=1.2,
+                    ls=_DASHES[k % 3],
+                    label=_text(f"{name}: {metric}"),
+                )
         if curves is not None and spec.curves:
             here_c = _at_point(curves, point)
             for name in spec.curves:
                 c = here_c[here_c["curve"] == name]
                 if c.empty:
                     continue
-                ax.plot(c["t"], c["value"], ls="--", color=colour[("curve", name)], lw=1.4,
-                        label=_text(name))
+                ax.plot(
+                    c["t"],
+                    c["value"],
+                    ls="--",
+                    color=colour[("curve", name)],
+                    lw=1.4,
+                    label=_text(name),
+                )
         _style_panel(ax, spec, _panel_title(study, point.columns))
     for k, ax in enumerate(axes.flat):
         if k >= len(points):
@@ -321,8 +349,9 @@ def _show(value) -> str:
         except ValueError:
             return value
         model = table.pop("model", None)
-        inner = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
-                          for k, v in table.items())
+        inner = ", ".join(
+            f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in table.items()
+        )
         return f"{model} ({inner})" if model and inner else str(model or inner)
     return f"{value:g}" if isinstance(value, float) else str(value)
 
@@ -355,14 +384,28 @@ def _draw_against_column(
             line = _where(stats[spec.metric], {**panel, "scenario": name}).sort_values(spec.x)
             if line.empty:
                 continue
-            ax.plot(line[spec.x], line["value_mean"], color=color, lw=1.6, marker="o", ms=3.5,
-                    label=_text(name))
-            ax.fill_between(line[spec.x], line["value_low"], line["value_high"], color=color,
-                            alpha=0.2, lw=0)
+            ax.plot(
+                line[spec.x],
+                line["value_mean"],
+                color=color,
+                lw=1.6,
+                marker="o",
+                ms=3.5,
+                label=_text(name),
+            )
+            ax.fill_between(
+                line[spec.x], line["value_low"], line["value_high"], color=color, alpha=0.2, lw=0
+            )
             for k, metric in enumerate(spec.dashed):
                 extra = _where(stats[metric], {**panel, "scenario": name}).sort_values(spec.x)
-                ax.plot(extra[spec.x], extra["value_mean"], color=color, lw=1.2, ls=_DASHES[k % 3],
-                        label=_text(f"{name}: {metric}"))
+                ax.plot(
+                    extra[spec.x],
+                    extra["value_mean"],
+                    color=color,
+                    lw=1.2,
+                    ls=_DASHES[k % 3],
+                    label=_text(f"{name}: {metric}"),
+                )
         for name in spec.curves:
             if curve_rows is None:
                 break
@@ -370,8 +413,15 @@ def _draw_against_column(
             if c.empty:
                 continue
             # curves alone are the subject of the plot (an optimiser study): draw them solid
-            ax.plot(c[spec.x], c["value"], ls="--" if spec.scenarios else "-", marker=".",
-                    lw=1.4, color=colour[("curve", name)], label=_text(name))
+            ax.plot(
+                c[spec.x],
+                c["value"],
+                ls="--" if spec.scenarios else "-",
+                marker=".",
+                lw=1.4,
+                color=colour[("curve", name)],
+                label=_text(name),
+            )
         _style_panel(ax, spec, _panel_title(study, panel))
     for k, ax in enumerate(axes.flat):
         if k >= len(panels):
@@ -389,8 +439,10 @@ def _draw_against_privacy(study: Study, spec: PlotSpec, metrics: pd.DataFrame, a
     against the ε it has spent, both means over replicates at every checkpoint (a line that
     time walks along), by default on log–log axes; one panel per grid point."""
     if spec.x not in set(metrics["metric"]):
-        raise ConfigError(f"plot {spec.file!r}: x = {spec.x!r}: not in the results (record it "
-                          "with [study] metrics = [\"privacy\"])")
+        raise ConfigError(
+            f"plot {spec.file!r}: x = {spec.x!r}: not in the results (record it "
+            'with [study] metrics = ["privacy"])'
+        )
     grid = list(study.grid_columns.values())
     chosen = metrics[metrics["scenario"].isin(spec.scenarios)]
     y, x = summarise(chosen, spec.metric, grid), summarise(chosen, spec.x, grid)
@@ -405,10 +457,21 @@ def _draw_against_privacy(study: Study, spec: PlotSpec, metrics: pd.DataFrame, a
             line = here[(here["scenario"] == name) & (here["value_mean_x"] > 0)].sort_values("t")
             if line.empty:
                 continue
-            ax.plot(line["value_mean_x"], line["value_mean"], color=color, lw=1.6, marker=".",
-                    label=_text(name))
-            ax.plot(line["value_mean_x"].iloc[-1], line["value_mean"].iloc[-1], color=color,
-                    marker="o", ms=6)  # where the run ends
+            ax.plot(
+                line["value_mean_x"],
+                line["value_mean"],
+                color=color,
+                lw=1.6,
+                marker=".",
+                label=_text(name),
+            )
+            ax.plot(
+                line["value_mean_x"].iloc[-1],
+                line["value_mean"].iloc[-1],
+                color=color,
+                marker="o",
+                ms=6,
+            )  # where the run ends
         _style_panel(ax, spec, point.label if point.columns else "")
     for k, ax in enumerate(axes.flat):
         if k >= len(study.points):

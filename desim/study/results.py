@@ -120,8 +120,12 @@ class Summary:
 
 def check_outputs(study: Study) -> None:
     """Refuse output folders that are links (or lead) out of the study folder, or are files."""
-    for path in (study.output_root, study.results_dir, study.results_dir / RUNS_DIR,
-                 study.figures_dir):
+    for path in (
+        study.output_root,
+        study.results_dir,
+        study.results_dir / RUNS_DIR,
+        study.figures_dir,
+    ):
         if path.is_symlink() or path.exists():
             check_inside(study.folder, path, path.name)
         if path.exists() and not path.is_dir():
@@ -167,13 +171,11 @@ def simulate(run: Run) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
         out = run_scenario(run.scenario)
     metrics = out.metrics.sort_values(["t", "metric"], kind="stable").reset_index(drop=True)
     agents = out.agents if run.scenario.per_agent else None
-    notes = sorted({f"{w.category.__name__}: {' '.join(str(w.message).split())}"
-                    for w in caught})
+    notes = sorted({f"{w.category.__name__}: {' '.join(str(w.message).split())}" for w in caught})
     return metrics, agents, notes
 
 
-def execute_run(run: Run, results_dir: Path, head: dict[str, Any] | None = None
-                ) -> dict[str, Any]:
+def execute_run(run: Run, results_dir: Path, head: dict[str, Any] | None = None) -> dict[str, Any]:
     """Simulate `run`, write its record(s) and sidecar, and return its status fields.
 
     `head` is the invocation's provenance (computed once, in the main process). Exceptions of
@@ -193,13 +195,19 @@ def compute_run(run: Run) -> dict[str, Any]:
     try:
         metrics, agents, notes = simulate(run)
         record = encode_record(
-            run.config_hash, _with_keys(metrics, run, run.columns),
-            None if agents is None else _with_keys(agents, run, run.columns))
+            run.config_hash,
+            _with_keys(metrics, run, run.columns),
+            None if agents is None else _with_keys(agents, run, run.columns),
+        )
     except Exception:  # recorded in the manifest; the study goes on
         return _failed(start)
-    return {"status": "computed", "record": record, "notes": notes,
-            "wall_seconds": round(time.perf_counter() - start, 3),
-            "cpu_seconds": time.thread_time() - cpu}
+    return {
+        "status": "computed",
+        "record": record,
+        "notes": notes,
+        "wall_seconds": round(time.perf_counter() - start, 3),
+        "cpu_seconds": time.thread_time() - cpu,
+    }
 
 
 def _failed(start: float) -> dict[str, Any]:
@@ -212,8 +220,9 @@ def _failed(start: float) -> dict[str, Any]:
     }
 
 
-def store_run(run: Run, results_dir: Path, computed: dict[str, Any],
-              head: dict[str, Any] | None = None) -> dict[str, Any]:
+def store_run(
+    run: Run, results_dir: Path, computed: dict[str, Any], head: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Write the record(s) and sidecar of a run `compute_run` computed; return its status
     fields (a failed computation is returned as it is)."""
     if computed["status"] != "computed":
@@ -221,10 +230,16 @@ def store_run(run: Run, results_dir: Path, computed: dict[str, Any],
     start = time.perf_counter()
     try:
         side_head = {
-            "run_id": run.run_id, "scenario": run.scenario.name,
-            "replicate": run.scenario.replicate, "grid": run.columns, "spawn": run.spawn,
-            "provenance": {**(head or provenance()), "wall_seconds": computed["wall_seconds"],
-                           "finished": now()},
+            "run_id": run.run_id,
+            "scenario": run.scenario.name,
+            "replicate": run.scenario.replicate,
+            "grid": run.columns,
+            "spawn": run.spawn,
+            "provenance": {
+                **(head or provenance()),
+                "wall_seconds": computed["wall_seconds"],
+                "finished": now(),
+            },
             "warnings": computed["notes"],
         }
         side = write_record(results_dir, computed["record"], side_head)
@@ -257,14 +272,18 @@ def curve_value(job: CurveJob, t: np.ndarray) -> tuple[np.ndarray, np.ndarray] |
     broken curve must not cost the simulated results)."""
     try:
         mean, stderr = job.params.curve(t.copy(), job.data)
-        return (np.broadcast_to(np.asarray(mean, dtype=float), t.shape),
-                np.broadcast_to(np.asarray(stderr, dtype=float), t.shape))
+        return (
+            np.broadcast_to(np.asarray(mean, dtype=float), t.shape),
+            np.broadcast_to(np.asarray(stderr, dtype=float), t.shape),
+        )
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
 
 
 def compute_curves(
-    study: Study, cached: pd.DataFrame | None = None, cached_hashes: dict[str, str] | None = None,
+    study: Study,
+    cached: pd.DataFrame | None = None,
+    cached_hashes: dict[str, str] | None = None,
     progress: bool = False,
     evaluate: Callable[[list[CurveJob], np.ndarray], list[Any]] | None = None,
 ) -> tuple[pd.DataFrame, list[dict[str, Any]], int]:
@@ -282,23 +301,35 @@ def compute_curves(
     cached_hashes = cached_hashes or {}
     reuse: dict[str, pd.DataFrame] = {}
     if cached is not None and not cached.empty and cached_hashes:
-        for key, rows in cached.groupby(["curve", *study.grid_columns.values()], sort=False,
-                                        dropna=False):
+        for key, rows in cached.groupby(
+            ["curve", *study.grid_columns.values()], sort=False, dropna=False
+        ):
             name, *values = key if isinstance(key, tuple) else (key,)
             columns = dict(zip(study.grid_columns.values(), values, strict=True))
             reuse[_curve_key(name, columns)] = rows
-    todo = {job.config_hash for job in study.curve_jobs
-            if cached_hashes.get(_curve_key(job.curve.name, job.point.columns))
-            != job.config_hash}
+    todo = {
+        job.config_hash
+        for job in study.curve_jobs
+        if cached_hashes.get(_curve_key(job.curve.name, job.point.columns)) != job.config_hash
+    }
     # one computation per config hash, in study order
-    jobs = list({job.config_hash: job for job in study.curve_jobs
-                 if job.config_hash in todo or
-                 _curve_key(job.curve.name, job.point.columns) not in reuse}.values())
+    jobs = list(
+        {
+            job.config_hash: job
+            for job in study.curve_jobs
+            if job.config_hash in todo or _curve_key(job.curve.name, job.point.columns) not in reuse
+        }.values()
+    )
     if evaluate is not None and jobs:
         results = evaluate(jobs, t)
     else:
-        bar = tqdm(total=len(jobs), desc="curves", unit="curve", file=sys.stderr,
-                   disable=not (progress and jobs))
+        bar = tqdm(
+            total=len(jobs),
+            desc="curves",
+            unit="curve",
+            file=sys.stderr,
+            disable=not (progress and jobs),
+        )
         results = []
         for job in jobs:
             results.append(curve_value(job, t))
@@ -308,8 +339,13 @@ def compute_curves(
     frames, status = [], []
     for job in study.curve_jobs:
         key = _curve_key(job.curve.name, job.point.columns)
-        entry = {"curve": job.curve.name, "grid": job.point.columns,
-                 "config_hash": job.config_hash, "status": DONE, "error": None}
+        entry = {
+            "curve": job.curve.name,
+            "grid": job.point.columns,
+            "config_hash": job.config_hash,
+            "status": DONE,
+            "error": None,
+        }
         status.append(entry)
         if job.config_hash not in computed:
             frames.append(reuse[key])
@@ -343,7 +379,8 @@ def _complete(side: dict[str, Any], run: Run, results_dir: Path) -> bool:
     if run.scenario.per_agent:
         names.add(record_path(results_dir, run.config_hash, agents=True).name)
     return names <= set(side["files"]) and all(
-        (results_dir / RUNS_DIR / n).is_file() for n in side["files"])
+        (results_dir / RUNS_DIR / n).is_file() for n in side["files"]
+    )
 
 
 def scan(study: Study) -> State:
@@ -366,13 +403,23 @@ def scan(study: Study) -> State:
 
 def _contents_key(study: Study, sidecars: dict[str, dict[str, Any]]) -> str:
     """What a metrics table built from `sidecars` holds: its runs, where, and their content."""
-    rows = [[r.scenario.name, r.scenario.replicate, r.point.columns, r.config_hash,
-             sidecars[r.config_hash]["files"]] for r in study.runs if r.config_hash in sidecars]
+    rows = [
+        [
+            r.scenario.name,
+            r.scenario.replicate,
+            r.point.columns,
+            r.config_hash,
+            sidecars[r.config_hash]["files"],
+        ]
+        for r in study.runs
+        if r.config_hash in sidecars
+    ]
     return canonical_hash({"grid": list(study.grid_columns.values()), "runs": rows})
 
 
-def read_record(results_dir: Path, side: dict[str, Any], agents: bool = False
-                ) -> pd.DataFrame | None:
+def read_record(
+    results_dir: Path, side: dict[str, Any], agents: bool = False
+) -> pd.DataFrame | None:
     """A run's record, read only if its bytes match the sidecar's checksum (else None)."""
     path = record_path(results_dir, side["config_hash"], agents)
     try:
@@ -389,8 +436,9 @@ def read_record(results_dir: Path, side: dict[str, Any], agents: bool = False
         return None
 
 
-def _gather(study: Study, results_dir: Path, sidecars: dict[str, dict[str, Any]],
-            agents: bool) -> tuple[pd.DataFrame, list[str]]:
+def _gather(
+    study: Study, results_dir: Path, sidecars: dict[str, dict[str, Any]], agents: bool
+) -> tuple[pd.DataFrame, list[str]]:
     """The table of every current run with a record, in study order, and the damaged ones."""
     grid = list(study.grid_columns.values())
     last = ["t", "agent", "value"] if agents else ["t", "metric", "value"]
@@ -425,8 +473,9 @@ def _table_valid(path: Path, entry: Any, contents: str) -> bool:
         return False
 
 
-def rebuild_tables(study: Study, sidecars: dict[str, dict[str, Any]],
-                   tables: dict[str, Any]) -> dict[str, Any]:
+def rebuild_tables(
+    study: Study, sidecars: dict[str, dict[str, Any]], tables: dict[str, Any]
+) -> dict[str, Any]:
     """Bring metrics.parquet (and agents.parquet) up to date with the current records.
 
     A table is rewritten only when what it should hold changed (a no-op resume writes
@@ -478,9 +527,11 @@ def read_manifest(study: Study) -> dict[str, Any] | None:
 
 
 def _stale_note(study: Study, stale: int) -> str:
-    return (f"{stale} stored run{'s' if stale != 1 else ''} of an older version of "
-            f"{study.file.name} kept in {study.results_dir.name}/ (not shown; "
-            f"`{study.command('clean')}` removes them)")
+    return (
+        f"{stale} stored run{'s' if stale != 1 else ''} of an older version of "
+        f"{study.file.name} kept in {study.results_dir.name}/ (not shown; "
+        f"`{study.command('clean')}` removes them)"
+    )
 
 
 def load_results(study: Study) -> Loaded:
@@ -500,10 +551,12 @@ def load_results(study: Study) -> Loaded:
         if state.stale:
             raise ConfigError(
                 f"{study.results_dir}: no results of the current {study.file.name}: "
-                f"{_stale_note(study, state.stale)}; run `{study.command('run')}`")
+                f"{_stale_note(study, state.stale)}; run `{study.command('run')}`"
+            )
         if not (study.results_dir / CURVES_FILE).is_file():
-            raise ConfigError(f"{study.results_dir}: no results yet; run "
-                              f"`{study.command('run')}` first")
+            raise ConfigError(
+                f"{study.results_dir}: no results yet; run `{study.command('run')}` first"
+            )
     path = study.results_dir / METRICS_FILE
     contents = _contents_key(study, state.sidecars)
     metrics = None
@@ -515,23 +568,29 @@ def load_results(study: Study) -> Loaded:
     if metrics is None:
         metrics, damaged = _gather(study, study.results_dir, state.sidecars, False)
         for name in damaged:
-            notes.append(f"{RUNS_DIR}/{name}: damaged (checksum differs); not shown; "
-                         f"`{study.command('run')}` sets it aside and runs it again")
+            notes.append(
+                f"{RUNS_DIR}/{name}: damaged (checksum differs); not shown; "
+                f"`{study.command('run')}` sets it aside and runs it again"
+            )
         if path.exists() and state.sidecars and not damaged:
-            notes.append(f"{METRICS_FILE} does not match the run records (damaged, or of "
-                         "another version); rebuilt from them")
+            notes.append(
+                f"{METRICS_FILE} does not match the run records (damaged, or of "
+                "another version); rebuilt from them"
+            )
     done = len(state.sidecars)
     if n_runs and done < n_runs:
-        notes.append(f"{done} of {n_runs} runs have results; `{study.command('run')}` "
-                     "runs the rest")
+        notes.append(
+            f"{done} of {n_runs} runs have results; `{study.command('run')}` runs the rest"
+        )
     if state.stale:
         notes.append(_stale_note(study, state.stale))
     curves = _load_curves(study, manifest, tables, notes)
     return Loaded(metrics, curves, notes, state)
 
 
-def _load_curves(study: Study, manifest: dict[str, Any], tables: dict[str, Any],
-                 notes: list[str]) -> pd.DataFrame | None:
+def _load_curves(
+    study: Study, manifest: dict[str, Any], tables: dict[str, Any], notes: list[str]
+) -> pd.DataFrame | None:
     """The rows of curves.parquet whose curve is current (same config hash)."""
     path = study.results_dir / CURVES_FILE
     if not study.curve_jobs or not path.is_file():
@@ -545,21 +604,31 @@ def _load_curves(study: Study, manifest: dict[str, Any], tables: dict[str, Any],
             raise ValueError
         curves = pd.read_parquet(path)
     except (OSError, ValueError, pa.ArrowException):
-        notes.append(f"{CURVES_FILE}: damaged; curves not shown (`{study.command('run')}` "
-                     "recomputes them)")
+        notes.append(
+            f"{CURVES_FILE}: damaged; curves not shown (`{study.command('run')}` recomputes them)"
+        )
         return None
-    stored = {_curve_key(e.get("curve"), e.get("grid")): e.get("config_hash")
-              for e in manifest.get("curves", []) if isinstance(e, dict)
-              and e.get("status") == DONE}
-    current = {_curve_key(j.curve.name, j.point.columns) for j in study.curve_jobs
-               if stored.get(_curve_key(j.curve.name, j.point.columns)) == j.config_hash}
+    stored = {
+        _curve_key(e.get("curve"), e.get("grid")): e.get("config_hash")
+        for e in manifest.get("curves", [])
+        if isinstance(e, dict) and e.get("status") == DONE
+    }
+    current = {
+        _curve_key(j.curve.name, j.point.columns)
+        for j in study.curve_jobs
+        if stored.get(_curve_key(j.curve.name, j.point.columns)) == j.config_hash
+    }
     if len(current) < len(study.curve_jobs):
-        notes.append(f"{len(study.curve_jobs) - len(current)} of {len(study.curve_jobs)} "
-                     f"curves are not computed for the current {study.file.name}; "
-                     f"`{study.command('run')}` computes them")
+        notes.append(
+            f"{len(study.curve_jobs) - len(current)} of {len(study.curve_jobs)} "
+            f"curves are not computed for the current {study.file.name}; "
+            f"`{study.command('run')}` computes them"
+        )
     grid = list(study.grid_columns.values())
-    keys = [_curve_key(row[0], dict(zip(grid, row[1:], strict=True)))
-            for row in curves[["curve", *grid]].itertuples(index=False, name=None)]
+    keys = [
+        _curve_key(row[0], dict(zip(grid, row[1:], strict=True)))
+        for row in curves[["curve", *grid]].itertuples(index=False, name=None)
+    ]
     return curves[[k in current for k in keys]].reset_index(drop=True)
 
 
@@ -599,8 +668,9 @@ class _Manifest:
     only when it changed something, so a no-op resume leaves the file byte-identical.
     """
 
-    def __init__(self, study: Study, old: dict[str, Any], head: dict[str, Any], workers: int
-                 ) -> None:
+    def __init__(
+        self, study: Study, old: dict[str, Any], head: dict[str, Any], workers: int
+    ) -> None:
         self.path = study.results_dir / MANIFEST_FILE
         self.study = study
         self.old = old
@@ -609,22 +679,31 @@ class _Manifest:
         points: dict[str, int] = {}
         for run in study.runs:
             points[run.config_hash] = points.get(run.config_hash, 0) + 1
-        self.runs = {r.config_hash: _run_entry(r, points[r.config_hash])
-                     for r in study.unique_runs}
+        self.runs = {r.config_hash: _run_entry(r, points[r.config_hash]) for r in study.unique_runs}
         self.curves: list[dict[str, Any]] = []
-        self.tables: dict[str, Any] = dict(old.get("tables") or {}) if isinstance(
-            old.get("tables"), dict) else {}
+        self.tables: dict[str, Any] = (
+            dict(old.get("tables") or {}) if isinstance(old.get("tables"), dict) else {}
+        )
         self.warnings: dict[str, int] = {}
-        self.invocation = {"started": now(), "finished": None, **head, "workers": workers,
-                           "ran": 0, "failed": 0, "curves_computed": 0, "interrupted": False,
-                           "wall_seconds": None}
+        self.invocation = {
+            "started": now(),
+            "finished": None,
+            **head,
+            "workers": workers,
+            "ran": 0,
+            "failed": 0,
+            "curves_computed": 0,
+            "interrupted": False,
+            "wall_seconds": None,
+        }
         invocations = old.get("invocations") if old.get("schema") == MANIFEST_SCHEMA else None
         self.invocations = list(invocations) if isinstance(invocations, list) else []
 
     def done(self, run_hash: str, side: dict[str, Any]) -> None:
         """Record a run with a record (finished now or earlier)."""
-        self.runs[run_hash].update(status=DONE, error=None,
-                                   wall_seconds=side.get("provenance", {}).get("wall_seconds"))
+        self.runs[run_hash].update(
+            status=DONE, error=None, wall_seconds=side.get("provenance", {}).get("wall_seconds")
+        )
         self.runs[run_hash].pop("traceback", None)
         for note in side.get("warnings", []):
             self.warnings[note] = self.warnings.get(note, 0) + 1
@@ -641,8 +720,12 @@ class _Manifest:
         s = self.study
         return {
             "schema": MANIFEST_SCHEMA,
-            "study": {"title": s.title, "file": s.file.name, "config_hash": s.config_hash,
-                      "quick": s.quick},
+            "study": {
+                "title": s.title,
+                "file": s.file.name,
+                "config_hash": s.config_hash,
+                "quick": s.quick,
+            },
             "root_seed": s.seed,
             "counts": self.counts(),
             "warnings": [f"{n} runs: {w}" for w, n in sorted(self.warnings.items())],
@@ -674,8 +757,9 @@ class _Manifest:
 # running
 
 
-def run_study(study: Study, workers: int = 1, progress: bool | Any = True,
-              scheduler: str | None = None) -> Summary:
+def run_study(
+    study: Study, workers: int = 1, progress: bool | Any = True, scheduler: str | None = None
+) -> Summary:
     """Run every run of `study` not already done, write results, and summarise.
 
     `progress` is True for a progress bar of this study, False for none, or a tqdm bar to
@@ -694,6 +778,7 @@ def run_study(study: Study, workers: int = 1, progress: bool | Any = True,
         raise ConfigError(f"study = {study!r}: must be a Study (desim.load_study(path))")
     if scheduler is not None:
         from desim.study.dask import parse_scheduler
+
         parse_scheduler(scheduler)  # a bad address or no dask: one line, before writing
     if isinstance(workers, bool) or not isinstance(workers, int | np.integer) or workers < 1:
         raise ConfigError(f"workers = {workers!r}: must be an integer ≥ 1")
@@ -716,8 +801,9 @@ def _current_records(study: Study) -> tuple[dict[str, dict[str, Any]], list[str]
     return sidecars, damaged, state.stale
 
 
-def _run_locked(study: Study, workers: int, progress: bool | Any,
-                scheduler: str | None = None) -> Summary:
+def _run_locked(
+    study: Study, workers: int, progress: bool | Any, scheduler: str | None = None
+) -> Summary:
     results_dir = study.results_dir
     (results_dir / RUNS_DIR).mkdir(parents=True, exist_ok=True)
     clean_temporaries(results_dir / RUNS_DIR)
@@ -728,14 +814,22 @@ def _run_locked(study: Study, workers: int, progress: bool | Any,
     session: Any = None
     if scheduler is not None:  # one cluster for curves and runs, connected on first use
         from desim.study.dask import Session
+
         session = Session(scheduler)
         manifest.invocation["scheduler"] = scheduler
     with session or nullcontext():
         return _run_with(study, workers, progress, session, manifest, head, old)
 
 
-def _run_with(study: Study, workers: int, progress: bool | Any, session: Any,
-              manifest: _Manifest, head: dict[str, Any], old: dict[str, Any]) -> Summary:
+def _run_with(
+    study: Study,
+    workers: int,
+    progress: bool | Any,
+    session: Any,
+    manifest: _Manifest,
+    head: dict[str, Any],
+    old: dict[str, Any],
+) -> Summary:
     results_dir = study.results_dir
     sidecars, damaged, stale = _current_records(study)
     skipped = len(sidecars)
@@ -744,14 +838,23 @@ def _run_with(study: Study, workers: int, progress: bool | Any, session: Any,
 
     cached, hashes = _cached_curves(study, old, manifest.tables)
     curves, manifest.curves, computed = compute_curves(
-        study, cached, hashes, progress is True,
-        evaluate=session.curves if session is not None else None)
+        study,
+        cached,
+        hashes,
+        progress is True,
+        evaluate=session.curves if session is not None else None,
+    )
     curves_path = results_dir / CURVES_FILE
-    if study.curve_jobs and (computed or not _table_valid(
-            curves_path, manifest.tables.get(CURVES_FILE), _curves_key(manifest.curves))):
+    if study.curve_jobs and (
+        computed
+        or not _table_valid(
+            curves_path, manifest.tables.get(CURVES_FILE), _curves_key(manifest.curves)
+        )
+    ):
         write_parquet(curves, curves_path)
         manifest.tables[CURVES_FILE] = _table_entry(
-            curves_path, _curves_key(manifest.curves), len(manifest.curves))
+            curves_path, _curves_key(manifest.curves), len(manifest.curves)
+        )
     manifest.invocation["curves_computed"] = computed
 
     todo = [r for r in study.unique_runs if r.config_hash not in sidecars]
@@ -762,8 +865,13 @@ def _run_with(study: Study, workers: int, progress: bool | Any, session: Any,
         bar = progress
         bar.update(len(study.unique_runs) - len(todo))
     else:
-        bar = tqdm(total=len(todo), desc=study.title[:40], unit="run",
-                   disable=not (progress and todo), file=sys.stderr)
+        bar = tqdm(
+            total=len(todo),
+            desc=study.title[:40],
+            unit="run",
+            disable=not (progress and todo),
+            file=sys.stderr,
+        )
 
     def finish(run: Run, record: dict[str, Any]) -> None:
         if record["status"] == DONE:
@@ -772,7 +880,8 @@ def _run_with(study: Study, workers: int, progress: bool | Any, session: Any,
             manifest.invocation["ran"] += 1
         else:
             manifest.runs[run.config_hash].update(
-                {k: v for k, v in record.items() if k != "sidecar"})
+                {k: v for k, v in record.items() if k != "sidecar"}
+            )
             manifest.invocation["failed"] += 1
         bar.update(1)
         manifest.write()
@@ -780,6 +889,7 @@ def _run_with(study: Study, workers: int, progress: bool | Any, session: Any,
     try:
         if session is not None and todo:
             from desim.study.dask import run_on_cluster
+
             run_on_cluster(todo, results_dir, session, finish, head)
         elif workers == 1 or len(todo) <= 1:
             for run in todo:
@@ -797,10 +907,10 @@ def _run_with(study: Study, workers: int, progress: bool | Any, session: Any,
             manifest.write(final=True)
 
     counts = manifest.counts()
-    failures = [(e["run_id"], e["error"]) for e in manifest.runs.values()
-                if e["status"] == FAILED]
-    failures += [(f"curve {c['curve']!r}", c["error"]) for c in manifest.curves
-                 if c["status"] == FAILED]
+    failures = [(e["run_id"], e["error"]) for e in manifest.runs.values() if e["status"] == FAILED]
+    failures += [
+        (f"curve {c['curve']!r}", c["error"]) for c in manifest.curves if c["status"] == FAILED
+    ]
     return Summary(
         done=counts[DONE] - skipped,
         skipped=skipped,
@@ -816,18 +926,24 @@ def _run_with(study: Study, workers: int, progress: bool | Any, session: Any,
 
 
 def _curves_key(entries: list[dict[str, Any]]) -> str:
-    return canonical_hash([[e["curve"], e["grid"], e["config_hash"], e["status"]]
-                           for e in entries])
+    return canonical_hash([[e["curve"], e["grid"], e["config_hash"], e["status"]] for e in entries])
 
 
-def _cached_curves(study: Study, old: dict[str, Any], tables: dict[str, Any]
-                   ) -> tuple[pd.DataFrame | None, dict[str, str]]:
+def _cached_curves(
+    study: Study, old: dict[str, Any], tables: dict[str, Any]
+) -> tuple[pd.DataFrame | None, dict[str, str]]:
     """The previous curves table and the config hash of each of its curves (if trustworthy)."""
     path = study.results_dir / CURVES_FILE
-    entries = [e for e in old.get("curves", []) if isinstance(e, dict)
-               and e.get("status") == DONE and isinstance(e.get("config_hash"), str)]
-    if not study.curve_jobs or not entries or not _table_valid(
-            path, tables.get(CURVES_FILE), _curves_key(old.get("curves", []))):
+    entries = [
+        e
+        for e in old.get("curves", [])
+        if isinstance(e, dict) and e.get("status") == DONE and isinstance(e.get("config_hash"), str)
+    ]
+    if (
+        not study.curve_jobs
+        or not entries
+        or not _table_valid(path, tables.get(CURVES_FILE), _curves_key(old.get("curves", [])))
+    ):
         return None, {}
     try:
         cached = pd.read_parquet(path)
@@ -848,11 +964,13 @@ def _watch_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True, name="desim-parent-watch").start()
 
 
-def _run_pool(todo: list[Run], results_dir: Path, workers: int, finish,
-              head: dict[str, Any]) -> None:
+def _run_pool(
+    todo: list[Run], results_dir: Path, workers: int, finish, head: dict[str, Any]
+) -> None:
     """Run `todo` on a process pool, calling `finish(run, record)` as each one completes."""
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_watch_parent,
-                               initargs=(os.getpid(),))
+    pool = ProcessPoolExecutor(
+        max_workers=workers, initializer=_watch_parent, initargs=(os.getpid(),)
+    )
     futures = {pool.submit(execute_run, run, results_dir, head): run for run in todo}
     finished: set[Future] = set()
     try:
@@ -863,8 +981,11 @@ def _run_pool(todo: list[Run], results_dir: Path, workers: int, finish,
             except KeyboardInterrupt:
                 raise
             except BaseException as exc:  # a worker that died (e.g. out of memory)
-                record = {"status": FAILED, "wall_seconds": None,
-                          "error": f"{type(exc).__name__}: {exc}"}
+                record = {
+                    "status": FAILED,
+                    "wall_seconds": None,
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
             finish(futures[future], record)
     finally:
         # on Ctrl-C: drop runs not started; running ones finish writing or leave only a .tmp
@@ -888,18 +1009,22 @@ class Verified:
     failed: list[tuple[str, str]]
 
 
-def verify_study(study: Study, sample: int | None = None, seed: int = 0,
-                 progress: bool = False) -> Verified:
+def verify_study(
+    study: Study, sample: int | None = None, seed: int = 0, progress: bool = False
+) -> Verified:
     """Re-run stored runs of `study` (all, or `sample` of them chosen with `seed`) in memory
     and compare each trajectory's fingerprint with the stored one. Writes nothing."""
     state = scan(study)
     runs = [r for r in study.unique_runs if r.config_hash in state.sidecars]
     if not runs:
-        raise ConfigError(f"{study.results_dir}: no stored runs of the current "
-                          f"{study.file.name} to verify; run `{study.command('run')}` first")
+        raise ConfigError(
+            f"{study.results_dir}: no stored runs of the current "
+            f"{study.file.name} to verify; run `{study.command('run')}` first"
+        )
     if sample is not None and sample < len(runs):
-        runs = sorted(random.Random(seed).sample(runs, sample),
-                      key=lambda r: study.unique_runs.index(r))
+        runs = sorted(
+            random.Random(seed).sample(runs, sample), key=lambda r: study.unique_runs.index(r)
+        )
     out = Verified([], [], [])
     for run in tqdm(runs, desc="verify", unit="run", file=sys.stderr, disable=not progress):
         out.checked.append(run.run_id)
@@ -920,8 +1045,11 @@ def stale_files(study: Study) -> list[Path]:
     if not runs_dir.is_dir():
         return []
     current = {r.config_hash for r in study.unique_runs}
-    out = [p for p in sorted(runs_dir.iterdir())
-           if p.is_file() and not p.name.startswith(".") and p.name.split(".")[0] not in current]
+    out = [
+        p
+        for p in sorted(runs_dir.iterdir())
+        if p.is_file() and not p.name.startswith(".") and p.name.split(".")[0] not in current
+    ]
     damaged = runs_dir / DAMAGED_DIR
     if damaged.is_dir() and not damaged.is_symlink():
         out += sorted(p for p in damaged.iterdir() if p.is_file())

@@ -80,8 +80,12 @@ class Scenario:
     @property
     def run_key(self) -> int:
         """Key of this scenario's own streams: depends on everything but seed and replicate."""
-        parts = {"protocol": self.protocol, "params": self.params, "data": self.data,
-                 "network": self.network}
+        parts = {
+            "protocol": self.protocol,
+            "params": self.params,
+            "data": self.data,
+            "network": self.network,
+        }
         if self.topology is not None:  # absent keys keep older scenarios' streams unchanged
             parts["topology"] = self.topology
         return stable_key(parts)
@@ -125,8 +129,12 @@ def resolve(s: Scenario) -> Resolved:
     label = f"scenario {s.name!r}" if s.name else "scenario"
     if not isinstance(s.per_agent, bool):
         raise ConfigError(f"{label}: per_agent = {s.per_agent!r}: must be true or false")
-    for name, low, high in (("t_max", 1, MAX_T), ("seed", 0, 2**63 - 1),
-                            ("replicate", 0, 2**31 - 1), ("checkpoints", 2, MAX_T)):
+    for name, low, high in (
+        ("t_max", 1, MAX_T),
+        ("seed", 0, 2**63 - 1),
+        ("replicate", 0, 2**31 - 1),
+        ("checkpoints", 2, MAX_T),
+    ):
         _check_int(label, name, getattr(s, name), low, high)
     for name, kind in (("params", dict), ("data", dict), ("network", dict)):
         if not isinstance(getattr(s, name), kind):
@@ -146,8 +154,9 @@ def resolve(s: Scenario) -> Resolved:
     except ConfigError:
         raise
     except (UnicodeError, OSError, csv.Error, ValueError, IndexError, KeyError) as exc:
-        what = "not UTF-8 text" if isinstance(exc, UnicodeError) else " ".join(
-            str(exc).split())[:200]
+        what = (
+            "not UTF-8 text" if isinstance(exc, UnicodeError) else " ".join(str(exc).split())[:200]
+        )
         raise ConfigError(f"{label}: a trace or graph file cannot be read: {what}") from None
     if topology is None and getattr(cls, "needs_topology", False):
         raise ConfigError(
@@ -245,8 +254,15 @@ def check_setup(s: Scenario) -> None:
             check = getattr(r.protocol_cls, "check_setup", None)  # a protocol's own checks
             if callable(check):
                 check(r.protocol_params, data, links)
-    except (ValueError, IndexError, KeyError, TypeError, ArithmeticError, UnicodeError,
-            OSError) as exc:
+    except (
+        ValueError,
+        IndexError,
+        KeyError,
+        TypeError,
+        ArithmeticError,
+        UnicodeError,
+        OSError,
+    ) as exc:
         raise ConfigError(f"{label}: {' '.join(str(exc).split())[:300]}") from None
 
 

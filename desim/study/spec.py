@@ -42,7 +42,15 @@ from desim.study.scenario import Scenario, check_setup, resolve
 STUDY_FILE = "study.toml"
 #: The top-level tables a study file may have.
 TOP_KEYS = (
-    "study", "quick", "data", "network", "topology", "defaults", "scenario", "curve", "plot",
+    "study",
+    "quick",
+    "data",
+    "network",
+    "topology",
+    "defaults",
+    "scenario",
+    "curve",
+    "plot",
     "grid",
 )
 #: The tables a grid path may start with.
@@ -104,15 +112,20 @@ class PlotTable:
     curves: list[str] = param([], "closed-form curves drawn dashed (default: none)")
     xlim: list[float] | None = param(None, "x-axis limits [low, high]")
     ylim: list[float] | None = param(None, "y-axis limits [low, high]")
-    x: str = param("t", "x axis: the slot t (log scale), a grid column (linear; values at `at`) "
-                   "or a privacy ledger metric (eps_…: the metric against the ε spent)")
+    x: str = param(
+        "t",
+        "x axis: the slot t (log scale), a grid column (linear; values at `at`) "
+        "or a privacy ledger metric (eps_…: the metric against the ε spent)",
+    )
     at: float | None = param(None, "with x a grid column: the slot drawn (default: the last)", ge=1)
     dashed: list[str] = param([], "more metrics of the same scenarios, drawn dashed (e.g. bound)")
     xscale: Literal["linear", "log"] | None = param(
-        None, "x-axis scale (default: log for the slot t, linear for a grid column)")
+        None, "x-axis scale (default: log for the slot t, linear for a grid column)"
+    )
     yscale: Literal["linear", "log"] | None = param(
-        None, "y-axis scale (default: log for errors and variances, linear for counts and "
-        "fractions)")
+        None,
+        "y-axis scale (default: log for errors and variances, linear for counts and fractions)",
+    )
 
     def __post_init__(self) -> None:
         name = Path(self.file).name
@@ -129,8 +142,12 @@ class PlotTable:
                 linear = (self.xscale or ("log" if log_x else "linear")) == "linear"
             else:
                 linear = (self.yscale or default_scale(self.metric)) == "linear"
-            ok = lim is None or (len(lim) == 2 and all(map(math.isfinite, lim))
-                                 and (linear or 0 < lim[0]) and lim[0] < lim[1])
+            ok = lim is None or (
+                len(lim) == 2
+                and all(map(math.isfinite, lim))
+                and (linear or 0 < lim[0])
+                and lim[0] < lim[1]
+            )
             if not ok:
                 low = "low < high" if linear else "0 < low < high"
                 raise ValueError(f"{key} = {lim!r}: must be [low, high] with {low}")
@@ -262,9 +279,13 @@ class Study:
         ``oracle PM-I Laplace`` → ``PM-I Laplace``), else None."""
         if curve.scenario is not None:
             return curve.scenario
-        names = [s.name for s in self.scenarios if curve.name == s.name
-                 or any(curve.name.startswith(s.name + sep) for sep in (" ", ",", ":"))
-                 or curve.name.endswith(" " + s.name)]
+        names = [
+            s.name
+            for s in self.scenarios
+            if curve.name == s.name
+            or any(curve.name.startswith(s.name + sep) for sep in (" ", ",", ":"))
+            or curve.name.endswith(" " + s.name)
+        ]
         return max(names, key=len) if names else None
 
     @property
@@ -363,14 +384,16 @@ def find_study_file(path: str | Path) -> Path:
     file = p / STUDY_FILE if p.is_dir() else p
     if not file.exists():
         where = f"{p}: no {STUDY_FILE} in this folder" if p.is_dir() else f"{p}: no such file"
-        raise ConfigError(f"{where} (STUDY is a study folder, its {STUDY_FILE}, or a folder "
-                          "of study folders)")
+        raise ConfigError(
+            f"{where} (STUDY is a study folder, its {STUDY_FILE}, or a folder of study folders)"
+        )
     if not file.is_file():
         raise ConfigError(f"{file}: not a regular file; a study file is a TOML text file")
     size = file.stat().st_size
     if size > MAX_STUDY_BYTES:
-        raise ConfigError(f"{file}: {size} bytes; a study file may hold at most "
-                          f"{MAX_STUDY_BYTES} bytes")
+        raise ConfigError(
+            f"{file}: {size} bytes; a study file may hold at most {MAX_STUDY_BYTES} bytes"
+        )
     return file
 
 
@@ -383,9 +406,12 @@ def find_studies(path: str | Path) -> list[Path]:
     p = Path(path)
     if p.is_dir() and not (p / STUDY_FILE).exists():
         found = sorted(
-            f for f in p.rglob(STUDY_FILE)
-            if not any(part.startswith(("results", "figures", "quick", "."))
-                       for part in f.relative_to(p).parts[:-1])
+            f
+            for f in p.rglob(STUDY_FILE)
+            if not any(
+                part.startswith(("results", "figures", "quick", "."))
+                for part in f.relative_to(p).parts[:-1]
+            )
         )
         if found:
             return found
@@ -424,13 +450,13 @@ def load_study(path: str | Path, quick: bool = False, force: bool = False) -> St
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: not valid TOML: {exc}") from None
     except RecursionError:
-        raise ConfigError(f"{file}: tables or arrays nested too deep (at most {MAX_DEPTH} "
-                          "levels)") from None
+        raise ConfigError(
+            f"{file}: tables or arrays nested too deep (at most {MAX_DEPTH} levels)"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{file}: cannot be read: {type(exc).__name__}") from None
     if _depth(raw, MAX_DEPTH) > MAX_DEPTH:
-        raise ConfigError(f"{file}: tables or arrays nested too deep (at most {MAX_DEPTH} "
-                          "levels)")
+        raise ConfigError(f"{file}: tables or arrays nested too deep (at most {MAX_DEPTH} levels)")
     try:
         return _parse(raw, file.resolve(), quick, force)
     except ConfigError as exc:
@@ -454,7 +480,7 @@ def _parse(raw: dict, file: Path, quick: bool, force: bool = False) -> Study:
         if key not in TOP_KEYS:
             raise ConfigError(unknown_key_message("top level", key, list(TOP_KEYS)))
     if "study" not in raw:
-        raise ConfigError("[study] is missing; it needs at least title = \"...\"")
+        raise ConfigError('[study] is missing; it needs at least title = "..."')
     study_raw = _table(raw, "study", {})
     if "title" not in study_raw:
         raise ConfigError("[study]: title is required (a string)")
@@ -487,9 +513,7 @@ def _parse(raw: dict, file: Path, quick: bool, force: bool = False) -> Study:
         )
     data_cls = _params_class(DATA.lookup(data["model"], "[data]: model"))
     link_cls = _params_class(LINKS.lookup(network["links"], "[network]: links"))
-    topo_cls = (
-        _params_class(TOPOLOGIES.get(topology["model"])) if topology is not None else None
-    )
+    topo_cls = _params_class(TOPOLOGIES.get(topology["model"])) if topology is not None else None
 
     scenario_names = [t.get("name") for t in _table(raw, "scenario", [])]
     curves = _curves(_table(raw, "curve", []), scenario_names)
@@ -500,8 +524,9 @@ def _parse(raw: dict, file: Path, quick: bool, force: bool = False) -> Study:
             raise ConfigError(unknown_key_message("[defaults]", key, sorted(declared)))
     grid_columns = _grid_columns(grid, data_cls, link_cls, topo_cls, declared, network)
     _check_grid_reaches(grid, [*scenarios, *curves])
-    plots = _plots(_table(raw, "plot", []), scenarios, curves, settings.title,
-                   list(grid_columns.values()))
+    plots = _plots(
+        _table(raw, "plot", []), scenarios, curves, settings.title, list(grid_columns.values())
+    )
 
     if not force:  # before the grid is expanded: a grid of 10⁹ points is refused, not built
         _check_size(settings, replicates, t_max, checkpoints, data, grid, len(scenarios))
@@ -511,8 +536,18 @@ def _parse(raw: dict, file: Path, quick: bool, force: bool = False) -> Study:
     for i, spec in enumerate(scenarios):
         reach = _reaching(spec, grid)
         for point in points:
-            base = _scenario_at(spec, point, data, network, topology, defaults, t_max,
-                                checkpoints, settings, file.parent)
+            base = _scenario_at(
+                spec,
+                point,
+                data,
+                network,
+                topology,
+                defaults,
+                t_max,
+                checkpoints,
+                settings,
+                file.parent,
+            )
             _resolve(base, point, spec, defaults)
             values = {p: v for p, v in point.values.items() if p in reach}
             columns = {grid_columns[p]: point.columns[grid_columns[p]] for p in values}
@@ -525,21 +560,34 @@ def _parse(raw: dict, file: Path, quick: bool, force: bool = False) -> Study:
     _check_unique_ids(runs)
     for j, curve in enumerate(curves):
         for point in points:
-            jobs.append(_curve_job(curve, j, point, data, topology, defaults, t_max,
-                                   checkpoints, file.parent))
+            jobs.append(
+                _curve_job(
+                    curve, j, point, data, topology, defaults, t_max, checkpoints, file.parent
+                )
+            )
     agents = data.get("agents") if isinstance(data.get("agents"), int) else None
-    fields = {"agents": "varied" if "data.agents" in grid else agents,
-              "replicates": replicates, "t_max": t_max, "checkpoints": checkpoints,
-              "seed": settings.seed}
+    fields = {
+        "agents": "varied" if "data.agents" in grid else agents,
+        "replicates": replicates,
+        "t_max": t_max,
+        "checkpoints": checkpoints,
+        "seed": settings.seed,
+    }
     plots = [dataclasses.replace(q, title=_fill_title(q.title, fields, q.file)) for q in plots]
-    declared = [getattr(METRICS.lookup(name, "study: metrics"), "outputs", None)
-                for name in settings.metrics]
+    declared = [
+        getattr(METRICS.lookup(name, "study: metrics"), "outputs", None)
+        for name in settings.metrics
+    ]
     if all(d is not None for d in declared):  # a metric that declares nothing: not checkable
         _check_plot_metrics(plots, scenarios, [p for d in declared for p in d])
 
     effective = copy.deepcopy(raw)
-    effective["study"] = {**raw["study"], "replicates": replicates, "t_max": t_max,
-                          "checkpoints": checkpoints}
+    effective["study"] = {
+        **raw["study"],
+        "replicates": replicates,
+        "t_max": t_max,
+        "checkpoints": checkpoints,
+    }
     effective["data"] = data
     effective.pop("quick", None)
     effective.pop("plot", None)  # figures do not change results: retitling keeps the hash
@@ -577,9 +625,11 @@ def _short_doc(doc: str) -> str:
     return ""
 
 
-def _labels(columns: dict[str, str], data_cls: type, link_cls: type, topo_cls: type | None,
-            specs: list) -> dict[str, str]:
+def _labels(
+    columns: dict[str, str], data_cls: type, link_cls: type, topo_cls: type | None, specs: list
+) -> dict[str, str]:
     """Axis label of every grid column: ``<description> (<column>)`` when one is declared."""
+
     def doc_of(cls: type | None, key: str) -> str:
         if cls is None:
             return ""
@@ -603,8 +653,12 @@ def _labels(columns: dict[str, str], data_cls: type, link_cls: type, topo_cls: t
             doc = f"{sub} {inner}"
         elif root == "defaults":
             for spec in specs:
-                doc = doc_of(_params_class(PROTOCOLS.get(spec.protocol)) if isinstance(
-                    spec, ScenarioSpec) else _params_class(CURVES.get(spec.kind)), key)
+                doc = doc_of(
+                    _params_class(PROTOCOLS.get(spec.protocol))
+                    if isinstance(spec, ScenarioSpec)
+                    else _params_class(CURVES.get(spec.kind)),
+                    key,
+                )
                 if doc:
                     break
         short = _short_doc(doc)
@@ -612,8 +666,9 @@ def _labels(columns: dict[str, str], data_cls: type, link_cls: type, topo_cls: t
     return out
 
 
-def _check_plot_metrics(plots: list[PlotSpec], scenarios: list[ScenarioSpec],
-                        extra: list[str] | None = None) -> None:
+def _check_plot_metrics(
+    plots: list[PlotSpec], scenarios: list[ScenarioSpec], extra: list[str] | None = None
+) -> None:
     """Refuse a plot of a metric no scenario records: the recorder's own (mse,
     messages_<kind>, dropped_<kind>) and `extra`, the names (glob patterns) the study's
     [study] metrics declare (`desim.kernel.registry.records`)."""
@@ -627,8 +682,7 @@ def _check_plot_metrics(plots: list[PlotSpec], scenarios: list[ScenarioSpec],
         if not plot.scenarios:
             continue
         for key, metric in [("metric", plot.metric), *(("dashed", m) for m in plot.dashed)]:
-            if metric not in recorded and not any(fnmatch.fnmatchcase(metric, p)
-                                                  for p in patterns):
+            if metric not in recorded and not any(fnmatch.fnmatchcase(metric, p) for p in patterns):
                 raise ConfigError(
                     f"plot {plot.file!r}: {key} = {metric!r}: no scenario records it"
                     f"{_did_you_mean(metric, sorted(recorded))}; recorded: "
@@ -697,8 +751,15 @@ MAX_CHECKPOINTS = 100_000
 BYTES_PER_AGENT_CHECKPOINT = 64
 
 
-def _check_size(settings, replicates: int, t_max: int, checkpoints: int, data: dict,
-                grid: dict, n_scenarios: int) -> None:
+def _check_size(
+    settings,
+    replicates: int,
+    t_max: int,
+    checkpoints: int,
+    data: dict,
+    grid: dict,
+    n_scenarios: int,
+) -> None:
     """Refuse a study too large to finish: run count, time and memory, estimated up front.
 
     A run costs about agents × t_max agent-slots of work and holds agents × checkpoints
@@ -707,29 +768,36 @@ def _check_size(settings, replicates: int, t_max: int, checkpoints: int, data: d
     points = math.prod(len(v) for v in grid.values() if isinstance(v, list))
     runs = points * max(n_scenarios, 1) * replicates
     if runs > MAX_RUNS:
-        raise ConfigError(f"[study]: replicates = {replicates} × {points} grid points × "
-                          f"{n_scenarios} scenarios = {runs} runs: at most {MAX_RUNS} allowed "
-                          "(--force to run it anyway)")
+        raise ConfigError(
+            f"[study]: replicates = {replicates} × {points} grid points × "
+            f"{n_scenarios} scenarios = {runs} runs: at most {MAX_RUNS} allowed "
+            "(--force to run it anyway)"
+        )
     if checkpoints > MAX_CHECKPOINTS:
         raise ConfigError(f"[study]: checkpoints = {checkpoints}: at most {MAX_CHECKPOINTS}")
     sizes = [data.get("agents")] + list(grid.get("data.agents", []))
-    agents = max((a for a in sizes if isinstance(a, int) and not isinstance(a, bool)),
-                 default=1)
+    agents = max((a for a in sizes if isinstance(a, int) and not isinstance(a, bool)), default=1)
     per_run = agents * t_max
     if per_run > MAX_AGENT_SLOTS_PER_RUN:
-        raise ConfigError(f"[study]: t_max = {t_max} with {agents} agents = {per_run:.3g} "
-                          f"agent-slots per run: at most {MAX_AGENT_SLOTS_PER_RUN:.0e} "
-                          "(--force to run it anyway)")
+        raise ConfigError(
+            f"[study]: t_max = {t_max} with {agents} agents = {per_run:.3g} "
+            f"agent-slots per run: at most {MAX_AGENT_SLOTS_PER_RUN:.0e} "
+            "(--force to run it anyway)"
+        )
     if per_run * runs > MAX_AGENT_SLOTS:
-        raise ConfigError(f"[study]: {runs} runs of {per_run:.3g} agent-slots = "
-                          f"{per_run * runs:.3g}: at most {MAX_AGENT_SLOTS:.0e} in one study "
-                          "(--force to run it anyway)")
+        raise ConfigError(
+            f"[study]: {runs} runs of {per_run:.3g} agent-slots = "
+            f"{per_run * runs:.3g}: at most {MAX_AGENT_SLOTS:.0e} in one study "
+            "(--force to run it anyway)"
+        )
     memory = agents * min(checkpoints, t_max) * BYTES_PER_AGENT_CHECKPOINT + agents * 4096
     available = _memory_bytes()
     if available and memory > available:
-        raise ConfigError(f"[data]: agents = {agents}: one run needs about "
-                          f"{memory / 2**30:.3g} GiB; this machine has "
-                          f"{available / 2**30:.3g} GiB (--force to run it anyway)")
+        raise ConfigError(
+            f"[data]: agents = {agents}: one run needs about "
+            f"{memory / 2**30:.3g} GiB; this machine has "
+            f"{available / 2**30:.3g} GiB (--force to run it anyway)"
+        )
 
 
 def _memory_bytes() -> int | None:
@@ -753,8 +821,9 @@ def _named_tables(tables: list[dict], kind: str, type_key: str) -> list[tuple[st
             shown = "is missing" if name is None else f"= {name!r}"
             raise ConfigError(f"{where}: name {shown}: must be a non-empty string")
         if len(name) > MAX_NAME or not name.isprintable():
-            raise ConfigError(f"{where}: name = {name[:40]!r}...: must be at most {MAX_NAME} "
-                              "printable characters")
+            raise ConfigError(
+                f"{where}: name = {name[:40]!r}...: must be at most {MAX_NAME} printable characters"
+            )
         if name in seen:
             raise ConfigError(f"{kind} {name!r}: name is used twice; {kind} names must be unique")
         seen.add(name)
@@ -801,7 +870,11 @@ def _declared_defaults(scenarios: list[ScenarioSpec], curves: list[CurveSpec]) -
 
 
 def _grid_columns(
-    grid: dict, data_cls: type, link_cls: type, topo_cls: type | None, declared: set[str],
+    grid: dict,
+    data_cls: type,
+    link_cls: type,
+    topo_cls: type | None,
+    declared: set[str],
     network: dict | None = None,
 ) -> dict:
     """Results column (last path component) of every grid path, after checking the paths.
@@ -849,8 +922,9 @@ def _network_grid_key(path: str, grid: dict, network: dict) -> str:
     """The key of a grid path ``network.<sub-table>.<key>``, checked against the sub-table."""
     parts = path.split(".")
     if len(parts) != 3 or not all(parts):
-        raise ConfigError(f"[grid]: {path!r}: a path into a [network] sub-table must be "
-                          "network.<sub-table>.<key>")
+        raise ConfigError(
+            f"[grid]: {path!r}: a path into a [network] sub-table must be network.<sub-table>.<key>"
+        )
     _, sub, key = parts
     if sub not in NETWORK_TABLES:
         raise ConfigError(f"[grid]: {path!r}: {unknown_table_message(sub)}")
@@ -884,8 +958,10 @@ def _column_values(values: list) -> list:
     numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
     if numbers and any(isinstance(v, float) for v in values):
         return [float(v) for v in values]
-    if numbers or all(isinstance(v, str) for v in values) or all(
-        isinstance(v, bool) for v in values
+    if (
+        numbers
+        or all(isinstance(v, str) for v in values)
+        or all(isinstance(v, bool) for v in values)
     ):
         return list(values)
     return [json.dumps(v, default=str) for v in values]
@@ -903,8 +979,9 @@ def _points(grid: dict, columns: dict[str, str]) -> list[GridPoint]:
     return points
 
 
-def _apply_point(point: GridPoint, data: dict, network: dict, defaults: dict,
-                 topology: dict | None = None):
+def _apply_point(
+    point: GridPoint, data: dict, network: dict, defaults: dict, topology: dict | None = None
+):
     data, network, defaults = dict(data), dict(network), dict(defaults)
     topology = dict(topology) if topology is not None else None
     tables = {"data": data, "network": network, "defaults": defaults, "topology": topology}
@@ -948,8 +1025,10 @@ def check_input_file(folder: Path, path: Any, field: str, what: str = "file") ->
     try:
         target.resolve().relative_to(folder.resolve())
     except ValueError:
-        raise ConfigError(f"{field} = {shown!r}: leads out of the study folder; a study reads "
-                          "only files inside its own folder") from None
+        raise ConfigError(
+            f"{field} = {shown!r}: leads out of the study folder; a study reads "
+            "only files inside its own folder"
+        ) from None
     try:
         exists, regular = target.exists(), target.is_file()
         size = target.stat().st_size if regular else 0
@@ -994,8 +1073,9 @@ def _topology_table(raw: dict, file: Path) -> dict | None:
     return topology
 
 
-def _scenario_at(spec, point, data, network, topology, defaults, t_max, checkpoints,
-                 settings, folder: Path) -> Scenario:
+def _scenario_at(
+    spec, point, data, network, topology, defaults, t_max, checkpoints, settings, folder: Path
+) -> Scenario:
     """The scenario `spec` at grid `point` (replicate 0): defaults first, its own keys win."""
     data, network, defaults, topology = _apply_point(point, data, network, defaults, topology)
     network = _trace_files(network, folder)
@@ -1036,9 +1116,17 @@ def _resolve(s: Scenario, point: GridPoint, spec: ScenarioSpec, defaults: dict) 
         raise ConfigError(_at_point(point, message)) from None
 
 
-def _curve_job(curve: CurveSpec, index: int, point: GridPoint, data: dict,
-               topology: dict | None, defaults: dict, t_max: int = 0, checkpoints: int = 0,
-               folder: Path | None = None):
+def _curve_job(
+    curve: CurveSpec,
+    index: int,
+    point: GridPoint,
+    data: dict,
+    topology: dict | None,
+    defaults: dict,
+    t_max: int = 0,
+    checkpoints: int = 0,
+    folder: Path | None = None,
+):
     """A curve at a grid point; a curve declaring `topology` receives the [topology] table."""
     data, _, defaults, topology = _apply_point(point, data, {}, defaults, topology)
     cls = _params_class(CURVES.get(curve.kind))
@@ -1062,8 +1150,15 @@ def _curve_job(curve: CurveSpec, index: int, point: GridPoint, data: dict,
     except ConfigError as exc:
         raise ConfigError(_at_point(point, str(exc))) from None
     # what the curve's values depend on: equal hashes are one computation (and a cache hit)
-    h = canonical_hash({"kind": curve.kind, "params": _plain(params), "data": _plain(data_params),
-                        "t_max": t_max, "checkpoints": checkpoints})
+    h = canonical_hash(
+        {
+            "kind": curve.kind,
+            "params": _plain(params),
+            "data": _plain(data_params),
+            "t_max": t_max,
+            "checkpoints": checkpoints,
+        }
+    )
     return CurveJob(curve, index, point, params, data_params, h)
 
 
@@ -1072,8 +1167,9 @@ def _plain(obj: Any) -> Any:
     return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
 
 
-def _plots(tables: list[dict], scenarios, curves, title: str,
-           columns: list[str] | None = None) -> list[PlotSpec]:
+def _plots(
+    tables: list[dict], scenarios, curves, title: str, columns: list[str] | None = None
+) -> list[PlotSpec]:
     names = [s.name for s in scenarios]
     curve_names = [c.name for c in curves]
     if not tables:
@@ -1108,13 +1204,22 @@ def _plots(tables: list[dict], scenarios, curves, title: str,
                 f"({', '.join(columns or []) or 'the study has no [grid]'}), or a privacy "
                 f"ledger metric ({LEDGER_PREFIX}…)"
             )
-        out.append(PlotSpec(
-            p.file, p.title or title, p.metric, tuple(chosen), tuple(p.curves),
-            tuple(p.xlim) if p.xlim else None, tuple(p.ylim) if p.ylim else None,
-            p.x, p.at, tuple(p.dashed),
-            p.xscale or ("log" if p.x == "t" or p.x.startswith(LEDGER_PREFIX) else "linear"),
-            p.yscale or default_scale(p.metric),
-        ))
+        out.append(
+            PlotSpec(
+                p.file,
+                p.title or title,
+                p.metric,
+                tuple(chosen),
+                tuple(p.curves),
+                tuple(p.xlim) if p.xlim else None,
+                tuple(p.ylim) if p.ylim else None,
+                p.x,
+                p.at,
+                tuple(p.dashed),
+                p.xscale or ("log" if p.x == "t" or p.x.startswith(LEDGER_PREFIX) else "linear"),
+                p.yscale or default_scale(p.metric),
+            )
+        )
     return out
 
 
@@ -1143,6 +1248,7 @@ def _check_unique_ids(runs: list[Run]) -> None:
                 f"id {run.run_id!r}; rename one"
             )
         if other is not None:
-            raise ConfigError(f"grid points give the same run id {run.run_id!r}; "
-                              "make the grid values distinct")
+            raise ConfigError(
+                f"grid points give the same run id {run.run_id!r}; make the grid values distinct"
+            )
         seen[run.run_id] = run

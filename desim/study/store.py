@@ -157,8 +157,13 @@ def fingerprint(frame: pd.DataFrame) -> str:
 
 def _git(args: list[str], where: Path) -> str | None:
     try:
-        out = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True,
-                             timeout=10, check=False)
+        out = subprocess.run(
+            ["git", "-C", str(where), *args],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -230,8 +235,12 @@ def read_sidecar(results_dir: Path, config_hash: str) -> dict[str, Any] | None:
         side = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    ok = isinstance(side, dict) and side.get("config_hash") == config_hash and isinstance(
-        side.get("files"), dict) and isinstance(side.get("fingerprint"), str)
+    ok = (
+        isinstance(side, dict)
+        and side.get("config_hash") == config_hash
+        and isinstance(side.get("files"), dict)
+        and isinstance(side.get("fingerprint"), str)
+    )
     return side if ok else None
 
 
@@ -268,8 +277,9 @@ def set_aside(results_dir: Path, config_hash: str) -> list[str]:
     return moved
 
 
-def encode_record(config_hash: str, frame: pd.DataFrame, agents: pd.DataFrame | None
-                  ) -> dict[str, Any]:
+def encode_record(
+    config_hash: str, frame: pd.DataFrame, agents: pd.DataFrame | None
+) -> dict[str, Any]:
     """A run's record(s) as file bytes, with its fingerprint: all the work of writing a run
     but the writing (a worker encodes, the one process that writes only writes)."""
     meta = {b"desim.config_hash": config_hash.encode()}
@@ -280,8 +290,9 @@ def encode_record(config_hash: str, frame: pd.DataFrame, agents: pd.DataFrame | 
     return {"config_hash": config_hash, "fingerprint": fingerprint(frame), "files": files}
 
 
-def write_record(results_dir: Path, encoded: dict[str, Any], head: dict[str, Any]
-                 ) -> dict[str, Any]:
+def write_record(
+    results_dir: Path, encoded: dict[str, Any], head: dict[str, Any]
+) -> dict[str, Any]:
     """Write an `encode_record` result (the records, then the sidecar: `head` plus checksums);
     return the sidecar."""
     config_hash = encoded["config_hash"]
@@ -289,8 +300,13 @@ def write_record(results_dir: Path, encoded: dict[str, Any], head: dict[str, Any
     for name, data in encoded["files"].items():  # agents first; the sidecar marks it done
         write_bytes(data, results_dir / RUNS_DIR / name)
         files[name] = hashlib.sha256(data).hexdigest()
-    side = {"schema": SIDECAR_SCHEMA, **head, "config_hash": config_hash,
-            "fingerprint": encoded["fingerprint"], "files": dict(sorted(files.items()))}
+    side = {
+        "schema": SIDECAR_SCHEMA,
+        **head,
+        "config_hash": config_hash,
+        "fingerprint": encoded["fingerprint"],
+        "files": dict(sorted(files.items())),
+    }
     write_json(side, sidecar_path(results_dir, config_hash))
     return side
 
@@ -331,8 +347,10 @@ class StudyLock:
         try:
             self.lock.acquire()
         except Timeout:
-            raise StudyLocked(f"{self.results_dir}: {self.holder()} is writing into this "
-                              "results folder; wait for it to finish") from None
+            raise StudyLocked(
+                f"{self.results_dir}: {self.holder()} is writing into this "
+                "results folder; wait for it to finish"
+            ) from None
         owner = {"pid": os.getpid(), "host": socket.gethostname(), "since": now()}
         try:
             (self.results_dir / OWNER_FILE).write_text(json.dumps(owner), encoding="utf-8")

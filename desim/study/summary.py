@@ -68,8 +68,9 @@ def summarise_runs(
     else:
         rows = rows[rows["t"] == at]
     # column names a grid column cannot take (results' reserved names), e.g. a swept "mean"
-    stats = rows.groupby(keys, sort=False)["value"].agg(value="mean", value_std="std",
-                                                        replicates="count")
+    stats = rows.groupby(keys, sort=False)["value"].agg(
+        value="mean", value_std="std", replicates="count"
+    )
     stats["stderr"] = stats["value_std"].fillna(0.0) / np.sqrt(stats["replicates"])
     out = stats[["value", "stderr", "replicates"]]
     if target is not None:

@@ -149,8 +149,10 @@ class IdealComponentCurve:
     def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:
         """(mean, stderr) on the grid `t`."""
         tt = _grid(t)
-        rows = [component_average(g.restricted_components(cls), s2) / tt
-                for cls, s2, g in _draws(data, self.topology, self.draws, self.seed)]
+        rows = [
+            component_average(g.restricted_components(cls), s2) / tt
+            for cls, s2, g in _draws(data, self.topology, self.draws, self.seed)
+        ]
         return _mean_se(np.array(rows))
 
 
@@ -191,8 +193,9 @@ class ConsensusOracleCurve:
                 continue
             m = len(labels)
             big = ~small
-            consensus = component_average(labels[big], s2_tilde[big]) * big.sum() / m \
-                if big.any() else 0.0
+            consensus = (
+                component_average(labels[big], s2_tilde[big]) * big.sum() / m if big.any() else 0.0
+            )
             local = (s2 if self.fallback == "local" else s2_tilde)[small].sum() / m
             rows.append(consensus * v + local / tt)
         return _mean_se(np.array(rows))

@@ -15,8 +15,9 @@ from desim.topologies.graph import component_sizes
 
 
 @METRICS.register("corollary1")
-@records("cor1_rhs", "cor1_epsilon", "class_components", "small_share", "cor1_sigma2_dp",
-         "cor1_holds")
+@records(
+    "cor1_rhs", "cor1_epsilon", "class_components", "small_share", "cor1_sigma2_dp", "cor1_holds"
+)
 def corollary1(protocol: Any, data: Any) -> dict[str, float]:
     """Corollary 1 of seed 001 evaluated on this run's graph and classes.
 

@@ -115,18 +115,15 @@ _DOCS: dict[str, tuple[str, dict[str, float]]] = {
     "threshold_scale": ("factor on the Bernstein threshold (seed 001 tuned it)", {"gt": 0}),
     "alpha_c": ("α schedule 1−α = min(1, c·s^(−p)) at age s: the c", {"gt": 0}),
     "alpha_p": ("α schedule 1−α = min(1, c·s^(−p)) at age s: the p", {"gt": 0, "le": 1}),
-    "reset": ("restart the age s when neighbour sets change: never, all agents, per agent",
-              {}),
-    "restart": ("after a change: α = 0 in that slot (hard) or α = 1/2 in the next (galante)",
-                {}),
+    "reset": ("restart the age s when neighbour sets change: never, all agents, per agent", {}),
+    "restart": ("after a change: α = 0 in that slot (hard) or α = 1/2 in the next (galante)", {}),
     "decisions": ("re-test every neighbour each slot, or never re-add a dropped one", {}),
     "initial": ("C_a before slot 1: every neighbour, or none", {}),
     "values": ("test against neighbours' values of this slot (fresh) or the last (stale)", {}),
     "symmetric": ("keep b only if a and b both keep each other (exchanges decisions)", {}),
     "weights": ("W: 1/(1+max(|C_a|,|C_b|)) (metropolis) or 1/(1+max degree of G)", {}),
     "fallback": ("report the local mean (raw or privatised) when |C̃_a| seems 1 or 2", {}),
-    "max_age": ("mix only neighbours whose latest state is at most this many slots old",
-                {"ge": 0}),
+    "max_age": ("mix only neighbours whose latest state is at most this many slots old", {"ge": 0}),
 }
 
 
@@ -149,8 +146,9 @@ Fallback = Literal["none", "local", "private-local"]
 
 def _check(p: Any) -> None:
     if p.decisions == "irrevocable" and p.initial == "none":
-        raise ValueError("decisions = 'irrevocable' only drops neighbours, so it needs "
-                         "initial = 'all'")
+        raise ValueError(
+            "decisions = 'irrevocable' only drops neighbours, so it needs initial = 'all'"
+        )
 
 
 @dataclass(frozen=True)
@@ -212,8 +210,9 @@ class PrivateCColMEParams:
 # the formulas of the neighbour tests
 
 
-def confidence_radius(n: np.ndarray | float, sigma2: np.ndarray | float,
-                      gamma: float) -> np.ndarray:
+def confidence_radius(
+    n: np.ndarray | float, sigma2: np.ndarray | float, gamma: float
+) -> np.ndarray:
     """β(n; σ, γ) = σ √((2/n)(1 + 1/n) ln(√(n+1)/γ)), +∞ for n < 2 (docs/papers.md §2.1)."""
     n = np.asarray(n, dtype=float)
     if n.ndim == 0 and n >= 2:  # one finite radius (every slot's case): nothing to silence
@@ -223,9 +222,13 @@ def confidence_radius(n: np.ndarray | float, sigma2: np.ndarray | float,
     return np.where(n < 2, np.inf, r)
 
 
-def bernstein_threshold(n: np.ndarray | float, sigma2: np.ndarray | float,
-                        beta: np.ndarray | float, theta: np.ndarray | float,
-                        exact: bool = True) -> np.ndarray:
+def bernstein_threshold(
+    n: np.ndarray | float,
+    sigma2: np.ndarray | float,
+    beta: np.ndarray | float,
+    theta: np.ndarray | float,
+    exact: bool = True,
+) -> np.ndarray:
     """z with 2 exp(−n z²/(2(σ² + βz))) = θ (exact), or z' = 2βℓ/n + σ√(2ℓ/n), ℓ = ln(2/θ).
 
     Accepting H0 (same mean) iff |S| < z bounds the type-I error of a mean of n terms with
@@ -275,8 +278,9 @@ def _common(x: np.ndarray) -> float | None:
     return float(x[0])
 
 
-def _newest(e: np.ndarray, stamp: np.ndarray, held: np.ndarray,
-            strict: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _newest(
+    e: np.ndarray, stamp: np.ndarray, held: np.ndarray, strict: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Messages for edge slots e with time stamps: which ones to keep, per edge the newest.
 
     Messages not newer than the stamp `held` of their edge (strictly, or as new) are dropped.
@@ -349,8 +353,10 @@ class CColME(Protocol):
         if g.n != ctx.n_agents:
             raise ValueError(f"the graph has {g.n} agents, the data {ctx.n_agents}")
         if ctx.call_at is None:
-            raise ValueError("this engine gives no timers (Context.call_at); the consensus "
-                             "step runs at a deadline")
+            raise ValueError(
+                "this engine gives no timers (Context.call_at); the consensus "
+                "step runs at a deadline"
+            )
         self.graph = g
         m, e = g.n, g.n_directed
         self.src, self.dst, self.reverse = g.src, g.dst, g.reverse
@@ -370,8 +376,9 @@ class CColME(Protocol):
         #: σ̃_a² = σ_a² + σ_DP², the variance of a privatised sample.
         self.sigma2_tilde = sigma2 + self.sigma2_dp
         self._equal_var = bool(np.all(sigma2 == sigma2[0])) if m else True
-        self._beta_data = data_bernstein_parameter(ctx.public.get("distribution", "uniform"),
-                                                   sigma2)
+        self._beta_data = data_bernstein_parameter(
+            ctx.public.get("distribution", "uniform"), sigma2
+        )
         self._sigma = np.sqrt(sigma2)
         self._gamma = p.delta / (4.0 * max(e, 1))
         self._w_const = 1.0 / (1.0 + (g.degree.max() if m else 0))
@@ -408,8 +415,9 @@ class CColME(Protocol):
         self._changed = self._unchanged  # C_a changed in this slot
         self._agents = np.arange(m)
         #: r when every agent has r ≥ 1 neighbours (r-regular: rows of r edges)
-        self._degree = int(g.degree[0]) if m and g.degree[0] > 0 and np.all(
-            g.degree == g.degree[0]) else None
+        self._degree = (
+            int(g.degree[0]) if m and g.degree[0] > 0 and np.all(g.degree == g.degree[0]) else None
+        )
         #: X̃_a^(t) = priv_sum / t, the privatised running mean of this slot
         self._mean = np.zeros(m)
         # Caches of the consensus step, valid while C (all agents' kept sets) is unchanged.
@@ -615,8 +623,14 @@ class CColME(Protocol):
         self._nb_x_prev, self._nb_n_prev = self.nb_x_prev, self.nb_n_prev
         self._live_first = False
 
-    def _send(self, kind: str, src: np.ndarray, dst: np.ndarray, payload: np.ndarray,
-              slots: np.ndarray | slice) -> None:
+    def _send(
+        self,
+        kind: str,
+        src: np.ndarray,
+        dst: np.ndarray,
+        payload: np.ndarray,
+        slots: np.ndarray | slice,
+    ) -> None:
         """Send and remember which receiver slots the messages fill (for the fast path)."""
         self._sent[kind] = (src, slots)
         self.ctx.send(kind, src, dst, payload)
@@ -705,8 +719,9 @@ class CColME(Protocol):
         else:
             self.ctx.send("decision", src, self.dst[e], payload)
 
-    def _states_in_window(self, e: np.ndarray, x: np.ndarray, n: np.ndarray, y: np.ndarray,
-                          at: np.ndarray) -> None:
+    def _states_in_window(
+        self, e: np.ndarray, x: np.ndarray, n: np.ndarray, y: np.ndarray, at: np.ndarray
+    ) -> None:
         """A window's states, sorted by delivery time `at`: filed and tested as single
         instants would. Edges are independent (each has its own held states and χ), so each
         edge's instants are taken in time order, in rounds: round k holds the k-th delivery
@@ -741,8 +756,9 @@ class CColME(Protocol):
             return self._nb_n_all
         return float(self._nb_n.max())
 
-    def _store_states(self, e: np.ndarray, x: np.ndarray, n: np.ndarray,
-                      y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _store_states(
+        self, e: np.ndarray, x: np.ndarray, n: np.ndarray, y: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """File states (x, n, y) in the edge slots e, keeping per edge the newest two by t_b.
 
         Returns the edges that got a newer state (older ones than held are ignored) and the row
@@ -927,8 +943,9 @@ class CColME(Protocol):
             keep = diff < self._bernstein(np.minimum(n_a, n_b), a, b)
         return keep if unknown is None else keep | unknown
 
-    def _held_states(self, e: np.ndarray | slice) -> tuple[np.ndarray, float | None,
-                                                            np.ndarray | float | None]:
+    def _held_states(
+        self, e: np.ndarray | slice
+    ) -> tuple[np.ndarray, float | None, np.ndarray | float | None]:
         """(X̃_b, t_b shared by all or None, t_b) of the states the test reads on edges e: the
         newest (``values = "fresh"``) or the one before (``"stale"``). Live-first, e is S."""
         fresh = self.params.values == "fresh"
@@ -945,7 +962,7 @@ class CColME(Protocol):
         and senders (no gather)."""
         send = self._state_send
         if send is not None and send[0] is e:
-            return send[2][:len(e)], send[1][:len(e)]
+            return send[2][: len(e)], send[1][: len(e)]
         return self.src[e], self.dst[e]
 
     def _radius(self, n: float | np.ndarray, agents: np.ndarray) -> np.ndarray:
@@ -966,12 +983,16 @@ class CColME(Protocol):
         else:
             s2 = self.sigma2_tilde[a] + self.sigma2_tilde[b]
             beta = math.sqrt(terms) * np.maximum.reduce(
-                [self._beta_data[a], self._beta_data[b], self._sigma[a], self._sigma[b],
-                 np.full(len(a), s_dp)]
+                [
+                    self._beta_data[a],
+                    self._beta_data[b],
+                    self._sigma[a],
+                    self._sigma[b],
+                    np.full(len(a), s_dp),
+                ]
             )
         theta = p.theta / np.log(np.asarray(n, dtype=float) + 1.0)
-        return p.threshold_scale * bernstein_threshold(n, s2, beta, theta,
-                                                       p.threshold == "exact")
+        return p.threshold_scale * bernstein_threshold(n, s2, beta, theta, p.threshold == "exact")
 
     # -- consensus step ----------------------------------------------------------------------
     def _restart(self, changed: np.ndarray) -> None:
@@ -1051,8 +1072,9 @@ class CColME(Protocol):
         self._starts_of = (counts, out)
         return out
 
-    def _mixing_weights(self, idx: np.ndarray, counts: np.ndarray,
-                        every: bool) -> np.ndarray | float:
+    def _mixing_weights(
+        self, idx: np.ndarray, counts: np.ndarray, every: bool
+    ) -> np.ndarray | float:
         """W_ab of the mixed edges idx (CSR order, `counts` per agent) given |C_b| as each b
         told: eq. (2) with a's own |C_a|, or 1/(1+d)."""
         if self.params.weights != "metropolis":

@@ -57,8 +57,9 @@ class OracleCurve:
         "exact", "PM-II noise variance: exact dyadic-node sum, or eq. (21) as printed"
     )
     calibration: Literal["paper", "tight"] = param(
-        "paper", "noise calibration: the paper's formulas, or the least noise for (ε, δ) per the "
-        "PLD accountant"
+        "paper",
+        "noise calibration: the paper's formulas, or the least noise for (ε, δ) per the "
+        "PLD accountant",
     )
 
     def __post_init__(self) -> None:
@@ -80,8 +81,15 @@ class OracleCurve:
     def sigma2_dp(self, data: Any, t_max: int) -> float:
         """σ_DP² of Lemma 1 or 2 at this curve's budget (split for PM-II as in §VII), or the
         tight σ_DP² (`desim.models.privacy.accounting.psum_noise`)."""
-        return psum_noise(self.noise, data.support_half_width(), self.mechanism, self.epsilon,
-                          self.delta, t_max, self.calibration)[0]
+        return psum_noise(
+            self.noise,
+            data.support_half_width(),
+            self.mechanism,
+            self.epsilon,
+            self.delta,
+            t_max,
+            self.calibration,
+        )[0]
 
     def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:
         """(mean, stderr) of Prop. 3 (or Remark 3) on the grid `t` of integer times."""

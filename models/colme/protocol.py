@@ -111,8 +111,9 @@ class PrivateColMEParams:
         math.inf, "slots after sending a query beyond which its answer is discarded", gt=0
     )
     calibration: Literal["paper", "tight"] = param(
-        "paper", "noise calibration: the paper's formulas, or the least noise for (ε, δ) per the "
-        "PLD accountant (`desim.models.privacy.accounting`)"
+        "paper",
+        "noise calibration: the paper's formulas, or the least noise for (ε, δ) per the "
+        "PLD accountant (`desim.models.privacy.accounting`)",
     )
 
 
@@ -146,8 +147,14 @@ class PrivateColME(Protocol):
         L = ctx.public["L"]
         #: σ_DP², the noise variance of every p-sum (and σ_{2,DP}², Sch-Var-1's variance p-sums)
         self.sigma2_dp, sigma2_var = psum_noise(
-            p.noise, L, p.mechanism, p.epsilon, p.delta, p.budget_t_max or ctx.t_max,
-            p.calibration, p.variance == "sch-var-1",
+            p.noise,
+            L,
+            p.mechanism,
+            p.epsilon,
+            p.delta,
+            p.budget_t_max or ctx.t_max,
+            p.calibration,
+            p.variance == "sch-var-1",
         )
         self._multiplier = psum_multiplier(p.noise, self.sigma2_dp, L) if L > 0 else 0.0
         self.mech = PSumRelease(
@@ -155,8 +162,13 @@ class PrivateColME(Protocol):
         )
         if p.variance == "sch-var-1":
             self.var_release = SampleVarianceRelease(
-                m, p.mechanism, p.noise, sigma2_var, self.sigma2_dp,
-                ctx.streams.get("dp-noise-variance"), ctx.t_max,
+                m,
+                p.mechanism,
+                p.noise,
+                sigma2_var,
+                self.sigma2_dp,
+                ctx.streams.get("dp-noise-variance"),
+                ctx.t_max,
             )
         levels = levels_for(ctx.t_max)
         self.stat = PairStatistic(m, p.mechanism, p.weights, self.sigma2_dp, levels)
@@ -220,7 +232,7 @@ class PrivateColME(Protocol):
         if self.params.schedule == "rr":
             a = self._agents
             offset = self._rr_offset(t)
-            b = self._twice[offset:offset + len(a)]  # (a + offset) mod M: a window of 0…M−1 twice
+            b = self._twice[offset : offset + len(a)]  # (a + offset) mod M: a window of 0…M−1 twice
         else:
             a, offset = self._next_included()
             self._offset[a] = offset
@@ -259,14 +271,18 @@ class PrivateColME(Protocol):
         m = len(self._agents)
         return (np.asarray(t, dtype=np.int64) * m + a) * m + b
 
-    def _own(self, who: np.ndarray, slot: np.ndarray | None
-             ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    def _own(
+        self, who: np.ndarray, slot: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         """Sums, sums of squares (None with known variances) and counts of agents `who`: now,
         or after slots `_slot0 + slot` of the current batch (`on_slots`)."""
         if slot is None:
             return self.sums[who], None if self.known else self.sumsq[who], self.counts[who]
-        return (self._slot_sums[slot, who],
-                None if self.known else self._slot_sumsq[slot, who], self._slot_counts[slot])
+        return (
+            self._slot_sums[slot, who],
+            None if self.known else self._slot_sumsq[slot, who],
+            self._slot_counts[slot],
+        )
 
     def _slot_of(self, when: np.ndarray | None) -> np.ndarray | None:
         """The slot of the current batch each time falls in (None: not in a batch)."""
@@ -309,8 +325,14 @@ class PrivateColME(Protocol):
                 payload[:, _ASKED] = queries.sent_at
                 # a release is named by the query it answers; in a window it leaves at that
                 # query's exact delivery time
-                self.ctx.send("release", b, a, payload, at=queries.delivered_at,
-                              ids=self._query_ids(queries.sent_at, a, b))
+                self.ctx.send(
+                    "release",
+                    b,
+                    a,
+                    payload,
+                    at=queries.delivered_at,
+                    ids=self._query_ids(queries.sent_at, a, b),
+                )
             else:
                 payload = self._release(b, a)
                 payload[:, _ASKED] = queries.sent_at
@@ -323,8 +345,7 @@ class PrivateColME(Protocol):
             else:
                 self._take_releases(releases.dst, releases.src, releases.payload)
 
-    def _release(self, b: np.ndarray, a: np.ndarray, slot: np.ndarray | None = None
-                 ) -> np.ndarray:
+    def _release(self, b: np.ndarray, a: np.ndarray, slot: np.ndarray | None = None) -> np.ndarray:
         """Payloads of new releases of agents b to agents a (distinct pairs; _ASKED unset), with
         b's state now or after slots `slot` of the batch."""
         sums, sumsq, counts = self._own(b, slot)
@@ -337,8 +358,7 @@ class PrivateColME(Protocol):
         payload[:, _VALUE], payload[:, _COUNT], payload[:, _INDEX] = values, counts, j
         return payload
 
-    def _answer(self, b: np.ndarray, a: np.ndarray, slot: np.ndarray | None = None
-                ) -> np.ndarray:
+    def _answer(self, b: np.ndarray, a: np.ndarray, slot: np.ndarray | None = None) -> np.ndarray:
         """Payloads answering queries a → b that may repeat a pair or find no new sample, with
         b's state now or (in a batch of slots) after the slot each query arrives in (`slot`,
         ascending).
@@ -351,8 +371,12 @@ class PrivateColME(Protocol):
         if repeats and slot is not None and slot[0] != slot[-1]:
             # slot by slot, in order: a pair asked again in a later slot may have a new sample
             cuts = [0, *(slot[1:] != slot[:-1]).nonzero()[0] + 1, len(slot)]
-            return np.concatenate([self._answer(b[i:j], a[i:j], slot[i:j])
-                                   for i, j in zip(cuts[:-1], cuts[1:], strict=True)])
+            return np.concatenate(
+                [
+                    self._answer(b[i:j], a[i:j], slot[i:j])
+                    for i, j in zip(cuts[:-1], cuts[1:], strict=True)
+                ]
+            )
         counts = self._own(b, slot)[2]
         if not repeats:
             if (counts > self._last_count[pair]).all():  # the usual case
@@ -364,8 +388,9 @@ class PrivateColME(Protocol):
             first = np.sort(np.unique(pair, return_index=True)[1])  # send order: noise draws
         new = first[counts[first] > self._last_count[pair[first]]]
         if len(new):
-            self._keep_answer(pair[new], self._release(b[new], a[new],
-                                                       None if slot is None else slot[new]))
+            self._keep_answer(
+                pair[new], self._release(b[new], a[new], None if slot is None else slot[new])
+            )
         again = np.ones(len(b), dtype=bool)
         again[new] = False
         self.repeated += np.bincount(b[again], minlength=len(self._agents))
@@ -419,13 +444,22 @@ class PrivateColME(Protocol):
             j = payload[:, _INDEX]
             keys = (j, pair) if when is None else (j, batch_no, when, pair)
             for take in _rounds(pair, np.lexsort(keys)):
-                self._take_fresh(a[take], b[take], pair[take], payload[take],
-                                 None if slot is None else slot[take])
+                self._take_fresh(
+                    a[take],
+                    b[take],
+                    pair[take],
+                    payload[take],
+                    None if slot is None else slot[take],
+                )
         elif len(pair):
             self._take_fresh(a, b, pair, payload, slot)
 
     def _take_fresh(
-        self, a: np.ndarray, b: np.ndarray, pair: np.ndarray, payload: np.ndarray,
+        self,
+        a: np.ndarray,
+        b: np.ndarray,
+        pair: np.ndarray,
+        payload: np.ndarray,
         slot: np.ndarray | None = None,
     ) -> None:
         """Take the releases of distinct pairs whose j is above κ; count the others stale."""
@@ -440,7 +474,11 @@ class PrivateColME(Protocol):
             self._take_releases(a, b, payload, last.astype(np.int64), slot)
 
     def _take_releases(
-        self, a: np.ndarray, b: np.ndarray, payload: np.ndarray, last: np.ndarray | None = None,
+        self,
+        a: np.ndarray,
+        b: np.ndarray,
+        payload: np.ndarray,
+        last: np.ndarray | None = None,
         slot: np.ndarray | None = None,
     ) -> None:
         """Take releases from b to a (distinct pairs, each j above κ): T, V_{b→a}, the test.
@@ -481,12 +519,18 @@ class PrivateColME(Protocol):
         if np.count_nonzero(decision != before):  # decisions settle: most releases change none
             self.included[a, b] = decision
             change = decision.astype(np.int64) - before
-            self._n_included += np.bincount(a, weights=change,
-                                            minlength=len(self._agents)).astype(np.int64)
+            self._n_included += np.bincount(a, weights=change, minlength=len(self._agents)).astype(
+                np.int64
+            )
 
     def _terms(
-        self, a: np.ndarray, b: np.ndarray, value: np.ndarray, data: np.ndarray,
-        noise: np.ndarray, n: np.ndarray,
+        self,
+        a: np.ndarray,
+        b: np.ndarray,
+        value: np.ndarray,
+        data: np.ndarray,
+        noise: np.ndarray,
+        n: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
         """The current terms T/Var[T] and 1/Var[T] of pairs (a, b) in a's combination sums
         (0 for excluded pairs), from their statistic state as `estimates` computes them."""
@@ -497,8 +541,13 @@ class PrivateColME(Protocol):
         return _contribution(self.included[a, b], value, var)
 
     def _test(
-        self, a: np.ndarray, b: np.ndarray, value: np.ndarray, var: np.ndarray,
-        n_other: np.ndarray, slot: np.ndarray | None = None,
+        self,
+        a: np.ndarray,
+        b: np.ndarray,
+        value: np.ndarray,
+        var: np.ndarray,
+        n_other: np.ndarray,
+        slot: np.ndarray | None = None,
     ) -> np.ndarray:
         """χ_a(b): the z-test with known variances, the Welch t-test otherwise (a's state now,
         or after slots `slot` of the batch)."""
@@ -506,8 +555,9 @@ class PrivateColME(Protocol):
             return self._z_test(a, value, var, slot)
         return self._welch_test(a, value, var, n_other, slot)
 
-    def _z_test(self, a: np.ndarray, value: np.ndarray, var: np.ndarray,
-                slot: np.ndarray | None = None) -> np.ndarray:
+    def _z_test(
+        self, a: np.ndarray, value: np.ndarray, var: np.ndarray, slot: np.ndarray | None = None
+    ) -> np.ndarray:
         """χ_a(b) of §III-C1: |X̄_a − T_{b→a}| < Φ⁻¹(1−θ_t/2)·√(σ_a²/t + Var[T_{b→a}])."""
         if slot is None:
             t = self.counts[0]  # every agent has t samples (one per slot): one t, one quantile
@@ -530,18 +580,29 @@ class PrivateColME(Protocol):
         return sample_variance(self.sums[a], self.sumsq[a], self.counts[a])
 
     def _welch_test(
-        self, a: np.ndarray, value: np.ndarray, var: np.ndarray, n_other: np.ndarray,
+        self,
+        a: np.ndarray,
+        value: np.ndarray,
+        var: np.ndarray,
+        n_other: np.ndarray,
         slot: np.ndarray | None = None,
     ) -> np.ndarray:
         """χ_a(b) of §III-C2, the Welch t-test with V_a and V̂ar[T_{b→a}] (kept if unknown)."""
         sums, sumsq, t = self._own(a, slot)
         theta = self._theta[t.astype(np.int64)]
-        return welch_accepts(sums / t - value, sample_variance(sums, sumsq, t), t, var, n_other,
-                             theta)
+        return welch_accepts(
+            sums / t - value, sample_variance(sums, sumsq, t), t, var, n_other, theta
+        )
 
     def _sch_var_2(
-        self, a: np.ndarray, b: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray,
-        last: np.ndarray | None = None, k: np.ndarray | None = None,
+        self,
+        a: np.ndarray,
+        b: np.ndarray,
+        values: np.ndarray,
+        t: np.ndarray,
+        j: np.ndarray,
+        last: np.ndarray | None = None,
+        k: np.ndarray | None = None,
     ) -> np.ndarray:
         """V_{b→a} of Sch-Var-2 (`desim.models.colme.statistic.SchVar2`): +∞ before two releases,
         and where negative unless the Bayesian correction (19) replaces it.
@@ -557,8 +618,11 @@ class PrivateColME(Protocol):
         if negative.any():
             if self.params.variance == "sch-var-2-bayes":
                 v[negative] = bayes_posterior_mean(
-                    np.maximum(v_raw[negative], 0.0), k_noise[negative], k[negative],
-                    self.params.prior, check=False,
+                    np.maximum(v_raw[negative], 0.0),
+                    k_noise[negative],
+                    k[negative],
+                    self.params.prior,
+                    check=False,
                 )
             else:
                 v[negative] = np.inf
@@ -596,8 +660,11 @@ class PrivateColME(Protocol):
         if self.params.variance == "sch-var-1":
             per = 2 * per
         m = self._multiplier
-        return Spend(self.params.noise, self.params.delta,
-                     {"one": (m, per.max(axis=1)), "all": (m, per.sum(axis=1))})
+        return Spend(
+            self.params.noise,
+            self.params.delta,
+            {"one": (m, per.max(axis=1)), "all": (m, per.sum(axis=1))},
+        )
 
     def _row_sums(self, rows: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
         """Σ_b T_{b→a}/Var[T_{b→a}] and Σ_b 1/Var[T_{b→a}] over the b ≠ a that agents a in
@@ -646,16 +713,25 @@ class CombinationSums:
         self.dirty = np.zeros(n_agents, dtype=bool)
 
     def replace(
-        self, a: np.ndarray, old_num: np.ndarray, old_den: np.ndarray, new_num: np.ndarray,
+        self,
+        a: np.ndarray,
+        old_num: np.ndarray,
+        old_den: np.ndarray,
+        new_num: np.ndarray,
         new_den: np.ndarray,
     ) -> None:
         """Replace the terms (old_num, old_den) of agents a by (new_num, new_den)."""
-        ok = np.isfinite(old_num) & np.isfinite(new_num) & np.isfinite(old_den) & np.isfinite(
-            new_den)
+        ok = (
+            np.isfinite(old_num)
+            & np.isfinite(new_num)
+            & np.isfinite(old_den)
+            & np.isfinite(new_den)
+        )
         if not ok.all():
             self.dirty[a[~ok]] = True
-        self.terms += np.bincount(a, weights=(new_den != 0).astype(float) - (old_den != 0),
-                                  minlength=len(self.terms)).astype(np.int64)
+        self.terms += np.bincount(
+            a, weights=(new_den != 0).astype(float) - (old_den != 0), minlength=len(self.terms)
+        ).astype(np.int64)
         # the old terms leave and the new ones enter as separate compensated additions: their
         # difference, formed in plain floating point, would lose the ulps of a large term
         if len(a) > 1 and _has_repeats(a):  # several releases to one agent (in a window):
@@ -707,8 +783,13 @@ class PrivateColMEOracle(PrivateColME):
     uses_oracle = True
 
     def _test(
-        self, a: np.ndarray, b: np.ndarray, value: np.ndarray, var: np.ndarray,
-        n_other: np.ndarray, slot: np.ndarray | None = None,
+        self,
+        a: np.ndarray,
+        b: np.ndarray,
+        value: np.ndarray,
+        var: np.ndarray,
+        n_other: np.ndarray,
+        slot: np.ndarray | None = None,
     ) -> np.ndarray:
         classes = self.ctx.oracle_classes
         return classes[a] == classes[b]
@@ -731,5 +812,8 @@ def asynchrony(protocol: Any, data: Any) -> dict[str, float]:
     """
     if not isinstance(protocol, PrivateColME):
         return {}
-    return {"stale": float(protocol.stale.sum()), "timed_out": float(protocol.timed_out.sum()),
-            "repeated": float(protocol.repeated.sum())}
+    return {
+        "stale": float(protocol.stale.sum()),
+        "timed_out": float(protocol.timed_out.sum()),
+        "repeated": float(protocol.repeated.sum()),
+    }

@@ -63,8 +63,11 @@ class PairStatistic:
         # under PM-II, A (under PM-I, A = κ·D·D, the very floats the update computes), with κ
         # as int32 — 20 bytes per pair instead of 48 under PM-I (M = 5000: 0.5 GB, not 1.2).
         self.compact = weights == "last"
-        self._stored = ([2, 3] if mechanism == "pm1" else [2, 3, 4]) if self.compact else list(
-            range(self._ROWS))
+        self._stored = (
+            ([2, 3] if mechanism == "pm1" else [2, 3, 4])
+            if self.compact
+            else list(range(self._ROWS))
+        )
         self._flat = np.zeros((n_agents * n_agents, len(self._stored)))  # one row per pair
         self._state = self._flat.reshape(n_agents, n_agents, -1)
         if self.compact:
@@ -126,8 +129,9 @@ class PairStatistic:
         n, total, _data, _noise = self._columns(rows)
         return np.divide(total, n, out=np.zeros_like(total), where=n > 0)
 
-    def variance(self, sigma2_data: np.ndarray, rows: np.ndarray | slice = slice(None)
-                 ) -> np.ndarray:
+    def variance(
+        self, sigma2_data: np.ndarray, rows: np.ndarray | slice = slice(None)
+    ) -> np.ndarray:
         """Var[T_{b→a}] of every pair given σ_b² as a matrix [a, b] or a row of agents b
         (only the agents a in `rows`, if given; a matrix σ² then has those rows only).
 
@@ -142,8 +146,12 @@ class PairStatistic:
         """T_{b→a}, D, A and n of the flat pairs a·n_agents + b (T = 0 before a release)."""
         rows = self._rows(pair)
         n, total = rows[:, 1], rows[:, 2]
-        return (np.divide(total, n, out=np.zeros_like(total), where=n > 0), rows[:, 3],
-                rows[:, 4], n)
+        return (
+            np.divide(total, n, out=np.zeros_like(total), where=n > 0),
+            rows[:, 3],
+            rows[:, 4],
+            n,
+        )
 
     def last_index(self, pair: np.ndarray) -> np.ndarray:
         """κ of the flat pairs a·n_agents + b: the index j of the last release a took from b."""
@@ -152,7 +160,12 @@ class PairStatistic:
         return self._flat[pair, 0]
 
     def update(
-        self, a: np.ndarray, b: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray,
+        self,
+        a: np.ndarray,
+        b: np.ndarray,
+        values: np.ndarray,
+        t: np.ndarray,
+        j: np.ndarray,
         consecutive: bool = False,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Take releases `values` from b to a, the j-th each, made when b had t samples.
@@ -203,8 +216,9 @@ class PairStatistic:
         self._flat[pair, 1] = u
         return total, u, j * u * u, 1.0
 
-    def _take(self, rows: np.ndarray, values: np.ndarray, t: np.ndarray,
-              j: np.ndarray) -> np.ndarray:
+    def _take(
+        self, rows: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray
+    ) -> np.ndarray:
         """Add release j (value, made at t) to the packed `rows` in place: κ, block length and
         sum, the data term and, for PM-I, the noise term; returns u = 1/t.
 
@@ -223,7 +237,11 @@ class PairStatistic:
         return u
 
     def _update_with_gaps(
-        self, pair: np.ndarray, rows: np.ndarray, values: np.ndarray, t: np.ndarray,
+        self,
+        pair: np.ndarray,
+        rows: np.ndarray,
+        values: np.ndarray,
+        t: np.ndarray,
         j: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """`update` when some j skips indices: blocks and PM-II nodes follow j's identity."""
@@ -243,13 +261,17 @@ class PairStatistic:
             level = np.arange(self.levels)
             # the node a level holds is j's own only if j and κ agree on every bit from ℓ up
             same = (j[:, None] >> level) == (last[:, None] >> level)
-            nodes = (np.zeros((len(pair), self.levels)) if self.compact  # ``last``: restart
-                     else np.where(same & ~restart[:, None], self._node.take(pair, axis=0), 0.0))
+            nodes = (
+                np.zeros((len(pair), self.levels))
+                if self.compact  # ``last``: restart
+                else np.where(same & ~restart[:, None], self._node.take(pair, axis=0), 0.0)
+            )
             self._take_nodes(pair, rows, j, u, nodes)
         return self._finish(pair, rows)
 
-    def _take_nodes(self, pair: np.ndarray, rows: np.ndarray, j: np.ndarray, u: np.ndarray,
-                    nodes: np.ndarray) -> None:
+    def _take_nodes(
+        self, pair: np.ndarray, rows: np.ndarray, j: np.ndarray, u: np.ndarray, nodes: np.ndarray
+    ) -> None:
         """PM-II: release j uses the tree nodes of its set bits; each gains u. `nodes` holds
         each used node's sum before this release (0 for a node that starts with it)."""
         noise = rows[:, 4]
@@ -258,17 +280,16 @@ class PairStatistic:
         if not self.compact:
             self._node[pair] = nodes + used * u[:, None]
 
-    def _finish(self, pair: np.ndarray, rows: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _finish(
+        self, pair: np.ndarray, rows: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Store the updated `rows`; return T_{b→a}, D, A and n of the pairs."""
         kappa, n, total, data, noise, node_total = rows.T
         self._put(pair, rows)
         return total / n, data, noise, n
 
 
-def noise_difference(
-    mechanism: str, j: np.ndarray, j_prev: np.ndarray, levels: int
-) -> np.ndarray:
+def noise_difference(mechanism: str, j: np.ndarray, j_prev: np.ndarray, levels: int) -> np.ndarray:
     """Number of p-sum noises in exactly one of releases j and j_prev < j (0: none before).
 
     The noise of t_j R_j − t_{j'} R_{j'} is the sum of these (shared noises cancel). PM-I:
@@ -301,8 +322,14 @@ class SchVar2:
         self._state = np.zeros((n_pairs, 4))
 
     def update(
-        self, pair: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray,
-        sigma2_dp: float, j_prev: np.ndarray | None = None, k: np.ndarray | None = None,
+        self,
+        pair: np.ndarray,
+        values: np.ndarray,
+        t: np.ndarray,
+        j: np.ndarray,
+        sigma2_dp: float,
+        j_prev: np.ndarray | None = None,
+        k: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Take release j (value R, made at t) of each pair; returns V', Kσ_DP² and k.
 
@@ -320,8 +347,11 @@ class SchVar2:
             cd += inv_d if self.mechanism == "pm1" else (1.0 + lowest_set_bit(j)) * inv_d
         else:
             cd += noise_difference(self.mechanism, j, j_prev, self.levels) * inv_d
-        c_total = (j.astype(float) if self.mechanism == "pm1"
-                   else set_bits(j, self.levels).sum(axis=1).astype(float))
+        c_total = (
+            j.astype(float)
+            if self.mechanism == "pm1"
+            else set_bits(j, self.levels).sum(axis=1).astype(float)
+        )
         p2d += psum * psum * inv_d
         sum_prev[:], t_prev[:] = total, t
         self._state[pair] = rows

@@ -102,6 +102,7 @@ def welch_dof(
 def welch_threshold(theta: ArrayLike, nu: ArrayLike) -> float | np.ndarray:
     """Φ⁻¹_{t,ν}(1 − θ/2) of §III-C2 (Student-t quantile); normal quantile at ν = ∞, +∞ at ν = 0."""
     from scipy.special import ndtri, stdtrit
+
     th = np.asarray(theta, dtype=float)
     if not np.all((th > 0) & (th < 1)):
         raise ValueError(f"theta = {theta!r}: must lie in (0, 1)")
@@ -129,6 +130,7 @@ def welch_accepts(
     with an infinite variance (unknown V) accepts (z = 0). Inputs are trusted arrays.
     """
     from scipy.special import ndtri, stdtr, stdtrit
+
     z = np.abs(diff) / np.sqrt(v_own / t + var_T)  # an infinite variance gives z = 0
     # scalar bounds (one quantile each): smallest normal, largest Student-t quantile in use
     th = np.asarray(theta, dtype=float)
@@ -441,6 +443,7 @@ def _h_minus_a(a: np.ndarray, x: np.ndarray) -> np.ndarray:
     (no cancellation). x > a: P(a, x) ≳ 1/2, so h = exp(a ln x − x − ln Γ(a))/P(a, x) is safe.
     """
     from scipy.special import gammainc, gammaln, hyp1f1
+
     if a.shape != x.shape:
         a, x = np.broadcast_arrays(a, x)
     small = x <= a
@@ -481,8 +484,9 @@ def bayes_posterior_mean(
     c = np.asarray(K_sigma2, dtype=float)
     if check:
         a = np.asarray(posterior_shape(kappa, prior), dtype=float)
-        if not (v.min(initial=0.0) >= 0 and c.min(initial=0.0) >= 0
-                and np.isfinite(v.sum() + c.sum())):
+        if not (
+            v.min(initial=0.0) >= 0 and c.min(initial=0.0) >= 0 and np.isfinite(v.sum() + c.sum())
+        ):
             _nonneg("v_raw", v_raw, allow_inf=False)  # names the bad argument
             _nonneg("K_sigma2", K_sigma2, allow_inf=False)
     else:  # trusted callers (a protocol's hot path): the same shape, without the checks

@@ -30,15 +30,23 @@ def _n(n: ArrayLike) -> np.ndarray:
 
 
 def shrinkage_mse(
-    a: ArrayLike, m: int, n: ArrayLike, sigma_theta2: float, sigma_x2: float,
+    a: ArrayLike,
+    m: int,
+    n: ArrayLike,
+    sigma_theta2: float,
+    sigma_x2: float,
     sigma_q2: float = 0.0,
 ) -> np.ndarray:
     """Exact E(θ̂_i − θ_i)² of a X̄_i + (1 − a) μ̂_q (see the module docstring)."""
     a = np.asarray(a, dtype=float)
     s = sigma_x2 / _n(n)
     b = 1.0 - a
-    return (a * a * s + b * b * (s + sigma_q2) / m + 2 * a * b * s / m
-            + b * b * sigma_theta2 * (m - 1) / m)
+    return (
+        a * a * s
+        + b * b * (s + sigma_q2) / m
+        + 2 * a * b * s / m
+        + b * b * sigma_theta2 * (m - 1) / m
+    )
 
 
 def theorem_weight(

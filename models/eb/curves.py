@@ -50,8 +50,9 @@ class TheoremCurve:
     clip: float | None = param(None, "b (default: Theorem 2's radius at n = t)", gt=0)
     bits: int = param(8, "k, bits of the quantiser", ge=1, le=52)
     calibration: Literal["paper", "tight"] = param(
-        "paper", "σ_q² of the Gaussian mechanism: (41) as printed, or the least noise for "
-        "(ε₀, δ) per the PLD accountant"
+        "paper",
+        "σ_q² of the Gaussian mechanism: (41) as printed, or the least noise for "
+        "(ε₀, δ) per the PLD accountant",
     )
     rounds: int = param(1, "R, upload rounds the tight noise is calibrated for (t_max/round)", ge=1)
 
@@ -59,11 +60,18 @@ class TheoremCurve:
         """σ_q² of the mechanism at each n (0 without one)."""
         if self.mechanism == "none":
             return np.zeros_like(n)
-        b = np.array([self.clip if self.clip is not None else mech.clip_radius(
-            self.r, np.sqrt(sigma_theta2), np.sqrt(sigma_x2), m, int(k)) for k in n])
+        b = np.array(
+            [
+                self.clip
+                if self.clip is not None
+                else mech.clip_radius(self.r, np.sqrt(sigma_theta2), np.sqrt(sigma_x2), m, int(k))
+                for k in n
+            ]
+        )
         if self.mechanism == "gaussian" and self.calibration == "tight":
-            return (2.0 * b * gaussian_multiplier("tight", self.epsilon, self.delta,
-                                                 self.rounds)) ** 2
+            return (
+                2.0 * b * gaussian_multiplier("tight", self.epsilon, self.delta, self.rounds)
+            ) ** 2
         if self.mechanism == "gaussian":
             return np.array([mech.gaussian_ldp_sigma2(x, self.epsilon, self.delta) for x in b])
         return np.array([mech.quantiser_sigma2(x, self.bits) for x in b])

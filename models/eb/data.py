@@ -41,8 +41,11 @@ class HierarchicalGaussian:
     def make(self, rng: np.random.Generator) -> AgentSamples:
         """Draw θ_1..θ_m and return the data source."""
         theta = self.mean + self.sigma_theta * rng.standard_normal(self.agents)
-        public = {"L": 3.0 * self.sigma_x, "sigma2": np.full(self.agents, self.sigma_x**2),
-                  "distribution": "gaussian"}
+        public = {
+            "L": 3.0 * self.sigma_x,
+            "sigma2": np.full(self.agents, self.sigma_x**2),
+            "distribution": "gaussian",
+        }
         return AgentSamples(theta, public, lambda r, shape: self.sigma_x * r.standard_normal(shape))
 
 
@@ -61,8 +64,9 @@ class BernoulliPrior:
     sd: float = param(0.2, "standard deviation of the normal prior (before clipping)", gt=0)
     low: float = param(0.0, "lower end of the uniform prior", ge=0, le=1)
     high: float = param(1.0, "upper end of the uniform prior", ge=0, le=1)
-    spikes: list[float] = param([0.25, 0.5, 0.75], "atoms of equal mass (the 3-spike prior)",
-                                ge=0, le=1, nonempty=True)
+    spikes: list[float] = param(
+        [0.25, 0.5, 0.75], "atoms of equal mass (the 3-spike prior)", ge=0, le=1, nonempty=True
+    )
 
     def __post_init__(self) -> None:
         if self.high < self.low:

@@ -27,22 +27,23 @@ Moments = Literal["printed", "consistent"]
 
 
 def gaussian_weight(
-    sigma_theta2: float | np.ndarray, sigma_q2: float | np.ndarray, m: int | np.ndarray,
+    sigma_theta2: float | np.ndarray,
+    sigma_q2: float | np.ndarray,
+    m: int | np.ndarray,
     sampling_var: np.ndarray,
 ) -> np.ndarray:
     """a of Theorem 2 (Theorem 1 when σ_q² = 0) for m ≥ 2 uploads; `sampling_var` is σ_x²/n
     of each agent. Every argument broadcasts (one value per agent, or one for all)."""
     extra = np.asarray(sigma_theta2, dtype=float) + np.asarray(sigma_q2, dtype=float) / (
-        np.asarray(m, dtype=float) - 1.0)
+        np.asarray(m, dtype=float) - 1.0
+    )
     total = extra + np.asarray(sampling_var, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         a = np.where(total > 0, extra / total, 1.0)
     return a
 
 
-def moment_sigma_theta2(
-    y: np.ndarray, sampling_var: np.ndarray, noise_var: np.ndarray
-) -> float:
+def moment_sigma_theta2(y: np.ndarray, sampling_var: np.ndarray, noise_var: np.ndarray) -> float:
     """σ̂_θ² = max(0, S²_y − mean(σ_x²/n) − mean(σ_q²)) from the uploads y (unbiased before the
     clip: E S²_y = σ_θ² + mean σ_x²/n + mean σ_q² for independent uploads)."""
     if len(y) < 2:
@@ -119,13 +120,16 @@ def bernoulli_weight(
 
 
 def posterior_weights(
-    xbar: np.ndarray, n: np.ndarray | float, sigma2: np.ndarray | float,
-    centres: np.ndarray, weights: np.ndarray,
+    xbar: np.ndarray,
+    n: np.ndarray | float,
+    sigma2: np.ndarray | float,
+    centres: np.ndarray,
+    weights: np.ndarray,
 ) -> np.ndarray:
     """α_l^{(i)} of Theorem 5 for every agent (rows) and centre (columns): ∝ p_l e^{−n(X̄_i −
     μ_l)²/(2σ_i²)}, normalised per row (log-sum-exp: the exponents are large for large n)."""
     xbar = np.asarray(xbar, dtype=float)[:, None]
-    scale = (np.asarray(n, dtype=float) / (2.0 * np.asarray(sigma2, dtype=float)))
+    scale = np.asarray(n, dtype=float) / (2.0 * np.asarray(sigma2, dtype=float))
     scale = np.broadcast_to(scale, xbar.shape[:1])[:, None]
     with np.errstate(divide="ignore"):
         log_w = np.log(np.asarray(weights, dtype=float))[None, :] - scale * (xbar - centres) ** 2
@@ -135,8 +139,11 @@ def posterior_weights(
 
 
 def posterior_mean(
-    xbar: np.ndarray, n: np.ndarray | float, sigma2: np.ndarray | float,
-    centres: np.ndarray, weights: np.ndarray,
+    xbar: np.ndarray,
+    n: np.ndarray | float,
+    sigma2: np.ndarray | float,
+    centres: np.ndarray,
+    weights: np.ndarray,
 ) -> np.ndarray:
     """θ̂_i = Σ_l α_l^{(i)} μ_l of Theorem 5 (9)."""
     return posterior_weights(xbar, n, sigma2, centres, weights) @ np.asarray(centres, float)
@@ -160,18 +167,21 @@ def cluster(
     if start is None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # an empty cluster: handled below (p_l = 0)
-            centres, labels = kmeans2(y, k, iter=iterations, minit="++", seed=rng,
-                                      check_finite=False)
+            centres, labels = kmeans2(
+                y, k, iter=iterations, minit="++", seed=rng, check_finite=False
+            )
     else:
         start = np.asarray(start, float)
         try:  # the usual case, without the cost of catching warnings every round
-            centres, labels = kmeans2(y, start, iter=iterations, minit="matrix",
-                                      missing="raise", check_finite=False)
+            centres, labels = kmeans2(
+                y, start, iter=iterations, minit="matrix", missing="raise", check_finite=False
+            )
         except ClusterError:  # a cluster went empty: keep its centre (p_l = 0)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                centres, labels = kmeans2(y, start, iter=iterations, minit="matrix",
-                                          check_finite=False)
+                centres, labels = kmeans2(
+                    y, start, iter=iterations, minit="matrix", check_finite=False
+                )
     order = np.argsort(centres, kind="stable")
     sizes = np.bincount(labels, minlength=k).astype(float)
     return centres[order], sizes[order] / len(y)

@@ -31,7 +31,8 @@ class UploadParams:
     """Rounds, deadline and privacy budget of the empirical-Bayes protocols."""
 
     round: int | None = param(
-        None, "slots between upload rounds (default: one round, at t_max: the one-shot setting)",
+        None,
+        "slots between upload rounds (default: one round, at t_max: the one-shot setting)",
         ge=1,
     )
     deadline: float = param(
@@ -44,8 +45,9 @@ class UploadParams:
         None, "t_max in PM-II's budget split ⌊log₂ t_max⌋+1 (default: the run's t_max)", ge=1
     )
     calibration: Literal["paper", "tight"] = param(
-        "paper", "noise of gaussian / pm1 / pm2 uploads: the papers' formulas, or the least "
-        "noise for which all the run's uploads are (ε, δ)-DP per the PLD accountant"
+        "paper",
+        "noise of gaussian / pm1 / pm2 uploads: the papers' formulas, or the least "
+        "noise for which all the run's uploads are (ε, δ)-DP per the PLD accountant",
     )
 
 
@@ -64,10 +66,15 @@ class EBGaussianParams(UploadParams):
     bits: int = param(8, "k, bits of the quantiser (37)", ge=1, le=52)
 
     def __post_init__(self) -> None:
-        if self.mechanism in ("gaussian", "quantiser") and self.clip is None \
-                and self.sigma_theta is None:
-            raise ValueError(f"mechanism = {self.mechanism!r} clips to Theorem 2's radius b, "
-                             "which needs sigma_theta; set sigma_theta or clip")
+        if (
+            self.mechanism in ("gaussian", "quantiser")
+            and self.clip is None
+            and self.sigma_theta is None
+        ):
+            raise ValueError(
+                f"mechanism = {self.mechanism!r} clips to Theorem 2's radius b, "
+                "which needs sigma_theta; set sigma_theta or clip"
+            )
 
 
 @PROTOCOLS.register("eb-gaussian")

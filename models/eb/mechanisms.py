@@ -26,8 +26,10 @@ import numpy as np
 def clip_radius(r: float, sigma_theta: float, sigma_x: float, m: int, n: int) -> float:
     """b of Theorem 2: r + σ_θ√log(m²n) + (σ_x/√n)√log(m²n)."""
     if not (r >= 0 and sigma_theta >= 0 and sigma_x >= 0 and m >= 1 and n >= 1):
-        raise ValueError(f"clip_radius({r}, {sigma_theta}, {sigma_x}, {m}, {n}): r, σ_θ, σ_x "
-                         "must be ≥ 0 and m, n ≥ 1")
+        raise ValueError(
+            f"clip_radius({r}, {sigma_theta}, {sigma_x}, {m}, {n}): r, σ_θ, σ_x "
+            "must be ≥ 0 and m, n ≥ 1"
+        )
     root = math.sqrt(math.log(m * m * n))
     return r + sigma_theta * root + sigma_x / math.sqrt(n) * root
 
@@ -35,8 +37,9 @@ def clip_radius(r: float, sigma_theta: float, sigma_x: float, m: int, n: int) ->
 def gaussian_ldp_sigma2(b: float, epsilon: float, delta: float) -> float:
     """σ_q² = 8 b² log(2/δ)/ε₀² of the Gaussian mechanism (41) on a mean clipped to [−b, b]."""
     if not (b >= 0 and epsilon > 0 and 0 < delta < 1):
-        raise ValueError(f"gaussian_ldp_sigma2({b}, {epsilon}, {delta}): need b ≥ 0, ε₀ > 0 "
-                         "and 0 < δ < 1")
+        raise ValueError(
+            f"gaussian_ldp_sigma2({b}, {epsilon}, {delta}): need b ≥ 0, ε₀ > 0 and 0 < δ < 1"
+        )
     return 8.0 * b * b * math.log(2.0 / delta) / epsilon**2
 
 

@@ -48,16 +48,16 @@ class EBMixtureParams(UploadParams):
     )
     k: int = param(3, "number of mixture components (clusters)", ge=1)
     centres: list[float] | None = param(None, "μ_1..μ_k of a known prior")
-    weights: list[float] | None = param(None, "p_1..p_k of a known prior (default: equal)",
-                                        ge=0)
+    weights: list[float] | None = param(None, "p_1..p_k of a known prior (default: equal)", ge=0)
     lloyd: int = param(10, "Lloyd iterations of k-means per server round", ge=1)
 
     def __post_init__(self) -> None:
         if self.prior == "known":
             if self.centres is None or len(self.centres) != self.k:
                 raise ValueError(f"prior = 'known' needs centres: a list of k = {self.k} means")
-            if self.weights is not None and (len(self.weights) != self.k
-                                             or not sum(self.weights) > 0):
+            if self.weights is not None and (
+                len(self.weights) != self.k or not sum(self.weights) > 0
+            ):
                 raise ValueError(f"weights must be k = {self.k} numbers ≥ 0 with a positive sum")
 
 
@@ -85,8 +85,9 @@ class EBMixture(ServerEstimation):
         k = self.params.k
         if len(r) < k:
             return None
-        centres, weights = cluster(r.payload[:, VALUE], k, self._kmeans_rng, self._centres,
-                                   self.params.lloyd)
+        centres, weights = cluster(
+            r.payload[:, VALUE], k, self._kmeans_rng, self._centres, self.params.lloyd
+        )
         self._centres = centres
         row = np.concatenate([centres, weights])
         return self._agents, np.broadcast_to(row, (len(self._agents), 2 * k))

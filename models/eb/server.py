@@ -111,17 +111,27 @@ class ServerEstimation(Protocol):
         self.multiplier = 0.0
         if p.mechanism in ("pm1", "pm2"):
             L = ctx.public["L"]
-            self.sigma2_dp = psum_noise(p.noise, L, p.mechanism, p.epsilon, p.delta,
-                                        p.budget_t_max or ctx.t_max, p.calibration)[0]
+            self.sigma2_dp = psum_noise(
+                p.noise,
+                L,
+                p.mechanism,
+                p.epsilon,
+                p.delta,
+                p.budget_t_max or ctx.t_max,
+                p.calibration,
+            )[0]
             self.multiplier = psum_multiplier(p.noise, self.sigma2_dp, L) if L > 0 else 0.0
-            self.release = PSumRelease(m, p.mechanism, p.noise, self.sigma2_dp, self._rng,
-                                       self.rounds, receivers=1)
+            self.release = PSumRelease(
+                m, p.mechanism, p.noise, self.sigma2_dp, self._rng, self.rounds, receivers=1
+            )
         elif p.mechanism == "gaussian":
             self.multiplier = gaussian_multiplier(p.calibration, p.epsilon, p.delta, self.rounds)
         if self.communicates():
             self.server = ParameterServer(ctx, "upload", 3, self._close)
-            self._kind_codes = (self.message_kinds.index("upload"),
-                                self.message_kinds.index("broadcast"))
+            self._kind_codes = (
+                self.message_kinds.index("upload"),
+                self.message_kinds.index("broadcast"),
+            )
         self._to_server: np.ndarray | None = None
         self._from_server: np.ndarray | None = None
 
@@ -139,8 +149,9 @@ class ServerEstimation(Protocol):
         self.server.open(r, self.ctx.now() + self.params.deadline)
         if self._to_server is None:
             self._to_server = np.full(len(self._agents), self.server.address)
-        self.ctx.send("upload", self._agents, self._to_server,
-                      _tagged(r, self.upload(self._agents)))
+        self.ctx.send(
+            "upload", self._agents, self._to_server, _tagged(r, self.upload(self._agents))
+        )
         self.uploads_sent += 1
 
     def upload(self, agents: np.ndarray) -> np.ndarray:
@@ -152,8 +163,9 @@ class ServerEstimation(Protocol):
         if p.mechanism == "none":
             value = xbar
         elif p.mechanism in ("pm1", "pm2"):
-            value, j, _ = self.release.release(agents, np.zeros(len(agents), dtype=np.int64),
-                                               sums, counts)
+            value, j, _ = self.release.release(
+                agents, np.zeros(len(agents), dtype=np.int64), sums, counts
+            )
             nodes = j if p.mechanism == "pm1" else popcount(j)
             noise_var = self.sigma2_dp * nodes / (counts * counts)
         elif p.mechanism == "rr":
@@ -234,8 +246,11 @@ class ServerEstimation(Protocol):
         if len(got) == 0:
             return
         rounds = got.payload[:, 0].astype(np.int64)
-        if len(got) == len(self._agents) and (got.dst == self._agents).all() and (
-                rounds > self.received_round).all():
+        if (
+            len(got) == len(self._agents)
+            and (got.dst == self._agents).all()
+            and (rounds > self.received_round).all()
+        ):
             # the usual case: one broadcast to every agent, in order (no fancy indexing)
             self.received[:] = got.payload[:, 1 : 1 + self.broadcast_width]
             self.received_round[:] = rounds

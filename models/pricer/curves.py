@@ -49,8 +49,9 @@ class PricerObjective:
     radius: float | None = param(None, "R (default: the data's radius)", gt=0)
     seed: int = param(0, "seed of a random graph or random trust", ge=0)
     calibration: Literal["paper", "tight"] = param(
-        "paper", "σ_thr and the privacy box from Thm. 4.1's classical bound, or tight per the "
-        "PLD accountant"
+        "paper",
+        "σ_thr and the privacy box from Thm. 4.1's classical bound, or tight per the "
+        "PLD accountant",
     )
 
     def problem(self, data: Any) -> Problem:
@@ -62,12 +63,14 @@ class PricerObjective:
             table = dict(self.topology)
             model = TOPOLOGIES.get(table.pop("model"))
             graph = build(model, table, "topology").make(n, rng)
-        links = BernoulliLinks(p_server=self.p_server, p_link=self.p_link,
-                               reciprocity=self.reciprocity)
+        links = BernoulliLinks(
+            p_server=self.p_server, p_link=self.p_link, reciprocity=self.reciprocity
+        )
         conn = links.connectivity(n, graph)
         trusted = trust_matrix(self.trust, n, self.trusted, conn.P, rng)
         return Problem(
-            conn, epsilon_matrix(trusted, self.epsilon_high, self.epsilon_low),
+            conn,
+            epsilon_matrix(trusted, self.epsilon_high, self.epsilon_low),
             np.full((n, n), self.delta),
             float(self.radius if self.radius is not None else data.radius),
             int(self.dimension if self.dimension is not None else data.dimension),
@@ -76,7 +79,8 @@ class PricerObjective:
 
     def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:
         """(objective of (8) at every t, zeros): an optimiser result does not depend on t."""
-        value = optimise(self.problem(data), K=self.iterations,
-                         sigma_search=self.sigma_search).objective
+        value = optimise(
+            self.problem(data), K=self.iterations, sigma_search=self.sigma_search
+        ).objective
         tt = np.asarray(t, dtype=float)
         return np.full(tt.shape, value), np.zeros(tt.shape)

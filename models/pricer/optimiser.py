@@ -138,8 +138,14 @@ class Problem:
 
     def without_privacy(self) -> Problem:
         """The same links with every ε_ij = ∞: the ColRel problem (its optimum has σ = 0)."""
-        return Problem(self.conn, np.full_like(self.epsilon, np.inf), self.delta, self.R, self.d,
-                       self.calibration)
+        return Problem(
+            self.conn,
+            np.full_like(self.epsilon, np.inf),
+            self.delta,
+            self.R,
+            self.d,
+            self.calibration,
+        )
 
 
 def _multipliers(eps: np.ndarray, delta: np.ndarray, calibration: str) -> np.ndarray | None:
@@ -158,7 +164,10 @@ def _multipliers(eps: np.ndarray, delta: np.ndarray, calibration: str) -> np.nda
 
 
 def trust_matrix(
-    kind: str, n: int, k: int = 0, P: np.ndarray | None = None,
+    kind: str,
+    n: int,
+    k: int = 0,
+    P: np.ndarray | None = None,
     rng: np.random.Generator | None = None,
 ) -> np.ndarray:
     """Which pairs are trusted (a bool n × n matrix, every node trusts itself).
@@ -300,8 +309,9 @@ def coefficient_moments(conn: Connectivity, A: np.ndarray) -> tuple[np.ndarray, 
     return cov, ((p[None, :] * P) * A).sum(axis=1) - 1.0
 
 
-def noise_variance(conn: Connectivity, sigma: float, d: int,
-                   noisy_pairs: np.ndarray | None = None) -> float:
+def noise_variance(
+    conn: Connectivity, sigma: float, d: int, noisy_pairs: np.ndarray | None = None
+) -> float:
     """(1/n²) Σ_noisy p_j p_ij σ² d: σ²_pr of (5) when every pair that can be up adds noise."""
     noisy = conn.P > 0 if noisy_pairs is None else noisy_pairs
     g = conn.p[None, :] * conn.P
@@ -352,8 +362,14 @@ def _coefficients(prob: Problem) -> _Coefficients:
     np.fill_diagonal(H, 0.0)
     H = np.maximum(H, 0.0)  # E ≥ p_ij p_ji; rounding must not make it negative
     return _Coefficients(
-        P=P, g=g, active=g > 0, free=g == 1.0, H=H, D_relaxed=2.0 * ((1.0 - g) + H),
-        D_exact=2.0 * (1.0 - g), one_minus_p=1.0 - p,
+        P=P,
+        g=g,
+        active=g > 0,
+        free=g == 1.0,
+        H=H,
+        D_relaxed=2.0 * ((1.0 - g) + H),
+        D_exact=2.0 * (1.0 - g),
+        one_minus_p=1.0 - p,
     )
 
 
@@ -364,8 +380,9 @@ def _box(prob: Problem, sigma: float) -> np.ndarray:
         return np.where(np.isinf(slope), np.inf, slope * sigma)
 
 
-def _water_fill(g: np.ndarray, b: np.ndarray, D: np.ndarray, w: np.ndarray,
-                target: float) -> np.ndarray:
+def _water_fill(
+    g: np.ndarray, b: np.ndarray, D: np.ndarray, w: np.ndarray, target: float
+) -> np.ndarray:
     """α = clip((λ − b)/D, 0, w) with Σ g α = target, λ by bisection over the breakpoints.
 
     h(λ) = Σ g α(λ) is piecewise linear and non-decreasing with breakpoints b_j (α_j leaves 0)
@@ -392,8 +409,9 @@ def _water_fill(g: np.ndarray, b: np.ndarray, D: np.ndarray, w: np.ndarray,
     return np.clip((lam - b) / D, 0.0, w)
 
 
-def _row(i: int, A: np.ndarray, s: np.ndarray, co: _Coefficients, w: np.ndarray,
-         exact: bool) -> np.ndarray:
+def _row(
+    i: int, A: np.ndarray, s: np.ndarray, co: _Coefficients, w: np.ndarray, exact: bool
+) -> np.ndarray:
     """The new row i of A: cases (a)–(c) with (15)–(19) (relaxed) or (20) (exact, fine tuning)."""
     n = len(s)
     new = np.zeros(n)
@@ -431,8 +449,13 @@ def _row(i: int, A: np.ndarray, s: np.ndarray, co: _Coefficients, w: np.ndarray,
 
 
 def gauss_seidel(
-    prob: Problem, A: np.ndarray, sigma: float, updates: int, exact: bool,
-    tol: float = TOL, co: _Coefficients | None = None,
+    prob: Problem,
+    A: np.ndarray,
+    sigma: float,
+    updates: int,
+    exact: bool,
+    tol: float = TOL,
+    co: _Coefficients | None = None,
 ) -> tuple[np.ndarray, int, bool]:
     """Up to `updates` row updates (14) of (13) or, with `exact`, of (11), for a fixed σ.
 
@@ -519,11 +542,15 @@ class Report:
             )
         if self.search:
             best = min(self.search, key=lambda e: e[1])
-            lines.append(f"σ search: {len(self.search)} evaluations, best V({best[0]:.6g}) = "
-                         f"{best[1]:.6g} (Alg. 3 as printed: {self.alg3_objective:.6g})")
-        lines.append(f"result: σ = {self.sigma:.6g}, objective (8) = {self.objective:.6g}, "
-                     f"max |bias| = {self.bias:.2e}, max ε excess = {self.privacy_excess:.2e}, "
-                     f"{'converged' if self.converged else 'NOT converged'}")
+            lines.append(
+                f"σ search: {len(self.search)} evaluations, best V({best[0]:.6g}) = "
+                f"{best[1]:.6g} (Alg. 3 as printed: {self.alg3_objective:.6g})"
+            )
+        lines.append(
+            f"result: σ = {self.sigma:.6g}, objective (8) = {self.objective:.6g}, "
+            f"max |bias| = {self.bias:.2e}, max ε excess = {self.privacy_excess:.2e}, "
+            f"{'converged' if self.converged else 'NOT converged'}"
+        )
         return "\n".join(lines)
 
 
@@ -538,7 +565,12 @@ class Solution:
 
 
 def weights_step(
-    prob: Problem, sigma: float, A: np.ndarray, L1: int, L2: int, tol: float = TOL,
+    prob: Problem,
+    sigma: float,
+    A: np.ndarray,
+    L1: int,
+    L2: int,
+    tol: float = TOL,
     co: _Coefficients | None = None,
 ) -> tuple[np.ndarray, tuple[float, int, bool, int, bool]]:
     """Alg. 3 lines 3–9 for a fixed σ: L1 row updates of (13), then L2 of (11) (fine tuning).
@@ -553,8 +585,12 @@ def weights_step(
 
 
 def optimise(
-    prob: Problem, K: int = 2, L1: int | None = None, L2: int | None = None,
-    sigma_search: bool = True, tol: float = TOL,
+    prob: Problem,
+    K: int = 2,
+    L1: int | None = None,
+    L2: int | None = None,
+    sigma_search: bool = True,
+    tol: float = TOL,
 ) -> Solution:
     """Algorithm 3 (K outer iterations of L1 relaxed and L2 exact row updates and update (10)),
     then, with `sigma_search`, the search over σ ∈ [σ_thr, σ_free] that makes it reach (8)'s
@@ -576,8 +612,9 @@ def optimise(
     for k in range(1, K + 1):
         A, (relaxed, u1, ok1, u2, ok2) = weights_step(prob, sigma, A, L1, L2, tol, co)
         nxt = sigma_update(prob, A)
-        iterations.append(Iteration(k, sigma, relaxed, u1, ok1, u2, ok2,
-                                    objective(prob, A, nxt), nxt))
+        iterations.append(
+            Iteration(k, sigma, relaxed, u1, ok1, u2, ok2, objective(prob, A, nxt), nxt)
+        )
         done = abs(nxt - sigma) <= tol * max(sigma, 1e-300)
         sigma = nxt
         if done:
@@ -590,11 +627,17 @@ def optimise(
         sigma = sigma_update(prob, A)
     value = objective(prob, A, sigma)
     finite = (prob.conn.P > 0) & np.isfinite(prob.epsilon)
-    excess = np.where(finite, privacy_levels(prob, A, sigma) - np.where(finite, prob.epsilon, 0),
-                      -np.inf)
+    excess = np.where(
+        finite, privacy_levels(prob, A, sigma) - np.where(finite, prob.epsilon, 0), -np.inf
+    )
     report = Report(
-        sigma_thr=thr, iterations=tuple(iterations), alg3_objective=alg3, search=tuple(search),
-        objective=value, sigma=sigma, bias=float(np.max(np.abs(bias(prob, A)))),
+        sigma_thr=thr,
+        iterations=tuple(iterations),
+        alg3_objective=alg3,
+        search=tuple(search),
+        objective=value,
+        sigma=sigma,
+        bias=float(np.max(np.abs(bias(prob, A)))),
         privacy_excess=float(np.max(excess)),
         converged=converged,
     )
@@ -602,8 +645,14 @@ def optimise(
 
 
 def _search_sigma(
-    prob: Problem, A: np.ndarray, thr: float, L1: int, L2: int, tol: float,
-    co: _Coefficients, converged: bool,
+    prob: Problem,
+    A: np.ndarray,
+    thr: float,
+    L1: int,
+    L2: int,
+    tol: float,
+    co: _Coefficients,
+    converged: bool,
 ) -> tuple[np.ndarray, bool, list[tuple[float, float]]]:
     """Minimise V(σ) = min_A (8) over σ ∈ [σ_thr, σ_free] (V is convex; Brent in log σ).
 
@@ -618,7 +667,10 @@ def _search_sigma(
         return A, converged, []
     loose = max(tol, SEARCH_TOL)
     best: tuple[float, np.ndarray, float | None] = (
-        objective(prob, A, sigma_update(prob, A)), A, None)
+        objective(prob, A, sigma_update(prob, A)),
+        A,
+        None,
+    )
     evals: list[tuple[float, float]] = []
     warm = [A]
 

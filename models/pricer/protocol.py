@@ -77,7 +77,8 @@ class PricerParams:
     )
     trusted: int = param(0, "k, the trusted neighbours of every node (ring, random)", ge=0)
     epsilon_high: float = param(
-        1e3, "ε_ij of trusted pairs and of a node to itself (inf: no constraint)", gt=0)
+        1e3, "ε_ij of trusted pairs and of a node to itself (inf: no constraint)", gt=0
+    )
     epsilon_low: float = param(0.1, "ε_ij of the other pairs (inf: no constraint)", gt=0)
     delta: float = param(1e-3, "δ_ij of every pair", gt=0, le=1)
     sigma_search: bool = param(
@@ -96,8 +97,9 @@ class PricerParams:
         False, "optimise for the effective p_i, p_ij: link up and delivered before the deadline"
     )
     calibration: Literal["paper", "tight"] = param(
-        "paper", "σ_thr and the privacy box from Thm. 4.1's classical bound, or tight per the "
-        "PLD accountant"
+        "paper",
+        "σ_thr and the privacy box from Thm. 4.1's classical bound, or tight per the "
+        "PLD accountant",
     )
 
 
@@ -126,16 +128,22 @@ class Pricer(Protocol):
         n = data.n_agents
         conn = links.probabilities(n) if links is not None else Connectivity.reliable(n)
         trust_matrix(params.trust, n, params.trusted, conn.P, np.random.default_rng(0))
-        Problem(conn, np.full((n, n), np.inf), np.full((n, n), params.delta),
-                float(data.public["R"]), int(data.public["d"]))
+        Problem(
+            conn,
+            np.full((n, n), np.inf),
+            np.full((n, n), params.delta),
+            float(data.public["R"]),
+            int(data.public["d"]),
+        )
 
     def setup(self, ctx: Context) -> None:
         super().setup(ctx)
         p = self.params
         n = ctx.n_agents
         if "R" not in ctx.public or "d" not in ctx.public:
-            raise ValueError("pricer needs vector data with a radius R and dimension d "
-                             "(data model 'vectors')")
+            raise ValueError(
+                "pricer needs vector data with a radius R and dimension d (data model 'vectors')"
+            )
         self.R, self.d = float(ctx.public["R"]), int(ctx.public["d"])
         links = ctx.links
         if links is None:
@@ -153,8 +161,9 @@ class Pricer(Protocol):
         if p.strategy == "naive":
             self.A, self.sigma = np.eye(n), 0.0
         else:
-            problem = Problem(self.conn, eps, np.full((n, n), p.delta), self.R, self.d,
-                              p.calibration)
+            problem = Problem(
+                self.conn, eps, np.full((n, n), p.delta), self.R, self.d, p.calibration
+            )
             if p.strategy == "colrel":
                 self.solution = colrel(problem, p.l1, p.l2)
             else:
@@ -198,8 +207,9 @@ class Pricer(Protocol):
         if len(r):
             np.add.at(local, r.dst, r.payload)
         self.server.open(r.r, self.ctx.now() + self.params.server_deadline)
-        self.ctx.send("relay", self._nodes, np.full(len(local), self.server.address),
-                      tag(r.r, local))
+        self.ctx.send(
+            "relay", self._nodes, np.full(len(local), self.server.address), tag(r.r, local)
+        )
 
     def _aggregate(self, r: Round) -> None:
         """The server's deadline of round r: x̂̄ = (1/n) Σ of the aggregates received (Alg. 2)."""
@@ -234,8 +244,10 @@ class Pricer(Protocol):
             server = scale / np.sqrt((alpha**2).sum(axis=1))
         n = len(alpha)
         count = np.full(n, self.share_rounds)
-        spend = {"neighbour": (neighbour, np.where(np.isfinite(neighbour), count, 0)),
-                 "server": (server, np.where(np.isfinite(server), count, 0))}
+        spend = {
+            "neighbour": (neighbour, np.where(np.isfinite(neighbour), count, 0)),
+            "server": (server, np.where(np.isfinite(server), count, 0)),
+        }
         return Spend("gaussian", self.params.delta, spend)
 
 
@@ -248,8 +260,7 @@ def pricer_metrics(protocol: Protocol, data: DataSource) -> dict[str, float]:
         return {}
     x: Any = getattr(data, "x", None)
     out = {
-        "bound": worst_case_mse(protocol.conn, protocol.A, protocol.sigma, protocol.R,
-                                protocol.d),
+        "bound": worst_case_mse(protocol.conn, protocol.A, protocol.sigma, protocol.R, protocol.d),
         "sigma": protocol.sigma,
     }
     if x is not None:

@@ -59,6 +59,7 @@ def _dp() -> Any:
 
     return dp_accounting
 
+
 Calibration = Literal["paper", "tight"]
 CALIBRATIONS: tuple[str, ...] = ("paper", "tight")
 #: Width of the PLD's privacy-loss grid: the accountant's ε is an upper bound within about this.
@@ -73,9 +74,7 @@ REL_TOL = 1e-9
 def check_calibration(calibration: str) -> None:
     """ValueError unless `calibration` is "paper" or "tight"."""
     if calibration not in CALIBRATIONS:
-        raise ValueError(
-            f"calibration = {calibration!r}: must be one of {', '.join(CALIBRATIONS)}"
-        )
+        raise ValueError(f"calibration = {calibration!r}: must be one of {', '.join(CALIBRATIONS)}")
 
 
 def _check_noise(noise: str) -> None:
@@ -103,8 +102,7 @@ def pld_epsilon(
     _check_noise(noise)
     if count == 0:
         return 0.0
-    return float(_accountant(interval).compose(_event(noise, multiplier, count))
-                 .get_epsilon(delta))
+    return float(_accountant(interval).compose(_event(noise, multiplier, count)).get_epsilon(delta))
 
 
 @cache
@@ -253,7 +251,8 @@ def rr_epsilon(epsilon0: float, count: int, delta: float) -> float:
     if count == 0:
         return 0.0
     pld = _dp().pld.privacy_loss_distribution.from_randomized_response(
-        noise_parameter=2.0 / (math.exp(epsilon0) + 1.0), num_buckets=2)
+        noise_parameter=2.0 / (math.exp(epsilon0) + 1.0), num_buckets=2
+    )
     if count > 1:
         pld = pld.self_compose(count)
     return min(float(pld.get_epsilon_for_delta(delta)), count * epsilon0)
@@ -281,8 +280,9 @@ class Spend:
             count = np.asarray(count, dtype=np.int64)
             mult = np.broadcast_to(np.asarray(multiplier, dtype=float), count.shape)
             keys, inverse = np.unique(np.stack([mult, count]), axis=1, return_inverse=True)
-            eps = np.array([epsilon_spent(self.noise, float(m), int(k), self.delta)
-                            for m, k in keys.T])
+            eps = np.array(
+                [epsilon_spent(self.noise, float(m), int(k), self.delta) for m, k in keys.T]
+            )
             out[name] = eps[inverse.ravel()]
         return out
 

@@ -153,8 +153,9 @@ class SampleVarianceRelease:
         else:
             total_part, inv_d, k = self._pm2_parts(pair, j, fresh_z, fresh_w, sums, counts)
         t1 = np.maximum(counts - 1.0, 1.0)  # t = 1 is +∞ below
-        v = (sumsq + total_part - counts * mean_release**2
-             - self.sigma2_dp * (inv_d - k / counts)) / t1
+        v = (
+            sumsq + total_part - counts * mean_release**2 - self.sigma2_dp * (inv_d - k / counts)
+        ) / t1
         v[counts < 2] = np.inf
         return v
 

@@ -14,8 +14,13 @@ import argparse
 
 from harness import time_scenario, time_study
 
-SCALE = {"model": "classes", "agents": 10_000, "class_means": [0.0, 1.0], "sigma": 2.0,
-         "distribution": "gaussian"}
+SCALE = {
+    "model": "classes",
+    "agents": 10_000,
+    "class_means": [0.0, 1.0],
+    "sigma": 2.0,
+    "distribution": "gaussian",
+}
 FIG1 = {"model": "classes", "agents": 200, "class_means": [0.2, 0.4, 0.8], "sigma": 0.5}
 BAR = 10.0  # seconds per replicate (the authors' C++ simulator: 29 s on the same machine)
 
@@ -23,11 +28,24 @@ BAR = 10.0  # seconds per replicate (the authors' C++ simulator: 29 s on the sam
 WORKLOADS = {
     "C-ColME M=1e4 r=10 T=2000": ("c-colme", {}, SCALE, 10, 2000, BAR),
     "C-ColME oracle M=1e4 r=10 T=2000": ("c-colme", {"rule": "oracle"}, SCALE, 10, 2000, BAR),
-    "Private-C-ColME ε=5 M=1e4 r=10 T=2000": ("private-c-colme", {"epsilon": 5.0}, SCALE, 10,
-                                              2000, BAR),
-    "Private-C-ColME ε=2 M=200 r=10 T=3e4 (fig1 run)": ("private-c-colme", {"epsilon": 2.0},
-                                                        FIG1, 10, 30_000, None),
+    "Private-C-ColME ε=5 M=1e4 r=10 T=2000": (
+        "private-c-colme",
+        {"epsilon": 5.0},
+        SCALE,
+        10,
+        2000,
+        BAR,
+    ),
+    "Private-C-ColME ε=2 M=200 r=10 T=3e4 (fig1 run)": (
+        "private-c-colme",
+        {"epsilon": 2.0},
+        FIG1,
+        10,
+        30_000,
+        None,
+    ),
 }
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -35,16 +53,31 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for name, (protocol, params, data, degree, t_max, bar) in WORKLOADS.items():
-        r = time_scenario(protocol=protocol, params=params, data=data, t_max=t_max, seed=1,
-                          topology={"model": "regular", "degree": degree},
-                          metrics=["accuracy", "links"])
+        r = time_scenario(
+            protocol=protocol,
+            params=params,
+            data=data,
+            t_max=t_max,
+            seed=1,
+            topology={"model": "regular", "degree": degree},
+            metrics=["accuracy", "links"],
+        )
         ok = "—" if bar is None else ("ok" if r["wall"] <= bar else "FAIL")
-        rows.append((name, r["wall"], r["cpu"], r["rss_mb"],
-                     "—" if bar is None else f"≤ {bar:g} s", ok))
+        rows.append(
+            (name, r["wall"], r["cpu"], r["rss_mb"], "—" if bar is None else f"≤ {bar:g} s", ok)
+        )
     if args.study:
         wall = time_study("ccolme-scale", 2)
-        rows.append(("ccolme-scale study (7 scenarios × 20 runs), 2 workers", wall,
-                     float("nan"), float("nan"), "—", "—"))
+        rows.append(
+            (
+                "ccolme-scale study (7 scenarios × 20 runs), 2 workers",
+                wall,
+                float("nan"),
+                float("nan"),
+                "—",
+                "—",
+            )
+        )
     print(f"\n{'workload':<52} {'wall s':>8} {'cpu s':>8} {'peak MB':>8}  {'bar':<9} result")
     for name, wall, cpu, rss, bar, ok in rows:
         print(f"{name:<52} {wall:8.2f} {cpu:8.2f} {rss:8.0f}  {bar:<9} {ok}")

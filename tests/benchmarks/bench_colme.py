@@ -34,6 +34,7 @@ UNKNOWN = {
     "PM-II non-MoM RR Sch-Var-2": {"mechanism": "pm2", "variance": "sch-var-2"},
 }
 
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", action="store_true", help="also time the full Fig. 2 study")
@@ -47,19 +48,42 @@ def main() -> None:
         base = base or r["cpu"]
         bar = BAR_RR if name == "PM-I non-MoM RR" else 3 * BAR_RR
         ok = r["cpu"] <= bar and (name == "PM-I non-MoM RR" or r["cpu"] <= 3 * base)
-        rows.append((f"Private-ColME M=200 T=3e4 {name}", r["wall"], r["cpu"], r["rss_mb"],
-                     f"≤ {bar:g} s" + ("" if name == "PM-I non-MoM RR" else ", ≤ 3× RR"),
-                     "ok" if ok else "FAIL"))
+        rows.append(
+            (
+                f"Private-ColME M=200 T=3e4 {name}",
+                r["wall"],
+                r["cpu"],
+                r["rss_mb"],
+                f"≤ {bar:g} s" + ("" if name == "PM-I non-MoM RR" else ", ≤ 3× RR"),
+                "ok" if ok else "FAIL",
+            )
+        )
     known = {"pm1": rows[0][2], "pm2": rows[3][2]}
     for name, params in UNKNOWN.items():
         r = time_scenario(protocol="private-colme", params=params, data=DATA, t_max=T_MAX, seed=1)
         ref = known[params.get("mechanism", "pm1")]
-        rows.append((f"Private-ColME M=200 T=3e4 {name}", r["wall"], r["cpu"], r["rss_mb"],
-                     f"≤ 2× known ({2 * ref:.1f} s)", "ok" if r["cpu"] <= 2 * ref else "FAIL"))
+        rows.append(
+            (
+                f"Private-ColME M=200 T=3e4 {name}",
+                r["wall"],
+                r["cpu"],
+                r["rss_mb"],
+                f"≤ 2× known ({2 * ref:.1f} s)",
+                "ok" if r["cpu"] <= 2 * ref else "FAIL",
+            )
+        )
     if args.study:
         wall = time_study("colme-fig2", 2)
-        rows.append(("Fig. 2 study (10 scenarios × 20 runs + 13 curves), 2 workers", wall,
-                     float("nan"), float("nan"), "≤ 600 s wall", "ok" if wall <= 600 else "FAIL"))
+        rows.append(
+            (
+                "Fig. 2 study (10 scenarios × 20 runs + 13 curves), 2 workers",
+                wall,
+                float("nan"),
+                float("nan"),
+                "≤ 600 s wall",
+                "ok" if wall <= 600 else "FAIL",
+            )
+        )
     print(f"\n{'workload':<62} {'wall s':>7} {'cpu s':>7} {'peak MB':>8}  {'bar':<20} result")
     for name, wall, cpu, rss, bar, ok in rows:
         print(f"{name:<62} {wall:7.2f} {cpu:7.2f} {rss:8.0f}  {bar:<20} {ok}")

@@ -111,10 +111,18 @@ def one(root: Path, name: str, text: str, **how) -> tuple[float, float, bytes]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1, help="tries of each way (best kept)")
-    parser.add_argument("--agents", type=int, default=60, help="M of every run (default 60, "
-                        "colme-fig2's quick scale)")
-    parser.add_argument("--t-max", type=int, default=2000, help="T of every run (default "
-                        "2000, colme-fig2's quick scale)")
+    parser.add_argument(
+        "--agents",
+        type=int,
+        default=60,
+        help="M of every run (default 60, colme-fig2's quick scale)",
+    )
+    parser.add_argument(
+        "--t-max",
+        type=int,
+        default=2000,
+        help="T of every run (default 2000, colme-fig2's quick scale)",
+    )
     args = parser.parse_args()
     text = STUDY.format(agents=args.agents, t_max=args.t_max)
     best: dict[str, float] = {}
@@ -131,27 +139,42 @@ def main() -> None:
         for k in range(args.repeat):
             root = Path(tmp) / str(k)
             root.mkdir()
-            ways = {"process pool, 2 workers": {"workers": 2},
-                    "dask local:2 (with cluster start-up)": {"scheduler": "local:2"}}
+            ways = {
+                "process pool, 2 workers": {"workers": 2},
+                "dask local:2 (with cluster start-up)": {"scheduler": "local:2"},
+            }
             for name, how in ways.items():
                 before = children_cpu()
                 wall, cpu, out = one(root, name.split()[0] + name.split()[1], text, **how)
                 keep(name, wall, cpu, children_cpu() - before, out)
             before = children_cpu()
-            with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                              dashboard_address=None, silence_logs=logging.ERROR) as cluster:
-                wall, cpu, out = one(root, "started", text,
-                                     scheduler=cluster.scheduler_address)
-            keep("dask LocalCluster of 2 (defaults), started before", wall, cpu,
-                 children_cpu() - before, out)  # workers' CPU includes their start-up
+            with LocalCluster(
+                n_workers=2,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=logging.ERROR,
+            ) as cluster:
+                wall, cpu, out = one(root, "started", text, scheduler=cluster.scheduler_address)
+            keep(
+                "dask LocalCluster of 2 (defaults), started before",
+                wall,
+                cpu,
+                children_cpu() - before,
+                out,
+            )  # workers' CPU includes their start-up
     same = len(set(outputs.values())) == 1
     pool, pool_total = best["process pool, 2 workers"], total["process pool, 2 workers"]
     head = f"400 runs, M = {args.agents}, T = {args.t_max}"
-    print(f"\n{head:<52} {'wall s':>7} {'vs pool':>8} {'client cpu s':>13} "
-          f"{'total cpu s':>12} {'vs pool':>8}")
+    print(
+        f"\n{head:<52} {'wall s':>7} {'vs pool':>8} {'client cpu s':>13} "
+        f"{'total cpu s':>12} {'vs pool':>8}"
+    )
     for name, wall in best.items():
-        print(f"{name:<52} {wall:7.2f} {100 * (wall / pool - 1):+7.1f}% {client[name]:13.2f} "
-              f"{total[name]:12.2f} {100 * (total[name] / pool_total - 1):+7.1f}%")
+        print(
+            f"{name:<52} {wall:7.2f} {100 * (wall / pool - 1):+7.1f}% {client[name]:13.2f} "
+            f"{total[name]:12.2f} {100 * (total[name] / pool_total - 1):+7.1f}%"
+        )
     print(f"metrics.parquet byte-identical: {'yes' if same else 'NO'}")
 
 

@@ -19,42 +19,87 @@ import argparse
 
 from harness import best_of, time_scenario
 
-GAUSS = {"model": "hierarchical-gaussian", "agents": 10_000, "mean": 0.5, "sigma_theta": 0.1,
-         "sigma_x": 0.5}
-BERN = {"model": "bernoulli-prior", "agents": 10_000, "prior": "beta", "alpha": 3.5,
-        "beta": 3.5}
+GAUSS = {
+    "model": "hierarchical-gaussian",
+    "agents": 10_000,
+    "mean": 0.5,
+    "sigma_theta": 0.1,
+    "sigma_x": 0.5,
+}
+BERN = {"model": "bernoulli-prior", "agents": 10_000, "prior": "beta", "alpha": 3.5, "beta": 3.5}
 CLASSES_10K = {"model": "classes", "agents": 10_000}
 CLASSES = {"model": "classes", "agents": 200}
 
 #: (label, protocol, params, data, t_max, bar in CPU seconds)
 WORKLOADS = (
-    ("one-shot eb-gaussian, Thm 2 Gaussian LDP, m=10⁴, n=15", "eb-gaussian",
-     {"mechanism": "gaussian", "sigma_theta": 0.1, "epsilon": 0.5, "delta": 1e-5}, GAUSS, 15,
-     2.0),
+    (
+        "one-shot eb-gaussian, Thm 2 Gaussian LDP, m=10⁴, n=15",
+        "eb-gaussian",
+        {"mechanism": "gaussian", "sigma_theta": 0.1, "epsilon": 0.5, "delta": 1e-5},
+        GAUSS,
+        15,
+        2.0,
+    ),
     ("one-shot eb-gaussian, σ_θ by moments, m=10⁴, n=15", "eb-gaussian", {}, GAUSS, 15, 2.0),
     ("one-shot eb-bernoulli, consistent LOO, m=10⁴, n=14", "eb-bernoulli", {}, BERN, 14, 2.0),
-    ("one-shot eb-bernoulli, eq. (7) uploads, m=10⁴, n=14", "eb-bernoulli",
-     {"mechanism": "rr", "epsilon": 1.0}, BERN, 14, 2.0),
-    ("one-shot eb-mixture, k-means k=3, m=10⁴, n=100", "eb-mixture", {}, CLASSES_10K, 100,
-     2.0),
-    ("streaming eb-gaussian PM-I, every slot, M=200, T=3·10⁴", "eb-gaussian",
-     {"mechanism": "pm1", "round": 1}, CLASSES, 30_000, 4.0),
-    ("streaming eb-mixture PM-I, every slot (1 Lloyd step), M=200, T=3·10⁴", "eb-mixture",
-     {"mechanism": "pm1", "round": 1, "lloyd": 1}, CLASSES, 30_000, 4.0),
-    ("streaming eb-mixture PM-I, every 100 slots, M=200, T=3·10⁴", "eb-mixture",
-     {"mechanism": "pm1", "round": 100}, CLASSES, 30_000, 4.0),
+    (
+        "one-shot eb-bernoulli, eq. (7) uploads, m=10⁴, n=14",
+        "eb-bernoulli",
+        {"mechanism": "rr", "epsilon": 1.0},
+        BERN,
+        14,
+        2.0,
+    ),
+    ("one-shot eb-mixture, k-means k=3, m=10⁴, n=100", "eb-mixture", {}, CLASSES_10K, 100, 2.0),
+    (
+        "streaming eb-gaussian PM-I, every slot, M=200, T=3·10⁴",
+        "eb-gaussian",
+        {"mechanism": "pm1", "round": 1},
+        CLASSES,
+        30_000,
+        4.0,
+    ),
+    (
+        "streaming eb-mixture PM-I, every slot (1 Lloyd step), M=200, T=3·10⁴",
+        "eb-mixture",
+        {"mechanism": "pm1", "round": 1, "lloyd": 1},
+        CLASSES,
+        30_000,
+        4.0,
+    ),
+    (
+        "streaming eb-mixture PM-I, every 100 slots, M=200, T=3·10⁴",
+        "eb-mixture",
+        {"mechanism": "pm1", "round": 100},
+        CLASSES,
+        30_000,
+        4.0,
+    ),
 )
 
 #: Exact delivery times: the network of issue 15's what-ifs (`bench_speed.py`'s EXACT).
-EXACT = {"links": "ideal", "latency": {"model": "exponential", "mean": 5.0},
-         "outages": {"model": "markov", "mean_up": 50.0, "mean_down": 10.0}}
+EXACT = {
+    "links": "ideal",
+    "latency": {"model": "exponential", "mean": 5.0},
+    "outages": {"model": "markov", "mean_up": 50.0, "mean_down": 10.0},
+}
 #: (label, protocol, params, data, t_max): each timed on ideal links, then over EXACT. The
 #: deadline is twice the mean latency, so most uploads make their round (with 0, none would).
 EXACT_WORKLOADS = (
-    ("eb-gaussian PM-I, every slot, deadline 10, M=200, T=10⁴", "eb-gaussian",
-     {"mechanism": "pm1", "round": 1, "deadline": 10.0}, CLASSES, 10_000),
-    ("eb-mixture PM-I, every slot (1 Lloyd step), deadline 10, M=200, T=10⁴", "eb-mixture",
-     {"mechanism": "pm1", "round": 1, "lloyd": 1, "deadline": 10.0}, CLASSES, 10_000),
+    (
+        "eb-gaussian PM-I, every slot, deadline 10, M=200, T=10⁴",
+        "eb-gaussian",
+        {"mechanism": "pm1", "round": 1, "deadline": 10.0},
+        CLASSES,
+        10_000,
+    ),
+    (
+        "eb-mixture PM-I, every slot (1 Lloyd step), deadline 10, M=200, T=10⁴",
+        "eb-mixture",
+        {"mechanism": "pm1", "round": 1, "lloyd": 1, "deadline": 10.0},
+        CLASSES,
+        10_000,
+    ),
 )
 #: Issue 15's bar: an exact-time what-if costs at most this many times its synchronous run.
 EXACT_BAR = 3.0
@@ -62,15 +107,22 @@ EXACT_BAR = 3.0
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="tries of each workload, in rounds over all of them (best kept)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="tries of each workload, in rounds over all of them (best kept)",
+    )
     args = parser.parse_args()
     # every timed run: one-shot and streaming workloads, then each what-if synchronous and exact
-    runs = {label: dict(protocol=protocol, params=params, data=data, t_max=t_max, seed=1)
-            for label, protocol, params, data, t_max, _bar in WORKLOADS}
+    runs = {
+        label: dict(protocol=protocol, params=params, data=data, t_max=t_max, seed=1)
+        for label, protocol, params, data, t_max, _bar in WORKLOADS
+    }
     for label, protocol, params, data, t_max in EXACT_WORKLOADS:
-        runs[(label, "sync")] = dict(protocol=protocol, params=params, data=data, t_max=t_max,
-                                     seed=1)
+        runs[(label, "sync")] = dict(
+            protocol=protocol, params=params, data=data, t_max=t_max, seed=1
+        )
         runs[(label, "exact")] = {**runs[(label, "sync")], "network": EXACT}
     tries: dict = {key: [] for key in runs}
     for _ in range(args.repeat):
@@ -86,9 +138,16 @@ def main() -> None:
         sync, exact = best[(label, "sync")], best[(label, "exact")]
         ratio = exact["cpu"] / sync["cpu"]
         rows.append((f"{label}, sync", sync["wall"], sync["cpu"], sync["rss_mb"], "", ""))
-        rows.append((f"{label}, exact times", exact["wall"], exact["cpu"], exact["rss_mb"],
-                     f"{ratio:.2f}× sync (≤ {EXACT_BAR:g}×)",
-                     "ok" if ratio <= EXACT_BAR else "FAIL"))
+        rows.append(
+            (
+                f"{label}, exact times",
+                exact["wall"],
+                exact["cpu"],
+                exact["rss_mb"],
+                f"{ratio:.2f}× sync (≤ {EXACT_BAR:g}×)",
+                "ok" if ratio <= EXACT_BAR else "FAIL",
+            )
+        )
     if args.repeat > 1:
         print(f"\nbest of {args.repeat} tries per workload")
     print(f"\n{'workload':<84} {'wall s':>7} {'cpu s':>7} {'peak MB':>8}  {'bar':<20} result")

@@ -46,8 +46,11 @@ print(json.dumps({"wall": wall, "rss_mb": rss, "objective": sol.objective, "ok":
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--study", action="store_true",
-                        help="also time the Fig. 3 and Fig. 4 studies with 2 workers")
+    parser.add_argument(
+        "--study",
+        action="store_true",
+        help="also time the Fig. 3 and Fig. 4 studies with 2 workers",
+    )
     args = parser.parse_args()
     rows = []
     for n, bar in SIZES:
@@ -55,13 +58,27 @@ def main() -> None:
             r = run_child(CHILD, n, search)
             what = "with σ search" if search else "Alg. 3 as printed"
             ok = r["ok"] and r["wall"] <= bar
-            rows.append((f"PriCER optimiser n={n}, {what} (objective {r['objective']:.4g})",
-                         r["wall"], r["rss_mb"], f"≤ {bar:g} s", "ok" if ok else "FAIL"))
+            rows.append(
+                (
+                    f"PriCER optimiser n={n}, {what} (objective {r['objective']:.4g})",
+                    r["wall"],
+                    r["rss_mb"],
+                    f"≤ {bar:g} s",
+                    "ok" if ok else "FAIL",
+                )
+            )
     if args.study:
         for name, bar in STUDY_BARS.items():
             wall = time_study(name, 2)
-            rows.append((f"{name} study end to end, 2 workers", wall, float("nan"),
-                         f"≤ {bar:g} s", "ok" if wall <= bar else "FAIL"))
+            rows.append(
+                (
+                    f"{name} study end to end, 2 workers",
+                    wall,
+                    float("nan"),
+                    f"≤ {bar:g} s",
+                    "ok" if wall <= bar else "FAIL",
+                )
+            )
     print(f"\n{'workload':<66} {'wall s':>8} {'peak MB':>8}  {'bar':<10} result")
     for name, wall, rss, bar, ok in rows:
         print(f"{name:<66} {wall:8.2f} {rss:8.0f}  {bar:<10} {ok}")

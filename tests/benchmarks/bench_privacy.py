@@ -30,9 +30,14 @@ psum_noise(*args)
 print(json.dumps({"first": first, "cached": time.process_time() - cpu}))
 """
 
-CALIBRATIONS = [("gaussian", "pm1", False), ("gaussian", "pm2", False),
-                ("gaussian", "pm2", True), ("laplace", "pm1", False), ("laplace", "pm2", False),
-                ("laplace", "pm2", True)]
+CALIBRATIONS = [
+    ("gaussian", "pm1", False),
+    ("gaussian", "pm2", False),
+    ("gaussian", "pm2", True),
+    ("laplace", "pm1", False),
+    ("laplace", "pm2", False),
+    ("laplace", "pm2", True),
+]
 
 LEDGER = {
     "PM-I non-MoM RR": {"mechanism": "pm1", "weights": "last"},
@@ -48,13 +53,25 @@ def main() -> None:
         name = f"tight calibration {noise} {mech}{' Sch-Var-1' if var else ''}"
         rows.append((name, r["first"], r["cached"], "≤ 1 s", "ok" if r["first"] <= 1 else "FAIL"))
     for name, params in LEDGER.items():
-        base = {"protocol": "private-colme", "params": {**params, "calibration": "tight"},
-                "data": DATA, "t_max": T_MAX, "seed": 1}
+        base = {
+            "protocol": "private-colme",
+            "params": {**params, "calibration": "tight"},
+            "data": DATA,
+            "t_max": T_MAX,
+            "seed": 1,
+        }
         plain = time_scenario(**base)["cpu"]
         ledger = time_scenario(**base, metrics=["privacy"])["cpu"]
         extra = ledger / plain - 1
-        rows.append((f"ledger M=200 T=3e4 {name}", plain, ledger, "≤ +10 %",
-                     f"{'ok' if extra <= 0.10 else 'FAIL'} ({100 * extra:+.1f} %)"))
+        rows.append(
+            (
+                f"ledger M=200 T=3e4 {name}",
+                plain,
+                ledger,
+                "≤ +10 %",
+                f"{'ok' if extra <= 0.10 else 'FAIL'} ({100 * extra:+.1f} %)",
+            )
+        )
     print(f"\n{'workload':<52} {'cpu s (a)':>10} {'cpu s (b)':>10}  {'bar':<9} result")
     print("(a/b: calibration uncached/cached; ledger without/with the privacy metric)")
     for name, a, b, bar, ok in rows:

@@ -45,29 +45,50 @@ print(json.dumps({"wall": wall, "cpu": cpu, "process": use.ru_utime + use.ru_sti
 """
 
 COLME = {"model": "classes", "agents": 200, "class_means": [0.2, 0.4, 0.8], "sigma": 0.5}
-EXACT = {"links": "ideal", "latency": {"model": "exponential", "mean": 5.0},
-         "outages": {"model": "markov", "mean_up": 50.0, "mean_down": 10.0}}
+EXACT = {
+    "links": "ideal",
+    "latency": {"model": "exponential", "mean": 5.0},
+    "outages": {"model": "markov", "mean_up": 50.0, "mean_down": 10.0},
+}
 GRID = {**EXACT, "latency": {"model": "exponential", "mean": 5.0, "resolution": 0.1}}
 #: continuous node availability too: every message is asked about at its own time
-CHURN = {**EXACT, "nodes": {"model": "churn",
-                            "session": {"model": "weibull", "shape": 0.7, "scale": 500.0},
-                            "offline": {"model": "exponential", "mean": 50.0}}}
+CHURN = {
+    **EXACT,
+    "nodes": {
+        "model": "churn",
+        "session": {"model": "weibull", "shape": 0.7, "scale": 500.0},
+        "offline": {"model": "exponential", "mean": 50.0},
+    },
+}
 
 
 def colme(agents: int, t_max: int, network: dict | None = None) -> dict:
-    s = {"protocol": "private-colme", "params": {}, "data": {**COLME, "agents": agents},
-         "t_max": t_max}
+    s = {
+        "protocol": "private-colme",
+        "params": {},
+        "data": {**COLME, "agents": agents},
+        "t_max": t_max,
+    }
     if network is not None:
         s["network"] = network
     return s
 
 
 def ccolme(agents: int) -> dict:
-    return {"protocol": "c-colme", "params": {},
-            "data": {"model": "classes", "agents": agents, "class_means": [0.0, 1.0],
-                     "sigma": 2.0, "distribution": "gaussian"},
-            "t_max": 2000, "topology": {"model": "regular", "degree": 10},
-            "metrics": ["accuracy", "links"]}
+    return {
+        "protocol": "c-colme",
+        "params": {},
+        "data": {
+            "model": "classes",
+            "agents": agents,
+            "class_means": [0.0, 1.0],
+            "sigma": 2.0,
+            "distribution": "gaussian",
+        },
+        "t_max": 2000,
+        "topology": {"model": "regular", "degree": 10},
+        "metrics": ["accuracy", "links"],
+    }
 
 
 #: name → (scenario, how it is judged): ("sync", name of the reference row, bar on the ratio),
@@ -76,30 +97,46 @@ def ccolme(agents: int) -> dict:
 ROWS = {
     "Private-ColME M=200 T=1e4 sync": (colme(200, 10_000), None),
     "Private-ColME M=200 T=1e4 exp. latency + Markov, exact times": (
-        colme(200, 10_000, EXACT), ("sync", "Private-ColME M=200 T=1e4 sync", 3.0)),
+        colme(200, 10_000, EXACT),
+        ("sync", "Private-ColME M=200 T=1e4 sync", 3.0),
+    ),
     "Private-ColME M=200 T=1e4 exp. latency + Markov, 0.1 grid": (
-        colme(200, 10_000, GRID), ("sync", "Private-ColME M=200 T=1e4 sync", None)),
+        colme(200, 10_000, GRID),
+        ("sync", "Private-ColME M=200 T=1e4 sync", None),
+    ),
     "Private-ColME M=200 T=1e4 exp. latency + Markov + churn, exact times": (
-        colme(200, 10_000, CHURN), ("sync", "Private-ColME M=200 T=1e4 sync", None)),
+        colme(200, 10_000, CHURN),
+        ("sync", "Private-ColME M=200 T=1e4 sync", None),
+    ),
     # exact-time what-ifs beyond about 1450 agents: link state kept for the links seen (sparse)
     "Private-ColME M=2000 T=1e3 exp. latency + Markov, exact times": (
         colme(2000, 1000, EXACT),
-        ("per-agent-slot", "Private-ColME M=200 T=1e4 exp. latency + Markov, exact times", 1.5)),
+        ("per-agent-slot", "Private-ColME M=200 T=1e4 exp. latency + Markov, exact times", 1.5),
+    ),
     "Private-ColME M=2000 T=1e3 exp. latency + Markov + churn, exact times": (
-        colme(2000, 1000, CHURN), ("per-agent-slot",
-                                   "Private-ColME M=200 T=1e4 exp. latency + Markov + churn, "
-                                   "exact times", 1.5)),
+        colme(2000, 1000, CHURN),
+        (
+            "per-agent-slot",
+            "Private-ColME M=200 T=1e4 exp. latency + Markov + churn, exact times",
+            1.5,
+        ),
+    ),
     "Private-ColME M=1000 T=1e4 sync": (
-        colme(1000, 10_000), ("per-agent-slot", "Private-ColME M=200 T=1e4 sync", None)),
+        colme(1000, 10_000),
+        ("per-agent-slot", "Private-ColME M=200 T=1e4 sync", None),
+    ),
     "Private-ColME M=5000 T=1e4 sync": (
-        colme(5000, 10_000), ("per-agent-slot", "Private-ColME M=200 T=1e4 sync", 1.5)),
+        colme(5000, 10_000),
+        ("per-agent-slot", "Private-ColME M=200 T=1e4 sync", 1.5),
+    ),
     "Private-ColME M=200 T=3e4 PM-I RR": (colme(200, 30_000), ("cpu", 2.0, None)),
     "C-ColME r=10 T=2000 n=1e5": (ccolme(100_000), ("cpu", 40.0, None)),
     "C-ColME r=10 T=2000 n=1e3 (whole process)": (ccolme(1000), ("process", 1.0, None)),
     # a message per edge and slot: ten times Private-ColME's per agent (no bar, for the record)
     "C-ColME r=10 T=2000 n=1e3 exp. latency + Markov, exact times": (
         {**ccolme(1000), "network": EXACT},
-        ("sync", "C-ColME r=10 T=2000 n=1e3 (whole process)", None)),
+        ("sync", "C-ColME r=10 T=2000 n=1e3 (whole process)", None),
+    ),
 }
 MEMORY = {"Private-ColME M=5000 T=1e4 sync": 1024.0, "C-ColME r=10 T=2000 n=1e5": 1536.0}
 
@@ -107,8 +144,13 @@ MEMORY = {"Private-ColME M=5000 T=1e4 sync": 1024.0, "C-ColME r=10 T=2000 n=1e5"
 def time_row(root: Path, scenario: dict) -> dict:
     venv = root / ".venv" / "bin" / "python"  # the checkout's own environment, if it has one
     python = str(venv) if venv.exists() else sys.executable
-    out = subprocess.run([python, "-c", _CHILD, json.dumps([{**scenario, "seed": 1}])],
-                         check=True, capture_output=True, text=True, cwd=root)
+    out = subprocess.run(
+        [python, "-c", _CHILD, json.dumps([{**scenario, "seed": 1}])],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=root,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -126,7 +168,8 @@ def judge(name: str, r: dict, results: dict) -> tuple[str, str]:
                 agents = ROWS[name][0]["data"]["agents"]
                 base_agents = ROWS[ref][0]["data"]["agents"]
                 ratio = (r["cpu"] / agents / ROWS[name][0]["t_max"]) / (
-                    base["cpu"] / base_agents / ROWS[ref][0]["t_max"])
+                    base["cpu"] / base_agents / ROWS[ref][0]["t_max"]
+                )
             text = f"{ratio:.2f}× {'sync' if kind == 'sync' else 'per agent-slot'}"
             if bar is not None:
                 text += f" (≤ {bar:g})"
@@ -144,16 +187,27 @@ def judge(name: str, r: dict, results: dict) -> tuple[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=ROOT,
-                        help="checkout to time (with its .venv if it has one)")
+    parser.add_argument(
+        "--root", type=Path, default=ROOT, help="checkout to time (with its .venv if it has one)"
+    )
     parser.add_argument("--only", default="", help="rows whose name contains this text")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="tries of each row, in rounds over all rows (best kept)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="tries of each row, in rounds over all rows (best kept)",
+    )
     args = parser.parse_args()
     # the rows asked for and, transitively, the rows they are judged against
     chosen = {name for name in ROWS if args.only in name}
-    while refs := {ROWS[name][1][1] for name in chosen if ROWS[name][1] is not None
-                   and ROWS[name][1][0] in ("sync", "per-agent-slot")} - chosen:
+    while (
+        refs := {
+            ROWS[name][1][1]
+            for name in chosen
+            if ROWS[name][1] is not None and ROWS[name][1][0] in ("sync", "per-agent-slot")
+        }
+        - chosen
+    ):
         chosen |= refs
     names = [name for name in ROWS if name in chosen]
     tries: dict[str, list[dict]] = {name: [] for name in names}

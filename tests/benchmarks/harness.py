@@ -16,8 +16,13 @@ ROOT = Path(__file__).resolve().parents[2]
 def run_child(code: str, *args: object) -> dict:
     """Run `code` in a fresh Python (so peak memory is its own) with `args` as one JSON
     argument; return the JSON object it prints last."""
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(list(args))], check=True,
-                         capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(list(args))],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -47,12 +52,27 @@ def time_study(name: str, workers: int) -> float:
     """Wall time of a full study (all runs, curves and figures) in a scratch copy."""
     with tempfile.TemporaryDirectory() as tmp:
         study = Path(tmp) / name
-        shutil.copytree(ROOT / "studies" / name, study,
-                        ignore=shutil.ignore_patterns("results", "figures", "quick"))
+        shutil.copytree(
+            ROOT / "studies" / name,
+            study,
+            ignore=shutil.ignore_patterns("results", "figures", "quick"),
+        )
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import sys; from desim.study.cli import main; "
-                        "sys.exit(main())", "run", str(study), "--workers", str(workers),
-                        "--no-progress"], check=True, cwd=ROOT, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from desim.study.cli import main; sys.exit(main())",
+                "run",
+                str(study),
+                "--workers",
+                str(workers),
+                "--no-progress",
+            ],
+            check=True,
+            cwd=ROOT,
+            capture_output=True,
+        )
         return time.perf_counter() - start
 
 

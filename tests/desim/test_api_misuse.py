@@ -11,9 +11,18 @@ from desim import ConfigError, Scenario
 
 OK = {"protocol": "local", "t_max": 5}
 BAD_SCENARIOS = {
-    "protocol": None, "params": [1], "data": "classes", "network": "ideal", "t_max": 10**15,
-    "seed": 1.5, "replicate": -1, "checkpoints": 10**15, "per_agent": "yes", "name": 3,
-    "topology": "ring", "metrics": "accuracy",
+    "protocol": None,
+    "params": [1],
+    "data": "classes",
+    "network": "ideal",
+    "t_max": 10**15,
+    "seed": 1.5,
+    "replicate": -1,
+    "checkpoints": 10**15,
+    "per_agent": "yes",
+    "name": 3,
+    "topology": "ring",
+    "metrics": "accuracy",
 }
 
 
@@ -25,11 +34,17 @@ def test_a_bad_scenario_field_is_one_line_naming_it(field):
     assert field in message and "\n" not in message
 
 
-@pytest.mark.parametrize("call", [
-    lambda: desim.run("local"), lambda: desim.run(None), lambda: desim.load_study(None),
-    lambda: desim.load_study(3), lambda: desim.run_study("studies/colme-fig2"),
-    lambda: desim.load(None),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: desim.run("local"),
+        lambda: desim.run(None),
+        lambda: desim.load_study(None),
+        lambda: desim.load_study(3),
+        lambda: desim.run_study("studies/colme-fig2"),
+        lambda: desim.load(None),
+    ],
+)
 def test_wrong_objects_are_refused_in_one_line(call):
     with pytest.raises(ConfigError) as info:
         call()
@@ -37,6 +52,12 @@ def test_wrong_objects_are_refused_in_one_line(call):
 
 
 def test_numpy_integers_are_integers():
-    out = desim.run(Scenario("local", t_max=np.int64(6), seed=np.int32(2),
-                             data={"model": "classes", "agents": np.int64(5)}))
+    out = desim.run(
+        Scenario(
+            "local",
+            t_max=np.int64(6),
+            seed=np.int32(2),
+            data={"model": "classes", "agents": np.int64(5)},
+        )
+    )
     assert out.metrics["t"].max() == 6

@@ -132,8 +132,12 @@ def test_answers_do_not_depend_on_which_entities_are_asked_or_when(seed, data):
 
 def test_sparse_storage_and_catch_up_blocks_give_the_same_floats(monkeypatch):
     model = availability(
-        {"model": "churn", "session": {"model": "lognormal", "mean": 3.0, "cv": 2.0},
-         "offline": {"model": "pareto", "shift": 0.5, "scale": 1.0, "alpha": 2.5}}, "x",
+        {
+            "model": "churn",
+            "session": {"model": "lognormal", "mean": 3.0, "cv": 2.0},
+            "offline": {"model": "pareto", "shift": 0.5, "scale": 1.0, "alpha": 2.5},
+        },
+        "x",
     )
     entity = np.array([5, 17, 3, 399, 17, 250])
     buffered = model.bind(20, "link", _rng(9))  # asked often: small blocks
@@ -159,9 +163,16 @@ def test_sparse_storage_grown_batch_by_batch_answers_as_dense(seed, churn, data)
     """Entities held in order of first sight (sparse storage, its arrays and hash index grown as
     new ones come) answer every question as dense storage does, for any batches of entities."""
     model = (
-        availability({"model": "churn", "session": {"model": "exponential", "mean": 2.0},
-                      "offline": {"model": "lognormal", "mean": 1.0, "cv": 2.0}}, "x")
-        if churn else Markov(mean_up=3.0, mean_down=2.0)
+        availability(
+            {
+                "model": "churn",
+                "session": {"model": "exponential", "mean": 2.0},
+                "offline": {"model": "lognormal", "mean": 1.0, "cv": 2.0},
+            },
+            "x",
+        )
+        if churn
+        else Markov(mean_up=3.0, mean_down=2.0)
     )
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(BufferedRenewal, "BUFFERED", 0)
@@ -179,8 +190,7 @@ def test_sparse_storage_grown_batch_by_batch_answers_as_dense(seed, churn, data)
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), churn=st.booleans(), extend=st.booleans(),
-       data=st.data())
+@given(seed=st.integers(0, 2**32 - 1), churn=st.booleans(), extend=st.booleans(), data=st.data())
 def test_look_ahead_gives_the_floats_of_fresh_draws(seed, churn, extend, data):
     """Sojourns kept ahead (BufferedRenewal) are read instead of drawn again: every state and
     switch time equals that of the lazily stepped model, for any order of questions (forwards,
@@ -194,9 +204,16 @@ def test_look_ahead_gives_the_floats_of_fresh_draws(seed, churn, extend, data):
 
 def _look_ahead(seed: int, churn: bool, data) -> None:
     model = (
-        availability({"model": "churn", "session": {"model": "exponential", "mean": 2.0},
-                      "offline": {"model": "lognormal", "mean": 1.0, "cv": 2.0}}, "x")
-        if churn else Markov(mean_up=3.0, mean_down=2.0)
+        availability(
+            {
+                "model": "churn",
+                "session": {"model": "exponential", "mean": 2.0},
+                "offline": {"model": "lognormal", "mean": 1.0, "cv": 2.0},
+            },
+            "x",
+        )
+        if churn
+        else Markov(mean_up=3.0, mean_down=2.0)
     )
     ahead = model.bind(20, "link", _rng(seed))
     assert isinstance(ahead, BufferedRenewal)
@@ -205,8 +222,9 @@ def _look_ahead(seed: int, churn: bool, data) -> None:
         plain = model.bind(20, "link", _rng(seed))
     assert not isinstance(plain, BufferedRenewal)
     entity = np.arange(0, 400, 5)
-    steps = data.draw(st.lists(st.tuples(st.floats(0, 400), st.integers(1, len(entity))),
-                               min_size=1, max_size=30))
+    steps = data.draw(
+        st.lists(st.tuples(st.floats(0, 400), st.integers(1, len(entity))), min_size=1, max_size=30)
+    )
     for t, n in sorted(steps)[: len(steps) - 2] + steps[-2:]:  # mostly forwards, then anywhere
         pick = data.draw(st.permutations(range(len(entity))))[:n]
         e = entity[pick]
@@ -227,8 +245,14 @@ def test_one_time_per_entity_answers_as_one_question_per_time(seed, which, data)
         BernoulliAvailability(p=0.6),
         Markov(mean_up=1.0, mean_down=1.0),  # geometric laws of mean 1: log(1 − p) = −∞
         Markov(mean_up=5.0, mean_down=2.0),
-        availability({"model": "churn", "session": {"model": "exponential", "mean": 2.0},
-                      "offline": {"model": "lognormal", "mean": 1.0, "cv": 2.0}}, "x"),
+        availability(
+            {
+                "model": "churn",
+                "session": {"model": "exponential", "mean": 2.0},
+                "offline": {"model": "lognormal", "mean": 1.0, "cv": 2.0},
+            },
+            "x",
+        ),
     ][which]
     asked = model.bind(12, "link", _rng(seed))
     assert asked.per_message
@@ -242,14 +266,13 @@ def test_one_time_per_entity_answers_as_one_question_per_time(seed, which, data)
     start = 0.0
     for _ in range(data.draw(st.integers(1, 8))):
         start = data.draw(st.floats(0, start + 200))  # mostly forwards, sometimes back
-        times = np.sort(start + rng.uniform(0, data.draw(st.sampled_from([0.5, 20.0, 400.0])),
-                                            40))
+        times = np.sort(start + rng.uniform(0, data.draw(st.sampled_from([0.5, 20.0, 400.0])), 40))
         entity = rng.integers(0, 144, 40)
-        want = np.array([one.up(float(t), entity[i:i + 1])[0] for i, t in enumerate(times)])
+        want = np.array([one.up(float(t), entity[i : i + 1])[0] for i, t in enumerate(times)])
         assert np.array_equal(asked.up(times, entity), want)
         assert np.array_equal(stepped.up(times[::-1], entity[::-1]), want[::-1])
         if hasattr(asked, "next_switch"):
-            want = [one.next_switch(float(t), entity[i:i + 1])[0] for i, t in enumerate(times)]
+            want = [one.next_switch(float(t), entity[i : i + 1])[0] for i, t in enumerate(times)]
             assert np.array_equal(asked.next_switch(times, entity), want)
             assert np.array_equal(stepped.next_switch(times, entity), want)
 
@@ -267,8 +290,11 @@ def test_different_seeds_differ_and_the_same_seed_repeats():
 
 def test_churn_long_run_fraction_up_and_session_lengths():
     model = availability(
-        {"model": "churn", "session": {"model": "weibull", "shape": 0.7, "scale": 200.0},
-         "offline": {"model": "exponential", "mean": 50.0}},
+        {
+            "model": "churn",
+            "session": {"model": "weibull", "shape": 0.7, "scale": 200.0},
+            "offline": {"model": "exponential", "mean": 50.0},
+        },
         "[network.nodes]",
     )
     session = Weibull(shape=0.7, scale=200.0)
@@ -305,19 +331,30 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_trace_replays_node_intervals_exactly_with_boundaries_and_default(tmp_path):
-    _write(tmp_path / "nodes.csv", """
+    _write(
+        tmp_path / "nodes.csv",
+        """
 start,end,state,node
 2,5,down,1
 5,7.5,up,1
 7.5,9,down,1
 0,1,down,0
-""")
+""",
+    )
     bound = Trace(file="nodes.csv", default="up").bind(3, "node", _rng(), base_dir=tmp_path)
     expect = {  # t: (node 0, node 1, node 2)
-        0.0: (False, True, True), 0.999: (False, True, True), 1.0: (True, True, True),
-        1.99: (True, True, True), 2.0: (True, False, True), 4.99: (True, False, True),
-        5.0: (True, True, True), 7.49: (True, True, True), 7.5: (True, False, True),
-        8.0: (True, False, True), 9.0: (True, True, True), 1000.0: (True, True, True),
+        0.0: (False, True, True),
+        0.999: (False, True, True),
+        1.0: (True, True, True),
+        1.99: (True, True, True),
+        2.0: (True, False, True),
+        4.99: (True, False, True),
+        5.0: (True, True, True),
+        7.49: (True, True, True),
+        7.5: (True, False, True),
+        8.0: (True, False, True),
+        9.0: (True, True, True),
+        1000.0: (True, True, True),
     }
     for t, states in expect.items():
         assert bound.up(t, np.arange(3)).tolist() == list(states), t
@@ -363,10 +400,16 @@ def test_trace_resolves_relative_paths_against_base_dir(tmp_path):
         ("node", "start,end,state,node\n0,x,up,0", ["line 2", "end = 'x'", "a number"]),
         ("node", "start,end,state,node\n0,1,up,1.5", ["line 2", "node = '1.5'", "integer"]),
         ("link", "start,end,state,src,dst\n0,1,up,2,2", ["line 2", "src = dst = 2"]),
-        ("node", "start,end,state,node\n0,5,up,0\n6,8,up,1\n4,6,down,0",
-         ["lines 2 and 4 overlap", "node 0"]),
-        ("link", "start,end,state,src,dst\n0,5,up,1,2\n4.5,6,down,2,1",
-         ["lines 2 and 3 overlap", "link 1–2"]),
+        (
+            "node",
+            "start,end,state,node\n0,5,up,0\n6,8,up,1\n4,6,down,0",
+            ["lines 2 and 4 overlap", "node 0"],
+        ),
+        (
+            "link",
+            "start,end,state,src,dst\n0,5,up,1,2\n4.5,6,down,2,1",
+            ["lines 2 and 3 overlap", "link 1–2"],
+        ),
         ("node", "start,end,state,node\n0,5,up,0\n6,8,up,9", ["line 3", "address 9", "0…3"]),
         ("link", "start,end,state,src,dst\n0,5,up,0,4", ["line 2", "address 4", "0…3"]),
     ],
@@ -387,7 +430,11 @@ def test_touching_intervals_hand_over_and_read_trace_needs_no_run(tmp_path):
     assert rows.line.tolist() == [2, 3]
     bound = Trace(file=str(path)).bind(1, "node", _rng())
     assert [bool(bound.up(t, np.array([0]))[0]) for t in (0, 1.9, 2, 3.9, 4)] == [
-        False, False, False, False, True
+        False,
+        False,
+        False,
+        False,
+        True,
     ]
 
 
@@ -402,10 +449,14 @@ def test_touching_intervals_hand_over_and_read_trace_needs_no_run(tmp_path):
         ({"model": "markv"}, ["[network.outages]: model", "did you mean 'markov'"]),
         ({"model": "markov", "mean_up": 0.5}, ["[network.outages]", "mean_up = 0.5", "≥ 1"]),
         ({"model": "bernoulli", "p": 1.5}, ["[network.outages]", "p = 1.5", "≤ 1"]),
-        ({"model": "churn", "session": {"model": "exponential", "mean": -1.0}},
-         ["[network.outages]", "session", "mean = -1.0", "> 0"]),
-        ({"model": "churn", "offline": {"model": "constant", "value": 0.0}},
-         ["[network.outages]", "offline", "> 0"]),
+        (
+            {"model": "churn", "session": {"model": "exponential", "mean": -1.0}},
+            ["[network.outages]", "session", "mean = -1.0", "> 0"],
+        ),
+        (
+            {"model": "churn", "offline": {"model": "constant", "value": 0.0}},
+            ["[network.outages]", "offline", "> 0"],
+        ),
         ({"model": "churn", "session": 5.0}, ["[network.outages]", "session = 5.0", "table"]),
         ({"model": "trace"}, ["[network.outages]", "file", "missing"]),
         ({"model": "trace", "file": "x.csv", "default": "off"}, ["[network.outages]", "default"]),

@@ -32,9 +32,13 @@ def test_run_writes_results_and_figures_and_summarises(toy_study, capsys):
 
 def test_changed_config_reruns_only_affected_runs(toy_study, capsys):
     assert main(["run", str(toy_study)]) == 0
-    write_study(toy_study, TOY_STUDY.replace("[[curve]]", "[[scenario]]\nname = \"Toy C\"\n"
-                                             "protocol = \"toy-local-mean\"\ndelta = 0.1\n\n"
-                                             "[[curve]]"))
+    write_study(
+        toy_study,
+        TOY_STUDY.replace(
+            "[[curve]]",
+            '[[scenario]]\nname = "Toy C"\nprotocol = "toy-local-mean"\ndelta = 0.1\n\n[[curve]]',
+        ),
+    )
     capsys.readouterr()
     assert main(["run", str(toy_study)]) == 0
     assert "6 runs: 2 done, 4 skipped" in capsys.readouterr().out
@@ -43,8 +47,9 @@ def test_changed_config_reruns_only_affected_runs(toy_study, capsys):
 
 
 def test_failing_run_exits_nonzero_and_keeps_the_rest(toy_study, capsys):
-    write_study(toy_study, TOY_STUDY.replace('noise = "gaussian"',
-                                             'noise = "gaussian"\nfail_replicate = 0'))
+    write_study(
+        toy_study, TOY_STUDY.replace('noise = "gaussian"', 'noise = "gaussian"\nfail_replicate = 0')
+    )
     assert main(["run", str(toy_study), "--workers", "2"]) == 1
     captured = capsys.readouterr()
     assert "3 done, 0 skipped (already done), 1 failed" in captured.out
@@ -121,8 +126,9 @@ def test_list_names_every_registered_component_with_parameters(capsys):
     assert "noise (one of 'none', 'gaussian', default 'none')" in out
 
 
-@pytest.mark.parametrize("argv", [["run", "x", "--workers", "0"], ["run", "x", "--workers", "two"],
-                                  ["frobnicate"]])
+@pytest.mark.parametrize(
+    "argv", [["run", "x", "--workers", "0"], ["run", "x", "--workers", "two"], ["frobnicate"]]
+)
 def test_bad_arguments_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as info:
         main(argv)
@@ -138,7 +144,10 @@ def test_no_command_prints_help(capsys):
 def test_command_line_process_reports_a_missing_study(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "desim.study.cli", "validate", str(tmp_path / "absent")],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith("desim: error: ") and proc.stderr.count("\n") == 1

@@ -90,8 +90,9 @@ def reference(tmp_path_factory):
 @pytest.fixture(scope="module")
 def cluster():
     """A LocalCluster of 2 worker processes, reached by its address (as a remote one is)."""
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
         yield cluster
 
 
@@ -172,13 +173,16 @@ def test_local_workers_start_as_the_pools_do(tmp_path):
     before = dask.config.get("distributed.worker.multiprocessing-method")
     with StudyLock(tmp_path):  # forked while the study is locked, as `desim run` does
         with desim_dask.connect("local:1") as client:
-            assert list(client.run(lambda: "desim.study.results" in sys.modules).values()) == [
-                True]
+            assert list(client.run(lambda: "desim.study.results" in sys.modules).values()) == [True]
             got = client.run(lambda: {k: dask.config.get(k) for k in desim_dask.LOCAL_CONFIG})
             assert list(got.values()) == [desim_dask.LOCAL_CONFIG]
         # the workers shared the lock file; their exit did not release the study's lock
-        probe = subprocess.run([sys.executable, "-c", LOCK_PROBE, str(tmp_path)],
-                               capture_output=True, text=True, check=True)
+        probe = subprocess.run(
+            [sys.executable, "-c", LOCK_PROBE, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert probe.stdout.strip() == "locked"
     assert dask.config.get("distributed.worker.multiprocessing-method") == before
 

@@ -28,8 +28,10 @@ from desim.network_models.distributions import (
 CASES = [
     (Uniform(low=2.0, high=5.0), stats.uniform(loc=2.0, scale=3.0)),
     (Exponential(mean=4.0), stats.expon(scale=4.0)),
-    (Lognormal(mean=3.0, cv=0.8), stats.lognorm(s=math.sqrt(math.log(1.64)),
-                                                 scale=3.0 / math.sqrt(1.64))),
+    (
+        Lognormal(mean=3.0, cv=0.8),
+        stats.lognorm(s=math.sqrt(math.log(1.64)), scale=3.0 / math.sqrt(1.64)),
+    ),
     (Pareto(shift=1.0, scale=2.0, alpha=3.5), stats.lomax(c=3.5, loc=1.0, scale=2.0)),
     (Weibull(shape=0.7, scale=10.0), stats.weibull_min(c=0.7, scale=10.0)),
     (Geometric(mean=4.0), stats.geom(p=0.25)),
@@ -39,7 +41,13 @@ IDS = ["uniform", "exponential", "lognormal", "pareto", "weibull", "geometric"]
 
 def test_every_model_is_registered():
     assert set(DISTRIBUTIONS) == {
-        "constant", "uniform", "exponential", "lognormal", "pareto", "weibull", "geometric"
+        "constant",
+        "uniform",
+        "exponential",
+        "lognormal",
+        "pareto",
+        "weibull",
+        "geometric",
     }
 
 
@@ -76,8 +84,11 @@ def test_geometric_ppf_is_the_smallest_k_whose_cdf_reaches_u(mean, u):
     assert k == 1 or g.cdf(np.array([k - 1]))[0] < u + 1e-12
 
 
-@given(m1=st.floats(1.0, 50.0), m2=st.sampled_from([1.0, 2.0, 10.0, 37.5]),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    m1=st.floats(1.0, 50.0),
+    m2=st.sampled_from([1.0, 2.0, 10.0, 37.5]),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_geometric_quantiles_of_two_laws_in_one_pass_are_those_of_each_law(m1, m2, seed):
     """`Geometric.ppf_of` with each draw's own log(1 − p) (mean 1 included: log_q = −∞) gives
     the floats of the two laws' own `ppf` (alternating renewal draws rely on it)."""
@@ -98,8 +109,9 @@ def test_hand_values():
     g = Geometric(mean=4.0)
     np.testing.assert_allclose(g.cdf(np.array([0.0, 0.9, 1.0, 2.5])), [0, 0, 0.25, 0.4375])
     assert np.array_equal(Geometric(mean=1.0).sample(np.random.default_rng(0), 5), np.ones(5))
-    assert np.array_equal(Constant(value=3.0).sample(np.random.default_rng(0), (2, 2)),
-                          np.full((2, 2), 3.0))
+    assert np.array_equal(
+        Constant(value=3.0).sample(np.random.default_rng(0), (2, 2)), np.full((2, 2), 3.0)
+    )
     np.testing.assert_array_equal(Constant(value=3.0).cdf(np.array([2.9, 3.0])), [0, 1])
     point = Uniform(low=2.0, high=2.0)
     np.testing.assert_array_equal(point.cdf(np.array([1.9, 2.0])), [0, 1])

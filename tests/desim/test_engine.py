@@ -69,8 +69,14 @@ class Probe(Protocol):
 
 def simulate(links, t_max=6, n=4, ping_until=3, seed=1):
     probe = Probe(ProbeParams(ping_until))
-    sim = Simulation(probe, ConstantData(n), t_max, Streams(seed, 0, 1, 2), links=links,
-                     checkpoints=np.arange(1, t_max + 1))
+    sim = Simulation(
+        probe,
+        ConstantData(n),
+        t_max,
+        Streams(seed, 0, 1, 2),
+        links=links,
+        checkpoints=np.arange(1, t_max + 1),
+    )
     out = sim.run()
     return probe, out
 
@@ -78,8 +84,14 @@ def simulate(links, t_max=6, n=4, ping_until=3, seed=1):
 def test_zero_latency_delivers_in_the_same_slot_after_the_tick_and_before_the_recorder():
     probe, _ = simulate(IdealLinks(), t_max=2, ping_until=2)
     assert probe.events == [
-        (1, "tick"), (1, "deliver"), (1, "deliver"), (1, "record"),
-        (2, "tick"), (2, "deliver"), (2, "deliver"), (2, "record"),
+        (1, "tick"),
+        (1, "deliver"),
+        (1, "deliver"),
+        (1, "record"),
+        (2, "tick"),
+        (2, "deliver"),
+        (2, "deliver"),
+        (2, "record"),
     ]
     kinds = [b.kinds[b.kind[0]] for _, b in probe.log]
     assert kinds == ["ping", "echo", "ping", "echo"]
@@ -103,8 +115,9 @@ def test_zero_delay_sends_of_ticks_deliveries_and_deadlines_come_in_order(links)
     # tick → its pings → their echoes → deadline → its pings → their echoes → recorder, with
     # the tick's sends handed over without an event of their own (`Network.at_tick`)
     probe = DeadlineProbe(ProbeParams(2))
-    Simulation(probe, ConstantData(3), 2, Streams(1, 0, 1, 2), links=links,
-               checkpoints=np.arange(1, 3)).run()
+    Simulation(
+        probe, ConstantData(3), 2, Streams(1, 0, 1, 2), links=links, checkpoints=np.arange(1, 3)
+    ).run()
     slot = ["tick", "deliver", "deliver", "deadline", "deliver", "deliver", "record"]
     assert probe.events == [(t, e) for t in (1, 2) for e in slot]
     kinds = [b.kinds[b.kind[0]] for _, b in probe.log]
@@ -143,10 +156,12 @@ def test_messages_sent_and_delivered_at_once_join_the_pending_batch():
 
 def test_batch_concat_pads_payloads_and_keeps_order():
     kinds = ("a", "b")
-    one = Batch(np.array([0]), np.array([1]), np.array([0]), np.array([[1.0, 2.0]]),
-                np.array([0.0]), kinds)
-    two = Batch(np.array([2]), np.array([3]), np.array([1]), np.empty((1, 0)),
-                np.array([0.0]), kinds)
+    one = Batch(
+        np.array([0]), np.array([1]), np.array([0]), np.array([[1.0, 2.0]]), np.array([0.0]), kinds
+    )
+    two = Batch(
+        np.array([2]), np.array([3]), np.array([1]), np.empty((1, 0)), np.array([0.0]), kinds
+    )
     both = Batch.concat([one, two])
     np.testing.assert_array_equal(both.src, [0, 2])
     assert both.payload.shape == (2, 2) and np.isnan(both.payload[1]).all()
@@ -164,9 +179,16 @@ def test_a_batch_held_as_rows_selects_and_joins_like_one_held_as_arrays():
     rows[:, SRC], rows[:, DST] = rng.integers(0, 50, n), rng.integers(0, 50, n)
     rows[:, KIND], rows[:, PAYLOAD:] = rng.integers(0, 2, n), rng.random((n, 2))
     held = Batch.from_rows(rows, kinds)
-    plain = Batch(rows[:, SRC].astype(np.int64), rows[:, DST].astype(np.int64),
-                  rows[:, KIND].astype(np.int64), rows[:, PAYLOAD:], rows[:, SENT], kinds, -1,
-                  rows[:, DUE])
+    plain = Batch(
+        rows[:, SRC].astype(np.int64),
+        rows[:, DST].astype(np.int64),
+        rows[:, KIND].astype(np.int64),
+        rows[:, PAYLOAD:],
+        rows[:, SENT],
+        kinds,
+        -1,
+        rows[:, DUE],
+    )
 
     def same(x: Batch, y: Batch) -> None:
         for name in ("src", "dst", "kind", "payload", "sent_at", "delivered_at"):

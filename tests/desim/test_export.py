@@ -29,8 +29,7 @@ def test_load_returns_the_current_results_and_curves(grid_study):
     loaded = load_results(study)
     pd.testing.assert_frame_equal(res.metrics, loaded.metrics)
     pd.testing.assert_frame_equal(res.curves, loaded.curves)
-    assert list(res.metrics.columns) == ["scenario", "replicate", "epsilon", "t", "metric",
-                                         "value"]
+    assert list(res.metrics.columns) == ["scenario", "replicate", "epsilon", "t", "metric", "value"]
     assert res.grid == ["epsilon"]
     assert "8 runs" in repr(res)  # 2 scenarios × 2 ε × 2 replicates
 
@@ -54,13 +53,20 @@ def test_to_xarray_has_one_cell_per_row(grid_study):
     assert ds["value"].shape == (2, 2, 2, 8, 2)
     assert int(ds["value"].notnull().sum()) == len(res.metrics)
     for row in res.metrics.sample(20, random_state=0).itertuples(index=False):
-        cell = ds["value"].sel(scenario=row.scenario, epsilon=row.epsilon,
-                               replicate=row.replicate, t=row.t, metric=row.metric)
+        cell = ds["value"].sel(
+            scenario=row.scenario,
+            epsilon=row.epsilon,
+            replicate=row.replicate,
+            t=row.t,
+            metric=row.metric,
+        )
         assert float(cell) == row.value  # exactly, not approximately
     assert ds["curve_value"].dims == ("curve", "epsilon", "t")
     curve = res.curves.iloc[3]
-    assert float(ds["curve_value"].sel(curve=curve.curve, epsilon=curve.epsilon,
-                                       t=curve.t)) == curve.value
+    assert (
+        float(ds["curve_value"].sel(curve=curve.curve, epsilon=curve.epsilon, t=curve.t))
+        == curve.value
+    )
     assert ds.attrs["config_hash"] == load_study(grid_study).config_hash
     assert ds.attrs["root_seed"] == 7
 
@@ -90,8 +96,19 @@ def test_export_netcdf_round_trips_the_dataset(grid_study, tmp_path, capsys):
 
 
 def test_export_errors_are_one_line(grid_study, tmp_path, capsys):
-    assert main(["export", str(grid_study), "--format", "csv",
-                 "--out", str(tmp_path / "missing" / "x.csv")]) == 2
+    assert (
+        main(
+            [
+                "export",
+                str(grid_study),
+                "--format",
+                "csv",
+                "--out",
+                str(tmp_path / "missing" / "x.csv"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert err.startswith("desim: error: --out") and "\n" not in err
     empty = write_study(tmp_path / "empty", TOY_STUDY)

@@ -21,11 +21,14 @@ from desim.study.plots import DPI
 
 
 def test_importing_desim_chooses_no_backend():
-    code = ("import desim, desim.study.plots, desim.study.export, matplotlib; "
-            "print(matplotlib.get_backend())")
+    code = (
+        "import desim, desim.study.plots, desim.study.export, matplotlib; "
+        "print(matplotlib.get_backend())"
+    )
     env = {**os.environ, "MPLBACKEND": "svg"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "svg"  # the user's choice stands (it was forced to Agg)
 
 

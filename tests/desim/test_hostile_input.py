@@ -74,12 +74,17 @@ numbers = st.one_of(
     st.integers(min_value=-(2**63), max_value=2**63 - 1),
 )
 values = st.one_of(
-    numbers, st.booleans(), text,
+    numbers,
+    st.booleans(),
+    text,
     st.lists(numbers, max_size=12),
     st.lists(st.lists(numbers, max_size=4), max_size=4),
     st.lists(text, max_size=3),
     st.dictionaries(st.sampled_from(["model", "p", "x", "mean"]), numbers, max_size=3),
-    st.just([]), st.just({}), st.just("$x_$"), st.just("é" * 300),
+    st.just([]),
+    st.just({}),
+    st.just("$x_$"),
+    st.just("é" * 300),
 )
 
 
@@ -89,11 +94,14 @@ def study_text(where: str, component: str, key: str, value) -> str:
     line = f"{json.dumps(key)} = {toml_value(value)}\n"
     scenario = '[[scenario]]\nname = "A"\nprotocol = "toy-local-mean"\n'
     if where == "scenario":
-        return (head + f'[[scenario]]\nname = "X"\nprotocol = {json.dumps(component)}\n'
-                + line)
+        return head + f'[[scenario]]\nname = "X"\nprotocol = {json.dumps(component)}\n' + line
     if where == "data":
-        head = head.split("[data]")[0] + f"[data]\nmodel = {json.dumps(component)}\n" + line + \
-            "\n[defaults]\nepsilon = 1.0\n\n"
+        head = (
+            head.split("[data]")[0]
+            + f"[data]\nmodel = {json.dumps(component)}\n"
+            + line
+            + "\n[defaults]\nepsilon = 1.0\n\n"
+        )
         return head + scenario
     if where == "network":
         return head + f"[network]\nlinks = {json.dumps(component)}\n" + line + "\n" + scenario
@@ -112,8 +120,11 @@ def assert_accepted_or_one_line(folder: Path) -> None:
     assert not (folder / "results").exists()
 
 
-@settings(max_examples=300, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(target=st.sampled_from(TARGETS), value=values)
 def test_any_value_of_any_parameter_is_accepted_or_refused_in_one_line(tmp_path, target, value):
     where, component, key = target
@@ -127,26 +138,40 @@ def study_with(study: dict, data: dict | None = None, grid: str = "") -> str:
     settings.update(study)
     table = {"model": "classes", "agents": 6, "class_means": [0.2, 0.8], "sigma": 0.5}
     table.update(data or {})
-    rest = TOY_STUDY[TOY_STUDY.index("[defaults]"):]
-    return ("[study]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in settings.items())
-            + "\n[data]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in table.items())
-            + "\n" + rest + grid)
+    rest = TOY_STUDY[TOY_STUDY.index("[defaults]") :]
+    return (
+        "[study]\n"
+        + "".join(f"{k} = {toml_value(v)}\n" for k, v in settings.items())
+        + "\n[data]\n"
+        + "".join(f"{k} = {toml_value(v)}\n" for k, v in table.items())
+        + "\n"
+        + rest
+        + grid
+    )
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(key=st.sampled_from(["seed", "replicates", "t_max", "checkpoints", "title", "metrics",
-                            "per_agent"]), value=values)
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    key=st.sampled_from(
+        ["seed", "replicates", "t_max", "checkpoints", "title", "metrics", "per_agent"]
+    ),
+    value=values,
+)
 def test_any_study_setting_is_accepted_or_refused_in_one_line(tmp_path, key, value):
     folder = write_study(tmp_path / "s", study_with({key: value}))
     assert_accepted_or_one_line(folder)
 
 
-@pytest.mark.parametrize("extra,fragment", [
-    ('[[plot]]\nfile = "y.png"\nylim = [1e-6, inf]\n', "ylim"),
-    ('[[plot]]\nfile = "y.png"\ntitle = "M = {agnets}"\n', "unknown field {agnets}"),
-    ('[[plot]]\nfile = "y.png"\nyscale = "symlog"\n', "yscale"),
-])
+@pytest.mark.parametrize(
+    "extra,fragment",
+    [
+        ('[[plot]]\nfile = "y.png"\nylim = [1e-6, inf]\n', "ylim"),
+        ('[[plot]]\nfile = "y.png"\ntitle = "M = {agnets}"\n', "unknown field {agnets}"),
+        ('[[plot]]\nfile = "y.png"\nyscale = "symlog"\n', "yscale"),
+    ],
+)
 def test_bad_plot_tables_are_refused(tmp_path, extra, fragment):
     folder = write_study(tmp_path / "s", TOY_STUDY + extra)
     with pytest.raises(ConfigError, match=fragment.replace("{", r"\{").replace("}", r"\}")):
@@ -156,13 +181,16 @@ def test_bad_plot_tables_are_refused(tmp_path, extra, fragment):
 MANY = "[" + ", ".join(f"{1 + i}.0" for i in range(1000)) + "]"
 
 
-@pytest.mark.parametrize("study,data,grid,fragment", [
-    ({"replicates": 10**9}, {}, "", "runs: at most"),
-    ({}, {"agents": 10**12}, "", "agent-slots per run"),
-    ({"t_max": 10**15}, {}, "", "agent-slots per run"),
-    ({"checkpoints": 10**15}, {}, "", "checkpoints"),
-    ({}, {}, f'[grid]\n"defaults.epsilon" = {MANY}\n"data.sigma" = {MANY}\n', "runs"),
-])
+@pytest.mark.parametrize(
+    "study,data,grid,fragment",
+    [
+        ({"replicates": 10**9}, {}, "", "runs: at most"),
+        ({}, {"agents": 10**12}, "", "agent-slots per run"),
+        ({"t_max": 10**15}, {}, "", "agent-slots per run"),
+        ({"checkpoints": 10**15}, {}, "", "checkpoints"),
+        ({}, {}, f'[grid]\n"defaults.epsilon" = {MANY}\n"data.sigma" = {MANY}\n', "runs"),
+    ],
+)
 def test_absurd_sizes_are_refused_with_an_estimate(tmp_path, study, data, grid, fragment):
     folder = write_study(tmp_path / "s", study_with(study, data, grid))
     with pytest.raises(ConfigError, match=fragment):
@@ -172,8 +200,9 @@ def test_absurd_sizes_are_refused_with_an_estimate(tmp_path, study, data, grid, 
 
 
 def test_deep_toml_is_refused_in_one_line(tmp_path):
-    folder = write_study(tmp_path / "s", TOY_STUDY + "[grid]\n\"data.x\" = " + "[" * 600
-                         + "]" * 600 + "\n")
+    folder = write_study(
+        tmp_path / "s", TOY_STUDY + '[grid]\n"data.x" = ' + "[" * 600 + "]" * 600 + "\n"
+    )
     with pytest.raises(ConfigError, match="nested too deep"):
         load_study(folder)
 
@@ -181,8 +210,9 @@ def test_deep_toml_is_refused_in_one_line(tmp_path):
 @pytest.mark.parametrize("path", ["../../etc/passwd", "/etc/passwd", "sub/../../outside.txt"])
 def test_files_outside_the_study_folder_are_not_read(tmp_path, capsys, path):
     (tmp_path / "outside.txt").write_text("SECRET first line\n")
-    folder = write_study(tmp_path / "s", TOY_STUDY + f'[network.nodes]\nmodel = "trace"\n'
-                         f'file = "{path}"\n')
+    folder = write_study(
+        tmp_path / "s", TOY_STUDY + f'[network.nodes]\nmodel = "trace"\nfile = "{path}"\n'
+    )
     (folder / "sub").mkdir()
     assert main(["validate", str(folder)]) == 2
     err = capsys.readouterr().err
@@ -208,20 +238,25 @@ def test_mathtext_in_names_and_titles_is_drawn_as_text(tmp_path):
     from desim.study.plots import draw_figures
     from desim.study.results import run_study
 
-    text = TOY_STUDY.replace('"Toy B"', '"$x_$ cost"').replace('title = "Toy"',
-                                                               'title = "Toy $\\\\alpha_$"')
+    text = TOY_STUDY.replace('"Toy B"', '"$x_$ cost"').replace(
+        'title = "Toy"', 'title = "Toy $\\\\alpha_$"'
+    )
     folder = write_study(tmp_path / "s", text)
     study = load_study(folder)
     run_study(study, progress=False)
     assert [p.name for p in draw_figures(study)] == ["toy.png"]
 
 
-@pytest.mark.parametrize("key,value,fragment", [
-    ("p_server", [0.5, 0.5, 0.5], "p_server has 3 values; the data have 6 nodes"),
-    ("p_nodes", [[0.5] * 3] * 3, "p_nodes is 3×3"),
-])
-def test_shapes_are_checked_against_the_population_by_validate(tmp_path, capsys, key, value,
-                                                               fragment):
+@pytest.mark.parametrize(
+    "key,value,fragment",
+    [
+        ("p_server", [0.5, 0.5, 0.5], "p_server has 3 values; the data have 6 nodes"),
+        ("p_nodes", [[0.5] * 3] * 3, "p_nodes is 3×3"),
+    ],
+)
+def test_shapes_are_checked_against_the_population_by_validate(
+    tmp_path, capsys, key, value, fragment
+):
     folder = write_study(tmp_path / "s", study_text("network", "bernoulli", key, value))
     assert main(["validate", str(folder)]) == 2
     err = capsys.readouterr().err
@@ -230,18 +265,32 @@ def test_shapes_are_checked_against_the_population_by_validate(tmp_path, capsys,
     assert not (folder / "results").exists()
 
 
-@pytest.mark.parametrize("field,value,ok", [
-    ("seed", 1.5, False), ("seed", -1, False), ("t_max", 10**15, False), ("t_max", True, False),
-    ("t_max", "50", False), ("replicate", None, False), ("checkpoints", 1, False),
-    ("t_max", __import__("numpy").int64(50), True), ("seed", __import__("numpy").uint32(3), True),
-])
+@pytest.mark.parametrize(
+    "field,value,ok",
+    [
+        ("seed", 1.5, False),
+        ("seed", -1, False),
+        ("t_max", 10**15, False),
+        ("t_max", True, False),
+        ("t_max", "50", False),
+        ("replicate", None, False),
+        ("checkpoints", 1, False),
+        ("t_max", __import__("numpy").int64(50), True),
+        ("seed", __import__("numpy").uint32(3), True),
+    ],
+)
 def test_the_python_api_validates_like_a_study_file(field, value, ok):
     import numpy as np
 
     import desim
 
-    kwargs = {"protocol": "local", "data": {"model": "classes", "agents": np.int64(6)},
-              "t_max": 50, "checkpoints": 4, field: value}
+    kwargs = {
+        "protocol": "local",
+        "data": {"model": "classes", "agents": np.int64(6)},
+        "t_max": 50,
+        "checkpoints": 4,
+        field: value,
+    }
     if ok:
         out = desim.run(desim.Scenario(**kwargs))
         assert len(out.metrics) > 0
@@ -250,17 +299,22 @@ def test_the_python_api_validates_like_a_study_file(field, value, ok):
             desim.run(desim.Scenario(**kwargs))
 
 
-@pytest.mark.parametrize("content,fragment", [
-    (bytes(range(256)) * 10, "not UTF-8 text"),
-    ("node,start,end,state\n0,1,3,dówn\n".encode("latin-1"), "not UTF-8 text"),
-    (b"node,start,end,state\n0,1,3," + b"x" * 200_000 + b"\n", "field larger"),
-    (b"node,start,end,state\n999,1,3,down\n", "999 is out of range"),
-    (b"node,start,end,state\n-1,1,3,down\n", "-1 is out of range"),
-])
-def test_hostile_trace_files_are_one_line_without_their_content(tmp_path, capsys, content,
-                                                                fragment):
-    folder = write_study(tmp_path / "s", TOY_STUDY + '[network.nodes]\nmodel = "trace"\n'
-                         'file = "n.csv"\n')
+@pytest.mark.parametrize(
+    "content,fragment",
+    [
+        (bytes(range(256)) * 10, "not UTF-8 text"),
+        ("node,start,end,state\n0,1,3,dówn\n".encode("latin-1"), "not UTF-8 text"),
+        (b"node,start,end,state\n0,1,3," + b"x" * 200_000 + b"\n", "field larger"),
+        (b"node,start,end,state\n999,1,3,down\n", "999 is out of range"),
+        (b"node,start,end,state\n-1,1,3,down\n", "-1 is out of range"),
+    ],
+)
+def test_hostile_trace_files_are_one_line_without_their_content(
+    tmp_path, capsys, content, fragment
+):
+    folder = write_study(
+        tmp_path / "s", TOY_STUDY + '[network.nodes]\nmodel = "trace"\nfile = "n.csv"\n'
+    )
     (folder / "n.csv").write_bytes(content)
     assert main(["validate", str(folder)]) == 2
     err = capsys.readouterr().err
@@ -300,18 +354,26 @@ def test_a_pricer_study_whose_node_cannot_reach_the_server_fails_validate(tmp_pa
 
 def test_a_plot_of_a_metric_no_scenario_records_fails_validate(tmp_path):
     folder = write_study(tmp_path / "s", TOY_STUDY + '[[plot]]\nfile = "m.png"\nmetric = "mse_"\n')
-    with pytest.raises(ConfigError, match="metric = 'mse_': no scenario records it .did you "
-                                          "mean 'mse'"):
+    with pytest.raises(
+        ConfigError, match="metric = 'mse_': no scenario records it .did you mean 'mse'"
+    ):
         load_study(folder)
 
 
-@pytest.mark.parametrize("text,fragment", [
-    (PRICER.format(p_link=0.5) + 'trust = "ring"\ntrusted = 9\n', "trusted = 9"),
-    (PRICER.format(p_link=0.5).replace("p_server = [0.0, 0.5, 0.5, 0.5]", "good = 9"),
-     "good = 9: more good nodes than the 4 nodes"),
-    (TOY_STUDY + "[network.stragglers]\nfactors = [1.0, 2.0]\n",
-     "factors has 2 values; the data have 6 agents"),
-])
+@pytest.mark.parametrize(
+    "text,fragment",
+    [
+        (PRICER.format(p_link=0.5) + 'trust = "ring"\ntrusted = 9\n', "trusted = 9"),
+        (
+            PRICER.format(p_link=0.5).replace("p_server = [0.0, 0.5, 0.5, 0.5]", "good = 9"),
+            "good = 9: more good nodes than the 4 nodes",
+        ),
+        (
+            TOY_STUDY + "[network.stragglers]\nfactors = [1.0, 2.0]\n",
+            "factors has 2 values; the data have 6 agents",
+        ),
+    ],
+)
 def test_sizes_larger_than_the_population_fail_validate(tmp_path, capsys, text, fragment):
     folder = write_study(tmp_path / "s", text)
     assert main(["validate", str(folder)]) == 2

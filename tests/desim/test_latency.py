@@ -32,8 +32,6 @@ N = 5
 STREAMS = (3, 0, 11, 22)
 
 
-
-
 @dataclass(frozen=True)
 class SenderParams:
     until: int = param(4, "send in slots 1..until", ge=0)
@@ -67,21 +65,31 @@ class Sender(Protocol):
 
     def deliveries(self) -> list[tuple[float, int, int, float, int]]:
         """(time, src, dst, sent_at, kind) of every message delivered, in delivery order."""
-        return [(t, int(s), int(d), float(a), int(k)) for t, b in self.log
-                for s, d, a, k in zip(b.src, b.dst, b.sent_at, b.kind, strict=True)]
+        return [
+            (t, int(s), int(d), float(a), int(k))
+            for t, b in self.log
+            for s, d, a, k in zip(b.src, b.dst, b.sent_at, b.kind, strict=True)
+        ]
 
 
 def run(links, until=4, t_max=12):
     proto = Sender(SenderParams(until))
-    sim = Simulation(proto, Zeros(N), t_max, Streams(*STREAMS), links=links,
-                     checkpoints=np.array([t_max]))
+    sim = Simulation(
+        proto, Zeros(N), t_max, Streams(*STREAMS), links=links, checkpoints=np.array([t_max])
+    )
     sim.run()
     return proto, sim
 
 
 DISTRIBUTIONS = [
-    Constant(0.0), Constant(2.5), Uniform(0.5, 3.0), Exponential(2.0), Lognormal(2.0, 1.5),
-    Pareto(0.5, 1.0, 2.5), Weibull(0.7, 2.0), Geometric(2.0),
+    Constant(0.0),
+    Constant(2.5),
+    Uniform(0.5, 3.0),
+    Exponential(2.0),
+    Lognormal(2.0, 1.5),
+    Pareto(0.5, 1.0, 2.5),
+    Weibull(0.7, 2.0),
+    Geometric(2.0),
 ]
 
 
@@ -108,9 +116,10 @@ def test_every_message_arrives_at_its_send_time_plus_its_own_draw(dist):
     assert times == sorted(set(times))  # one batch per distinct time, in time order
     for t, batch in proto.log:  # a batch holds every message due then, in send order
         due = [e for e in expected if e[0] == t]
-        assert [(int(s), float(a), int(k)) for s, a, k in
-                zip(batch.src, batch.sent_at, batch.kind, strict=True)] == \
-            [(e[1], e[3], e[4]) for e in due]
+        assert [
+            (int(s), float(a), int(k))
+            for s, a, k in zip(batch.src, batch.sent_at, batch.kind, strict=True)
+        ] == [(e[1], e[3], e[4]) for e in due]
     assert sim.network.dropped.sum() == 0 and sim.network.sent.sum() == 2 * 4 * N
 
 
@@ -139,16 +148,19 @@ def test_size_proportional_delay_is_base_plus_per_value_times_width():
     for t, _, _, a, k in proto.deliveries():
         width = 1 if k == 0 else 3
         assert t == a + 0.5 + 0.25 * width
-    assert latency_model({"model": "size-proportional", "base": 1.0}, "x") == \
-        SizeProportional(1.0, 0.0)
+    assert latency_model({"model": "size-proportional", "base": 1.0}, "x") == SizeProportional(
+        1.0, 0.0
+    )
     assert SizeProportional(1.0, 0.5).cdf(np.array([1.9, 2.0]), 2).tolist() == [0.0, 1.0]
 
 
 def test_latency_tables_are_validated_in_one_line():
-    assert latency_model({"model": "exponential", "mean": 5.0}, "x") == \
-        IidLatency(Exponential(5.0))
-    with pytest.raises(ConfigError, match=r"\[network.latency\]: model: unknown latency model "
-                                          r"'exponental' \(did you mean 'exponential'\?\)"):
+    assert latency_model({"model": "exponential", "mean": 5.0}, "x") == IidLatency(Exponential(5.0))
+    with pytest.raises(
+        ConfigError,
+        match=r"\[network.latency\]: model: unknown latency model "
+        r"'exponental' \(did you mean 'exponential'\?\)",
+    ):
         latency_model({"model": "exponental"}, "[network.latency]")
     with pytest.raises(ConfigError, match="size-proportional"):  # listed among the models
         latency_model({}, "[network.latency]")
@@ -183,8 +195,12 @@ def test_a_fraction_of_the_agents_straggle_chosen_at_random():
         bound = Stragglers(fraction=fraction, slowdown=4.0).bind(n, np.random.default_rng(n))
         assert np.sum(bound.factors == 4.0) == k == math.floor(fraction * n + 0.5)
         assert np.all((bound.factors == 1) | (bound.factors == 4))
-    chosen = [np.flatnonzero(Stragglers(fraction=0.3).bind(10, np.random.default_rng(s)).factors
-                             > 1).tolist() for s in range(5)]
+    chosen = [
+        np.flatnonzero(
+            Stragglers(fraction=0.3).bind(10, np.random.default_rng(s)).factors > 1
+        ).tolist()
+        for s in range(5)
+    ]
     assert len({tuple(c) for c in chosen}) > 1  # a random subset, not the first agents
     with pytest.raises(ValueError, match="factors has 2 values; the data have 3"):
         Stragglers(factors=[1.0, 2.0]).bind(3, np.random.default_rng(0))
@@ -192,6 +208,7 @@ def test_a_fraction_of_the_agents_straggle_chosen_at_random():
 
 def test_straggler_tables_report_bad_input():
     from desim.kernel.params import build
+
     with pytest.raises(ConfigError, match="slowdown = 0.5: must be ≥ 1"):
         build(Stragglers, {"slowdown": 0.5}, "[network.stragglers]")
     with pytest.raises(ConfigError, match=r"\[network.stragglers\]: delay: value = -1"):
@@ -201,7 +218,8 @@ def test_straggler_tables_report_bad_input():
 def test_deadline_probability_integrates_the_straggler_delay():
     # D ~ U(0, 2), f = 3: P(2D + L ≤ s) with L = 1: P(D ≤ (s − 1)/2) = (s − 1)/4
     bound = Stragglers(factors=[1.0, 3.0], delay={"model": "uniform", "low": 0, "high": 2}).bind(
-        2, np.random.default_rng(0))
+        2, np.random.default_rng(0)
+    )
     step = Constant(1.0).cdf
     for slack in (1.0, 2.5, 4.0, 6.0):
         p = bound.on_time(slack, step)

@@ -61,9 +61,15 @@ MODULES = _modules()
 
 
 def test_the_layout_has_the_layers_and_families_it_documents():
-    for package in ("desim.kernel", "desim.network_models", "desim.study", "desim.models",
-                    "desim.models.privacy", "desim.topologies",
-                    *(f"desim.models.{f}" for f in FAMILIES)):
+    for package in (
+        "desim.kernel",
+        "desim.network_models",
+        "desim.study",
+        "desim.models",
+        "desim.models.privacy",
+        "desim.topologies",
+        *(f"desim.models.{f}" for f in FAMILIES),
+    ):
         assert package in MODULES, f"{package} is missing"
 
 
@@ -71,7 +77,8 @@ def test_the_layout_has_the_layers_and_families_it_documents():
 def test_dependencies_point_one_way(name):
     imports = _imports(name, MODULES[name])
     assert not any(i.split(".")[0] in ("models", "topologies") for i in imports), (
-        f"{name} imports a top-level 'models' or 'topologies': use desim.models / desim.topologies")
+        f"{name} imports a top-level 'models' or 'topologies': use desim.models / desim.topologies"
+    )
     if _under(name, "desim.kernel"):
         # the kernel knows nothing of protocols, graphs, network models or studies
         banned = ("desim.models", "desim.topologies", "desim.network_models", "desim.study")
@@ -131,13 +138,25 @@ def _env(**extra: str) -> dict[str, str]:
 
 def test_a_users_own_models_module_does_not_matter(tmp_path):
     folder = _user_folder(tmp_path)
-    done = subprocess.run([sys.executable, "-c", SMOKE], cwd=folder, capture_output=True,
-                          text=True, env=_env(), timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", SMOKE],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     desim_file, models_origin = done.stdout.split()[-2:]
     assert Path(models_origin) == folder / "models.py"  # the user's module is theirs alone
-    listed = subprocess.run([sys.executable, "-m", "desim.study.cli", "list"], cwd=folder,
-                            capture_output=True, text=True, env=_env(), timeout=300)
+    listed = subprocess.run(
+        [sys.executable, "-m", "desim.study.cli", "list"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
     assert listed.returncode == 0, listed.stderr
     assert "private-colme" in listed.stdout and "[desim.models.colme.protocol]" in listed.stdout
 
@@ -149,20 +168,42 @@ def test_a_built_wheel_installs_desim_only(tmp_path):
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     for folder in FOLDERS:
-        shutil.copytree(ROOT / folder, source / folder,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        shutil.copytree(
+            ROOT / folder,
+            source / folder,
+            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+        )
     wheels = tmp_path / "wheels"
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(wheels), str(source)], capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheels),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert build.returncode == 0, build.stderr
     (wheel,) = wheels.glob("desim-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"desim"}
-    for module in ("desim/models/colme/protocol.py", "desim/models/pricer/optimiser.py",
-                   "desim/topologies/graph.py", "desim/kernel/engine.py",
-                   "desim/network_models/availability.py", "desim/study/cli.py"):
+    for module in (
+        "desim/models/colme/protocol.py",
+        "desim/models/pricer/optimiser.py",
+        "desim/topologies/graph.py",
+        "desim/kernel/engine.py",
+        "desim/network_models/availability.py",
+        "desim/study/cli.py",
+    ):
         assert module in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry).decode()
@@ -170,12 +211,31 @@ def test_a_built_wheel_installs_desim_only(tmp_path):
 
     target = tmp_path / "site"
     install = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
-         str(wheel)], capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert install.returncode == 0, install.stderr
     folder = _user_folder(tmp_path)
-    done = subprocess.run([sys.executable, "-c", SMOKE], cwd=folder, capture_output=True,
-                          text=True, env=_env(PYTHONPATH=str(target)), timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", SMOKE],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        env=_env(PYTHONPATH=str(target)),
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     desim_file, models_origin = done.stdout.split()[-2:]
     assert Path(desim_file).is_relative_to(target)  # the wheel's copy, not the repository's

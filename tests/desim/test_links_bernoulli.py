@@ -115,8 +115,11 @@ class _Graph:
 
 
 def test_bernoulli_params_build_p_and_P_from_good_nodes_graph_and_distance():
-    links = build(BernoulliLinks, {"good": 2, "p_good": 0.9, "p_bad": 0.2, "p_link": 0.8,
-                                   "reciprocity": 1.0}, "network")
+    links = build(
+        BernoulliLinks,
+        {"good": 2, "p_good": 0.9, "p_bad": 0.2, "p_link": 0.8, "reciprocity": 1.0},
+        "network",
+    )
     ring = _Graph(np.array([0, 1, 1, 2, 2, 3, 3, 0]), np.array([1, 0, 2, 1, 3, 2, 0, 3]))
     bound = links.bind(4, {"graph": ring}, Streams(0, 0, 0, 0))
     conn = bound.probabilities(4)
@@ -128,8 +131,11 @@ def test_bernoulli_params_build_p_and_P_from_good_nodes_graph_and_distance():
     geo = _Graph(np.array([0, 1]), np.array([1, 0]), np.array([[0, 0], [0.3, 0.4]]))
     far = build(BernoulliLinks, {"p_link": 1.0, "decay": 0.5}, "network").connectivity(2, geo)
     assert far.P[0, 1] == pytest.approx(np.exp(-1.0))
-    explicit = build(BernoulliLinks, {"p_server": [0.1, 1.0], "p_nodes": [[0, 0.3], [0.6, 0]],
-                                      "reciprocity": 0.0}, "network").connectivity(2)
+    explicit = build(
+        BernoulliLinks,
+        {"p_server": [0.1, 1.0], "p_nodes": [[0, 0.3], [0.6, 0]], "reciprocity": 0.0},
+        "network",
+    ).connectivity(2)
     assert np.array_equal(explicit.P, [[1, 0.3], [0.6, 1]]) and explicit.E[0, 1] == 0.18
 
 
@@ -155,8 +161,6 @@ def test_links_that_never_fail_report_probability_one():
 # ---- deadlines and the parameter server -------------------------------------------------------
 
 
-
-
 @dataclass(frozen=True)
 class _NoParams:
     deadline: float = 0.0
@@ -179,8 +183,9 @@ class _Uplink(Protocol):
     def on_samples(self, t: int, samples: np.ndarray) -> None:
         n = self.ctx.n_agents
         self.server.open(t, self.ctx.now() + self.params.deadline)
-        self.ctx.send("up", np.arange(n), np.full(n, server_address(n)),
-                      tag(t, np.arange(n, dtype=float)))
+        self.ctx.send(
+            "up", np.arange(n), np.full(n, server_address(n)), tag(t, np.arange(n, dtype=float))
+        )
 
     def on_deliver(self, batch) -> None:
         self.server.receive(batch)
@@ -191,8 +196,9 @@ class _Uplink(Protocol):
 
 def _run(links, deadline=0.0, t_max=40, n=4):
     proto = _Uplink(_NoParams(deadline))
-    sim = Simulation(proto, Zeros(n), t_max, Streams(1, 0, 1, 2), links=links,
-                     checkpoints=np.array([t_max]))
+    sim = Simulation(
+        proto, Zeros(n), t_max, Streams(1, 0, 1, 2), links=links, checkpoints=np.array([t_max])
+    )
     out = sim.run()
     return proto, out
 
@@ -223,8 +229,9 @@ def test_messages_after_the_deadline_are_late_and_counted():
 
 
 def test_a_collector_refuses_a_round_opened_twice_and_needs_timers():
-    ctx = Context(2, 1, {}, Streams(0, 0, 0, 0), lambda *a: None, lambda: 0.0,
-                  call_at=lambda when, fn: None)
+    ctx = Context(
+        2, 1, {}, Streams(0, 0, 0, 0), lambda *a: None, lambda: 0.0, call_at=lambda when, fn: None
+    )
     col = RoundCollector(ctx, "x", 1, lambda r: None)
     col.open(1, 0.0)
     with pytest.raises(ValueError, match="already open"):

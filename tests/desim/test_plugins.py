@@ -43,20 +43,36 @@ CHECK = textwrap.dedent("""
 def installed(tmp_path_factory) -> Path:
     """The example plug-in, built and installed into a folder of its own."""
     source = tmp_path_factory.mktemp("source") / "plugin"  # building leaves files behind
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("__pycache__", "build",
-                                                                   "*.egg-info"))
+    shutil.copytree(
+        EXAMPLE, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info")
+    )
     target = tmp_path_factory.mktemp("site")
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-q",
-         "--target", str(target), str(source)], capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     return target
 
 
 def _run(args: list[str], site: Path, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(site), "MPLBACKEND": "Agg"}
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=600)
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600
+    )
 
 
 def test_desim_list_shows_the_plugin_components(installed, tmp_path):
@@ -89,6 +105,7 @@ def test_registering_a_name_again_replaces_it_with_a_warning():
         pass
 
     with pytest.warns(RegistryWarning, match="registered again: .*Second replaces .*First"):
+
         @registry.register("x")
         class Second:
             pass

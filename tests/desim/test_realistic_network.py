@@ -29,8 +29,9 @@ from desim.study.spec import load_study
 
 def run(links, until=6, t_max=10):
     proto = Sender(SenderParams(until))
-    sim = Simulation(proto, Zeros(N), t_max, Streams(5, 0, 1, 2), links=links,
-                     checkpoints=np.array([t_max]))
+    sim = Simulation(
+        proto, Zeros(N), t_max, Streams(5, 0, 1, 2), links=links, checkpoints=np.array([t_max])
+    )
     out = sim.run()
     return proto, sim, out
 
@@ -93,9 +94,12 @@ def test_a_message_goes_through_exactly_when_its_link_and_both_nodes_are_up():
     dst = np.concatenate([(np.arange(N) + 1) % N, (np.arange(N) + 2) % N])
     expected = set()
     for t in range(1, 61):
-        up = (tau.realise(streams.get("links"), t, src, dst)
-              & link_up.up(t, link_entity(src, dst, N + 1))
-              & node_up.up(t, src) & node_up.up(t, dst))
+        up = (
+            tau.realise(streams.get("links"), t, src, dst)
+            & link_up.up(t, link_entity(src, dst, N + 1))
+            & node_up.up(t, src)
+            & node_up.up(t, dst)
+        )
         expected |= {(float(t), int(s), int(d)) for s, d in zip(src[up], dst[up], strict=True)}
     assert got == expected
     assert sim.network.dropped.sum() == 2 * 60 * N - len(expected) > 0
@@ -106,32 +110,48 @@ def test_bound_links_take_one_time_per_message_as_they_take_one_time():
     and receivability at each message's own time, the same answers as one time at a time."""
     base = build(BernoulliLinks, {"p_link": 0.7, "p_server": 0.5}, "network")
     model = RealisticLinks(
-        base, latency=IidLatency(Exponential(mean=2.0)),
+        base,
+        latency=IidLatency(Exponential(mean=2.0)),
         outages=Markov(mean_up=4.0, mean_down=2.0),
         nodes=desim.network_models.availability.availability(
-            {"model": "churn", "session": {"model": "exponential", "mean": 3.0},
-             "offline": {"model": "exponential", "mean": 1.0}}, "nodes"),
-        stragglers=Stragglers(fraction=0.5, slowdown=3.0,
-                              delay={"model": "exponential", "mean": 1.0}))
+            {
+                "model": "churn",
+                "session": {"model": "exponential", "mean": 3.0},
+                "offline": {"model": "exponential", "mean": 1.0},
+            },
+            "nodes",
+        ),
+        stragglers=Stragglers(
+            fraction=0.5, slowdown=3.0, delay={"model": "exponential", "mean": 1.0}
+        ),
+    )
     rng = np.random.default_rng(8)
     times = np.sort(rng.uniform(0, 40, 300))
     src, dst = rng.integers(0, N + 1, 300), rng.integers(0, N + 1, 300)
     many, one = (model.bind(N, {}, Streams(2, 0, 1, 2)) for _ in range(2))
     assert many.per_message and not many.per_slot
     key_a, key_b = np.random.default_rng(1), np.random.default_rng(1)  # (the base's key)
-    first = [np.atleast_1d(one.available(key_b, float(t), src[i:i + 1], dst[i:i + 1]))[0]
-             for i, t in enumerate(times)]
+    first = [
+        np.atleast_1d(one.available(key_b, float(t), src[i : i + 1], dst[i : i + 1]))[0]
+        for i, t in enumerate(times)
+    ]
     assert np.array_equal(many.available(key_a, times, src, dst), first)
-    late = [np.atleast_1d(one.stragglers.delay(float(t), src[i:i + 1]))[0]
-            for i, t in enumerate(times)]
+    late = [
+        np.atleast_1d(one.stragglers.delay(float(t), src[i : i + 1]))[0]
+        for i, t in enumerate(times)
+    ]
     assert np.array_equal(np.broadcast_to(many.stragglers.delay(times, src), (300,)), late)
-    ok = [np.atleast_1d(one.receivable(float(t), dst[i:i + 1]))[0] for i, t in enumerate(times)]
+    ok = [np.atleast_1d(one.receivable(float(t), dst[i : i + 1]))[0] for i, t in enumerate(times)]
     assert np.array_equal(many.receivable(times, dst), ok)
     # latency draws in message order: one call for all is the calls one by one
     a, b = np.random.default_rng(4), np.random.default_rng(4)
     joint = many.latency(a, times, src, dst, 1)
-    split = np.concatenate([np.atleast_1d(one.latency(b, float(times[i]), src[i:i + 1],
-                                                       dst[i:i + 1], 1)) for i in range(300)])
+    split = np.concatenate(
+        [
+            np.atleast_1d(one.latency(b, float(times[i]), src[i : i + 1], dst[i : i + 1], 1))
+            for i in range(300)
+        ]
+    )
     assert np.array_equal(joint, split)
 
 
@@ -149,8 +169,7 @@ def test_delays_by_message_id_do_not_depend_on_order_or_grouping_and_keep_the_la
     order = np.random.default_rng(0).permutation(len(ids))
     b.latency(rng_b, 0.0, src[:1], dst[:1], 1, ids=ids[:1])  # fixes the key
     rng_b.random(17)  # other draws of the stream change nothing
-    parts = [b.latency(rng_b, 9.5, src[p], dst[p], 1, ids=ids[p])
-             for p in np.array_split(order, 7)]
+    parts = [b.latency(rng_b, 9.5, src[p], dst[p], 1, ids=ids[p]) for p in np.array_split(order, 7)]
     assert np.array_equal(np.concatenate(parts), joint[order])
     n = len(joint)
     sd = math.sqrt(_variance(law))
@@ -170,8 +189,12 @@ def _variance(law) -> float:
 
 # ---- the synchronous limit -------------------------------------------------------------------
 
-ZERO = {"latency": {"model": "constant", "value": 0.0}, "outages": {"model": "always"},
-        "nodes": {"model": "bernoulli", "p": 1.0}, "stragglers": {"fraction": 0.0}}
+ZERO = {
+    "latency": {"model": "constant", "value": 0.0},
+    "outages": {"model": "always"},
+    "nodes": {"model": "bernoulli", "p": 1.0},
+    "stragglers": {"fraction": 0.0},
+}
 
 
 def _same_metrics(s: Scenario) -> None:
@@ -187,35 +210,68 @@ def _same_metrics(s: Scenario) -> None:
 
 
 def test_zero_latency_always_up_reproduces_private_colme_bit_for_bit():
-    _same_metrics(Scenario("private-colme", {"mechanism": "pm2"},
-                           {"model": "classes", "agents": 12, "class_means": [0.2, 0.8]},
-                           t_max=120, seed=4))
+    _same_metrics(
+        Scenario(
+            "private-colme",
+            {"mechanism": "pm2"},
+            {"model": "classes", "agents": 12, "class_means": [0.2, 0.8]},
+            t_max=120,
+            seed=4,
+        )
+    )
 
 
 def test_zero_latency_always_up_reproduces_c_colme_bit_for_bit():
-    _same_metrics(Scenario("private-c-colme", {"epsilon": 2.0},
-                           {"model": "classes", "agents": 20}, t_max=80, seed=4,
-                           topology={"model": "regular", "degree": 4},
-                           metrics=("accuracy", "links")))
+    _same_metrics(
+        Scenario(
+            "private-c-colme",
+            {"epsilon": 2.0},
+            {"model": "classes", "agents": 20},
+            t_max=80,
+            seed=4,
+            topology={"model": "regular", "degree": 4},
+            metrics=("accuracy", "links"),
+        )
+    )
 
 
 def test_zero_latency_always_up_reproduces_pricer_bit_for_bit():
-    _same_metrics(Scenario("pricer", {"strategy": "pricer"},
-                           {"model": "vectors", "agents": 5, "dimension": 4},
-                           network={"links": "bernoulli", "good": 2, "p_link": 0.8},
-                           t_max=30, seed=5, metrics=("pricer",)))
+    _same_metrics(
+        Scenario(
+            "pricer",
+            {"strategy": "pricer"},
+            {"model": "vectors", "agents": 5, "dimension": 4},
+            network={"links": "bernoulli", "good": 2, "p_link": 0.8},
+            t_max=30,
+            seed=5,
+            metrics=("pricer",),
+        )
+    )
 
 
 def test_same_seed_same_bytes_on_a_realistic_network():
-    net = {"links": "bernoulli", "p_link": 0.9, "slots": 0.5,
-           "latency": {"model": "lognormal", "mean": 2.0, "cv": 1.0},
-           "outages": {"model": "markov", "mean_up": 10.0, "mean_down": 3.0},
-           "nodes": {"model": "churn", "session": {"model": "weibull", "shape": 0.7,
-                                                   "scale": 30.0}},
-           "stragglers": {"fraction": 0.3, "slowdown": 3.0,
-                          "delay": {"model": "exponential", "mean": 1.0}}}
-    s = Scenario("private-c-colme", {"epsilon": 2.0}, {"model": "classes", "agents": 20},
-                 t_max=60, seed=8, network=net, topology={"model": "regular", "degree": 4})
+    net = {
+        "links": "bernoulli",
+        "p_link": 0.9,
+        "slots": 0.5,
+        "latency": {"model": "lognormal", "mean": 2.0, "cv": 1.0},
+        "outages": {"model": "markov", "mean_up": 10.0, "mean_down": 3.0},
+        "nodes": {"model": "churn", "session": {"model": "weibull", "shape": 0.7, "scale": 30.0}},
+        "stragglers": {
+            "fraction": 0.3,
+            "slowdown": 3.0,
+            "delay": {"model": "exponential", "mean": 1.0},
+        },
+    }
+    s = Scenario(
+        "private-c-colme",
+        {"epsilon": 2.0},
+        {"model": "classes", "agents": 20},
+        t_max=60,
+        seed=8,
+        network=net,
+        topology={"model": "regular", "degree": 4},
+    )
     a, b = desim.run(s).metrics, desim.run(s).metrics
     assert a.to_csv().encode() == b.to_csv().encode()
     last = a[a.t == 60].set_index("metric")["value"]
@@ -243,11 +299,17 @@ def test_base_models_apply_deadlines_to_their_fixed_delay():
 
 
 def test_realistic_probabilities_multiply_availability_and_on_time_chances():
-    base = build(BernoulliLinks, {"p_server": [0.5, 0.8, 1.0], "p_link": 0.9,
-                                  "reciprocity": 0.0, "slots": 0.5}, "network")
+    base = build(
+        BernoulliLinks,
+        {"p_server": [0.5, 0.8, 1.0], "p_link": 0.9, "reciprocity": 0.0, "slots": 0.5},
+        "network",
+    )
     links = RealisticLinks(
-        base, latency=IidLatency(Exponential(2.0)), outages=BernoulliAvailability(p=0.8),
-        nodes=Markov(mean_up=3.0, mean_down=1.0), stragglers=Stragglers(factors=[1, 3, 1]),
+        base,
+        latency=IidLatency(Exponential(2.0)),
+        outages=BernoulliAvailability(p=0.8),
+        nodes=Markov(mean_up=3.0, mean_down=1.0),
+        stragglers=Stragglers(factors=[1, 3, 1]),
     ).bind(3, {}, Streams(0, 0, 0, 0))
     conn = links.probabilities(3, within=4.0, server_within=6.0)
 
@@ -257,16 +319,17 @@ def test_realistic_probabilities_multiply_availability_and_on_time_chances():
     f = [1, 3, 1]
     q = 0.75
     for i in range(3):
-        assert conn.p[i] == pytest.approx([0.5, 0.8, 1.0][i] * 0.8 * q * on_time(f[i], 6.0),
-                                          rel=1e-12)
+        assert conn.p[i] == pytest.approx(
+            [0.5, 0.8, 1.0][i] * 0.8 * q * on_time(f[i], 6.0), rel=1e-12
+        )
         for j in range(3):
             if i == j:
                 assert conn.P[i, j] == conn.E[i, j] == 1
                 continue
-            assert conn.P[i, j] == pytest.approx(0.9 * 0.8 * q * q * on_time(f[i], 4.0),
-                                                 rel=1e-12)
+            assert conn.P[i, j] == pytest.approx(0.9 * 0.8 * q * q * on_time(f[i], 4.0), rel=1e-12)
             assert conn.E[i, j] == pytest.approx(
-                0.81 * 0.8 * q * q * on_time(f[i], 4.0) * on_time(f[j], 4.0), rel=1e-12)
+                0.81 * 0.8 * q * q * on_time(f[i], 4.0) * on_time(f[j], 4.0), rel=1e-12
+            )
     # no deadline: availability only; an impossible one: nothing arrives
     free = links.probabilities(3)
     assert free.P[0, 1] == pytest.approx(0.9 * 0.8 * q * q, rel=1e-12)
@@ -274,9 +337,10 @@ def test_realistic_probabilities_multiply_availability_and_on_time_chances():
 
 
 def test_a_random_straggler_delay_is_integrated_in_the_deadline_probability():
-    links = RealisticLinks(IdealLinks(), stragglers=Stragglers(
-        factors=[1, 3], delay={"model": "uniform", "low": 0.0, "high": 2.0})).bind(
-        2, {}, Streams(0, 0, 0, 0))
+    links = RealisticLinks(
+        IdealLinks(),
+        stragglers=Stragglers(factors=[1, 3], delay={"model": "uniform", "low": 0.0, "high": 2.0}),
+    ).bind(2, {}, Streams(0, 0, 0, 0))
     conn = links.probabilities(2, within=2.0)  # P(2D ≤ 2) = P(D ≤ 1) = 1/2 for node 1
     assert conn.P[0, 1] == 1 and conn.P[1, 0] == pytest.approx(0.5, abs=1 / 4096)
     assert conn.E[0, 1] == pytest.approx(0.5, abs=1 / 4096)
@@ -307,30 +371,43 @@ def _study(tmp_path, extra: str):
 
 
 def test_a_study_sweeps_into_network_sub_tables(tmp_path):
-    study = _study(tmp_path, '[grid]\n"network.latency.mean" = [1.0, 4.0]\n'
-                             '"network.stragglers.fraction" = [0.0, 0.5]\n')
-    assert study.grid_columns == {"network.latency.mean": "mean",
-                                  "network.stragglers.fraction": "fraction"}
+    study = _study(
+        tmp_path,
+        '[grid]\n"network.latency.mean" = [1.0, 4.0]\n"network.stragglers.fraction" = [0.0, 0.5]\n',
+    )
+    assert study.grid_columns == {
+        "network.latency.mean": "mean",
+        "network.stragglers.fraction": "fraction",
+    }
     assert study.points[3].columns == {"mean": 4.0, "fraction": 0.5}
-    nets = [r.scenario.network for r in study.runs if r.scenario.replicate == 0 and
-            r.scenario.name == "Toy A"]
-    assert [n["latency"] for n in nets] == [{"model": "exponential", "mean": m}
-                                            for m in (1.0, 1.0, 4.0, 4.0)]
+    nets = [
+        r.scenario.network
+        for r in study.runs
+        if r.scenario.replicate == 0 and r.scenario.name == "Toy A"
+    ]
+    assert [n["latency"] for n in nets] == [
+        {"model": "exponential", "mean": m} for m in (1.0, 1.0, 4.0, 4.0)
+    ]
     assert [n["stragglers"]["fraction"] for n in nets] == [0.0, 0.5, 0.0, 0.5]
     assert study.runs[0].run_id == "toy-a_mean-1_fraction-0_r000"
     assert type(resolve(study.runs[0].scenario).links) is RealisticLinks
 
 
 def test_a_study_can_sweep_whole_sub_tables(tmp_path):
-    study = _study(tmp_path, '[grid]\n"network.outages" = [{model = "bernoulli", p = 0.8}, '
-                             '{model = "markov", mean_up = 8.0, mean_down = 2.0}]\n')
+    study = _study(
+        tmp_path,
+        '[grid]\n"network.outages" = [{model = "bernoulli", p = 0.8}, '
+        '{model = "markov", mean_up = 8.0, mean_down = 2.0}]\n',
+    )
     assert study.grid_columns == {"network.outages": "outages"}
     assert study.runs[-1].scenario.network["outages"]["model"] == "markov"
 
 
 def test_a_relative_trace_file_is_found_from_the_study_folder(tmp_path, monkeypatch):
-    folder = write_study(tmp_path / "s", TOY_STUDY + NETWORK + '[network.nodes]\nmodel = "trace"'
-                         '\nfile = "nodes.csv"\n')
+    folder = write_study(
+        tmp_path / "s",
+        TOY_STUDY + NETWORK + '[network.nodes]\nmodel = "trace"\nfile = "nodes.csv"\n',
+    )
     (folder / "nodes.csv").write_text("node,start,end,state\n0,1,3,down\n")
     monkeypatch.chdir(tmp_path)
     study = load_study(folder)
@@ -343,22 +420,38 @@ def test_a_relative_trace_file_is_found_from_the_study_folder(tmp_path, monkeypa
 
 
 BAD = [
-    ('[network.latncy]\nmodel = "constant"\n',
-     ["[network]", "unknown sub-table 'latncy'", "did you mean 'latency'",
-      "latency, outages, nodes, stragglers"]),
-    ('[network.outages]\nmodel = "markof"\n',
-     ["[network.outages]", "unknown availability model 'markof'", "did you mean 'markov'"]),
-    ('[network.nodes]\nmodel = "churn"\nsession = { model = "weibull", shape = -1 }\n',
-     ["[network.nodes]", "session", "shape = -1"]),
-    ('[network.nodes]\nmodel = "trace"\nfile = "missing.csv"\n',
-     ["trace file", "missing.csv", "no such"]),
-    ('[grid]\n"network.latency.meen" = [1.0]\n',
-     ["[grid]", "'network.latency.meen'", "unknown key 'meen'", "did you mean 'mean'"]),
+    (
+        '[network.latncy]\nmodel = "constant"\n',
+        [
+            "[network]",
+            "unknown sub-table 'latncy'",
+            "did you mean 'latency'",
+            "latency, outages, nodes, stragglers",
+        ],
+    ),
+    (
+        '[network.outages]\nmodel = "markof"\n',
+        ["[network.outages]", "unknown availability model 'markof'", "did you mean 'markov'"],
+    ),
+    (
+        '[network.nodes]\nmodel = "churn"\nsession = { model = "weibull", shape = -1 }\n',
+        ["[network.nodes]", "session", "shape = -1"],
+    ),
+    (
+        '[network.nodes]\nmodel = "trace"\nfile = "missing.csv"\n',
+        ["trace file", "missing.csv", "no such"],
+    ),
+    (
+        '[grid]\n"network.latency.meen" = [1.0]\n',
+        ["[grid]", "'network.latency.meen'", "unknown key 'meen'", "did you mean 'mean'"],
+    ),
     ('[grid]\n"network.outages.p" = [0.5]\n', ["[grid]", "no [network.outages] table"]),
     ('[grid]\n"network.latncy.mean" = [1.0]\n', ["[grid]", "unknown sub-table 'latncy'"]),
     ('[grid]\n"network.latency.mean.x" = [1.0]\n', ["[grid]", "network.<sub-table>.<key>"]),
-    ('[grid]\n"network.latency.mean" = [1.0, -1.0]\n',
-     ["grid point mean = -1", "[network.latency]", "mean = -1", "> 0"]),
+    (
+        '[grid]\n"network.latency.mean" = [1.0, -1.0]\n',
+        ["grid point mean = -1", "[network.latency]", "mean = -1", "> 0"],
+    ),
 ]
 
 

@@ -17,15 +17,62 @@ from desim.kernel.recorder import log_checkpoints
 from desim.study.results import run_study
 from desim.study.spec import load_study
 
-RUN_FIELDS = {"run_id", "scenario", "replicate", "grid", "status", "config_hash", "spawn",
-              "wall_seconds", "error", "points"}
-HEAD_FIELDS = {"schema", "study", "root_seed", "counts", "warnings", "tables", "curves", "runs",
-               "invocations"}
-INVOCATION_FIELDS = {"started", "finished", "desim_version", "git_commit", "git_dirty", "python",
-                     "numpy", "scipy", "simpy", "pandas", "pyarrow", "platform", "workers", "ran",
-                     "failed", "interrupted", "wall_seconds"}
-PROVENANCE_FIELDS = {"desim_version", "git_commit", "git_dirty", "python", "numpy", "scipy",
-                     "simpy", "pandas", "pyarrow", "platform", "wall_seconds", "finished"}
+RUN_FIELDS = {
+    "run_id",
+    "scenario",
+    "replicate",
+    "grid",
+    "status",
+    "config_hash",
+    "spawn",
+    "wall_seconds",
+    "error",
+    "points",
+}
+HEAD_FIELDS = {
+    "schema",
+    "study",
+    "root_seed",
+    "counts",
+    "warnings",
+    "tables",
+    "curves",
+    "runs",
+    "invocations",
+}
+INVOCATION_FIELDS = {
+    "started",
+    "finished",
+    "desim_version",
+    "git_commit",
+    "git_dirty",
+    "python",
+    "numpy",
+    "scipy",
+    "simpy",
+    "pandas",
+    "pyarrow",
+    "platform",
+    "workers",
+    "ran",
+    "failed",
+    "interrupted",
+    "wall_seconds",
+}
+PROVENANCE_FIELDS = {
+    "desim_version",
+    "git_commit",
+    "git_dirty",
+    "python",
+    "numpy",
+    "scipy",
+    "simpy",
+    "pandas",
+    "pyarrow",
+    "platform",
+    "wall_seconds",
+    "finished",
+}
 
 
 def manifest(folder):
@@ -67,8 +114,7 @@ def test_results_follow_the_output_contract(toy_study):
 
     # records are named by config hash, each with a sidecar: checksums, fingerprint, provenance
     runs = sorted(p.name for p in (res / "runs").iterdir())
-    assert runs == sorted(f"{r.config_hash}{s}" for r in study.runs for s in (".json",
-                                                                             ".parquet"))
+    assert runs == sorted(f"{r.config_hash}{s}" for r in study.runs for s in (".json", ".parquet"))
     meta = pq.read_schema(record(toy_study, study.runs[0])).metadata
     assert meta[b"desim.config_hash"].decode() == study.runs[0].config_hash
     side = json.loads(record(toy_study, study.runs[0], ".json").read_text())
@@ -76,16 +122,23 @@ def test_results_follow_the_output_contract(toy_study):
     assert PROVENANCE_FIELDS <= set(side["provenance"])
     assert side["provenance"]["desim_version"] == desim.__version__
     assert side["provenance"]["wall_seconds"] >= 0 and side["provenance"]["scipy"]
-    assert side["files"] == {f"{study.runs[0].config_hash}.parquet":
-                             results.sha256_file(record(toy_study, study.runs[0]))}
+    assert side["files"] == {
+        f"{study.runs[0].config_hash}.parquet": results.sha256_file(
+            record(toy_study, study.runs[0])
+        )
+    }
     trajectory = pd.read_parquet(record(toy_study, study.runs[0]))
     assert side["fingerprint"] == results.fingerprint(trajectory)
     assert not (res / "agents.parquet").exists()
 
     man = manifest(toy_study)
     assert HEAD_FIELDS <= set(man) and man["root_seed"] == 7
-    assert man["study"] == {"title": "toy", "file": "study.toml",
-                            "config_hash": study.config_hash, "quick": False}
+    assert man["study"] == {
+        "title": "toy",
+        "file": "study.toml",
+        "config_hash": study.config_hash,
+        "quick": False,
+    }
     assert man["counts"] == {"done": 4, "failed": 0, "pending": 0}
     (inv,) = man["invocations"]
     assert INVOCATION_FIELDS <= set(inv) and inv["desim_version"] == desim.__version__
@@ -103,8 +156,11 @@ def test_results_follow_the_output_contract(toy_study):
 def snapshot(folder):
     """Bytes and modification times of every file of a results folder."""
     res = folder / "results"
-    return {str(p.relative_to(res)): (p.read_bytes(), p.stat().st_mtime_ns)
-            for p in sorted(res.rglob("*")) if p.is_file() and not p.name.startswith(".desim")}
+    return {
+        str(p.relative_to(res)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(res.rglob("*"))
+        if p.is_file() and not p.name.startswith(".desim")
+    }
 
 
 def test_a_no_op_resume_leaves_every_file_byte_identical(toy_study):
@@ -134,14 +190,19 @@ def test_changed_config_reruns_only_affected_runs(toy_study):
     assert after[record(toy_study, old.runs[2]).name] == before[record(toy_study, old.runs[2]).name]
     assert record(toy_study, new.runs[2]).name in after
     status = {e["run_id"]: e["status"] for e in manifest(toy_study)["runs"]}
-    assert status == {"toy-a_r000": "done", "toy-a_r001": "done", "toy-b_r000": "done",
-                      "toy-b_r001": "done"}
+    assert status == {
+        "toy-a_r000": "done",
+        "toy-a_r001": "done",
+        "toy-b_r000": "done",
+        "toy-b_r001": "done",
+    }
     assert [i["ran"] for i in manifest(toy_study)["invocations"]] == [4, 2]
 
 
 def test_failed_run_is_recorded_and_the_others_are_kept(toy_study):
-    write_study(toy_study, TOY_STUDY.replace('noise = "gaussian"',
-                                             'noise = "gaussian"\nfail_replicate = 1'))
+    write_study(
+        toy_study, TOY_STUDY.replace('noise = "gaussian"', 'noise = "gaussian"\nfail_replicate = 1')
+    )
     summary = run_study(load_study(toy_study), progress=False)
     assert (summary.done, summary.failed, summary.ok) == (3, 1, False)
     assert summary.failures[0][0] == "toy-b_r001"
@@ -152,7 +213,10 @@ def test_failed_run_is_recorded_and_the_others_are_kept(toy_study):
     assert not (toy_study / "results" / "runs" / "toy-b_r001.parquet").exists()
     m = pd.read_parquet(toy_study / "results" / "metrics.parquet")
     assert sorted(set(zip(m.scenario, m.replicate, strict=True))) == [
-        ("Toy A", 0), ("Toy A", 1), ("Toy B", 0)]
+        ("Toy A", 0),
+        ("Toy A", 1),
+        ("Toy B", 0),
+    ]
 
 
 def test_interrupt_keeps_finished_runs_and_resumes(toy_study, monkeypatch):
@@ -180,8 +244,10 @@ def test_interrupt_keeps_finished_runs_and_resumes(toy_study, monkeypatch):
     assert (summary.done, summary.skipped, summary.ok) == (2, 2, True)
 
 
-@pytest.mark.skipif(multiprocessing.get_start_method() != "fork",
-                    reason="the toy plug-in reaches workers only through fork")
+@pytest.mark.skipif(
+    multiprocessing.get_start_method() != "fork",
+    reason="the toy plug-in reaches workers only through fork",
+)
 def test_metrics_bytes_do_not_depend_on_the_worker_count(tmp_path):
     grid = '[grid]\n"defaults.epsilon" = [0.5, 2.0]\n'
     one = write_study(tmp_path / "one", TOY_STUDY + grid)
@@ -194,8 +260,10 @@ def test_metrics_bytes_do_not_depend_on_the_worker_count(tmp_path):
         assert (one / "results" / name).read_bytes() == (two / "results" / name).read_bytes()
     m = pd.read_parquet(one / "results" / "metrics.parquet")
     noisy = m[(m.scenario == "Toy B") & (m.metric == "mse")]
-    assert noisy.groupby("epsilon").value.mean().loc[0.5] > noisy.groupby(
-        "epsilon").value.mean().loc[2.0]  # the grid value reached the protocol
+    assert (
+        noisy.groupby("epsilon").value.mean().loc[0.5]
+        > noisy.groupby("epsilon").value.mean().loc[2.0]
+    )  # the grid value reached the protocol
 
 
 def test_rows_are_sorted_by_scenario_point_replicate_t_metric(tmp_path):
@@ -205,8 +273,16 @@ def test_rows_are_sorted_by_scenario_point_replicate_t_metric(tmp_path):
     run_study(load_study(folder), progress=False)
     m = pd.read_parquet(folder / "results" / "metrics.parquet")
     assert list(m.columns) == ["scenario", "replicate", "agents", "t", "metric", "value"]
-    keys = list(zip(m.scenario.map({"Z first": 0, "Toy B": 1}), m.agents.map({6: 0, 4: 1}),
-                    m.replicate, m.t, m.metric, strict=True))
+    keys = list(
+        zip(
+            m.scenario.map({"Z first": 0, "Toy B": 1}),
+            m.agents.map({6: 0, 4: 1}),
+            m.replicate,
+            m.t,
+            m.metric,
+            strict=True,
+        )
+    )
     assert keys == sorted(keys)
     c = pd.read_parquet(folder / "results" / "curves.parquet")
     assert list(c.columns) == ["curve", "agents", "t", "metric", "value", "stderr"]

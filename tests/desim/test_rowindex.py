@@ -14,8 +14,10 @@ IDS = st.one_of(st.integers(0, 3000), st.integers(0, 2**62), st.just(2**63 - 1))
 
 
 @settings(max_examples=60, deadline=None)
-@given(batches=st.lists(st.lists(IDS, max_size=700), min_size=1, max_size=8),
-       asked=st.lists(IDS, max_size=200))
+@given(
+    batches=st.lists(st.lists(IDS, max_size=700), min_size=1, max_size=8),
+    asked=st.lists(IDS, max_size=200),
+)
 def test_rows_are_given_in_order_of_adding_and_found_again(batches, asked):
     index, want = RowIndex(), {}
     for batch in batches:

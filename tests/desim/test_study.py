@@ -14,75 +14,163 @@ from desim.study.spec import load_study, slug
 # (name, edit of the toy study, fragments the one-line message must contain)
 # An edit is (old, new): the first `old` in the file becomes `new`; old = "" appends `new`.
 BAD_STUDIES = [
-    ("unknown key", ("seed = 7", "sed = 7"),
-     ["[study]", "unknown key 'sed'", "did you mean 'seed'"]),
-    ("unknown top-level table", ("[defaults]", "[defualts]"),
-     ["unknown key 'defualts'", "did you mean 'defaults'"]),
-    ("unknown protocol param", ('noise = "gaussian"', 'noize = "gaussian"'),
-     ["scenario 'Toy B'", "unknown key 'noize'", "did you mean 'noise'"]),
-    ("unknown [defaults] key", ("epsilon = 1.0", "epsilom = 1.0"),
-     ["[defaults]", "unknown key 'epsilom'", "did you mean 'epsilon'"]),
-    ("wrong type", ("replicates = 2", 'replicates = "two"'),
-     ["[study]", "replicates = 'two'", "must be an integer"]),
+    (
+        "unknown key",
+        ("seed = 7", "sed = 7"),
+        ["[study]", "unknown key 'sed'", "did you mean 'seed'"],
+    ),
+    (
+        "unknown top-level table",
+        ("[defaults]", "[defualts]"),
+        ["unknown key 'defualts'", "did you mean 'defaults'"],
+    ),
+    (
+        "unknown protocol param",
+        ('noise = "gaussian"', 'noize = "gaussian"'),
+        ["scenario 'Toy B'", "unknown key 'noize'", "did you mean 'noise'"],
+    ),
+    (
+        "unknown [defaults] key",
+        ("epsilon = 1.0", "epsilom = 1.0"),
+        ["[defaults]", "unknown key 'epsilom'", "did you mean 'epsilon'"],
+    ),
+    (
+        "wrong type",
+        ("replicates = 2", 'replicates = "two"'),
+        ["[study]", "replicates = 'two'", "must be an integer"],
+    ),
     ("wrong type of a table", ("[study]", "grid = 3\n[study]"), ["grid must be a table"]),
-    ("table instead of an array", ("[[curve]]", "[curve]"),
-     ["curve must be an array of tables", "[[curve]]"]),
+    (
+        "table instead of an array",
+        ("[[curve]]", "[curve]"),
+        ["curve must be an array of tables", "[[curve]]"],
+    ),
     ("missing title", ('title = "toy"', ""), ["[study]", "title is required"]),
     ("negative seed", ("seed = 7", "seed = -1"), ["seed = -1", "must be ≥ 0"]),
     ("zero replicates", ("replicates = 2", "replicates = 0"), ["replicates = 0", "≥ 1"]),
     ("one checkpoint", ("checkpoints = 8", "checkpoints = 1"), ["checkpoints = 1", "≥ 2"]),
     ("T < 1", ("t_max = 50", "t_max = 0"), ["[study]", "t_max = 0", "must be ≥ 1"]),
-    ("epsilon <= 0 in defaults", ("epsilon = 1.0", "epsilon = 0.0"),
-     ["epsilon = 0.0", "must be > 0", "[defaults]"]),
-    ("epsilon <= 0 in a scenario", ('noise = "gaussian"', 'noise = "gaussian"\nepsilon = -1'),
-     ["scenario 'Toy B'", "epsilon = -1", "must be > 0"]),
-    ("delta >= 1", ('noise = "gaussian"', 'noise = "gaussian"\ndelta = 1.5'),
-     ["scenario 'Toy B'", "delta = 1.5", "> 0 and < 1"]),
-    ("delta <= 0", ('noise = "gaussian"', 'noise = "gaussian"\ndelta = 0'),
-     ["delta = 0", "> 0 and < 1"]),
-    ("Literal protocol field", ('noise = "gaussian"', 'noise = "gausian"'),
-     ["scenario 'Toy B'", "noise = 'gausian'", "one of 'none', 'gaussian'"]),
+    (
+        "epsilon <= 0 in defaults",
+        ("epsilon = 1.0", "epsilon = 0.0"),
+        ["epsilon = 0.0", "must be > 0", "[defaults]"],
+    ),
+    (
+        "epsilon <= 0 in a scenario",
+        ('noise = "gaussian"', 'noise = "gaussian"\nepsilon = -1'),
+        ["scenario 'Toy B'", "epsilon = -1", "must be > 0"],
+    ),
+    (
+        "delta >= 1",
+        ('noise = "gaussian"', 'noise = "gaussian"\ndelta = 1.5'),
+        ["scenario 'Toy B'", "delta = 1.5", "> 0 and < 1"],
+    ),
+    (
+        "delta <= 0",
+        ('noise = "gaussian"', 'noise = "gaussian"\ndelta = 0'),
+        ["delta = 0", "> 0 and < 1"],
+    ),
+    (
+        "Literal protocol field",
+        ('noise = "gaussian"', 'noise = "gausian"'),
+        ["scenario 'Toy B'", "noise = 'gausian'", "one of 'none', 'gaussian'"],
+    ),
     ("M < 2", ("agents = 6", "agents = 1"), ["data", "agents = 1", "must be ≥ 2"]),
     ("negative sigma", ("sigma = 0.5", "sigma = -0.5"), ["data", "sigma = -0.5", "≥ 0"]),
-    ("empty class list", ("class_means = [0.2, 0.8]", "class_means = []"),
-     ["data", "class_means = []", "must not be empty"]),
-    ("unknown protocol", ('protocol = "toy-local-mean"', 'protocol = "toy-local-meen"'),
-     ["scenario 'Toy A'", "unknown protocol 'toy-local-meen'", "did you mean 'toy-local-mean'"]),
-    ("unknown data model", ('model = "classes"', 'model = "clases"'),
-     ["[data]", "model", "unknown data model 'clases'", "did you mean 'classes'"]),
-    ("unknown link model", ("", '[network]\nlinks = "idael"\n'),
-     ["[network]", "links", "unknown link model 'idael'", "did you mean 'ideal'"]),
-    ("bad link param", ("", '[network]\nlinks = "fixed-latency"\nslots = -2\n'),
-     ["network", "slots = -2", "≥ 0"]),
-    ("unknown curve", ('kind = "toy-local"', 'kind = "toy-locl"'),
-     ["curve 'toy curve'", "unknown curve 'toy-locl'", "did you mean 'toy-local'"]),
-    ("bad curve param", ('kind = "toy-local"', 'kind = "toy-local"\nscale = 0'),
-     ["curve 'toy curve'", "scale = 0", "> 0"]),
-    ("duplicate scenario names", ('name = "Toy B"', 'name = "Toy A"'),
-     ["scenario 'Toy A'", "used twice"]),
+    (
+        "empty class list",
+        ("class_means = [0.2, 0.8]", "class_means = []"),
+        ["data", "class_means = []", "must not be empty"],
+    ),
+    (
+        "unknown protocol",
+        ('protocol = "toy-local-mean"', 'protocol = "toy-local-meen"'),
+        ["scenario 'Toy A'", "unknown protocol 'toy-local-meen'", "did you mean 'toy-local-mean'"],
+    ),
+    (
+        "unknown data model",
+        ('model = "classes"', 'model = "clases"'),
+        ["[data]", "model", "unknown data model 'clases'", "did you mean 'classes'"],
+    ),
+    (
+        "unknown link model",
+        ("", '[network]\nlinks = "idael"\n'),
+        ["[network]", "links", "unknown link model 'idael'", "did you mean 'ideal'"],
+    ),
+    (
+        "bad link param",
+        ("", '[network]\nlinks = "fixed-latency"\nslots = -2\n'),
+        ["network", "slots = -2", "≥ 0"],
+    ),
+    (
+        "unknown curve",
+        ('kind = "toy-local"', 'kind = "toy-locl"'),
+        ["curve 'toy curve'", "unknown curve 'toy-locl'", "did you mean 'toy-local'"],
+    ),
+    (
+        "bad curve param",
+        ('kind = "toy-local"', 'kind = "toy-local"\nscale = 0'),
+        ["curve 'toy curve'", "scale = 0", "> 0"],
+    ),
+    (
+        "duplicate scenario names",
+        ('name = "Toy B"', 'name = "Toy A"'),
+        ["scenario 'Toy A'", "used twice"],
+    ),
     ("missing scenario name", ('name = "Toy B"\n', ""), ["[[scenario]] #2", "name is missing"]),
-    ("unknown array of tables", ("[[scenario]]", "[[senario]]"),
-     ["unknown key 'senario'", "did you mean 'scenario'"]),
-    ("plot of an unknown scenario", ('file = "toy.png"', 'file = "toy.png"\nscenarios = ["Toy C"]'),
-     ["plot 'toy.png'", "unknown scenario 'Toy C'", "allowed: Toy A, Toy B"]),
-    ("plot of an unknown curve", ('curves = ["toy curve"]', 'curves = ["toy curv"]'),
-     ["plot 'toy.png'", "unknown curve 'toy curv'", "did you mean 'toy curve'"]),
-    ("plot file with a folder", ('file = "toy.png"', 'file = "../toy.png"'),
-     ["file = '../toy.png'", "file name ending in .png"]),
-    ("plot limits", ('file = "toy.png"', 'file = "toy.png"\nylim = [1.0, 0.1]'),
-     ["ylim = [1.0, 0.1]", "0 < low < high"]),
-    ("bad grid root", ("", '[grid]\n"dat.agents" = [4, 6]\n'),
-     ["[grid]", "'dat.agents'", "data.<key>"]),
-    ("bad grid key", ("", '[grid]\n"data.agentz" = [4, 6]\n'),
-     ["[grid]", "unknown key 'agentz'", "did you mean 'agents'"]),
-    ("grid values not a list", ("", '[grid]\n"data.agents" = 4\n'),
-     ["'data.agents' = 4", "non-empty list"]),
-    ("bad grid value", ("", '[grid]\n"data.agents" = [1, 6]\n'),
-     ["grid point agents = 1", "agents = 1", "must be ≥ 2"]),
-    ("swept default overridden by a scenario",
-     ('noise = "gaussian"',
-      'noise = "gaussian"\nepsilon = 2.0\n[grid]\n"defaults.epsilon" = [1.0]'),
-     ["[grid]", "'defaults.epsilon'", "scenario 'Toy B' sets epsilon = 2.0 itself"]),
+    (
+        "unknown array of tables",
+        ("[[scenario]]", "[[senario]]"),
+        ["unknown key 'senario'", "did you mean 'scenario'"],
+    ),
+    (
+        "plot of an unknown scenario",
+        ('file = "toy.png"', 'file = "toy.png"\nscenarios = ["Toy C"]'),
+        ["plot 'toy.png'", "unknown scenario 'Toy C'", "allowed: Toy A, Toy B"],
+    ),
+    (
+        "plot of an unknown curve",
+        ('curves = ["toy curve"]', 'curves = ["toy curv"]'),
+        ["plot 'toy.png'", "unknown curve 'toy curv'", "did you mean 'toy curve'"],
+    ),
+    (
+        "plot file with a folder",
+        ('file = "toy.png"', 'file = "../toy.png"'),
+        ["file = '../toy.png'", "file name ending in .png"],
+    ),
+    (
+        "plot limits",
+        ('file = "toy.png"', 'file = "toy.png"\nylim = [1.0, 0.1]'),
+        ["ylim = [1.0, 0.1]", "0 < low < high"],
+    ),
+    (
+        "bad grid root",
+        ("", '[grid]\n"dat.agents" = [4, 6]\n'),
+        ["[grid]", "'dat.agents'", "data.<key>"],
+    ),
+    (
+        "bad grid key",
+        ("", '[grid]\n"data.agentz" = [4, 6]\n'),
+        ["[grid]", "unknown key 'agentz'", "did you mean 'agents'"],
+    ),
+    (
+        "grid values not a list",
+        ("", '[grid]\n"data.agents" = 4\n'),
+        ["'data.agents' = 4", "non-empty list"],
+    ),
+    (
+        "bad grid value",
+        ("", '[grid]\n"data.agents" = [1, 6]\n'),
+        ["grid point agents = 1", "agents = 1", "must be ≥ 2"],
+    ),
+    (
+        "swept default overridden by a scenario",
+        (
+            'noise = "gaussian"',
+            'noise = "gaussian"\nepsilon = 2.0\n[grid]\n"defaults.epsilon" = [1.0]',
+        ),
+        ["[grid]", "'defaults.epsilon'", "scenario 'Toy B' sets epsilon = 2.0 itself"],
+    ),
     ("bad quick value", ("t_max = 20", "t_max = -5"), ["[quick]", "t_max = -5", "≥ 1"]),
     ("TOML syntax", ("seed = 7", "seed = = 7"), ["not valid TOML", "line"]),
 ]
@@ -125,8 +213,12 @@ def test_a_study_needs_a_scenario(tmp_path):
 def test_the_toy_study_itself_is_valid(toy_study):
     study = load_study(toy_study)
     assert len(study.runs) == 4 and len(study.curve_jobs) == 1
-    assert [r.run_id for r in study.runs] == ["toy-a_r000", "toy-a_r001", "toy-b_r000",
-                                              "toy-b_r001"]
+    assert [r.run_id for r in study.runs] == [
+        "toy-a_r000",
+        "toy-a_r001",
+        "toy-b_r000",
+        "toy-b_r001",
+    ]
 
 
 def test_missing_study_and_missing_file_are_config_errors(tmp_path):
@@ -156,8 +248,10 @@ def test_grid_expands_to_points_with_columns_ids_and_stable_hashes(tmp_path):
     study = load_study(write_study(tmp_path / "s", TOY_STUDY + grid))
     assert study.grid_columns == {"data.agents": "agents", "defaults.epsilon": "epsilon"}
     assert [p.columns for p in study.points] == [
-        {"agents": 4, "epsilon": 0.5}, {"agents": 4, "epsilon": 1.0},
-        {"agents": 6, "epsilon": 0.5}, {"agents": 6, "epsilon": 1.0},
+        {"agents": 4, "epsilon": 0.5},
+        {"agents": 4, "epsilon": 1.0},
+        {"agents": 6, "epsilon": 0.5},
+        {"agents": 6, "epsilon": 1.0},
     ]
     assert len(study.runs) == 2 * 4 * 2 and len(study.curve_jobs) == 4
     first = study.runs[0]
@@ -176,10 +270,15 @@ def test_grid_expands_to_points_with_columns_ids_and_stable_hashes(tmp_path):
 
 def test_changing_one_scenario_changes_only_its_hashes(tmp_path):
     a = load_study(write_study(tmp_path / "a"))
-    b = load_study(write_study(tmp_path / "b", TOY_STUDY.replace(
-        'noise = "gaussian"', 'noise = "gaussian"\nepsilon = 3.0')))
-    changed = {ra.run_id for ra, rb in zip(a.runs, b.runs, strict=True)
-               if ra.config_hash != rb.config_hash}
+    b = load_study(
+        write_study(
+            tmp_path / "b",
+            TOY_STUDY.replace('noise = "gaussian"', 'noise = "gaussian"\nepsilon = 3.0'),
+        )
+    )
+    changed = {
+        ra.run_id for ra, rb in zip(a.runs, b.runs, strict=True) if ra.config_hash != rb.config_hash
+    }
     assert changed == {"toy-b_r000", "toy-b_r001"}
     assert a.config_hash != b.config_hash
 
@@ -203,7 +302,8 @@ def test_quick_overrides_and_writes_elsewhere(toy_study):
 
 def test_quick_without_a_quick_table_uses_a_small_fallback(tmp_path):
     text = TOY_STUDY.replace("[quick]\nreplicates = 1\nt_max = 20\n", "").replace(
-        "t_max = 50", "t_max = 5000")
+        "t_max = 50", "t_max = 5000"
+    )
     study = load_study(write_study(tmp_path / "s", text), quick=True)
     assert (study.replicates, study.t_max) == (2, 1000)
 

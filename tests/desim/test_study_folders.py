@@ -57,8 +57,9 @@ def test_edit_then_plot_and_summary_show_no_stale_data(toy_study, capsys):
 
 def test_edit_without_rerun_plots_only_what_is_current(toy_study, capsys):
     assert main(["run", str(toy_study), "--no-progress"]) == 0
-    write_study(toy_study, TOY_STUDY.replace('noise = "gaussian"',
-                                             'noise = "gaussian"\nepsilon = 3.0'))
+    write_study(
+        toy_study, TOY_STUDY.replace('noise = "gaussian"', 'noise = "gaussian"\nepsilon = 3.0')
+    )
     loaded = load_results(load_study(toy_study))
     assert set(loaded.metrics.scenario) == {"Toy A"}  # Toy B changed: its old runs are stale
     assert any("2 of 4 runs have results" in n for n in loaded.notes)
@@ -104,7 +105,7 @@ def test_a_lock_left_by_a_killed_process_is_recovered(toy_study):
         import os
         from pathlib import Path
         from desim.study.store import StudyLock
-        StudyLock(Path({str(toy_study / 'results')!r})).__enter__()
+        StudyLock(Path({str(toy_study / "results")!r})).__enter__()
         os._exit(9)  # killed while holding the lock
     """)
     subprocess.run([sys.executable, "-c", code], check=False, timeout=60)
@@ -137,8 +138,10 @@ protocol = "ideal"
 def test_two_concurrent_runs_leave_one_result_per_run_and_no_traceback(tmp_path):
     folder = write_study(tmp_path / "race", SLOW_STUDY)
     cmd = [sys.executable, "-m", "desim.study.cli", "run", str(folder), "--no-progress"]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     codes = sorted(p.returncode for p in procs)
     for _, err in outs:
@@ -147,7 +150,8 @@ def test_two_concurrent_runs_leave_one_result_per_run_and_no_traceback(tmp_path)
     study = load_study(folder)
     runs = folder / "results" / "runs"
     assert sorted(p.name for p in runs.glob("*.parquet")) == sorted(
-        f"{r.config_hash}.parquet" for r in study.runs)
+        f"{r.config_hash}.parquet" for r in study.runs
+    )
     assert not list(runs.glob(".*.tmp"))
     man = json.loads((folder / "results" / "manifest.json").read_text())
     assert man["counts"]["done"] == len(study.runs)
@@ -326,8 +330,9 @@ def test_a_scenario_reached_by_the_grid_runs_at_every_point(tmp_path):
 
 def test_curves_are_cached_by_config_hash(toy_study):
     run_study(load_study(toy_study), progress=False)
-    write_study(toy_study, TOY_STUDY.replace('noise = "gaussian"',
-                                             'noise = "gaussian"\nepsilon = 3.0'))
+    write_study(
+        toy_study, TOY_STUDY.replace('noise = "gaussian"', 'noise = "gaussian"\nepsilon = 3.0')
+    )
     run_study(load_study(toy_study), progress=False)
     man = json.loads((toy_study / "results" / "manifest.json").read_text())
     assert [i["curves_computed"] for i in man["invocations"]] == [1, 0]
@@ -352,8 +357,7 @@ def test_a_suite_is_validated_run_and_summarised_sub_study_by_sub_study(tmp_path
     assert out.index("Toy C") < out.index("Toy B")  # sub-studies in name order
 
 
-def test_a_suite_is_validated_whole_before_anything_runs_and_has_one_progress_bar(
-        tmp_path, capsys):
+def test_a_suite_is_validated_whole_before_anything_runs_and_has_one_progress_bar(tmp_path, capsys):
     write_study(tmp_path / "suite" / "a")
     write_study(tmp_path / "suite" / "b", TOY_STUDY.replace("replicates = 2", "replicates = 0"))
     suite = str(tmp_path / "suite")
@@ -431,12 +435,19 @@ def test_version(capsys):
 
 
 def test_a_closed_pipe_ends_quietly(tmp_path):
-    folder = write_study(tmp_path / "s", SLOW_STUDY.replace("t_max = 20000", "t_max = 50")
-                         .replace("replicates = 3", "replicates = 1"))
+    folder = write_study(
+        tmp_path / "s",
+        SLOW_STUDY.replace("t_max = 20000", "t_max = 50").replace(
+            "replicates = 3", "replicates = 1"
+        ),
+    )
     run_study(load_study(folder), progress=False)
     # the reader goes away before desim writes: as `desim summary ... | head -0` does
-    proc = subprocess.Popen([sys.executable, "-m", "desim.study.cli", "summary", str(folder)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "desim.study.cli", "summary", str(folder)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0
@@ -469,8 +480,7 @@ def test_topology_warnings_are_recorded_and_printed_once(tmp_path, capsys):
 # the bundled studies' committed results
 
 
-BUNDLED = sorted(p.parent for p in (ROOT / "studies").rglob("study.toml")
-                 if "quick" not in p.parts)
+BUNDLED = sorted(p.parent for p in (ROOT / "studies").rglob("study.toml") if "quick" not in p.parts)
 
 
 @pytest.mark.parametrize("folder", BUNDLED, ids=[str(p.relative_to(ROOT)) for p in BUNDLED])
@@ -483,9 +493,11 @@ def test_bundled_results_load_as_current_without_absolute_paths(folder):
     text = (study.results_dir / "manifest.json").read_text()
     assert "/work/" not in text and "/home/" not in text
     if study.runs:  # metrics.parquet matches its checksum and the records it was built from
-        assert results._table_valid(study.results_dir / "metrics.parquet",
-                                    manifest["tables"]["metrics.parquet"],
-                                    results._contents_key(study, state.sidecars))
+        assert results._table_valid(
+            study.results_dir / "metrics.parquet",
+            manifest["tables"]["metrics.parquet"],
+            results._contents_key(study, state.sidecars),
+        )
     loaded = load_results(study)
     assert not loaded.notes
     if study.curve_jobs:
@@ -534,11 +546,17 @@ def test_workers_end_with_their_parent(tmp_path):
     import signal
     import time
 
-    folder = write_study(tmp_path / "s", SLOW_STUDY.replace("t_max = 20000", "t_max = 2000000")
-                         .replace("replicates = 3", "replicates = 4"))
-    code = ("import sys; from desim.study.results import run_study; "
-            "from desim.study.spec import load_study; "
-            f"run_study(load_study({str(folder)!r}), workers=2, progress=False)")
+    folder = write_study(
+        tmp_path / "s",
+        SLOW_STUDY.replace("t_max = 20000", "t_max = 2000000").replace(
+            "replicates = 3", "replicates = 4"
+        ),
+    )
+    code = (
+        "import sys; from desim.study.results import run_study; "
+        "from desim.study.spec import load_study; "
+        f"run_study(load_study({str(folder)!r}), workers=2, progress=False)"
+    )
     parent = subprocess.Popen([sys.executable, "-c", code])
     try:
         deadline = time.monotonic() + 60
@@ -568,5 +586,6 @@ def test_a_curve_takes_its_scenarios_colour_and_the_key_leaves_hashes_alone(tmp_
     assert paired.config_hash == plain.config_hash  # a figure-only key
     assert paired.curve_jobs[0].config_hash == plain.curve_jobs[0].config_hash
     with pytest.raises(ConfigError, match="scenario = 'Toy Z': must name a"):
-        load_study(write_study(tmp_path / "c", text.replace('scenario = "Toy B"',
-                                                            'scenario = "Toy Z"')))
+        load_study(
+            write_study(tmp_path / "c", text.replace('scenario = "Toy B"', 'scenario = "Toy Z"'))
+        )

@@ -17,7 +17,7 @@ def test_first_crossing_interpolates_on_log_log_axes():
     t = np.array([1.0, 10.0, 100.0])
     value = np.array([1.0, 1e-1, 1e-3])
     # between t = 10 (0.1) and t = 100 (1e-3): log10 value falls 2 per decade; 1e-2 is halfway
-    assert first_crossing(t, value, 1e-2) == pytest.approx(10 ** 1.5)
+    assert first_crossing(t, value, 1e-2) == pytest.approx(10**1.5)
     assert first_crossing(t, value, 2.0) == 1.0  # already there at the first checkpoint
     assert first_crossing(t, value, 1e-1) == pytest.approx(10.0)  # exactly at a checkpoint
     assert math.isnan(first_crossing(t, value, 1e-4))  # never
@@ -33,7 +33,7 @@ def _frame() -> pd.DataFrame:
 
 def test_time_to_target_per_replicate():
     hits = time_to_target(_frame(), 1e-2)
-    assert hits["t_target"].iloc[0] == pytest.approx(10 ** 1.5)
+    assert hits["t_target"].iloc[0] == pytest.approx(10**1.5)
     # replicate 1: 0.2 at t=10, 2e-3 at t=100: log-distance 1 decade of value per 0.5 decade
     assert hits["t_target"].iloc[1] == pytest.approx(10 ** (1 + math.log10(20) / 2))
     assert math.isnan(hits["t_target"].iloc[2])

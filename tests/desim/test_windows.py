@@ -28,26 +28,44 @@ def run(protocol: str, params: dict, links, windows: bool, t_max: int = 150, see
     cls = PROTOCOLS.get(protocol)
     proto = cls(build(cls.Params, params, "test"))
     data = build(DATA.get("classes"), CLASSES, "data").make(np.random.default_rng(seed))
-    sim = Simulation(proto, data, t_max, Streams(seed, 0, 1, 2), links=links,
-                     checkpoints=np.arange(1, t_max + 1), per_agent=True, windows=windows)
+    sim = Simulation(
+        proto,
+        data,
+        t_max,
+        Streams(seed, 0, 1, 2),
+        links=links,
+        checkpoints=np.arange(1, t_max + 1),
+        per_agent=True,
+        windows=windows,
+    )
     out = sim.run()
     return proto, sim, out
 
 
 def scripted():
     """20 % losses, exponential delays (mean 2 slots): every message its own instant."""
-    return ScriptedLinks(down=lambda rng, t, src, dst: rng.random(len(src)) < 0.2,
-                         delay=lambda rng, t, n: rng.exponential(2.0, n))
+    return ScriptedLinks(
+        down=lambda rng, t, src, dst: rng.random(len(src)) < 0.2,
+        delay=lambda rng, t, n: rng.exponential(2.0, n),
+    )
 
 
-@pytest.mark.parametrize("params", [
-    {},
-    {"mechanism": "pm2", "weights": "last", "timeout": 2.5},
-    {"mechanism": "pm2", "weights": "wmom", "schedule": "rrr", "variance": "sch-var-2-bayes",
-     "timeout": 4.25},
-    {"mechanism": "pm2", "weights": "mom", "variance": "sch-var-1", "welch_df": "kappa"},
-    {"mechanism": "pm1", "weights": "mom", "variance": "sch-var-2", "timeout": 3.5},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"mechanism": "pm2", "weights": "last", "timeout": 2.5},
+        {
+            "mechanism": "pm2",
+            "weights": "wmom",
+            "schedule": "rrr",
+            "variance": "sch-var-2-bayes",
+            "timeout": 4.25,
+        },
+        {"mechanism": "pm2", "weights": "mom", "variance": "sch-var-1", "welch_df": "kappa"},
+        {"mechanism": "pm1", "weights": "mom", "variance": "sch-var-2", "timeout": 3.5},
+    ],
+)
 def test_windows_reproduce_one_message_per_instant_bit_for_bit(params):
     one, sim_one, out_one = run("private-colme", params, scripted(), windows=False)
     win, sim_win, out_win = run("private-colme", params, scripted(), windows=True)
@@ -63,11 +81,10 @@ def test_windows_reproduce_one_message_per_instant_bit_for_bit(params):
     np.testing.assert_array_equal(sim_one.network.dropped, sim_win.network.dropped)
 
 
-
-
 @pytest.mark.parametrize("tables", WINDOW_NETWORKS)
-@pytest.mark.parametrize("params", [{}, {"weights": "wmom", "schedule": "rrr",
-                                         "variance": "sch-var-2", "timeout": 5.5}])
+@pytest.mark.parametrize(
+    "params", [{}, {"weights": "wmom", "schedule": "rrr", "variance": "sch-var-2", "timeout": 5.5}]
+)
 def test_windows_are_exact_on_realistic_networks(tables, params):
     def links():
         return realistic_links(IdealLinks(), tables)
@@ -98,23 +115,36 @@ class Batched(PROTOCOLS.get("private-colme")):
         super().on_slots(t, samples)
 
 
-def run_batched(params: dict, links, windows: bool, checkpoints: np.ndarray, t_max: int = 300,
-                seed: int = 5):
+def run_batched(
+    params: dict, links, windows: bool, checkpoints: np.ndarray, t_max: int = 300, seed: int = 5
+):
     proto = Batched(build(Batched.Params, params, "test"))
     data = build(DATA.get("classes"), {**CLASSES, "agents": 9}, "data").make(
-        np.random.default_rng(seed))
-    sim = Simulation(proto, data, t_max, Streams(seed, 0, 1, 2), links=links,
-                     checkpoints=checkpoints, per_agent=True, windows=windows)
+        np.random.default_rng(seed)
+    )
+    sim = Simulation(
+        proto,
+        data,
+        t_max,
+        Streams(seed, 0, 1, 2),
+        links=links,
+        checkpoints=checkpoints,
+        per_agent=True,
+        windows=windows,
+    )
     return proto, sim, sim.run()
 
 
 @pytest.mark.parametrize("tables", WINDOW_NETWORKS)
-@pytest.mark.parametrize("params", [
-    {},
-    {"mechanism": "pm2", "weights": "wmom", "variance": "sch-var-2-bayes", "timeout": 4.25},
-    {"mechanism": "pm2", "weights": "mom", "variance": "sch-var-1", "welch_df": "kappa"},
-    {"mechanism": "pm1", "weights": "mom", "variance": "sch-var-2", "timeout": 3.5},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"mechanism": "pm2", "weights": "wmom", "variance": "sch-var-2-bayes", "timeout": 4.25},
+        {"mechanism": "pm2", "weights": "mom", "variance": "sch-var-1", "welch_df": "kappa"},
+        {"mechanism": "pm1", "weights": "mom", "variance": "sch-var-2", "timeout": 3.5},
+    ],
+)
 def test_batches_of_slots_reproduce_one_message_per_instant_bit_for_bit(tables, params):
     """Under RR the engine hands Private-ColME up to SLOT_BATCH slots at once, ending a batch at
     every measurement (here at uneven times, two of them adjacent): every measurement and the
@@ -135,18 +165,22 @@ def test_batches_of_slots_reproduce_one_message_per_instant_bit_for_bit(tables, 
     for name in ("included", "stale", "timed_out", "repeated", "sums", "sumsq", "counts"):
         np.testing.assert_array_equal(getattr(one, name), getattr(win, name))
     # the compensated combination sums (their terms may be added in another order)
-    np.testing.assert_array_equal(one.sums_w.sums + one.sums_w.carry,
-                                  win.sums_w.sums + win.sums_w.carry)
+    np.testing.assert_array_equal(
+        one.sums_w.sums + one.sums_w.carry, win.sums_w.sums + win.sums_w.carry
+    )
     np.testing.assert_array_equal(sim_one.network.sent, sim_win.network.sent)
     np.testing.assert_array_equal(sim_one.network.dropped, sim_win.network.dropped)
     assert sim_win.network.dropped.sum() > 0
 
 
-@pytest.mark.parametrize("params, links, batches", [
-    ({"schedule": "rrr"}, lambda: realistic_links(IdealLinks(), WINDOW_NETWORKS[0]), False),
-    ({}, scripted, False),  # its delays are the next draws of a stream, in the order asked
-    ({}, lambda: realistic_links(IdealLinks(), WINDOW_NETWORKS[0]), True),
-])
+@pytest.mark.parametrize(
+    "params, links, batches",
+    [
+        ({"schedule": "rrr"}, lambda: realistic_links(IdealLinks(), WINDOW_NETWORKS[0]), False),
+        ({}, scripted, False),  # its delays are the next draws of a stream, in the order asked
+        ({}, lambda: realistic_links(IdealLinks(), WINDOW_NETWORKS[0]), True),
+    ],
+)
 def test_slots_are_batched_only_under_rr_on_counter_based_links(params, links, batches):
     proto, sim, _ = run_batched(params, links(), True, np.array([300]), t_max=40)
     assert sim._batches == batches
@@ -154,12 +188,16 @@ def test_slots_are_batched_only_under_rr_on_counter_based_links(params, links, b
 
 
 @settings(max_examples=12, deadline=None)
-@given(seed=st.integers(0, 2**31), network=st.integers(0, len(WINDOW_NETWORKS) - 1),
-       block=st.sampled_from([5, 37, 1024]),
-       checkpoints=st.lists(st.integers(1, 130), min_size=1, max_size=6))
+@given(
+    seed=st.integers(0, 2**31),
+    network=st.integers(0, len(WINDOW_NETWORKS) - 1),
+    block=st.sampled_from([5, 37, 1024]),
+    checkpoints=st.lists(st.integers(1, 130), min_size=1, max_size=6),
+)
 def test_batches_end_at_any_measurement_and_data_block_alike(seed, network, block, checkpoints):
     """Whatever the measurement times and data-block size (a batch also ends at a block's end),
     batched and one-slot-at-a-time runs measure the same bytes."""
+
     def links():
         return realistic_links(IdealLinks(), WINDOW_NETWORKS[network])
 
@@ -167,8 +205,7 @@ def test_batches_end_at_any_measurement_and_data_block_alike(seed, network, bloc
         mp.setattr(engine, "DATA_BLOCK", block)
         cp = np.unique(checkpoints)
         _, _, one = run_batched({"timeout": 6.5}, links(), False, cp, t_max=130, seed=seed)
-        win, sim, batched = run_batched({"timeout": 6.5}, links(), True, cp, t_max=130,
-                                        seed=seed)
+        win, sim, batched = run_batched({"timeout": 6.5}, links(), True, cp, t_max=130, seed=seed)
     assert sim._batches and sum(win.batch_sizes) == 130
     assert one.metrics.to_csv().encode() == batched.metrics.to_csv().encode()
     assert one.agents.to_csv().encode() == batched.agents.to_csv().encode()

@@ -18,8 +18,12 @@ from desim.testing import ScriptedLinks
 
 load_plugins()
 
-DATA_PARAMS = {"agents": 24, "class_means": [0.0, 1.0, 0.4], "sigma": 1.0,
-               "distribution": "gaussian"}
+DATA_PARAMS = {
+    "agents": 24,
+    "class_means": [0.0, 1.0, 0.4],
+    "sigma": 1.0,
+    "distribution": "gaussian",
+}
 
 
 def run(protocol: str, params: dict, links, windows: bool, t_max: int = 120, seed: int = 5):
@@ -28,15 +32,25 @@ def run(protocol: str, params: dict, links, windows: bool, t_max: int = 120, see
     data = build(DATA.get("classes"), DATA_PARAMS, "data").make(np.random.default_rng(seed))
     topology = build(TOPOLOGIES.get("regular"), {"degree": 5}, "topology")
     data.public["graph"] = topology.build(data.n_agents, np.random.default_rng(seed + 1))
-    sim = Simulation(proto, data, t_max, Streams(seed, 0, 1, 2), links=links,
-                     checkpoints=np.arange(1, t_max + 1), per_agent=True, windows=windows)
+    sim = Simulation(
+        proto,
+        data,
+        t_max,
+        Streams(seed, 0, 1, 2),
+        links=links,
+        checkpoints=np.arange(1, t_max + 1),
+        per_agent=True,
+        windows=windows,
+    )
     return proto, sim, sim.run()
 
 
 def scripted():
     """20 % losses, exponential delays (mean 1.5 slots): every message its own instant."""
-    return ScriptedLinks(down=lambda rng, t, src, dst: rng.random(len(src)) < 0.2,
-                         delay=lambda rng, t, n: rng.exponential(1.5, n))
+    return ScriptedLinks(
+        down=lambda rng, t, src, dst: rng.random(len(src)) < 0.2,
+        delay=lambda rng, t, n: rng.exponential(1.5, n),
+    )
 
 
 def tied():
@@ -45,17 +59,38 @@ def tied():
     return ScriptedLinks(delay=lambda rng, t, n: rng.integers(0, 9, n) / 4.0)
 
 
-REALISTIC = {"latency": {"model": "exponential", "mean": 2.0},
-             "outages": {"model": "markov", "mean_up": 8.0, "mean_down": 3.0},
-             "stragglers": {"fraction": 0.3, "slowdown": 3.0}}
+REALISTIC = {
+    "latency": {"model": "exponential", "mean": 2.0},
+    "outages": {"model": "markov", "mean_up": 8.0, "mean_down": 3.0},
+    "stragglers": {"fraction": 0.3, "slowdown": 3.0},
+}
 
 CCOLME = [
     ("c-colme", {}),
     ("private-c-colme", {}),
-    ("c-colme", {"symmetric": True, "values": "fresh", "decisions": "retest", "initial": "none",
-                 "reset": "agent", "restart": "hard", "fallback": "local", "max_age": 3.0}),
-    ("private-c-colme", {"epsilon": 5.0, "alpha_p": 0.5, "rule": "optimistic",
-                         "weights": "max-degree", "values": "stale"}),
+    (
+        "c-colme",
+        {
+            "symmetric": True,
+            "values": "fresh",
+            "decisions": "retest",
+            "initial": "none",
+            "reset": "agent",
+            "restart": "hard",
+            "fallback": "local",
+            "max_age": 3.0,
+        },
+    ),
+    (
+        "private-c-colme",
+        {
+            "epsilon": 5.0,
+            "alpha_p": 0.5,
+            "rule": "optimistic",
+            "weights": "max-degree",
+            "values": "stale",
+        },
+    ),
 ]
 
 
@@ -69,17 +104,34 @@ def assert_same(one, sim_one, out_one, win, sim_win, out_win, arrays):
     np.testing.assert_array_equal(sim_one.network.dropped, sim_win.network.dropped)
 
 
-CCOLME_STATE = ("y", "chi", "their_chi", "kept", "nb_x", "nb_n", "nb_y", "nb_x_prev",
-                "nb_n_prev", "nb_size", "start")
+CCOLME_STATE = (
+    "y",
+    "chi",
+    "their_chi",
+    "kept",
+    "nb_x",
+    "nb_n",
+    "nb_y",
+    "nb_x_prev",
+    "nb_n_prev",
+    "nb_size",
+    "start",
+)
 
 
 #: the same on a delivery grid of a quarter slot (many states of an edge share an instant)
 GRID = {**REALISTIC, "latency": {"model": "exponential", "mean": 2.0, "resolution": 0.25}}
 
 
-@pytest.mark.parametrize("links", [scripted, tied,
-                                   lambda: realistic_links(IdealLinks(), REALISTIC),
-                                   lambda: realistic_links(IdealLinks(), GRID)])
+@pytest.mark.parametrize(
+    "links",
+    [
+        scripted,
+        tied,
+        lambda: realistic_links(IdealLinks(), REALISTIC),
+        lambda: realistic_links(IdealLinks(), GRID),
+    ],
+)
 @pytest.mark.parametrize(("protocol", "params"), CCOLME)
 def test_ccolme_windows_reproduce_one_message_per_instant_bit_for_bit(protocol, params, links):
     one = run(protocol, params, links(), windows=False)
@@ -105,30 +157,56 @@ class LoggedPricer(PROTOCOLS.get("pricer")):
 
 PRICER_NETWORKS = [
     {"latency": {"model": "exponential", "mean": 0.6}},
-    {"latency": {"model": "lognormal", "mean": 1.0, "cv": 2.0},
-     "outages": {"model": "markov", "mean_up": 6.0, "mean_down": 2.0},
-     "stragglers": {"fraction": 0.3, "slowdown": 3.0}},
+    {
+        "latency": {"model": "lognormal", "mean": 1.0, "cv": 2.0},
+        "outages": {"model": "markov", "mean_up": 6.0, "mean_down": 2.0},
+        "stragglers": {"fraction": 0.3, "slowdown": 3.0},
+    },
     {"latency": {"model": "exponential", "mean": 0.6, "resolution": 0.25}},
 ]
 
 
 @pytest.mark.parametrize("tables", PRICER_NETWORKS)
-@pytest.mark.parametrize("params", [{}, {"strategy": "colrel", "relay_deadline": 0.5},
-                                    {"strategy": "naive", "server_deadline": 2.5}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"strategy": "colrel", "relay_deadline": 0.5},
+        {"strategy": "naive", "server_deadline": 2.5},
+    ],
+)
 def test_pricer_windows_reproduce_one_message_per_instant_bit_for_bit(tables, params):
     from desim.models.pricer.data import VectorData
     from desim.network_models.links import BernoulliLinks
 
     def once(windows):
         data = VectorData(agents=8, dimension=5, radius=2.0, distribution="normal").make(
-            np.random.default_rng(11))
+            np.random.default_rng(11)
+        )
         base = build(BernoulliLinks, {"p_server": [0.9, 0.5] * 4, "p_link": 0.7}, "network")
-        proto = LoggedPricer(build(LoggedPricer.Params, {
-            "epsilon_low": 2.0, "trust": "ring", "trusted": 1, "relay_deadline": 1.25,
-            "server_deadline": 1.0, **params}, "pricer"))
-        sim = Simulation(proto, data, 80, Streams(4, 0, 1, 2),
-                         links=realistic_links(base, tables), checkpoints=np.arange(1, 81),
-                         windows=windows)
+        proto = LoggedPricer(
+            build(
+                LoggedPricer.Params,
+                {
+                    "epsilon_low": 2.0,
+                    "trust": "ring",
+                    "trusted": 1,
+                    "relay_deadline": 1.25,
+                    "server_deadline": 1.0,
+                    **params,
+                },
+                "pricer",
+            )
+        )
+        sim = Simulation(
+            proto,
+            data,
+            80,
+            Streams(4, 0, 1, 2),
+            links=realistic_links(base, tables),
+            checkpoints=np.arange(1, 81),
+            windows=windows,
+        )
         return proto, sim, sim.run()
 
     one, win = once(False), once(True)

@@ -95,8 +95,12 @@ def test_k_gaussian_releases_compose_to_one_with_sqrt_k_sensitivity(k):
 
 
 CALIBRATED = [
-    ("gaussian", "pm1", False), ("gaussian", "pm2", False), ("gaussian", "pm1", True),
-    ("gaussian", "pm2", True), ("laplace", "pm1", False), ("laplace", "pm2", False),
+    ("gaussian", "pm1", False),
+    ("gaussian", "pm2", False),
+    ("gaussian", "pm1", True),
+    ("gaussian", "pm2", True),
+    ("laplace", "pm1", False),
+    ("laplace", "pm2", False),
     ("laplace", "pm2", True),
 ]
 
@@ -113,8 +117,10 @@ def test_accountant_confirms_tight_noise_and_rejects_99_percent_of_it(noise, mec
         assert psum_multiplier(noise, s2_var, 2 * L_FIG2**2) == pytest.approx(m, rel=1e-12)
 
 
-@pytest.mark.parametrize(("noise", "mechanism"), [("gaussian", "pm1"), ("gaussian", "pm2"),
-                                                  ("laplace", "pm1"), ("laplace", "pm2")])
+@pytest.mark.parametrize(
+    ("noise", "mechanism"),
+    [("gaussian", "pm1"), ("gaussian", "pm2"), ("laplace", "pm1"), ("laplace", "pm2")],
+)
 def test_paper_calibration_is_valid_but_not_tight(noise, mechanism):
     """The paper's noise passes the accountant with room to spare (what tight recovers)."""
     s2, _ = psum_noise(noise, L_FIG2, mechanism, 1.0, 1e-6, 30000, "paper")
@@ -125,7 +131,8 @@ def test_paper_calibration_is_valid_but_not_tight(noise, mechanism):
 
 def test_tight_sigma_is_the_family_api():
     assert tight_sigma("gaussian", 2.0, 1.0, 1e-6, 3) == pytest.approx(
-        2.0 * tight_multiplier("gaussian", 1.0, 1e-6, 3), rel=1e-15)
+        2.0 * tight_multiplier("gaussian", 1.0, 1e-6, 3), rel=1e-15
+    )
     with pytest.raises(ValueError, match="sensitivity"):
         tight_sigma("gaussian", -1.0, 1.0, 1e-6)
     with pytest.raises(ValueError, match="calibration = 'loose'"):
@@ -142,8 +149,9 @@ def test_laplace_ledger_of_one_release_is_its_pure_epsilon():
 
 
 def test_ledger_summarises_mean_and_max():
-    spend = Spend("gaussian", 1e-6, {"one": (5.0, np.array([1, 1, 0])),
-                                     "all": (5.0, np.array([4, 1, 0]))})
+    spend = Spend(
+        "gaussian", 1e-6, {"one": (5.0, np.array([1, 1, 0])), "all": (5.0, np.array([4, 1, 0]))}
+    )
     e1 = dp_accounting.get_epsilon_gaussian(5.0, 1e-6)
     e4 = dp_accounting.get_epsilon_gaussian(2.5, 1e-6)
     out = ledger(spend)
@@ -156,12 +164,20 @@ def test_ledger_summarises_mean_and_max():
 
 # -- the ledger of Private-ColME runs -------------------------------------------------------------
 def run(params: dict, m: int, t_max: int, links=None, seed: int = 0):
-    data = build(DATA.get("classes"), {"agents": m, "class_means": [0.2, 0.8], "sigma": 0.5},
-                 "data").make(np.random.default_rng(seed))
+    data = build(
+        DATA.get("classes"), {"agents": m, "class_means": [0.2, 0.8], "sigma": 0.5}, "data"
+    ).make(np.random.default_rng(seed))
     cls = PROTOCOLS.get("private-colme")
     proto = cls(build(cls.Params, params, "test"))
-    sim = Simulation(proto, data, t_max, Streams(seed, 0, 11, 22), links=links,
-                     checkpoints=np.arange(1, t_max + 1), metrics=[METRICS.get("privacy")])
+    sim = Simulation(
+        proto,
+        data,
+        t_max,
+        Streams(seed, 0, 11, 22),
+        links=links,
+        checkpoints=np.arange(1, t_max + 1),
+        metrics=[METRICS.get("privacy")],
+    )
     out = sim.run()
     wide = out.metrics.pivot(index="t", columns="metric", values="value")
     return proto, wide
@@ -204,11 +220,13 @@ def test_pm2_ledger_counts_one_tree_node_per_level():
 
 def test_sch_var_1_ledger_counts_mean_and_variance_releases():
     m, t_max, delta = 6, 10, 1e-6
-    proto, wide = run({"mechanism": "pm1", "variance": "sch-var-1", "calibration": "tight"},
-                      m, t_max)
+    proto, wide = run(
+        {"mechanism": "pm1", "variance": "sch-var-1", "calibration": "tight"}, m, t_max
+    )
     mult = math.sqrt(proto.sigma2_dp) / (2 * L_FIG2)
     assert wide["eps_one_max"].iloc[-1] == pytest.approx(
-        dp_accounting.get_epsilon_gaussian(mult / math.sqrt(2), delta), rel=1e-9)
+        dp_accounting.get_epsilon_gaussian(mult / math.sqrt(2), delta), rel=1e-9
+    )
     assert 1.0 - 2e-3 <= wide["eps_one_max"].iloc[-1] <= 1.0
 
 
@@ -222,8 +240,10 @@ def test_releases_lost_on_links_still_count():
     assert proto.mech.count.sum() == wide["messages_release"].iloc[-1]
     mult = math.sqrt(proto.sigma2_dp) / (2 * L_FIG2)
     recipients = (proto.mech.count > 0).sum(axis=1)
-    eps = [dp_accounting.get_epsilon_gaussian(mult / math.sqrt(k), delta) if k else 0.0
-           for k in recipients]
+    eps = [
+        dp_accounting.get_epsilon_gaussian(mult / math.sqrt(k), delta) if k else 0.0
+        for k in recipients
+    ]
     assert wide["eps_all_max"].iloc[-1] == pytest.approx(max(eps), rel=1e-9)
     assert wide["eps_all_mean"].iloc[-1] == pytest.approx(np.mean(eps), rel=1e-9)
 
@@ -235,14 +255,17 @@ def test_calibration_is_a_checked_parameter():
 
 
 def test_oracle_curve_uses_the_same_calibrated_noise():
-    data = build(DATA.get("classes"), {"agents": 30, "class_means": [0.2, 0.4, 0.8],
-                                       "sigma": 0.5}, "data")
+    data = build(
+        DATA.get("classes"), {"agents": 30, "class_means": [0.2, 0.4, 0.8], "sigma": 0.5}, "data"
+    )
     cls = CURVES.get("oracle")
     for mech in ("pm1", "pm2"):
         for cal in ("paper", "tight"):
             curve = build(cls, {"mechanism": mech, "calibration": cal}, "curve")
-            assert curve.sigma2_dp(data, 30000) == psum_noise(
-                "gaussian", L_FIG2, mech, 1.0, 1e-6, 30000, cal)[0]
+            assert (
+                curve.sigma2_dp(data, 30000)
+                == psum_noise("gaussian", L_FIG2, mech, 1.0, 1e-6, 30000, cal)[0]
+            )
 
 
 # -- privacy next to the MSE: summary columns and the trade-off figure ---------------------------

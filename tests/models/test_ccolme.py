@@ -33,8 +33,12 @@ class GraphData(DataSource):
         self.sigma = sigma
         self.distribution = distribution
         half = sigma * math.sqrt(3) if distribution == "uniform" else 3 * sigma
-        self.public = {"L": half, "sigma2": np.full(graph.n, sigma**2),
-                       "distribution": distribution, "graph": graph}
+        self.public = {
+            "L": half,
+            "sigma2": np.full(graph.n, sigma**2),
+            "distribution": distribution,
+            "graph": graph,
+        }
 
     def sample(self, rng, n_slots):
         shape = (n_slots, self.n_agents)
@@ -93,17 +97,30 @@ class RandomDecisions(CColME):
         self.checked += 1
 
 
-@given(n=st.integers(3, 30), r=st.integers(1, 6), keep=st.floats(0.05, 0.95),
-       symmetric=st.booleans(), weights=st.sampled_from(["metropolis", "max-degree"]),
-       decisions=st.sampled_from(["retest", "irrevocable"]), seed=st.integers(0, 10**6))
+@given(
+    n=st.integers(3, 30),
+    r=st.integers(1, 6),
+    keep=st.floats(0.05, 0.95),
+    symmetric=st.booleans(),
+    weights=st.sampled_from(["metropolis", "max-degree"]),
+    decisions=st.sampled_from(["retest", "irrevocable"]),
+    seed=st.integers(0, 10**6),
+)
 @settings(max_examples=40, deadline=None)
 def test_mixing_matrix_doubly_stochastic_and_symmetric_for_any_decisions(
-        n, r, keep, symmetric, weights, decisions, seed):
+    n, r, keep, symmetric, weights, decisions, seed
+):
     if r >= n or r * n % 2:
         r = 2 if n > 2 else 1
     g = regular(n, r, seed) if r * n % 2 == 0 else regular(n + 1, r, seed)
-    proto = protocol(cls=RandomDecisions, symmetric=symmetric, weights=weights,
-                     decisions=decisions, restart="hard", epsilon=2.0)
+    proto = protocol(
+        cls=RandomDecisions,
+        symmetric=symmetric,
+        weights=weights,
+        decisions=decisions,
+        restart="hard",
+        epsilon=2.0,
+    )
     proto.coin, proto.keep_p, proto.checked = np.random.default_rng(seed), keep, 0
     simulate(proto, GraphData(g, np.zeros(g.n, int), [0.0]), t_max=12, seed=seed)
     assert proto.checked == 12
@@ -128,14 +145,16 @@ def test_consensus_reaches_2x_ideal_with_1_over_t_and_1x_with_sqrt(alpha_p, fact
     g = disjoint_copies(comp, K_COPIES)
     classes = np.repeat(np.arange(K_COPIES), N)
     proto = protocol(rule="oracle", epsilon=math.inf, fallback="none", alpha_p=alpha_p)
-    simulate(proto, GraphData(g, classes, np.zeros(K_COPIES)), t_max=T, seed=7,
-             checkpoints=np.array([T]))
+    simulate(
+        proto, GraphData(g, classes, np.zeros(K_COPIES)), t_max=T, seed=7, checkpoints=np.array([T])
+    )
     err2 = (proto.estimates() ** 2).reshape(K_COPIES, N).mean(axis=1)  # per component
     w = protocol(rule="oracle")  # W of one component: every neighbour kept
     w.graph = comp
     ideal = 1.0 / (N * T)
     kept = np.ones(comp.n_directed, bool)
     from desim.models.ccolme.protocol import metropolis_weights
+
     we, waa = metropolis_weights(comp, kept)
     wm = np.diag(waa)
     wm[comp.src, comp.dst] = we
@@ -157,9 +176,16 @@ class Driver:
         self.proto, self.sent = proto, []
         self.queue: list[Batch] = []
         self.deadlines: list = []
-        ctx = Context(data.n_agents, 100, dict(data.public), Streams(seed, 0, 1, 2),
-                      self.send, lambda: 0.0, data.classes if proto.uses_oracle else None,
-                      call_at=lambda when, fn: self.deadlines.append(fn))
+        ctx = Context(
+            data.n_agents,
+            100,
+            dict(data.public),
+            Streams(seed, 0, 1, 2),
+            self.send,
+            lambda: 0.0,
+            data.classes if proto.uses_oracle else None,
+            call_at=lambda when, fn: self.deadlines.append(fn),
+        )
         proto.setup(ctx)
 
     def send(self, kind, src, dst, payload=None):
@@ -167,8 +193,9 @@ class Driver:
         payload = payload[:, None] if payload.ndim == 1 else payload  # as the network does
         code = self.proto.message_kinds.index(kind)
         n = len(src)
-        self.queue.append(Batch(src, dst, np.full(n, code), payload, np.zeros(n),
-                                self.proto.message_kinds, code))
+        self.queue.append(
+            Batch(src, dst, np.full(n, code), payload, np.zeros(n), self.proto.message_kinds, code)
+        )
 
     def slot(self, t: int, samples: np.ndarray) -> None:
         self.proto.on_samples(t, samples)
@@ -252,6 +279,7 @@ def test_irrevocable_never_re_adds_and_retest_does():
     def record():
         orig()
         history.append(proto.kept.copy())
+
     proto._decided = record
     simulate(proto, data, 40)
     h = np.array(history)
@@ -319,8 +347,9 @@ def test_fallback_to_the_local_mean_for_components_of_one_or_two():
     assert not np.allclose(est[[3, 4, 5]], local[[3, 4, 5]])
     noisy = protocol(rule="oracle", epsilon=1.0, fallback="private-local")
     simulate(noisy, data, 30)
-    np.testing.assert_array_equal(noisy.estimates()[[0, 1, 2]],
-                                  (noisy.priv_sum / noisy.t)[[0, 1, 2]])
+    np.testing.assert_array_equal(
+        noisy.estimates()[[0, 1, 2]], (noisy.priv_sum / noisy.t)[[0, 1, 2]]
+    )
 
 
 def test_stale_values_compare_with_the_neighbours_previous_state():
@@ -332,6 +361,7 @@ def test_stale_values_compare_with_the_neighbours_previous_state():
     def spy(e):
         seen.append((proto.t, proto._nb_n_prev_all))
         return orig(e)
+
     proto._rule = spy
     simulate(proto, data, 5)
     assert seen == [(1, 0.0), (2, 1.0), (3, 2.0), (4, 3.0), (5, 4.0)]
@@ -339,18 +369,32 @@ def test_stale_values_compare_with_the_neighbours_previous_state():
 
 def test_non_ideal_links_use_the_slow_path_and_still_learn():
     g, data = two_class_line()
-    s = desim.run(Scenario("private-c-colme", {"epsilon": math.inf}, {"model": "classes",
-                  "agents": 60, "class_means": [0.0, 3.0], "sigma": 0.5}, t_max=300, seed=2,
-                  network={"links": "fixed-latency", "slots": 1.0},
-                  topology={"model": "regular", "degree": 4}, metrics=("links",)))
+    s = desim.run(
+        Scenario(
+            "private-c-colme",
+            {"epsilon": math.inf},
+            {"model": "classes", "agents": 60, "class_means": [0.0, 3.0], "sigma": 0.5},
+            t_max=300,
+            seed=2,
+            network={"links": "fixed-latency", "slots": 1.0},
+            topology={"model": "regular", "degree": 4},
+            metrics=("links",),
+        )
+    )
     last = s.metrics[s.metrics.t == 300].set_index("metric").value
     assert last["wrong_kept"] == 0 and last["wrong_dropped"] == 0
 
 
 def test_same_seed_same_bytes():
-    s = Scenario("private-c-colme", {"epsilon": 2.0}, {"model": "classes", "agents": 40},
-                 t_max=200, seed=4, topology={"model": "regular", "degree": 4},
-                 metrics=("accuracy", "links", "corollary1"))
+    s = Scenario(
+        "private-c-colme",
+        {"epsilon": 2.0},
+        {"model": "classes", "agents": 40},
+        t_max=200,
+        seed=4,
+        topology={"model": "regular", "degree": 4},
+        metrics=("accuracy", "links", "corollary1"),
+    )
     a, b = desim.run(s).metrics, desim.run(s).metrics
     assert a.to_csv().encode() == b.to_csv().encode()
 
@@ -365,10 +409,15 @@ def test_errors_are_one_line():
     with pytest.raises(ConfigError, match="needs a communication graph"):
         desim.run(Scenario("private-c-colme", {}, {"model": "classes", "agents": 10}))
     with pytest.raises(ConfigError, match="r·M = 33 is odd"):
-        desim.run(Scenario("c-colme", {}, {"model": "classes", "agents": 11},
-                           topology={"model": "regular", "degree": 3}))
+        desim.run(
+            Scenario(
+                "c-colme",
+                {},
+                {"model": "classes", "agents": 11},
+                topology={"model": "regular", "degree": 3},
+            )
+        )
     with pytest.raises(ConfigError, match="rule = 'bernstien'"):
         build(PrivateCColMEParams, {"rule": "bernstien"}, "scenario")
     with pytest.raises(ConfigError, match="unknown metric 'acuracy'.*did you mean 'accuracy'"):
-        desim.run(Scenario("local", {}, {"model": "classes", "agents": 10},
-                           metrics=("acuracy",)))
+        desim.run(Scenario("local", {}, {"model": "classes", "agents": 10}, metrics=("acuracy",)))

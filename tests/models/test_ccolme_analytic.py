@@ -38,8 +38,11 @@ def test_variance_factor_limits_c_over_t_and_sqrt():
 
 
 def test_exact_mse_of_one_agent_is_the_variance_factor():
-    np.testing.assert_allclose(consensus_mse_exact(np.eye(1), np.array([3.0]), 50),
-                               3.0 * variance_factor(np.arange(1, 51)), rtol=1e-12)
+    np.testing.assert_allclose(
+        consensus_mse_exact(np.eye(1), np.array([3.0]), 50),
+        3.0 * variance_factor(np.arange(1, 51)),
+        rtol=1e-12,
+    )
 
 
 def test_exact_mse_with_averaging_matrix_is_the_component_mean_plus_a_small_rest():
@@ -68,8 +71,18 @@ def data_params(agents=60, **kw):
 def sim_final(protocol, params, data, topology, t_max, reps, metric="mse"):
     values = []
     for r in range(reps):
-        out = desim.run(Scenario(protocol, params, data, t_max=t_max, seed=3, replicate=r,
-                                 topology=topology, checkpoints=2))
+        out = desim.run(
+            Scenario(
+                protocol,
+                params,
+                data,
+                t_max=t_max,
+                seed=3,
+                replicate=r,
+                topology=topology,
+                checkpoints=2,
+            )
+        )
         m = out.metrics
         values.append(m[(m.metric == metric) & (m.t == t_max)].value.iloc[0])
     return np.array(values)
@@ -92,10 +105,14 @@ def test_consensus_oracle_curve_predicts_the_oracle_rule_with_fallback():
     topo = {"model": "regular", "degree": 6}
     data = {"model": "classes", "agents": 60, "class_means": [0.0, 1.0]}
     t_max, eps = 1500, 4.0
-    sim = sim_final("private-c-colme", {"rule": "oracle", "epsilon": eps}, data, topo, t_max,
-                    reps=16)
-    curve = build(CURVES.get("consensus-oracle"),
-                  {"topology": topo, "epsilon": eps, "fallback": "local", "draws": 300}, "c")
+    sim = sim_final(
+        "private-c-colme", {"rule": "oracle", "epsilon": eps}, data, topo, t_max, reps=16
+    )
+    curve = build(
+        CURVES.get("consensus-oracle"),
+        {"topology": topo, "epsilon": eps, "fallback": "local", "draws": 300},
+        "c",
+    )
     mean, se = curve.curve(np.array([t_max]), data_params(class_means=[0.0, 1.0]))
     total_se = math.sqrt(sim.var(ddof=1) / len(sim) + se[0] ** 2)
     assert abs(sim.mean() - mean[0]) < 4 * total_se + 0.05 * mean[0], (sim.mean(), mean)

@@ -33,8 +33,12 @@ class GraphData(DataSource):
         self.means = np.asarray(class_means, dtype=float)[self.classes]
         self.sigma = sigma
         self.shift = np.zeros(graph.n) if shift is None else np.asarray(shift, dtype=float)
-        self.public = {"L": 3 * sigma, "sigma2": np.full(graph.n, sigma**2),
-                       "distribution": "gaussian", "graph": graph}
+        self.public = {
+            "L": 3 * sigma,
+            "sigma2": np.full(graph.n, sigma**2),
+            "distribution": "gaussian",
+            "graph": graph,
+        }
 
     def sample(self, rng, n_slots):
         noise = self.sigma * rng.standard_normal((n_slots, self.n_agents))
@@ -60,17 +64,29 @@ def protocol(name: str = "c-colme", cls: type | None = None, **params) -> CColME
     return cls(build(base.Params, params, "test"))
 
 
-def simulate(proto: CColME, data: DataSource, t_max: int, links: LinkModel | None = None,
-             seed: int = 0, metrics=()):
-    sim = Simulation(proto, data, t_max, Streams(seed, 0, 11, 22), links=links,
-                     checkpoints=np.arange(1, t_max + 1), per_agent=True, metrics=metrics)
+def simulate(
+    proto: CColME,
+    data: DataSource,
+    t_max: int,
+    links: LinkModel | None = None,
+    seed: int = 0,
+    metrics=(),
+):
+    sim = Simulation(
+        proto,
+        data,
+        t_max,
+        Streams(seed, 0, 11, 22),
+        links=links,
+        checkpoints=np.arange(1, t_max + 1),
+        per_agent=True,
+        metrics=metrics,
+    )
     return sim.run()
 
 
 def path(n: int) -> Graph:
     return Graph.from_edges(n, np.arange(n - 1), np.arange(1, n))
-
-
 
 
 def link_between(a: int, b: int):
@@ -83,9 +99,16 @@ class Spy:
 
     def _update(self):
         super()._update()
-        self.steps.append({"t": self.t, "W": self.mixing_matrix().toarray(),
-                           "nb_n": self.nb_n.copy(), "nb_n_prev": self.nb_n_prev.copy(),
-                           "nb_size_at": self.nb_size_at.each.copy(), "kept": self.kept.copy()})
+        self.steps.append(
+            {
+                "t": self.t,
+                "W": self.mixing_matrix().toarray(),
+                "nb_n": self.nb_n.copy(),
+                "nb_n_prev": self.nb_n_prev.copy(),
+                "nb_size_at": self.nb_size_at.each.copy(),
+                "kept": self.kept.copy(),
+            }
+        )
 
 
 def spied(name="c-colme", **params) -> CColME:
@@ -109,12 +132,28 @@ class Lookup:
 
 OPTIONS = [
     ("c-colme", {}),
-    ("c-colme", {"symmetric": True, "values": "fresh", "restart": "hard", "reset": "agent",
-                 "fallback": "local"}),
+    (
+        "c-colme",
+        {
+            "symmetric": True,
+            "values": "fresh",
+            "restart": "hard",
+            "reset": "agent",
+            "fallback": "local",
+        },
+    ),
     ("c-colme", {"decisions": "retest", "initial": "none", "symmetric": True, "max_age": 0}),
     ("private-c-colme", {}),
-    ("private-c-colme", {"rule": "optimistic", "values": "stale", "weights": "max-degree",
-                         "fallback": "private-local", "restart": "galante"}),
+    (
+        "private-c-colme",
+        {
+            "rule": "optimistic",
+            "values": "stale",
+            "weights": "max-degree",
+            "fallback": "private-local",
+            "restart": "galante",
+        },
+    ),
     ("private-c-colme", {"rule": "oracle", "symmetric": False, "reset": "global"}),
 ]
 
@@ -132,17 +171,25 @@ def test_zero_latency_always_up_is_bit_identical_to_ideal_links(name, params):
     for g in graphs():
         data = GraphData(g, np.arange(g.n) % 3, [0.0, 0.6, 1.5], sigma=0.5)
         outs = []
-        for cls, links_ in ((None, IdealLinks()), (None, FixedLatency(slots=0.0)),
-                            ("lookup", ScriptedLinks())):
+        for cls, links_ in (
+            (None, IdealLinks()),
+            (None, FixedLatency(slots=0.0)),
+            ("lookup", ScriptedLinks()),
+        ):
             base = PROTOCOLS.get(name)
             proto = protocol(name, type("L", (Lookup, base), {}) if cls else None, **params)
             out = simulate(proto, data, 80, links_, seed=3, metrics=(links, accuracy))
             m = out.metrics[~out.metrics.metric.str.startswith("dropped_")].reset_index(drop=True)
             if not links_.ideal:
-                assert (out.metrics[out.metrics.metric.str.startswith("dropped_")].value
-                        == 0).all()
-            outs.append((m.to_csv().encode(), out.agents.to_csv().encode(),
-                         proto.y.tobytes(), proto.kept.tobytes()))
+                assert (out.metrics[out.metrics.metric.str.startswith("dropped_")].value == 0).all()
+            outs.append(
+                (
+                    m.to_csv().encode(),
+                    out.agents.to_csv().encode(),
+                    proto.y.tobytes(),
+                    proto.kept.tobytes(),
+                )
+            )
             if cls:
                 assert proto._nb_n_all is None  # the general path really ran
         assert outs[0] == outs[1] == outs[2]
@@ -217,15 +264,21 @@ def test_neighbour_behind_a_link_that_is_always_down_is_never_mixed():
     runs = []
     for shift in ([0.0, 0.0, 0.0], [0.0, 4.0, 4.0], [4.0, 0.0, 0.0]):
         proto = spied()
-        simulate(proto, GraphData(g, [0, 0, 0], [0.0], shift=shift), 30,
-                 ScriptedLinks(down=lambda rng, t, s, d: down(s, d)))
+        simulate(
+            proto,
+            GraphData(g, [0, 0, 0], [0.0], shift=shift),
+            30,
+            ScriptedLinks(down=lambda rng, t, s, d: down(s, d)),
+        )
         runs.append(proto)
     same, far1, far0 = runs
     assert same.y[0].tobytes() == far1.y[0].tobytes()
     assert same.y[[1, 2]].tobytes() == far0.y[[1, 2]].tobytes()
     e01 = np.flatnonzero(((g.src == 0) & (g.dst == 1)) | ((g.src == 1) & (g.dst == 0)))
-    assert all(s["W"][0, 1] == 0 and s["W"][1, 0] == 0 and s["kept"][e01].all()
-               and s["W"][1, 2] > 0 for s in same.steps)
+    assert all(
+        s["W"][0, 1] == 0 and s["W"][1, 0] == 0 and s["kept"][e01].all() and s["W"][1, 2] > 0
+        for s in same.steps
+    )
 
 
 @pytest.mark.parametrize("max_age", [0, 2, 5, math.inf])
@@ -235,8 +288,12 @@ def test_max_age_stops_mixing_a_neighbour_silent_for_longer(max_age):
     g, d = path(3), 8
     down = link_between(0, 1)
     proto = spied(rule="oracle", max_age=max_age)
-    simulate(proto, GraphData(g, [0, 0, 0], [0.0]), 20,
-             ScriptedLinks(down=lambda rng, t, s, dd: down(s, dd) & (t >= d)))
+    simulate(
+        proto,
+        GraphData(g, [0, 0, 0], [0.0]),
+        20,
+        ScriptedLinks(down=lambda rng, t, s, dd: down(s, dd) & (t >= d)),
+    )
     for s in proto.steps:
         assert (s["W"][0, 1] > 0) == (s["t"] - (min(s["t"], d - 1)) <= max_age), s["t"]
         assert s["W"][1, 2] > 0 and s["W"][2, 1] > 0
@@ -266,6 +323,7 @@ def test_states_arriving_out_of_order_are_ignored():
     def decided():
         at_decided.append((proto.t, proto.nb_size_at.each.copy()))
         orig()
+
     proto._decided = decided
     simulate(proto, GraphData(g, np.zeros(8, int), [0.0]), 2 * k + 3, reverse)
     for s in proto.steps:
@@ -284,16 +342,34 @@ def test_decisions_and_sizes_older_than_held_are_ignored():
     g = path(3)
     proto = protocol(symmetric=True, decisions="retest", initial="none")
     data = GraphData(g, [0, 0, 0], [0.0])
-    proto.setup(Context(3, 10, dict(data.public), Streams(0, 0, 1, 2), lambda *a: None,
-                        lambda: 0.0, call_at=lambda when, fn: None))
+    proto.setup(
+        Context(
+            3,
+            10,
+            dict(data.public),
+            Streams(0, 0, 1, 2),
+            lambda *a: None,
+            lambda: 0.0,
+            call_at=lambda when, fn: None,
+        )
+    )
     kinds = proto.message_kinds
     src, dst = g.dst.copy(), g.src.copy()  # b tells a: filed in a's slot of edge (a, b)
 
     def deliver(kind, value, at):
         n = len(src)
         payload = np.column_stack([np.full(n, value, dtype=float), np.full(n, float(at))])
-        proto.on_deliver(Batch(src.copy(), dst.copy(), np.full(n, kinds.index(kind)), payload,
-                               np.zeros(n), kinds, kinds.index(kind)))
+        proto.on_deliver(
+            Batch(
+                src.copy(),
+                dst.copy(),
+                np.full(n, kinds.index(kind)),
+                payload,
+                np.zeros(n),
+                kinds,
+                kinds.index(kind),
+            )
+        )
 
     deliver("decision", 1.0, 5)
     deliver("decision", 0.0, 4)
@@ -305,8 +381,17 @@ def test_decisions_and_sizes_older_than_held_are_ignored():
     for first, second in (((0.0, 6), (1.0, 7)), ((1.0, 9), (0.0, 8)), ((0.0, 10), (1.0, 10))):
         payload = np.array([[first[0], first[1]]] * n + [[second[0], second[1]]] * n)
         code = kinds.index("decision")
-        proto.on_deliver(Batch(np.tile(src, 2), np.tile(dst, 2), np.full(2 * n, code),
-                               payload, np.zeros(2 * n), kinds, code))
+        proto.on_deliver(
+            Batch(
+                np.tile(src, 2),
+                np.tile(dst, 2),
+                np.full(2 * n, code),
+                payload,
+                np.zeros(2 * n),
+                kinds,
+                code,
+            )
+        )
         assert proto.their_chi.all()
         assert np.all(proto.their_chi_at.each == max(first[1], second[1]))
 
@@ -321,8 +406,10 @@ def test_mixing_matrix_doubly_stochastic_in_sync_and_row_stochastic_under_asynch
     most its |C_a| kept neighbours, each with weight ≤ 1/(1 + |C_a|)), columns need not."""
     g = TOPOLOGIES.get("regular")(degree=4).make(40, np.random.default_rng(1))
     data = GraphData(g, np.arange(40) % 2, [0.0, 0.8], sigma=0.5)
-    laggy = ScriptedLinks(down=lambda rng, t, s, d: rng.random(len(s)) < 0.3,
-                  delay=lambda rng, t, n: rng.integers(0, 4, n).astype(float))
+    laggy = ScriptedLinks(
+        down=lambda rng, t, s, d: rng.random(len(s)) < 0.3,
+        delay=lambda rng, t, n: rng.integers(0, 4, n).astype(float),
+    )
     for links_, sync in ((IdealLinks(), True), (laggy, False)):
         proto = spied("private-c-colme", epsilon=5.0, symmetric=True)
         simulate(proto, data, 60, links_, seed=2)
@@ -354,8 +441,10 @@ def test_random_latency_and_drops_still_beat_local_estimation():
     m, t_max = 200, 300
     g = TOPOLOGIES.get("regular")(degree=4).make(m, np.random.default_rng(4))
     data = GraphData(g, np.arange(m) % 2, [0.0, 4.0], sigma=1.0)
-    laggy = ScriptedLinks(down=lambda rng, t, s, d: rng.random(len(s)) < 0.2,
-                  delay=lambda rng, t, n: rng.integers(0, 9, n) / 2.0)
+    laggy = ScriptedLinks(
+        down=lambda rng, t, s, d: rng.random(len(s)) < 0.2,
+        delay=lambda rng, t, n: rng.integers(0, 9, n) / 2.0,
+    )
     proto = protocol("private-c-colme", epsilon=math.inf)
     out = simulate(proto, data, t_max, laggy, seed=6, metrics=(links, accuracy, corollary1))
     last = out.metrics[out.metrics.t == t_max].set_index("metric").value

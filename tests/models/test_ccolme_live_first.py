@@ -55,7 +55,7 @@ def checked(base: type) -> type:
             rows = valued[slot]
             # S holds every edge still tested, and S comes first
             assert not (self.chi & ~valued).any()
-            assert rows[: len(self._sent_set)].all() and not rows[len(self._sent_set):].any()
+            assert rows[: len(self._sent_set)].all() and not rows[len(self._sent_set) :].any()
             x, n, y = batch.payload[:, 0], batch.payload[:, 1], batch.payload[:, 2]
             np.testing.assert_array_equal(x[rows], self._mean[g.dst[slot[rows]]])
             np.testing.assert_array_equal(y[rows], self.y[g.dst[slot[rows]]])
@@ -72,8 +72,14 @@ def checked(base: type) -> type:
 
 def run(cls: type, params: dict, data: GraphData, t_max: int, seed: int):
     proto = protocol(cls=cls, **params)
-    sim = Simulation(proto, data, t_max, Streams(seed, 0, 5, 6), per_agent=True,
-                     checkpoints=np.arange(1, t_max + 1))
+    sim = Simulation(
+        proto,
+        data,
+        t_max,
+        Streams(seed, 0, 5, 6),
+        per_agent=True,
+        checkpoints=np.arange(1, t_max + 1),
+    )
     return proto, sim, sim.run()
 
 
@@ -87,8 +93,9 @@ def assert_same_run(params: dict, data: GraphData, t_max: int, seed: int, name: 
     assert out_live.agents.to_csv().encode() == out_ref.agents.to_csv().encode()
     for attr in ("y", "chi", "their_chi", "kept", "size", "start", "estimates"):
         a, b = getattr(live, attr), getattr(ref, attr)
-        np.testing.assert_array_equal(a() if callable(a) else a, b() if callable(b) else b,
-                                      err_msg=attr)
+        np.testing.assert_array_equal(
+            a() if callable(a) else a, b() if callable(b) else b, err_msg=attr
+        )
     np.testing.assert_array_equal(sim_live.network.sent, sim_ref.network.sent)
     # the per-edge arrays made from the sends: equal wherever a value was sent
     for attr in ("nb_x", "nb_y", "nb_x_prev", "nb_n"):
@@ -105,23 +112,37 @@ def random_graph(n: int, p: float, rng: np.random.Generator) -> Graph:
     return Graph.from_edges(n, u[pick], v[pick])
 
 
-@given(n=st.integers(4, 40), p=st.floats(0.1, 0.9), k=st.integers(1, 3),
-       name=st.sampled_from(["c-colme", "private-c-colme"]),
-       rule=st.sampled_from(["optimistic", "bernstein", "oracle"]),
-       symmetric=st.booleans(), values=st.sampled_from(["fresh", "stale"]),
-       weights=st.sampled_from(["metropolis", "max-degree"]),
-       fallback=st.sampled_from(["none", "local"]),
-       epsilon=st.sampled_from([float("inf"), 8.0]), seed=st.integers(0, 10**6))
+@given(
+    n=st.integers(4, 40),
+    p=st.floats(0.1, 0.9),
+    k=st.integers(1, 3),
+    name=st.sampled_from(["c-colme", "private-c-colme"]),
+    rule=st.sampled_from(["optimistic", "bernstein", "oracle"]),
+    symmetric=st.booleans(),
+    values=st.sampled_from(["fresh", "stale"]),
+    weights=st.sampled_from(["metropolis", "max-degree"]),
+    fallback=st.sampled_from(["none", "local"]),
+    epsilon=st.sampled_from([float("inf"), 8.0]),
+    seed=st.integers(0, 10**6),
+)
 @settings(max_examples=60, deadline=None)
 def test_live_first_sends_reproduce_the_per_edge_path_bit_for_bit(
-        n, p, k, name, rule, symmetric, values, weights, fallback, epsilon, seed):
+    n, p, k, name, rule, symmetric, values, weights, fallback, epsilon, seed
+):
     rng = np.random.default_rng(seed)
     g = random_graph(n, p, rng)
     # classes far apart (in σ): cross-class links are dropped within the run
     data = GraphData(g, rng.integers(0, k, n), [0.0, 2.0, 4.0][:k], sigma=0.5)
-    params = {"rule": rule, "decisions": "irrevocable", "initial": "all",
-              "symmetric": symmetric, "values": values, "weights": weights,
-              "fallback": fallback, "epsilon": epsilon}
+    params = {
+        "rule": rule,
+        "decisions": "irrevocable",
+        "initial": "all",
+        "symmetric": symmetric,
+        "values": values,
+        "weights": weights,
+        "fallback": fallback,
+        "epsilon": epsilon,
+    }
     assert_same_run(params, data, 40, seed, name)
 
 
@@ -148,8 +169,15 @@ def test_a_state_send_not_delivered_as_sent_falls_back_to_the_per_edge_path():
     class Copied(base):
         def on_deliver(self, batch: Batch) -> None:
             if batch.only == 0 and self.t == 120:  # a copy: not the arrays it sent
-                batch = Batch(batch.src.copy(), batch.dst.copy(), batch.kind,
-                              batch.payload.copy(), batch.sent_at, batch.kinds, batch.only)
+                batch = Batch(
+                    batch.src.copy(),
+                    batch.dst.copy(),
+                    batch.kind,
+                    batch.payload.copy(),
+                    batch.sent_at,
+                    batch.kinds,
+                    batch.only,
+                )
                 assert self._live_first and len(self._sent_set) < self.graph.n_directed
             super().on_deliver(batch)
 

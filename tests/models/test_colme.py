@@ -23,8 +23,9 @@ def test_incremental_variance_equals_closed_form(mechanism, weights):
     values = rng.normal(size=40)
     noise_term = analytic.pm1_noise_term if mechanism == "pm1" else analytic.pm2_noise_term
     for k in range(1, 41):
-        stat.update(np.array([0]), np.array([1]), values[k - 1:k], times[k - 1:k],
-                    np.array([k]))
+        stat.update(
+            np.array([0]), np.array([1]), values[k - 1 : k], times[k - 1 : k], np.array([k])
+        )
         w = analytic.weights(weights, k)
         expect = 0.7 * analytic.data_term(times[:k], w) + 5.0 * noise_term(times[:k], w)
         assert stat.variance(np.array([0.3, 0.7]))[0, 1] == pytest.approx(expect, rel=1e-10)
@@ -56,8 +57,10 @@ def test_pm2_reuses_the_noise_of_the_same_p_sum():
     np.testing.assert_allclose(got, [draws[0], draws[1], draws[1] + draws[2], draws[3]])
 
 
-@pytest.mark.parametrize("mechanism, noise", [("pm1", "gaussian"), ("pm2", "gaussian"),
-                                              ("pm1", "laplace"), ("pm2", "laplace")])
+@pytest.mark.parametrize(
+    "mechanism, noise",
+    [("pm1", "gaussian"), ("pm2", "gaussian"), ("pm1", "laplace"), ("pm2", "laplace")],
+)
 def test_release_noise_variance_matches_monte_carlo(mechanism, noise):
     """Var of release j's noise is k σ_DP²/t² with k = j (PM-I) or w_H(j) (PM-II)."""
     m, kappa, sigma2 = 150, 12, 4.0

@@ -39,26 +39,36 @@ def reference(mechanism, weights, js, ts, values, s2, s2dp):
     Cov of releases r, s: σ_b²/max(t_r, t_s) (data) + σ_DP² × shared p-sums/(t_r t_s) (noise).
     """
     top = js[-1].bit_length()
-    block = {"last": [len(js) - 1], "mom": list(range(len(js))),
-             "wmom": [i for i, j in enumerate(js) if j.bit_length() == top]}[weights]
+    block = {
+        "last": [len(js) - 1],
+        "mom": list(range(len(js))),
+        "wmom": [i for i, j in enumerate(js) if j.bit_length() == top],
+    }[weights]
     w = 1.0 / len(block)
     shared = [[len(nodes(mechanism, r) & nodes(mechanism, s)) for s in js] for r in js]
-    cov = sum(s2 / max(ts[r], ts[s]) + s2dp * shared[r][s] / (ts[r] * ts[s])
-              for r in block for s in block)
+    cov = sum(
+        s2 / max(ts[r], ts[s]) + s2dp * shared[r][s] / (ts[r] * ts[s]) for r in block for s in block
+    )
     return w * sum(values[r] for r in block), w * w * cov
 
 
 def patterns(max_j: int = 40):
     """Received subsets of releases 1..J (at least one), with b's sample count at each release."""
-    return st.integers(1, max_j).flatmap(lambda n: st.tuples(
-        st.lists(st.booleans(), min_size=n, max_size=n).filter(any),
-        st.lists(st.integers(1, 9), min_size=n, max_size=n),
-    ))
+    return st.integers(1, max_j).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.booleans(), min_size=n, max_size=n).filter(any),
+            st.lists(st.integers(1, 9), min_size=n, max_size=n),
+        )
+    )
 
 
 # -- (1) T and Var[T] with gaps and reordering ---------------------------------------------------
-@given(pattern=patterns(), mechanism=st.sampled_from(["pm1", "pm2"]),
-       weights=st.sampled_from(["last", "mom", "wmom"]), seed=st.integers(0, 2**16))
+@given(
+    pattern=patterns(),
+    mechanism=st.sampled_from(["pm1", "pm2"]),
+    weights=st.sampled_from(["last", "mom", "wmom"]),
+    seed=st.integers(0, 2**16),
+)
 @settings(max_examples=150, deadline=None)
 def test_statistic_with_gaps_equals_a_reference_from_scratch(pattern, mechanism, weights, seed):
     """Pair (0, 1) takes a gappy subset while pair (1, 0) takes every release in the same calls,
@@ -70,10 +80,15 @@ def test_statistic_with_gaps_equals_a_reference_from_scratch(pattern, mechanism,
     s2, s2dp = 0.7, 3.0
     stat = PairStatistic(2, mechanism, weights, s2dp, LEVELS)
     for i, j in enumerate(js):
-        stat.update(np.array([0, 1]), np.array([1, 0]), values[[j - 1, i]], ts[[j - 1, i]],
-                    np.array([j, i + 1]))
+        stat.update(
+            np.array([0, 1]),
+            np.array([1, 0]),
+            values[[j - 1, i]],
+            ts[[j - 1, i]],
+            np.array([j, i + 1]),
+        )
         var = stat.variance(np.full(2, s2))
-        for (a, b), taken in (((0, 1), js[:i + 1]), ((1, 0), list(range(1, i + 2)))):
+        for (a, b), taken in (((0, 1), js[: i + 1]), ((1, 0), list(range(1, i + 2)))):
             at = [k - 1 for k in taken]
             t_ref, var_ref = reference(mechanism, weights, taken, ts[at], values[at], s2, s2dp)
             assert stat.value[a, b] == pytest.approx(t_ref, rel=1e-12, abs=1e-12)
@@ -92,8 +107,15 @@ def test_sch_var_2_with_gaps_equals_its_formula_over_explicit_node_sets(pattern,
     est = SchVar2(1, mechanism, LEVELS)
     for k, j in enumerate(js, start=1):
         prev = js[k - 2] if k > 1 else 0
-        v_raw, k_noise, _ = est.update(np.array([0]), values[[j - 1]], ts[[j - 1]],
-                                       np.array([j]), 2.0, np.array([prev]), np.array([k]))
+        v_raw, k_noise, _ = est.update(
+            np.array([0]),
+            values[[j - 1]],
+            ts[[j - 1]],
+            np.array([j]),
+            2.0,
+            np.array([prev]),
+            np.array([k]),
+        )
         if k < 2:
             continue
         y = [0.0] + [ts[i - 1] * values[i - 1] for i in js[:k]]
@@ -102,8 +124,9 @@ def test_sch_var_2_with_gaps_equals_its_formula_over_explicit_node_sets(pattern,
         p2d = sum((y[i] - y[i - 1]) ** 2 / (t[i] - t[i - 1]) for i in range(1, k + 1))
         cd = sum(len(sets[i] ^ sets[i - 1]) / (t[i] - t[i - 1]) for i in range(1, k + 1))
         assert v_raw[0] == pytest.approx((p2d - y[k] ** 2 / t[k]) / (k - 1), rel=1e-9, abs=1e-9)
-        assert k_noise[0] == pytest.approx(2.0 * (cd - len(sets[k]) / t[k]) / (k - 1), rel=1e-9,
-                                           abs=1e-12)
+        assert k_noise[0] == pytest.approx(
+            2.0 * (cd - len(sets[k]) / t[k]) / (k - 1), rel=1e-9, abs=1e-12
+        )
 
 
 def test_noise_difference_of_consecutive_releases_is_the_synchronous_count():
@@ -134,8 +157,15 @@ def test_sch_var_2_with_gaps_is_unbiased(mechanism):
         assert (index == j).all()
         if j in taken:
             k += 1
-            v_raw, k_noise, _ = est.update(np.arange(n * n), values, np.full(n * n, float(t)),
-                                           index, s2dp, prev, np.full(n * n, k))
+            v_raw, k_noise, _ = est.update(
+                np.arange(n * n),
+                values,
+                np.full(n * n, float(t)),
+                index,
+                s2dp,
+                prev,
+                np.full(n * n, k),
+            )
             prev = index
     v = v_raw - k_noise
     se = v.std(ddof=1) / math.sqrt(len(v))
@@ -144,11 +174,10 @@ def test_sch_var_2_with_gaps_is_unbiased(mechanism):
 
 # -- protocol runs -------------------------------------------------------------------------------
 def class_data(m: int, seed: int = 0):
-    spec = build(DATA.get("classes"), {"agents": m, "class_means": [0.2, 0.8], "sigma": 0.5},
-                 "data")
+    spec = build(
+        DATA.get("classes"), {"agents": m, "class_means": [0.2, 0.8], "sigma": 0.5}, "data"
+    )
     return spec.make(np.random.default_rng(seed))
-
-
 
 
 class Counting(PrivateColME):
@@ -168,13 +197,28 @@ class Counting(PrivateColME):
         super()._take_releases(a, b, payload, last, slot)
 
 
-def simulate(params: dict, m: int, t_max: int, links: LinkModel | None, cls=None,
-             protocol: str = "private-colme", seed: int = 0):
+def simulate(
+    params: dict,
+    m: int,
+    t_max: int,
+    links: LinkModel | None,
+    cls=None,
+    protocol: str = "private-colme",
+    seed: int = 0,
+):
     base = PROTOCOLS.get(protocol)
     cls = cls or base
     proto = cls(build(base.Params, params, "test"))
-    sim = Simulation(proto, class_data(m, seed), t_max, Streams(seed, 0, 11, 22), links=links,
-                     checkpoints=np.arange(1, t_max + 1), per_agent=True, metrics=[asynchrony])
+    sim = Simulation(
+        proto,
+        class_data(m, seed),
+        t_max,
+        Streams(seed, 0, 11, 22),
+        links=links,
+        checkpoints=np.arange(1, t_max + 1),
+        per_agent=True,
+        metrics=[asynchrony],
+    )
     out = sim.run()
     return proto, out
 
@@ -184,18 +228,23 @@ def metric(out, name: str) -> np.ndarray:
     return rows.value.to_numpy()
 
 
-@pytest.mark.parametrize("params", [
-    {"mechanism": "pm1", "weights": "last"},
-    {"mechanism": "pm2", "weights": "wmom", "schedule": "rrr", "variance": "sch-var-2-bayes"},
-    {"mechanism": "pm2", "weights": "mom", "variance": "sch-var-1", "welch_df": "kappa"},
-    {"mechanism": "pm1", "weights": "mom", "variance": "sch-var-2", "welch_df": "kappa"},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"mechanism": "pm1", "weights": "last"},
+        {"mechanism": "pm2", "weights": "wmom", "schedule": "rrr", "variance": "sch-var-2-bayes"},
+        {"mechanism": "pm2", "weights": "mom", "variance": "sch-var-1", "welch_df": "kappa"},
+        {"mechanism": "pm1", "weights": "mom", "variance": "sch-var-2", "welch_df": "kappa"},
+    ],
+)
 def test_lossy_laggy_run_accounts_for_every_message(params):
     """Exponential latencies (mean 3 slots) and 20% drops: every release delivered is taken,
     stale or timed out, every query delivered gets a new release or a repeat, and all happen."""
     m, t_max = 6, 300
-    links = ScriptedLinks(down=lambda rng, t, src, dst: rng.random(len(src)) < 0.2,
-                  delay=lambda rng, t, n: rng.exponential(3.0, n))
+    links = ScriptedLinks(
+        down=lambda rng, t, src, dst: rng.random(len(src)) < 0.2,
+        delay=lambda rng, t, n: rng.exponential(3.0, n),
+    )
     proto, out = simulate({**params, "timeout": 8.0}, m, t_max, links, Counting)
     assert proto.releases_in == proto.taken + proto.stale.sum() + proto.timed_out.sum()
     assert proto.queries_in == proto.mech.count.sum() + proto.repeated.sum()
@@ -241,10 +290,13 @@ def test_query_answered_in_a_slot_already_answered_repeats_the_release(timeout):
     assert proto.mech.count[0, 1] == t_max // 2  # one new release per even slot
 
 
-@pytest.mark.parametrize("params", [
-    {"mechanism": "pm1"},
-    {"mechanism": "pm2", "variance": "sch-var-1"},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"mechanism": "pm1"},
+        {"mechanism": "pm2", "variance": "sch-var-1"},
+    ],
+)
 def test_a_repeated_answer_is_the_release_it_repeats(params):
     """Under the timing above, every repeated answer carries the columns of b's last release to
     a bit for bit — value, count, index j and Sch-Var-1's variance release — though only the
@@ -274,19 +326,23 @@ def test_a_repeated_answer_is_the_release_it_repeats(params):
     assert repeats == 2 * 15  # every odd slot's query, each agent's (slot 29's answered at 30.5)
 
 
-@pytest.mark.parametrize(("variance", "extra"), [
-    ("known", 12),  # the last answer's value (float64) and count (int32)
-    ("sch-var-2", 12 + 8),  # … and the releases taken per pair
-    ("sch-var-1", 12 + 8 + 8),  # … and the last answer's variance release
-])
+@pytest.mark.parametrize(
+    ("variance", "extra"),
+    [
+        ("known", 12),  # the last answer's value (float64) and count (int32)
+        ("sch-var-2", 12 + 8),  # … and the releases taken per pair
+        ("sch-var-1", 12 + 8 + 8),  # … and the last answer's variance release
+    ],
+)
 def test_asynchrony_adds_only_the_last_answer_per_pair(variance, extra):
     """Pair-sized state beyond the synchronous protocol's: the bytes per ordered pair that
     asynchrony costs (at M = 5000, 12 bytes a pair are 0.3 GB)."""
     m = 7
 
     def pair_bytes(proto) -> int:
-        return sum(v.nbytes for v in vars(proto).values()
-                   if isinstance(v, np.ndarray) and v.size >= m * m)
+        return sum(
+            v.nbytes for v in vars(proto).values() if isinstance(v, np.ndarray) and v.size >= m * m
+        )
 
     params = {"mechanism": "pm1", "variance": variance}
     ideal, _ = simulate(params, m, 4, None)
@@ -294,13 +350,15 @@ def test_asynchrony_adds_only_the_last_answer_per_pair(variance, extra):
     assert laggy.asynchronous and not ideal.asynchronous
     assert pair_bytes(laggy) - pair_bytes(ideal) == extra * m * m
 
+
 @pytest.mark.parametrize("timeout, lost", [(1.5, True), (2.0, False)])
 def test_round_trip_beyond_the_timeout_is_discarded(timeout, lost):
     """Fixed latency 1: each answer arrives 2 slots after its query. A timeout below that
     discards all M(t − 2) of them by slot t and leaves every estimate at the local mean."""
     m, t_max = 5, 30
-    proto, out = simulate({"mechanism": "pm1", "timeout": timeout}, m, t_max,
-                          FixedLatency(slots=1.0))
+    proto, out = simulate(
+        {"mechanism": "pm1", "timeout": timeout}, m, t_max, FixedLatency(slots=1.0)
+    )
     t = np.arange(1, t_max + 1)
     arrived = m * np.maximum(t - 2, 0)
     np.testing.assert_array_equal(metric(out, "timed_out"), arrived if lost else 0)
@@ -319,8 +377,13 @@ def test_a_stalled_agent_blocks_nobody(schedule):
     and takes every release of the others, one per query to them."""
     m, t_max = 5, 40
     links = ScriptedLinks(down=lambda rng, t, src, dst: (src == 0) | (dst == 0))
-    proto, out = simulate({"mechanism": "pm2", "weights": "mom", "schedule": schedule},
-                          m, t_max, links, protocol="private-colme-oracle")
+    proto, out = simulate(
+        {"mechanism": "pm2", "weights": "mom", "schedule": schedule},
+        m,
+        t_max,
+        links,
+        protocol="private-colme-oracle",
+    )
     assert metric(out, "messages_query")[-1] == m * t_max
     kappa = proto.stat.kappa
     others = ~np.eye(m, dtype=bool)
@@ -334,23 +397,33 @@ def test_a_stalled_agent_blocks_nobody(schedule):
 
 
 # -- (4) zero latency through the general path: ideal links bit for bit -------------------------
-@pytest.mark.parametrize("params", [
-    {"mechanism": "pm1", "weights": "last"},
-    {"mechanism": "pm2", "weights": "mom", "schedule": "rrr"},
-    {"mechanism": "pm2", "weights": "wmom", "variance": "sch-var-2"},
-    {"mechanism": "pm1", "weights": "mom", "schedule": "rrr", "variance": "sch-var-2-bayes",
-     "welch_df": "kappa"},
-    {"mechanism": "pm2", "variance": "sch-var-1", "welch_df": "kappa"},
-    {"mechanism": "pm1", "variance": "sch-var-2", "timeout": 3.0},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"mechanism": "pm1", "weights": "last"},
+        {"mechanism": "pm2", "weights": "mom", "schedule": "rrr"},
+        {"mechanism": "pm2", "weights": "wmom", "variance": "sch-var-2"},
+        {
+            "mechanism": "pm1",
+            "weights": "mom",
+            "schedule": "rrr",
+            "variance": "sch-var-2-bayes",
+            "welch_df": "kappa",
+        },
+        {"mechanism": "pm2", "variance": "sch-var-1", "welch_df": "kappa"},
+        {"mechanism": "pm1", "variance": "sch-var-2", "timeout": 3.0},
+    ],
+)
 def test_zero_latency_reproduces_ideal_links_bit_for_bit(params):
     m, t_max = 9, 120
     ideal, out_ideal = simulate(params, m, t_max, IdealLinks(), seed=4)
     general, out_general = simulate(params, m, t_max, FixedLatency(slots=0.0), seed=4)
     assert general.asynchronous and not ideal.asynchronous
     keep = ~out_general.metrics.metric.str.startswith("dropped")
-    assert (out_ideal.metrics.to_csv().encode()
-            == out_general.metrics[keep].reset_index(drop=True).to_csv().encode())
+    assert (
+        out_ideal.metrics.to_csv().encode()
+        == out_general.metrics[keep].reset_index(drop=True).to_csv().encode()
+    )
     assert out_ideal.agents.to_csv().encode() == out_general.agents.to_csv().encode()
     np.testing.assert_array_equal(ideal.stat._state, general.stat._state)
 

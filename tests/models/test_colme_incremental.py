@@ -32,8 +32,11 @@ class Checked(PrivateColME):
         num, den = self.sums_w.totals(self._row_sums)
         full_num, full_den = self._row_sums(slice(None))
         # the scale of Σ T/Var: the sum of the terms' magnitudes (terms may cancel)
-        weight = np.where(self.included, 1.0 / self.stat.variance(
-            self.sigma2[None, :] if self.known else self.v_hat), 0.0)
+        weight = np.where(
+            self.included,
+            1.0 / self.stat.variance(self.sigma2[None, :] if self.known else self.v_hat),
+            0.0,
+        )
         np.fill_diagonal(weight, 0.0)
         scale = np.nan_to_num(np.abs(weight * self.stat.value).sum(axis=1))
         np.testing.assert_allclose(den, full_den, rtol=RTOL, atol=0)
@@ -48,32 +51,65 @@ class Checked(PrivateColME):
 
 
 def run(params: dict, m: int, t_max: int, links, seed: int) -> Checked:
-    spec = build(DATA.get("classes"), {"agents": m, "class_means": [-0.3, 0.2, 0.8],
-                                       "sigma": 0.5}, "data")
+    spec = build(
+        DATA.get("classes"), {"agents": m, "class_means": [-0.3, 0.2, 0.8], "sigma": 0.5}, "data"
+    )
     proto = Checked(build(PrivateColME.Params, params, "test"))
-    Simulation(proto, spec.make(np.random.default_rng(seed)), t_max, Streams(seed, 0, 1, 2),
-               links=links, checkpoints=CHECKPOINTS).run()
+    Simulation(
+        proto,
+        spec.make(np.random.default_rng(seed)),
+        t_max,
+        Streams(seed, 0, 1, 2),
+        links=links,
+        checkpoints=CHECKPOINTS,
+    ).run()
     return proto
 
 
 # a large 1/Var term replaced by a small one: its difference, formed in plain floating point,
 # once lost ulps of the large term (1.4e-12 relative); old and new terms now enter separately
-@example(seed=0, mechanism="pm1", weights="last", variance="sch-var-2", schedule="rr",
-         lossy=True, noise="none")
-@given(seed=st.integers(0, 10**6), mechanism=st.sampled_from(["pm1", "pm2"]),
-       weights=st.sampled_from(["last", "mom", "wmom"]),
-       variance=st.sampled_from(["known", "sch-var-1", "sch-var-2", "sch-var-2-bayes"]),
-       schedule=st.sampled_from(["rr", "rrr"]), lossy=st.booleans(),
-       noise=st.sampled_from(["gaussian", "laplace", "none"]))
+@example(
+    seed=0,
+    mechanism="pm1",
+    weights="last",
+    variance="sch-var-2",
+    schedule="rr",
+    lossy=True,
+    noise="none",
+)
+@given(
+    seed=st.integers(0, 10**6),
+    mechanism=st.sampled_from(["pm1", "pm2"]),
+    weights=st.sampled_from(["last", "mom", "wmom"]),
+    variance=st.sampled_from(["known", "sch-var-1", "sch-var-2", "sch-var-2-bayes"]),
+    schedule=st.sampled_from(["rr", "rrr"]),
+    lossy=st.booleans(),
+    noise=st.sampled_from(["gaussian", "laplace", "none"]),
+)
 @settings(max_examples=20, deadline=None)
-def test_incremental_sums_equal_the_full_recomputation(seed, mechanism, weights, variance,
-                                                       schedule, lossy, noise):
+def test_incremental_sums_equal_the_full_recomputation(
+    seed, mechanism, weights, variance, schedule, lossy, noise
+):
     links = None
     if lossy:  # 20 % drops, exponential delays: gaps, stale releases, repeated answers
-        links = ScriptedLinks(down=lambda rng, t, src, dst: rng.random(len(src)) < 0.2,
-                              delay=lambda rng, t, n: rng.exponential(2.0, n))
-    proto = run({"mechanism": mechanism, "weights": weights, "variance": variance,
-                 "schedule": schedule, "noise": noise, "timeout": 6.0}, 9, 120, links, seed)
+        links = ScriptedLinks(
+            down=lambda rng, t, src, dst: rng.random(len(src)) < 0.2,
+            delay=lambda rng, t, n: rng.exponential(2.0, n),
+        )
+    proto = run(
+        {
+            "mechanism": mechanism,
+            "weights": weights,
+            "variance": variance,
+            "schedule": schedule,
+            "noise": noise,
+            "timeout": 6.0,
+        },
+        9,
+        120,
+        links,
+        seed,
+    )
     assert proto.checks == len(CHECKPOINTS)
 
 
@@ -82,16 +118,26 @@ def test_large_populations_use_the_incremental_sums_small_ones_the_full_sum():
     at or below it `estimates` recomputes them in full."""
     spec = build(DATA.get("classes"), {"agents": 1001, "class_means": [0.2, 0.8]}, "data")
     proto = PrivateColME(build(PrivateColME.Params, {}, "test"))
-    Simulation(proto, spec.make(np.random.default_rng(0)), 6, Streams(0, 0, 1, 2),
-               checkpoints=np.array([6])).run()
+    Simulation(
+        proto,
+        spec.make(np.random.default_rng(0)),
+        6,
+        Streams(0, 0, 1, 2),
+        checkpoints=np.array([6]),
+    ).run()
     assert proto.incremental
     got = proto.estimates()
     proto.incremental = False
     np.testing.assert_allclose(got, proto.estimates(), rtol=RTOL)
     plain = PrivateColME(build(PrivateColME.Params, {}, "test"))
     spec = build(DATA.get("classes"), {"agents": 1000, "class_means": [0.2, 0.8]}, "data")
-    Simulation(plain, spec.make(np.random.default_rng(0)), 6, Streams(0, 0, 1, 2),
-               checkpoints=np.array([6])).run()
+    Simulation(
+        plain,
+        spec.make(np.random.default_rng(0)),
+        6,
+        Streams(0, 0, 1, 2),
+        checkpoints=np.array([6]),
+    ).run()
     assert not plain.incremental
 
 
@@ -113,8 +159,8 @@ def test_replacing_terms_of_repeated_agents_at_once_is_replacing_them_one_by_one
     at_once.replace(a, *terms)
     zero = np.zeros((2, 1))
     for i in range(n):  # the old terms leave first, then the new ones enter (see `replace`)
-        one_by_one.replace(a[i:i + 1], *terms[:2, i:i + 1], *zero)
+        one_by_one.replace(a[i : i + 1], *terms[:2, i : i + 1], *zero)
     for i in range(n):
-        one_by_one.replace(a[i:i + 1], *zero, *terms[2:, i:i + 1])
+        one_by_one.replace(a[i : i + 1], *zero, *terms[2:, i : i + 1])
     for name in ("sums", "carry", "terms", "dirty"):
         np.testing.assert_array_equal(getattr(at_once, name), getattr(one_by_one, name))

@@ -20,13 +20,15 @@ def data(m: int, means=(0.2, 0.4, 0.8)) -> dict:
     return {"model": "classes", "agents": m, "class_means": list(means), "sigma": SIGMA}
 
 
-def final_mse(protocol: str, params: dict, m: int, t_max: int, replicates: int,
-              seed: int = 5) -> np.ndarray:
+def final_mse(
+    protocol: str, params: dict, m: int, t_max: int, replicates: int, seed: int = 5
+) -> np.ndarray:
     """(replicates, checkpoints) MSE trajectories, and the checkpoint times."""
     rows = []
     for r in range(replicates):
-        out = desim.run(Scenario(protocol, params, data(m), t_max=t_max, seed=seed,
-                                 replicate=r, checkpoints=12))
+        out = desim.run(
+            Scenario(protocol, params, data(m), t_max=t_max, seed=seed, replicate=r, checkpoints=12)
+        )
         mse = out.metrics[out.metrics.metric == "mse"]
         rows.append(mse.value.to_numpy())
     return np.array(rows), mse.t.to_numpy()
@@ -54,8 +56,9 @@ def test_oracle_class_mse_matches_prop3(params):
     p = PrivateColMEParams(**params)
     eps, delta = mechanism_budget(p.mechanism, p.epsilon, p.delta, t_max)
     s2dp = noise_sigma2(p.noise, L, eps, delta)
-    expect, _ = analytic.oracle_mse(t, m, 1 / 3, SIGMA**2, s2dp, p.mechanism, p.weights,
-                                    method="exact")
+    expect, _ = analytic.oracle_mse(
+        t, m, 1 / 3, SIGMA**2, s2dp, p.mechanism, p.weights, method="exact"
+    )
     keep = t >= 20  # a few agents per class: skip the first, nearly noiseless-free checkpoints
     assert_within_se(sim[:, keep], expect[keep])
 
@@ -100,10 +103,16 @@ def test_without_privacy_plain_colme_beats_local_and_reaches_ideal_order():
 
 def test_rrr_agent_that_excludes_everyone_stops_querying_and_stays_local():
     """Three agents in three far-apart classes, no noise: all exclusions become permanent."""
-    spec = {"model": "classes", "agents": 3, "class_means": [0.0, 10.0, 20.0], "sigma": 0.5,
-            "assignment": "balanced"}
-    s = Scenario("private-colme", {"schedule": "rrr", "noise": "none"}, spec, t_max=50,
-                 checkpoints=50)
+    spec = {
+        "model": "classes",
+        "agents": 3,
+        "class_means": [0.0, 10.0, 20.0],
+        "sigma": 0.5,
+        "assignment": "balanced",
+    }
+    s = Scenario(
+        "private-colme", {"schedule": "rrr", "noise": "none"}, spec, t_max=50, checkpoints=50
+    )
     out = desim.run(s)
     queries = out.metrics[out.metrics.metric == "messages_query"].set_index("t").value
     assert queries[2] == 6 and queries[50] == 6  # two rounds of queries, then none
@@ -119,8 +128,9 @@ class Tap:
         self.sent: list[tuple[str, np.ndarray, np.ndarray, np.ndarray | None]] = []
 
     def send(self, kind, src, dst, payload=None):
-        self.sent.append((kind, np.array(src), np.array(dst),
-                          None if payload is None else np.array(payload)))
+        self.sent.append(
+            (kind, np.array(src), np.array(dst), None if payload is None else np.array(payload))
+        )
 
 
 def test_only_privatised_values_leave_an_agent():
@@ -133,8 +143,14 @@ def test_only_privatised_values_leave_an_agent():
     proto = PrivateColME(PrivateColMEParams(mechanism="pm1"))
     tap = Tap()
     rng = np.random.default_rng(0)
-    ctx = Context(m, t_max, {"L": L, "sigma2": np.full(m, SIGMA**2)}, Streams(1, 0, 1, 1),
-                  tap.send, lambda: 0.0)
+    ctx = Context(
+        m,
+        t_max,
+        {"L": L, "sigma2": np.full(m, SIGMA**2)},
+        Streams(1, 0, 1, 1),
+        tap.send,
+        lambda: 0.0,
+    )
     proto.setup(ctx)
     noise = []
     for t in range(1, t_max + 1):
@@ -142,16 +158,19 @@ def test_only_privatised_values_leave_an_agent():
         kind, src, dst, payload = tap.sent[-1]
         assert kind == "query" and payload is None
         from desim.kernel.messages import Batch
-        proto.on_deliver(Batch(src, dst, np.zeros(m, int), np.empty((m, 0)), np.zeros(m),
-                               proto.message_kinds))
+
+        proto.on_deliver(
+            Batch(src, dst, np.zeros(m, int), np.empty((m, 0)), np.zeros(m), proto.message_kinds)
+        )
         kind, src, dst, payload = tap.sent[-1]
         assert kind == "release" and payload.shape == (m, 4)
         np.testing.assert_array_equal(payload[:, [1, 3]], np.c_[proto.counts[src], np.zeros(m)])
         exact = proto.sums[src] / proto.counts[src]
         j = payload[:, 2]
         noise.append((payload[:, 0] - exact) * t / np.sqrt(j))  # ~ N(0, σ_DP²) under PM-I
-        proto.on_deliver(Batch(src, dst, np.ones(m, int), payload, np.zeros(m),
-                               proto.message_kinds))
+        proto.on_deliver(
+            Batch(src, dst, np.ones(m, int), payload, np.zeros(m), proto.message_kinds)
+        )
     z = np.concatenate(noise)
     assert np.all(z != 0.0)
     se = proto.sigma2_dp * np.sqrt(2 / len(z))
@@ -162,11 +181,20 @@ def test_same_seed_same_bytes_and_protocols_share_the_data():
     s = Scenario("private-colme", {"mechanism": "pm2"}, data(20), t_max=300, seed=9)
     a, b = desim.run(s).metrics, desim.run(s).metrics
     assert a.to_csv().encode() == b.to_csv().encode()
-    other = desim.run(Scenario("private-colme", {"mechanism": "pm2"}, data(20), t_max=300,
-                               seed=10)).metrics
+    other = desim.run(
+        Scenario("private-colme", {"mechanism": "pm2"}, data(20), t_max=300, seed=10)
+    ).metrics
     assert not a.equals(other)
     # the local baseline run under another scenario sees the same samples
     l1 = desim.run(Scenario("local", {}, data(20), t_max=300, seed=9)).metrics
-    l2 = desim.run(Scenario("local", {}, data(20), t_max=300, seed=9,
-                            network={"links": "fixed-latency", "slots": 2.0})).metrics
+    l2 = desim.run(
+        Scenario(
+            "local",
+            {},
+            data(20),
+            t_max=300,
+            seed=9,
+            network={"links": "fixed-latency", "slots": 2.0},
+        )
+    ).metrics
     np.testing.assert_array_equal(l1[l1.metric == "mse"].value, l2[l2.metric == "mse"].value)

@@ -31,8 +31,9 @@ def test_sch_var_1_release_equals_eqs_6_to_8(mechanism):
     kappa, s2dp, s2var = 23, 3.0, 5.0
     x, times = one_pair(mechanism, kappa)
     mech = PSumRelease(2, mechanism, "gaussian", s2dp, np.random.default_rng(1), 64)
-    vrel = SampleVarianceRelease(2, mechanism, "gaussian", s2var, s2dp,
-                                 np.random.default_rng(2), 64)
+    vrel = SampleVarianceRelease(
+        2, mechanism, "gaussian", s2var, s2dp, np.random.default_rng(2), 64
+    )
     w_rng = np.random.default_rng(2)  # the same W draws, one per release, in order
     b, a = np.array([1]), np.array([0])
     fresh_z, fresh_w = [], []
@@ -48,8 +49,9 @@ def test_sch_var_1_release_equals_eqs_6_to_8(mechanism):
         else:
             ends = np.array([end for _, end in variance.dyadic_split(k)])
         taus = times[ends - 1]
-        expect = variance.schvar1_release(x, taus, np.array(fresh_z)[ends - 1],
-                                          np.array(fresh_w)[ends - 1], s2dp)
+        expect = variance.schvar1_release(
+            x, taus, np.array(fresh_z)[ends - 1], np.array(fresh_w)[ends - 1], s2dp
+        )
         if t < 2:
             assert got == np.inf
         else:
@@ -58,8 +60,14 @@ def test_sch_var_1_release_equals_eqs_6_to_8(mechanism):
 
 def protocol(mechanism: str, variance_scheme: str, s2dp: float | None = None) -> PrivateColME:
     p = PrivateColME(PrivateColMEParams(mechanism=mechanism, variance=variance_scheme))
-    ctx = Context(3, 1000, {"L": L, "sigma2": np.full(3, SIGMA**2)}, Streams(1, 0, 1, 1),
-                  lambda *args: None, lambda: 0.0)
+    ctx = Context(
+        3,
+        1000,
+        {"L": L, "sigma2": np.full(3, SIGMA**2)},
+        Streams(1, 0, 1, 1),
+        lambda *args: None,
+        lambda: 0.0,
+    )
     p.setup(ctx)
     if s2dp is not None:
         p.sigma2_dp = s2dp
@@ -74,8 +82,12 @@ def test_sch_var_2_equals_the_general_form_of_eq_16(mechanism):
     rng = np.random.default_rng(3)
     noise = np.cumsum(rng.normal(0, 0.3, size=kappa))  # any noise path: the form is algebra
     releases = (np.cumsum(x)[times.astype(int) - 1] + noise) / times
-    got = [p._sch_var_2(np.array([0]), np.array([1]), releases[i:i + 1], times[i:i + 1],
-                        np.array([i + 1]))[0] for i in range(kappa)]
+    got = [
+        p._sch_var_2(
+            np.array([0]), np.array([1]), releases[i : i + 1], times[i : i + 1], np.array([i + 1])
+        )[0]
+        for i in range(kappa)
+    ]
     assert got[0] == np.inf
     psums = np.diff(np.concatenate([[0.0], times * releases]))
     lengths = np.diff(np.concatenate([[0.0], times]))
@@ -100,11 +112,12 @@ def test_bayesian_sch_var_2_replaces_negative_estimates_by_the_posterior_mean():
     lengths = np.diff(np.concatenate([[0.0], times]))
     negatives = 0
     for i in range(kappa):
-        got = p._sch_var_2(np.array([0]), np.array([1]), releases[i:i + 1], times[i:i + 1],
-                           np.array([i + 1]))[0]
+        got = p._sch_var_2(
+            np.array([0]), np.array([1]), releases[i : i + 1], times[i : i + 1], np.array([i + 1])
+        )[0]
         if i == 0:
             continue
-        v_raw, k_factor = variance.schvar2_raw_and_K(psums[:i + 1], lengths[:i + 1], "pm1")
+        v_raw, k_factor = variance.schvar2_raw_and_K(psums[: i + 1], lengths[: i + 1], "pm1")
         v = v_raw - k_factor * 400.0
         expect = variance.schvar2_bayes(v, v_raw, k_factor * 400.0, i + 1, "paper")
         negatives += v < 0
@@ -126,8 +139,9 @@ def mse_at_end(params: dict, m=100, t_max=6000, replicates=4) -> np.ndarray:
     data = {"model": "classes", "agents": m, "class_means": [0.2, 0.4, 0.8], "sigma": SIGMA}
     finals = []
     for r in range(replicates):
-        out = desim.run(Scenario("private-colme", params, data, t_max=t_max, seed=3,
-                                 replicate=r, checkpoints=8))
+        out = desim.run(
+            Scenario("private-colme", params, data, t_max=t_max, seed=3, replicate=r, checkpoints=8)
+        )
         finals.append(out.metrics[out.metrics.metric == "mse"].value.iloc[-1])
     return np.array(finals)
 
@@ -154,8 +168,17 @@ def test_claim_bayesian_sch_var_2_is_worse_early_and_better_later():
     for scheme in ("sch-var-2", "sch-var-2-bayes"):
         rows = []
         for r in range(6):
-            out = desim.run(Scenario("private-colme", {"variance": scheme}, data, t_max=2000,
-                                     seed=11, replicate=r, checkpoints=40))
+            out = desim.run(
+                Scenario(
+                    "private-colme",
+                    {"variance": scheme},
+                    data,
+                    t_max=2000,
+                    seed=11,
+                    replicate=r,
+                    checkpoints=40,
+                )
+            )
             mse = out.metrics[out.metrics.metric == "mse"]
             rows.append(mse.value.to_numpy())
         curves[scheme] = np.array(rows)
@@ -190,8 +213,7 @@ def test_fast_welch_decision_equals_the_reference_quantile_test():
 @pytest.mark.parametrize("scheme", ["sch-var-1", "sch-var-2", "sch-var-2-bayes"])
 def test_estimates_are_finite_from_the_first_slot(scheme):
     data = {"model": "classes", "agents": 10, "class_means": [0.2, 0.8], "sigma": SIGMA}
-    out = desim.run(Scenario("private-colme", {"variance": scheme}, data, t_max=50,
-                             checkpoints=50))
+    out = desim.run(Scenario("private-colme", {"variance": scheme}, data, t_max=50, checkpoints=50))
     mse = out.metrics[out.metrics.metric == "mse"].value.to_numpy()
     assert np.isfinite(mse).all()
 
@@ -200,5 +222,7 @@ def test_unchecked_posterior_mean_equals_the_checked_one():
     rng = np.random.default_rng(1)
     v, c, k = rng.exponential(1.0, 50), rng.exponential(1.0, 50), rng.integers(2, 400, 50)
     for prior in ("paper", "jeffreys"):
-        np.testing.assert_array_equal(variance.bayes_posterior_mean(v, c, k, prior),
-                                      variance.bayes_posterior_mean(v, c, k, prior, check=False))
+        np.testing.assert_array_equal(
+            variance.bayes_posterior_mean(v, c, k, prior),
+            variance.bayes_posterior_mean(v, c, k, prior, check=False),
+        )

@@ -17,8 +17,11 @@ load_plugins()
 @pytest.mark.parametrize("distribution", ["gaussian", "uniform", "bernoulli"])
 def test_class_data_split_into_blocks_gives_the_same_samples(distribution):
     means = [0.2, 0.8] if distribution == "bernoulli" else [-1.0, 0.5]
-    spec = build(DATA.get("classes"), {"agents": 7, "class_means": means,
-                                       "distribution": distribution}, "data")
+    spec = build(
+        DATA.get("classes"),
+        {"agents": 7, "class_means": means, "distribution": distribution},
+        "data",
+    )
     data = spec.make(np.random.default_rng(0))
     whole = data.sample(np.random.default_rng(5), 11)
     rng = np.random.default_rng(5)

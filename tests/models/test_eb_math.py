@@ -22,9 +22,11 @@ def test_clip_radius_and_gaussian_sigma_by_hand():
     # b = r + (σ_θ + σ_x/√n)√log(m²n) with m = 10⁴, n = 15, σ_θ = 0.1, σ_x = 0.5, r = 1
     root = math.sqrt(math.log(1e8 * 15))
     assert mech.clip_radius(1.0, 0.1, 0.5, 10_000, 15) == pytest.approx(
-        1.0 + 0.1 * root + 0.5 / math.sqrt(15) * root, rel=1e-14)
+        1.0 + 0.1 * root + 0.5 / math.sqrt(15) * root, rel=1e-14
+    )
     assert mech.gaussian_ldp_sigma2(2.0, 0.5, 1e-5) == pytest.approx(
-        8 * 4 * math.log(2e5) / 0.25, rel=1e-14)
+        8 * 4 * math.log(2e5) / 0.25, rel=1e-14
+    )
     assert mech.quantiser_sigma2(3.0, 2) == pytest.approx(1.0)  # (3/(2²−1))²
 
 
@@ -101,7 +103,8 @@ def test_leave_one_out_moments_match_a_hand_loop():
         assert s2_c[i] == pytest.approx(sum((v - mu[i]) ** 2 for v in others) / (m - 2))
         # eq. (6) as printed: deviations from each l's own leave-one-out mean μ̂_l
         assert s2_p[i] == pytest.approx(
-            sum((y[j] - loo[j]) ** 2 for j in range(m) if j != i) / (m - 2))
+            sum((y[j] - loo[j]) ** 2 for j in range(m) if j != i) / (m - 2)
+        )
 
 
 def test_bernoulli_weights_with_exact_moments_are_the_posterior_weight():
@@ -150,8 +153,13 @@ def test_cluster_is_deterministic_for_a_seed_and_finds_the_classes():
 # -- closed forms --------------------------------------------------------------------------------
 
 
-@given(m=st.integers(2, 10**5), n=st.integers(1, 10**4), st2=st.floats(0, 10),
-       sx2=st.floats(1e-3, 10), sq2=st.floats(0, 100))
+@given(
+    m=st.integers(2, 10**5),
+    n=st.integers(1, 10**4),
+    st2=st.floats(0, 10),
+    sx2=st.floats(1e-3, 10),
+    sq2=st.floats(0, 100),
+)
 @settings(max_examples=200, deadline=None)
 def test_theorem_bound_is_the_exact_mse_at_its_weight(m, n, st2, sx2, sq2):
     """The exact MSE of a X̄ + (1 − a) μ̂_q at a of Theorem 1/2 equals the theorems' bound."""
@@ -163,10 +171,12 @@ def test_theorem_bound_is_the_exact_mse_at_its_weight(m, n, st2, sx2, sq2):
 def test_closed_forms_by_hand():
     # Fig. 4's set-up: m = 10⁴, n = 15, σ_θ = 0.1, σ_x = 0.5 (a = 0.375)
     assert analytic.theorem_mse(10_000, 15, 0.01, 0.25) == pytest.approx(
-        0.25 / 15 * (0.375 + 0.625 / 10_000))
+        0.25 / 15 * (0.375 + 0.625 / 10_000)
+    )
     # (47) equals Theorem 1's bound; (46) is below it
     assert analytic.van_trees_estimated(10_000, 15, 0.01, 0.25) == pytest.approx(
-        analytic.theorem_mse(10_000, 15, 0.01, 0.25))
+        analytic.theorem_mse(10_000, 15, 0.01, 0.25)
+    )
     assert analytic.van_trees_prior(15, 0.01, 0.25) == pytest.approx(0.0025 / 0.4)
     # Beta(2, 5), n = 14: αβ/(n(α+β)(α+β+1)) · n/(α+β+n)
     local = 10 / (14 * 7 * 8)
@@ -178,8 +188,9 @@ def test_closed_forms_by_hand():
 
 @pytest.mark.parametrize("prior", ["beta", "normal", "uniform", "spikes"])
 def test_prior_moments_against_draws(prior):
-    spec = BernoulliPrior(agents=200_000, prior=prior, alpha=2.0, beta=3.0, mean=0.6, sd=0.3,
-                          low=0.1, high=0.7)
+    spec = BernoulliPrior(
+        agents=200_000, prior=prior, alpha=2.0, beta=3.0, mean=0.6, sd=0.3, low=0.1, high=0.7
+    )
     p = spec.draw(np.random.default_rng(5))
     mean, var = spec.moments()
     assert 0 <= p.min() and p.max() <= 1

@@ -35,8 +35,15 @@ def simulate(params, t_max, data_spec=GAUSS, links=None, seed=0, log=None):
     proto = cls(build(cls.Params, params, "test"))
     streams = Streams(seed, 0, 1, 2)
     data = data_spec.make(streams.get("population"))
-    sim = Simulation(proto, data, t_max, streams, links=links,
-                     checkpoints=np.arange(1, t_max + 1), metrics=[PRIVACY])
+    sim = Simulation(
+        proto,
+        data,
+        t_max,
+        streams,
+        links=links,
+        checkpoints=np.arange(1, t_max + 1),
+        metrics=[PRIVACY],
+    )
     if log is not None:
         send = sim.network.send
 
@@ -65,8 +72,7 @@ def test_tight_gaussian_upload_is_the_accountant_s_edge_for_all_rounds(rounds):
 def test_protocol_uploads_use_the_calibrated_noise_and_paper_is_unchanged():
     """The noise variance each upload carries (public) is (41) under paper — equal as floats to
     the formula — and (2b m)² under tight, with b of Theorem 2 for the round's n."""
-    base = {"sigma_theta": 0.1, "mechanism": "gaussian", "epsilon": EPS, "delta": DELTA,
-            "round": 5}
+    base = {"sigma_theta": 0.1, "mechanism": "gaussian", "epsilon": EPS, "delta": DELTA, "round": 5}
     for calibration in ("paper", "tight"):
         log: list = []
         simulate({**base, "calibration": calibration}, 10, log=log)
@@ -74,8 +80,11 @@ def test_protocol_uploads_use_the_calibrated_noise_and_paper_is_unchanged():
         assert [t for t, _ in uploads] == [5.0, 10.0]
         for n, payload in uploads:
             b = mech.clip_radius(1.0, 0.1, 0.5, 300, int(n))
-            want = (mech.gaussian_ldp_sigma2(b, EPS, DELTA) if calibration == "paper"
-                    else (2 * b * gaussian_multiplier("tight", EPS, DELTA, 2)) ** 2)
+            want = (
+                mech.gaussian_ldp_sigma2(b, EPS, DELTA)
+                if calibration == "paper"
+                else (2 * b * gaussian_multiplier("tight", EPS, DELTA, 2)) ** 2
+            )
             assert (payload[:, 3] == want).all()  # columns: round, value, count, noise variance
     # one round: the analytic Gaussian mechanism, Balle & Wang's published σ = 3.7306 at
     # (1, 10⁻⁵) for sensitivity 1 (the PLD grid rounds up: within 10⁻³ above)
@@ -89,22 +98,33 @@ def test_theorem_curve_uses_the_protocol_s_noise():
     n = np.array([5.0, 20.0])
     m, st2, sx2 = 300, 0.01, 0.25
     for calibration in ("paper", "tight"):
-        curve = build(CURVES.get("eb-theorem"), {"mechanism": "gaussian", "epsilon": EPS,
-                                                  "delta": DELTA, "calibration": calibration},
-                      "curve")
+        curve = build(
+            CURVES.get("eb-theorem"),
+            {"mechanism": "gaussian", "epsilon": EPS, "delta": DELTA, "calibration": calibration},
+            "curve",
+        )
         mean, _ = curve.curve(n, GAUSS)
         b = np.array([mech.clip_radius(1.0, 0.1, 0.5, m, int(k)) for k in n])
         mult = gaussian_multiplier(calibration, EPS, DELTA, 1)
         sq2 = (2 * b * mult) ** 2
         np.testing.assert_allclose(mean, analytic.theorem_mse(m, n, st2, sx2, sq2), rtol=1e-12)
-    three = build(CURVES.get("eb-theorem"), {"mechanism": "gaussian", "calibration": "tight",
-                                             "rounds": 3, "epsilon": EPS, "delta": DELTA},
-                  "curve").curve(n, GAUSS)[0]
+    three = build(
+        CURVES.get("eb-theorem"),
+        {
+            "mechanism": "gaussian",
+            "calibration": "tight",
+            "rounds": 3,
+            "epsilon": EPS,
+            "delta": DELTA,
+        },
+        "curve",
+    ).curve(n, GAUSS)[0]
     sq2 = (2 * b * gaussian_multiplier("tight", EPS, DELTA, 3)) ** 2
     np.testing.assert_allclose(three, analytic.theorem_mse(m, n, st2, sx2, sq2), rtol=1e-12)
     paper = build(CURVES.get("eb-theorem"), {"mechanism": "gaussian"}, "curve").curve(n, GAUSS)
-    tight = build(CURVES.get("eb-theorem"), {"mechanism": "gaussian", "calibration": "tight"},
-                  "curve").curve(n, GAUSS)
+    tight = build(
+        CURVES.get("eb-theorem"), {"mechanism": "gaussian", "calibration": "tight"}, "curve"
+    ).curve(n, GAUSS)
     assert np.all(tight[0] < paper[0])
 
 
@@ -113,8 +133,14 @@ def test_gaussian_ledger_under_ideal_links_is_the_rounds_composed(calibration):
     """Rounds every 3 slots for 12 slots: after r rounds every agent has spent the ε of r
     Gaussian releases of multiplier m, i.e. one of m/√r (closed form); tight ends at ≤ ε₀ and
     within the PLD grid of it; nothing before the first round."""
-    params = {"sigma_theta": 0.1, "mechanism": "gaussian", "epsilon": EPS, "delta": DELTA,
-              "round": 3, "calibration": calibration}
+    params = {
+        "sigma_theta": 0.1,
+        "mechanism": "gaussian",
+        "epsilon": EPS,
+        "delta": DELTA,
+        "round": 3,
+        "calibration": calibration,
+    }
     proto, wide = simulate(params, 12)
     m = gaussian_multiplier(calibration, EPS, DELTA, 4)
     assert "eps_server_max" in wide
@@ -136,7 +162,8 @@ def test_uploads_lost_on_links_still_count():
     assert max(proto.uploads_per_round) < 300  # some were lost
     assert (proto.uploads_sent == 4).all()
     assert wide.loc[8, "eps_server_max"] == pytest.approx(
-        dp_accounting.get_epsilon_gaussian(proto.multiplier / 2.0, 1e-6), rel=1e-9)
+        dp_accounting.get_epsilon_gaussian(proto.multiplier / 2.0, 1e-6), rel=1e-9
+    )
 
 
 @pytest.mark.parametrize("mechanism", ["pm1", "pm2"])
@@ -147,8 +174,11 @@ def test_item_level_uploads_take_private_colme_s_calibration_and_ledger(mechanis
     tight spends at most ε once the tree is full."""
     spec = ClassData(agents=50, class_means=[0.2, 0.8], sigma=0.25, distribution="uniform")
     t_max = 16
-    proto, wide = simulate({"mechanism": mechanism, "round": 1, "calibration": calibration,
-                            "sigma_theta": 0.1}, t_max, data_spec=spec)
+    proto, wide = simulate(
+        {"mechanism": mechanism, "round": 1, "calibration": calibration, "sigma_theta": 0.1},
+        t_max,
+        data_spec=spec,
+    )
     L = proto.ctx.public["L"]
     s2 = psum_noise("gaussian", L, mechanism, 1.0, 1e-6, t_max, calibration)[0]
     assert proto.sigma2_dp == s2
@@ -198,12 +228,14 @@ def test_rr_uploads_of_eb_bernoulli_enter_the_ledger():
     from desim.models.privacy.accounting import rr_epsilon
 
     cls = PROTOCOLS.get("eb-bernoulli")
-    proto = cls(build(cls.Params, {"mechanism": "rr", "epsilon": EPS, "delta": DELTA,
-                                   "round": 3}, "test"))
+    proto = cls(
+        build(cls.Params, {"mechanism": "rr", "epsilon": EPS, "delta": DELTA, "round": 3}, "test")
+    )
     streams = Streams(0, 0, 1, 2)
     data = BernoulliPrior(agents=50, prior="uniform").make(streams.get("population"))
-    out = Simulation(proto, data, 12, streams, checkpoints=np.arange(1, 13),
-                     metrics=[PRIVACY]).run()
+    out = Simulation(
+        proto, data, 12, streams, checkpoints=np.arange(1, 13), metrics=[PRIVACY]
+    ).run()
     wide = out.metrics.pivot(index="t", columns="metric", values="value")
     for t in range(1, 13):
         want = rr_epsilon(EPS, t // 3, DELTA)

@@ -29,14 +29,29 @@ def simulate(name, params, data_spec, t_max, seed=0, links=None, log=None):
     proto = PROTOCOLS.get(name)(build(PROTOCOLS.get(name).Params, params, "test"))
     streams = Streams(seed, 0, 1, 2)
     data = data_spec.make(streams.get("population"))
-    sim = Simulation(proto, data, t_max, streams, links=links, checkpoints=np.array([t_max]),
-                     metrics=[METRICS.get("eb")])
+    sim = Simulation(
+        proto,
+        data,
+        t_max,
+        streams,
+        links=links,
+        checkpoints=np.array([t_max]),
+        metrics=[METRICS.get("eb")],
+    )
     if log is not None:
         send = sim.network.send
 
         def logged(kind, src, dst, payload=None):
-            log.append((kind, float(sim.env.now), np.array(src), np.array(payload, float),
-                        proto.sums.copy(), proto.counts.copy()))
+            log.append(
+                (
+                    kind,
+                    float(sim.env.now),
+                    np.array(src),
+                    np.array(payload, float),
+                    proto.sums.copy(),
+                    proto.counts.copy(),
+                )
+            )
             send(kind, src, dst, payload)
 
         sim.network.send = logged
@@ -54,8 +69,9 @@ M, N, ST2, SX2 = 2000, 10, 0.01, 0.25
 
 
 def replicate_mse(name, params, spec, t_max, reps):
-    errs = np.array([agent_mse(*simulate(name, params, spec, t_max, seed=s)[:2])
-                     for s in range(reps)])
+    errs = np.array(
+        [agent_mse(*simulate(name, params, spec, t_max, seed=s)[:2]) for s in range(reps)]
+    )
     return errs.mean(), errs.std(ddof=1) / math.sqrt(reps)
 
 
@@ -72,8 +88,7 @@ def test_eb_gaussian_matches_theorem_1_exactly_within_standard_errors():
 def test_eb_gaussian_private_matches_theorem_2_within_standard_errors():
     """Theorem 2's Gaussian mechanism at ε₀ = 0.5, δ = 10⁻⁵: MSE = the bound at σ_q² of (41).
     b is Theorem 2's radius, so clipping happens with probability ≤ 2/(mn) (negligible)."""
-    params = {"sigma_theta": 0.1, "mechanism": "gaussian", "epsilon": 0.5, "delta": 1e-5,
-              "r": 1.0}
+    params = {"sigma_theta": 0.1, "mechanism": "gaussian", "epsilon": 0.5, "delta": 1e-5, "r": 1.0}
     mean, se = replicate_mse("eb-gaussian", params, GAUSS, N, 30)
     b = mech.clip_radius(1.0, 0.1, 0.5, M, N)
     sq2 = mech.gaussian_ldp_sigma2(b, 0.5, 1e-5)
@@ -98,14 +113,16 @@ def test_eb_gaussian_method_of_moments_is_close_to_theorem_1():
 def test_beta_bernoulli_posterior_mean_matches_its_mse_within_standard_errors():
     """Known Beta(2, 5): agents are independent, so the per-agent errors give the SE."""
     spec = BernoulliPrior(agents=40_000, prior="beta", alpha=2.0, beta=5.0)
-    proto, data, _ = simulate("eb-bernoulli", {"moments": "known", "alpha": 2.0, "beta": 5.0},
-                              spec, 14)
+    proto, data, _ = simulate(
+        "eb-bernoulli", {"moments": "known", "alpha": 2.0, "beta": 5.0}, spec, 14
+    )
     err2 = (proto.estimates() - data.means) ** 2
     assert abs(err2.mean() - analytic.beta_bernoulli_mse(14, 2.0, 5.0)) <= 4 * err2.std() / 200
     # and the local mean's MSE is αβ/(n(α+β)(α+β+1))
     local = (proto.local() - data.means) ** 2
-    assert abs(local.mean() - analytic.beta_bernoulli_mse(14, 2, 5) * 21 / 14) \
-        <= 4 * local.std() / 200
+    assert (
+        abs(local.mean() - analytic.beta_bernoulli_mse(14, 2, 5) * 21 / 14) <= 4 * local.std() / 200
+    )
 
 
 def test_eb_bernoulli_leave_one_out_approaches_the_posterior_mean():
@@ -127,8 +144,7 @@ PRIVATE = [
     ("eb-gaussian", {"mechanism": "gaussian", "sigma_theta": 0.3}, CLASSES),
     ("eb-gaussian", {"mechanism": "quantiser", "clip": 2.0, "bits": 3}, CLASSES),
     ("eb-mixture", {"mechanism": "pm1", "round": 4, "k": 2}, CLASSES),
-    ("eb-bernoulli", {"mechanism": "rr", "round": 10},
-     BernoulliPrior(agents=30, prior="uniform")),
+    ("eb-bernoulli", {"mechanism": "rr", "round": 10}, BernoulliPrior(agents=30, prior="uniform")),
 ]
 
 
@@ -162,8 +178,9 @@ def test_upload_noise_variance_counts_the_p_sums(mechanism):
     """The κ-th upload carries κ p-sum noises (PM-I) or w_H(κ) dyadic nodes (PM-II): variance
     κ σ_DP²/n² or w_H(κ) σ_DP²/n², sent along for the server."""
     log: list = []
-    proto, _, _ = simulate("eb-gaussian", {"mechanism": mechanism, "round": 2}, CLASSES, 30,
-                           log=log)
+    proto, _, _ = simulate(
+        "eb-gaussian", {"mechanism": mechanism, "round": 2}, CLASSES, 30, log=log
+    )
     ups = [e for e in log if e[0] == "upload"]
     assert len(ups) == 15
     for kappa, (_, _, _, payload, _, counts) in enumerate(ups, start=1):
@@ -177,9 +194,12 @@ def test_randomised_response_uploads_leave_the_consistent_plug_in_local():
     spec = BernoulliPrior(agents=20_000, prior="beta", alpha=2.0, beta=5.0)
     proto, _, _ = simulate("eb-bernoulli", {"mechanism": "rr", "epsilon": 2.0}, spec, 14)
     assert np.array_equal(proto.estimates(), proto.local())
-    subtracted, _, _ = simulate("eb-bernoulli", {"mechanism": "rr", "epsilon": 2.0,
-                                                 "moments": "printed", "subtract": True},
-                                spec, 14)
+    subtracted, _, _ = simulate(
+        "eb-bernoulli",
+        {"mechanism": "rr", "epsilon": 2.0, "moments": "printed", "subtract": True},
+        spec,
+        14,
+    )
     # subtracting e^ε/(e^ε−1)² leaves σ̂² ≈ μ(1−μ): â ≈ n/(n + 1) whatever the prior
     assert np.allclose(subtracted.weight(np.arange(100)), 14 / 15, atol=0.01)
 
@@ -188,8 +208,9 @@ def test_randomised_response_uploads_leave_the_consistent_plug_in_local():
 def test_uplink_outages_reduce_the_uploads_the_server_uses():
     links = BernoulliLinks(p_server=0.5)
     spec = ClassData(agents=400)
-    proto, _, out = simulate("eb-gaussian", {"mechanism": "pm1", "round": 1}, spec, 200,
-                             links=links)
+    proto, _, out = simulate(
+        "eb-gaussian", {"mechanism": "pm1", "round": 1}, spec, 200, links=links
+    )
     used = np.array(proto.uploads_per_round)
     assert len(used) == 200
     # Binomial(400, 0.5) per round: mean 200, sd 10
@@ -201,13 +222,15 @@ def test_uplink_outages_reduce_the_uploads_the_server_uses():
 
 def test_late_uploads_miss_the_deadline_and_agents_keep_the_last_broadcast():
     spec = ClassData(agents=50)
-    late, _, _ = simulate("eb-gaussian", {"round": 2, "deadline": 0.5}, spec, 20,
-                          links=FixedLatency(slots=1.0))
+    late, _, _ = simulate(
+        "eb-gaussian", {"round": 2, "deadline": 0.5}, spec, 20, links=FixedLatency(slots=1.0)
+    )
     # rounds open at 2, 4, …, 20; the last one's uploads would arrive at 21, after the run
     assert late.uploads_per_round == [0] * 10 and late.server.late == 9 * 50
     assert (late.received_round == 0).all()  # nothing broadcast: local means
-    ok, _, _ = simulate("eb-gaussian", {"round": 2, "deadline": 1.0}, spec, 20,
-                        links=FixedLatency(slots=1.0))
+    ok, _, _ = simulate(
+        "eb-gaussian", {"round": 2, "deadline": 1.0}, spec, 20, links=FixedLatency(slots=1.0)
+    )
     assert ok.uploads_per_round == [50] * 9 and ok.server.late == 0
     # the broadcast of the round opened at slot 18 closes at 19 and arrives at 20
     assert (ok.received_round == 9).all()
@@ -225,18 +248,22 @@ def test_eb_mixture_is_deterministic_for_a_seed_and_reaches_the_ideal():
 
 def test_known_priors_send_nothing():
     spec = ClassData(agents=20, class_means=[0.2, 0.8])
-    proto, _, out = simulate("eb-mixture", {"prior": "known", "k": 2, "centres": [0.2, 0.8]},
-                             spec, 50)
+    proto, _, out = simulate(
+        "eb-mixture", {"prior": "known", "k": 2, "centres": [0.2, 0.8]}, spec, 50
+    )
     m = out.metrics.set_index("metric")["value"]
     assert m["messages_upload"] == 0 and m["messages_broadcast"] == 0
 
 
-@pytest.mark.parametrize("name,params,match", [
-    ("eb-gaussian", {"mechanism": "gaussian"}, "sigma_theta or clip"),
-    ("eb-bernoulli", {"moments": "known"}, "alpha and beta"),
-    ("eb-mixture", {"prior": "known", "k": 2, "centres": [0.1]}, "k = 2"),
-    ("eb-gaussian", {"mechanism": "rr"}, "mechanism"),
-])
+@pytest.mark.parametrize(
+    "name,params,match",
+    [
+        ("eb-gaussian", {"mechanism": "gaussian"}, "sigma_theta or clip"),
+        ("eb-bernoulli", {"moments": "known"}, "alpha and beta"),
+        ("eb-mixture", {"prior": "known", "k": 2, "centres": [0.1]}, "k = 2"),
+        ("eb-gaussian", {"mechanism": "rr"}, "mechanism"),
+    ],
+)
 def test_bad_parameters_are_one_line_config_errors(name, params, match):
     with pytest.raises(ConfigError, match=match):
         build(PROTOCOLS.get(name).Params, params, "scenario 'x'")
@@ -248,19 +275,27 @@ def test_curves_are_the_closed_forms():
     gauss = HierarchicalGaussian(agents=10_000, sigma_theta=0.1, sigma_x=0.5)
     theorem = CURVES.get("eb-theorem")(mechanism="gaussian", epsilon=0.5, delta=1e-5, clip=2.0)
     sq2 = mech.gaussian_ldp_sigma2(2.0, 0.5, 1e-5)
-    assert np.allclose(theorem.curve(t, gauss)[0],
-                       analytic.theorem_mse(10_000, t, 0.01, 0.25, sq2))
-    assert np.allclose(CURVES.get("eb-van-trees")().curve(t, gauss)[0],
-                       analytic.theorem_mse(10_000, t, 0.01, 0.25))
+    assert np.allclose(theorem.curve(t, gauss)[0], analytic.theorem_mse(10_000, t, 0.01, 0.25, sq2))
+    assert np.allclose(
+        CURVES.get("eb-van-trees")().curve(t, gauss)[0], analytic.theorem_mse(10_000, t, 0.01, 0.25)
+    )
     assert np.allclose(CURVES.get("eb-local")().curve(t, gauss)[0], 0.25 / t)
     beta = BernoulliPrior(prior="beta", alpha=2.0, beta=5.0)
-    assert np.allclose(CURVES.get("eb-posterior")().curve(t, beta)[0],
-                       analytic.beta_bernoulli_mse(t, 2.0, 5.0))
+    assert np.allclose(
+        CURVES.get("eb-posterior")().curve(t, beta)[0], analytic.beta_bernoulli_mse(t, 2.0, 5.0)
+    )
 
 
-@pytest.mark.parametrize("name, runs, curves", [
-    ("eb-gaussian-dp", 720, 36), ("eb-bernoulli", 240, 8), ("eb-bernoulli/private", 1000, 0),
-    ("server-vs-peers", 72, 0), ("server-vs-peers/outages", 128, 0)])
+@pytest.mark.parametrize(
+    "name, runs, curves",
+    [
+        ("eb-gaussian-dp", 720, 36),
+        ("eb-bernoulli", 240, 8),
+        ("eb-bernoulli/private", 1000, 0),
+        ("server-vs-peers", 72, 0),
+        ("server-vs-peers/outages", 128, 0),
+    ],
+)
 def test_the_bundled_eb_studies_are_valid(name, runs, curves):
     study = load_study(STUDIES / name)
     assert len(study.runs) == runs and len(study.curve_jobs) == curves

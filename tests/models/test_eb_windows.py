@@ -21,8 +21,7 @@ from desim.testing import WINDOW_NETWORKS, ScriptedLinks
 
 load_plugins()
 
-GAUSS = ("hierarchical-gaussian", {"agents": 16, "mean": 0.3, "sigma_theta": 0.2,
-                                   "sigma_x": 0.5})
+GAUSS = ("hierarchical-gaussian", {"agents": 16, "mean": 0.3, "sigma_theta": 0.2, "sigma_x": 0.5})
 BERN = ("bernoulli-prior", {"agents": 16, "prior": "beta", "alpha": 2.0, "beta": 3.0})
 CLASSES = ("classes", {"agents": 18, "class_means": [0.2, 0.5, 0.8], "sigma": 0.3})
 
@@ -32,30 +31,52 @@ OVERLAP = {"round": 1, "deadline": 1.5}
 #: (protocol, params, data): every mechanism each protocol offers.
 CASES = [
     ("eb-gaussian", {}, GAUSS),
-    ("eb-gaussian", {"mechanism": "gaussian", "sigma_theta": 0.2, "epsilon": 0.5,
-                     "calibration": "tight"}, GAUSS),
+    (
+        "eb-gaussian",
+        {"mechanism": "gaussian", "sigma_theta": 0.2, "epsilon": 0.5, "calibration": "tight"},
+        GAUSS,
+    ),
     ("eb-gaussian", {"mechanism": "quantiser", "clip": 2.0, "bits": 4}, GAUSS),
     ("eb-gaussian", {"mechanism": "pm1"}, GAUSS),
     ("eb-gaussian", {"mechanism": "pm2", "noise": "laplace"}, GAUSS),
     ("eb-bernoulli", {}, BERN),
-    ("eb-bernoulli", {"mechanism": "rr", "epsilon": 2.0, "moments": "printed",
-                      "subtract": True}, BERN),
+    (
+        "eb-bernoulli",
+        {"mechanism": "rr", "epsilon": 2.0, "moments": "printed", "subtract": True},
+        BERN,
+    ),
     ("eb-mixture", {"lloyd": 2}, CLASSES),
     ("eb-mixture", {"mechanism": "pm1", "lloyd": 1}, CLASSES),
     ("eb-mixture", {"mechanism": "pm2"}, CLASSES),
 ]
 
 
-def run(protocol: str, params: dict, data: tuple, links, windows: bool, t_max: int = 80,
-        seed: int = 7, watch: list | None = None):
+def run(
+    protocol: str,
+    params: dict,
+    data: tuple,
+    links,
+    windows: bool,
+    t_max: int = 80,
+    seed: int = 7,
+    watch: list | None = None,
+):
     """One run with a measurement every slot; `watch` collects every broadcast batch's
     (destinations, rounds) as the protocol receives them."""
     cls = PROTOCOLS.get(protocol)
     proto = cls(build(cls.Params, params, "test"))
     source = build(DATA.get(data[0]), data[1], "data").make(np.random.default_rng(seed))
-    sim = Simulation(proto, source, t_max, Streams(seed, 0, 1, 2), links=links,
-                     checkpoints=np.arange(1, t_max + 1), per_agent=True,
-                     metrics=[METRICS.get("eb")], windows=windows)
+    sim = Simulation(
+        proto,
+        source,
+        t_max,
+        Streams(seed, 0, 1, 2),
+        links=links,
+        checkpoints=np.arange(1, t_max + 1),
+        per_agent=True,
+        metrics=[METRICS.get("eb")],
+        windows=windows,
+    )
     if watch is not None:
         deliver = sim.network._deliver
 
@@ -93,8 +114,10 @@ def overtaken(watch: list) -> int:
 
 def scripted():
     """20 % losses, exponential delays (mean 2 slots): every message its own instant."""
-    return ScriptedLinks(down=lambda rng, t, src, dst: rng.random(len(src)) < 0.2,
-                         delay=lambda rng, t, n: rng.exponential(2.0, n))
+    return ScriptedLinks(
+        down=lambda rng, t, src, dst: rng.random(len(src)) < 0.2,
+        delay=lambda rng, t, n: rng.exponential(2.0, n),
+    )
 
 
 @pytest.mark.parametrize("protocol,params,data", CASES)
@@ -110,14 +133,15 @@ def test_eb_windows_reproduce_one_message_per_instant_bit_for_bit(protocol, para
     assert overtaken(watch) > 0  # the windows held broadcasts out of round order
 
 
-
-
 @pytest.mark.parametrize("tables", WINDOW_NETWORKS)
-@pytest.mark.parametrize("protocol,params,data", [
-    ("eb-gaussian", {"mechanism": "pm1", **OVERLAP}, GAUSS),
-    ("eb-mixture", {"mechanism": "pm2", "round": 5, "deadline": 4.0}, CLASSES),
-    ("eb-bernoulli", {"mechanism": "rr", "round": 3, "deadline": 2.5}, BERN),
-])
+@pytest.mark.parametrize(
+    "protocol,params,data",
+    [
+        ("eb-gaussian", {"mechanism": "pm1", **OVERLAP}, GAUSS),
+        ("eb-mixture", {"mechanism": "pm2", "round": 5, "deadline": 4.0}, CLASSES),
+        ("eb-bernoulli", {"mechanism": "rr", "round": 3, "deadline": 2.5}, BERN),
+    ],
+)
 def test_eb_windows_are_exact_on_realistic_networks(tables, protocol, params, data):
     def links():
         return realistic_links(IdealLinks(), tables)
@@ -135,10 +159,12 @@ def test_eb_windows_with_zero_latency_are_exact():
     from desim.network_models.links import BernoulliLinks
 
     params = {"mechanism": "pm1", **OVERLAP}
-    one, sim_one, out_one = run("eb-mixture", params, CLASSES,
-                                BernoulliLinks(p_link=1.0, p_server=0.5), windows=False)
-    win, sim_win, out_win = run("eb-mixture", params, CLASSES,
-                                BernoulliLinks(p_link=1.0, p_server=0.5), windows=True)
+    one, sim_one, out_one = run(
+        "eb-mixture", params, CLASSES, BernoulliLinks(p_link=1.0, p_server=0.5), windows=False
+    )
+    win, sim_win, out_win = run(
+        "eb-mixture", params, CLASSES, BernoulliLinks(p_link=1.0, p_server=0.5), windows=True
+    )
     assert_same(one, sim_one, out_one, win, sim_win, out_win)
     assert sim_win.network.dropped.sum() > 0
 

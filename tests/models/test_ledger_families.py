@@ -35,8 +35,9 @@ def test_c_colme_laplace_is_already_tight_and_its_ledger_is_one_release():
     data.public = {"L": 1.0, "sigma2": np.ones(10), "graph": graph}
     cls = PROTOCOLS.get("private-c-colme")
     proto = cls(build(cls.Params, {"epsilon": 2.0}, "test"))
-    out = Simulation(proto, data, 5, Streams(0, 0, 1, 2), checkpoints=np.arange(1, 6),
-                     metrics=[PRIVACY]).run()
+    out = Simulation(
+        proto, data, 5, Streams(0, 0, 1, 2), checkpoints=np.arange(1, 6), metrics=[PRIVACY]
+    ).run()
     wide = out.metrics.pivot(index="t", columns="metric", values="value")
     for col in ("eps_one_max", "eps_one_mean", "eps_all_max", "eps_all_mean"):
         np.testing.assert_allclose(wide[col], 2.0, rtol=1e-6)
@@ -47,8 +48,9 @@ def problem(calibration: str, eps_low: float = 0.5) -> po.Problem:
     eye = np.eye(n, dtype=bool)
     conn = Connectivity(np.full(n, 0.7), np.where(eye, 1.0, 0.8), np.where(eye, 1.0, 0.64))
     trusted = po.trust_matrix("ring", n, 1)
-    return po.Problem(conn, po.epsilon_matrix(trusted, 1e3, eps_low), np.full((n, n), 1e-3),
-                      1.0, 1, calibration)
+    return po.Problem(
+        conn, po.epsilon_matrix(trusted, 1e3, eps_low), np.full((n, n), 1e-3), 1.0, 1, calibration
+    )
 
 
 def test_pricer_tight_box_is_the_accountant_s_exact_edge():
@@ -79,13 +81,27 @@ def test_pricer_ledger_is_the_pairwise_levels_composed_over_rounds():
     the optimiser's privacy level composed r times (Gaussian: multiplier / √r)."""
     n, t_max = 5, 4
     data = VectorData(agents=n, dimension=3, radius=1.0, distribution="normal").make(
-        np.random.default_rng(1))
-    links = build(desim.network_models.links.BernoulliLinks,
-                  {"p_server": 0.8, "p_link": 0.7}, "network")
-    proto = Pricer(build(PricerParams, {"trust": "ring", "trusted": 1, "epsilon_low": 0.5,
-                                        "calibration": "tight"}, "pricer"))
-    out = Simulation(proto, data, t_max, Streams(0, 0, 1, 2), links=links,
-                     checkpoints=np.arange(1, t_max + 1), metrics=[PRIVACY]).run()
+        np.random.default_rng(1)
+    )
+    links = build(
+        desim.network_models.links.BernoulliLinks, {"p_server": 0.8, "p_link": 0.7}, "network"
+    )
+    proto = Pricer(
+        build(
+            PricerParams,
+            {"trust": "ring", "trusted": 1, "epsilon_low": 0.5, "calibration": "tight"},
+            "pricer",
+        )
+    )
+    out = Simulation(
+        proto,
+        data,
+        t_max,
+        Streams(0, 0, 1, 2),
+        links=links,
+        checkpoints=np.arange(1, t_max + 1),
+        metrics=[PRIVACY],
+    ).run()
     wide = out.metrics.pivot(index="t", columns="metric", values="value")
     A, sigma, delta = proto.A, proto.sigma, 1e-3
     others = np.where(proto.conn.P > 0, A, 0.0)
@@ -98,8 +114,13 @@ def test_pricer_ledger_is_the_pairwise_levels_composed_over_rounds():
         eps = [dp_accounting.get_epsilon_gaussian(m / math.sqrt(r), delta) for m in server]
         assert wide.loc[r, "eps_server_mean"] == pytest.approx(np.mean(eps), rel=1e-9)
     # one round against one neighbour: the optimiser's own levels, within every ε_ij
-    levels = po.privacy_levels(po.Problem(proto.conn, proto.solution and _eps(proto),
-                                          np.full((n, n), delta), 1.0, 3, "tight"), A, sigma)
+    levels = po.privacy_levels(
+        po.Problem(
+            proto.conn, proto.solution and _eps(proto), np.full((n, n), delta), 1.0, 3, "tight"
+        ),
+        A,
+        sigma,
+    )
     np.fill_diagonal(levels, 0.0)
     assert wide.loc[1, "eps_neighbour_max"] == pytest.approx(levels.max(), rel=1e-9)
 

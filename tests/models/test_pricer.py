@@ -35,12 +35,15 @@ class Logged(Pricer):
 def simulate(t_max=3000, network=None, seed=3, **params):
     """Run `Logged` on fixed vectors; the same seed gives the same links, noise and data."""
     data = VectorData(agents=N, dimension=D, radius=2.0, distribution="normal").make(
-        np.random.default_rng(11))
+        np.random.default_rng(11)
+    )
     links = build(desim.network_models.links.BernoulliLinks, network or NETWORK, "network")
-    proto = Logged(build(PricerParams, {"epsilon_low": 2.0, "trust": "ring", "trusted": 1,
-                                        **params}, "pricer"))
-    sim = Simulation(proto, data, t_max, Streams(seed, 0, 1, 2), links=links,
-                     checkpoints=np.array([t_max]))
+    proto = Logged(
+        build(PricerParams, {"epsilon_low": 2.0, "trust": "ring", "trusted": 1, **params}, "pricer")
+    )
+    sim = Simulation(
+        proto, data, t_max, Streams(seed, 0, 1, 2), links=links, checkpoints=np.array([t_max])
+    )
     sim.run()
     return proto, data, np.array(proto.rounds)
 
@@ -89,13 +92,15 @@ def test_shares_are_privatised_with_gaussian_noise_of_the_optimised_sigma():
     proto, data, _ = simulate(t_max=1)
     sent: list[np.ndarray] = []
     send = proto.ctx.send
-    proto.ctx.send = lambda kind, src, dst, payload: sent.append(
-        (kind, src, dst, payload)) or send(kind, src, dst, payload)
+    proto.ctx.send = lambda kind, src, dst, payload: (
+        sent.append((kind, src, dst, payload)) or send(kind, src, dst, payload)
+    )
     for t in range(2, 60):
         proto.on_samples(t, data.x)
     shares = [(s, d_, pl) for kind, s, d_, pl in sent if kind == "share"]
-    noise = np.concatenate([pl[:, 1:] - proto.A[s, d_][:, None] * data.x[s]
-                            for s, d_, pl in shares])
+    noise = np.concatenate(
+        [pl[:, 1:] - proto.A[s, d_][:, None] * data.x[s] for s, d_, pl in shares]
+    )
     assert noise.std() == pytest.approx(proto.sigma, rel=0.05)
     assert abs(noise.mean()) < 4 * proto.sigma / np.sqrt(noise.size)
 
@@ -104,8 +109,7 @@ def test_latency_past_the_deadline_loses_the_round_and_matching_deadlines_recove
     slow = {**NETWORK, "slots": 1.0}
     proto, _, est = simulate(t_max=20, network=slow)
     assert np.all(est == 0) and proto.stage1.late > 0  # every share arrives a slot late
-    proto, data, est = simulate(t_max=400, network=slow, relay_deadline=1.0,
-                                server_deadline=1.0)
+    proto, data, est = simulate(t_max=400, network=slow, relay_deadline=1.0, server_deadline=1.0)
     assert len(est) == 398  # round r closes at r + 2
     truth = data.x.mean(axis=0)
     err = ((est - truth) ** 2).sum(axis=1).mean()
@@ -118,7 +122,8 @@ def test_vector_data_are_bounded_fixed_and_shared():
     norms = np.linalg.norm(a.x, axis=1)
     assert norms.max() == pytest.approx(3.0) and norms.min() < 3.0
     each = VectorData(agents=6, dimension=50, radius=3.0, normalise="each").draw(
-        np.random.default_rng(1))
+        np.random.default_rng(1)
+    )
     assert np.allclose(np.linalg.norm(each, axis=1), 3.0)
     block = a.sample(np.random.default_rng(0), 1024)
     assert block.shape == (1024, 6, 50) and np.shares_memory(block, a.x)
@@ -131,10 +136,13 @@ def test_vector_data_are_bounded_fixed_and_shared():
 
 def test_a_scenario_records_mse_and_the_pricer_metrics_reproducibly():
     s = desim.Scenario(
-        "pricer", {"strategy": "pricer"},
+        "pricer",
+        {"strategy": "pricer"},
         data={"model": "vectors", "agents": 6, "dimension": 20},
         network={"links": "bernoulli", "good": 2, "p_link": 0.8},
-        t_max=30, seed=5, metrics=("pricer",),
+        t_max=30,
+        seed=5,
+        metrics=("pricer",),
     )
     a, b = desim.run(s).metrics, desim.run(s).metrics
     assert a.equals(b)
@@ -157,15 +165,29 @@ def simulate_late(effective: bool, t_max=2000):
     from desim.network_models.realistic import realistic_links
 
     data = VectorData(agents=N, dimension=D, radius=2.0, distribution="normal").make(
-        np.random.default_rng(11))
+        np.random.default_rng(11)
+    )
     base = build(desim.network_models.links.BernoulliLinks, NETWORK, "network")
-    links = realistic_links(base, {"latency": {"model": "exponential", "mean": 1.0,
-                                               "resolution": 0.5}})
-    proto = Logged(build(PricerParams, {"epsilon_low": 2.0, "trust": "ring", "trusted": 1,
-                                        "relay_deadline": 1.0, "server_deadline": 1.0,
-                                        "effective": effective}, "pricer"))
-    sim = Simulation(proto, data, t_max, Streams(5, 0, 1, 2), links=links,
-                     checkpoints=np.array([t_max]))
+    links = realistic_links(
+        base, {"latency": {"model": "exponential", "mean": 1.0, "resolution": 0.5}}
+    )
+    proto = Logged(
+        build(
+            PricerParams,
+            {
+                "epsilon_low": 2.0,
+                "trust": "ring",
+                "trusted": 1,
+                "relay_deadline": 1.0,
+                "server_deadline": 1.0,
+                "effective": effective,
+            },
+            "pricer",
+        )
+    )
+    sim = Simulation(
+        proto, data, t_max, Streams(5, 0, 1, 2), links=links, checkpoints=np.array([t_max])
+    )
     sim.run()
     return proto, data, np.array(proto.rounds)
 
@@ -184,8 +206,10 @@ def test_relays_that_miss_a_deadline_are_lost_as_the_effective_probabilities_say
     truth = data.x.mean(axis=0)
     designed, _, designed_est = simulate_late(effective=True)
     assert designed.conn is designed.effective_conn
-    for name, (proto, rounds) in {"nominal": (nominal, est),
-                                  "effective": (designed, designed_est)}.items():
+    for name, (proto, rounds) in {
+        "nominal": (nominal, est),
+        "effective": (designed, designed_est),
+    }.items():
         err = ((rounds[2:] - truth) ** 2).sum(axis=1)  # rounds 1–2 close after they start
         se = err.std(ddof=1) / np.sqrt(len(err))
         expected = po.expected_mse(proto.effective_conn, proto.A, proto.sigma, data.x)

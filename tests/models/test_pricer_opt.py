@@ -14,8 +14,9 @@ from desim.models.pricer import optimiser as po
 from desim.network_models.links import reciprocity_matrix
 
 
-def random_problem(rng: np.random.Generator, n: int, rho: float | None = None,
-                   d: int | None = None) -> po.Problem:
+def random_problem(
+    rng: np.random.Generator, n: int, rho: float | None = None, d: int | None = None
+) -> po.Problem:
     """A random instance: some links absent, some p_i ∈ {0, 1}, ε over five decades."""
     p = rng.uniform(0, 1, n)
     p[rng.random(n) < 0.15] = rng.choice([0.0, 1.0])
@@ -27,8 +28,13 @@ def random_problem(rng: np.random.Generator, n: int, rho: float | None = None,
     rho = rng.uniform() if rho is None else rho
     eps = np.exp(rng.uniform(np.log(0.05), np.log(1e3), (n, n)))
     delta = np.exp(rng.uniform(np.log(1e-6), 0, (n, n)))
-    return po.Problem(Connectivity(p, P, reciprocity_matrix(P, rho)), eps, delta,
-                      float(rng.uniform(0.5, 3)), int(d or rng.choice([1, 10, 1000])))
+    return po.Problem(
+        Connectivity(p, P, reciprocity_matrix(P, rho)),
+        eps,
+        delta,
+        float(rng.uniform(0.5, 3)),
+        int(d or rng.choice([1, 10, 1000])),
+    )
 
 
 def feasible_problems(seed: int, count: int, n_max: int = 8) -> list[po.Problem]:
@@ -68,14 +74,22 @@ def test_objective_terms_equal_the_printed_sums():
     for prob in feasible_problems(2, 6):
         A = rng.uniform(0, 2, (prob.n, prob.n))
         assert po.sigma_tv2(prob, A) == pytest.approx(paper_sigma_tv2(prob, A), rel=1e-12)
-        assert po.sigma_tv2_relaxed(prob, A) == pytest.approx(paper_sigma_tv2(prob, A, True),
-                                                              rel=1e-12)
+        assert po.sigma_tv2_relaxed(prob, A) == pytest.approx(
+            paper_sigma_tv2(prob, A, True), rel=1e-12
+        )
         sigma = 0.7
-        piv = sum(prob.conn.p[j] * prob.conn.P[i, j] * sigma**2 * prob.d
-                  for i in range(prob.n) for j in range(prob.n)) / prob.n**2
+        piv = (
+            sum(
+                prob.conn.p[j] * prob.conn.P[i, j] * sigma**2 * prob.d
+                for i in range(prob.n)
+                for j in range(prob.n)
+            )
+            / prob.n**2
+        )
         assert po.sigma_pr2(prob, sigma) == pytest.approx(piv, rel=1e-12)
         assert po.objective(prob, A, sigma) == pytest.approx(
-            prob.R**2 * paper_sigma_tv2(prob, A) + piv, rel=1e-12)
+            prob.R**2 * paper_sigma_tv2(prob, A) + piv, rel=1e-12
+        )
         # the relaxation (13) bounds (11) from above (α_li α_il ≤ (α_li² + α_il²)/2)
         assert po.sigma_tv2_relaxed(prob, A) >= po.sigma_tv2(prob, A) - 1e-15
 
@@ -147,10 +161,10 @@ def test_worst_case_mse_of_unbiased_weights_is_the_thm_3_2_bound_and_is_tight():
         sol = po.optimise(prob)
         bound = po.objective(prob, sol.A, sol.sigma)
         assert po.worst_case_mse(prob.conn, sol.A, sol.sigma, prob.R, prob.d) == pytest.approx(
-            bound, rel=1e-10)
+            bound, rel=1e-10
+        )
         same = np.tile(np.r_[prob.R, np.zeros(prob.d - 1)], (prob.n, 1))  # all x_i equal, norm R
-        assert po.expected_mse(prob.conn, sol.A, sol.sigma, same) == pytest.approx(bound,
-                                                                                  rel=1e-10)
+        assert po.expected_mse(prob.conn, sol.A, sol.sigma, same) == pytest.approx(bound, rel=1e-10)
 
 
 # ---- every output satisfies the constraints of (8) --------------------------------------------
@@ -159,19 +173,24 @@ def test_worst_case_mse_of_unbiased_weights_is_the_thm_3_2_bound_and_is_tight():
 @st.composite
 def problems(draw):
     n = draw(st.integers(1, 7))
-    p = np.array(draw(st.lists(st.sampled_from([0.0, 0.05, 0.3, 0.7, 0.95, 1.0]),
-                               min_size=n, max_size=n)))
-    P = np.array(draw(st.lists(st.sampled_from([0.0, 0.1, 0.5, 0.9, 1.0]), min_size=n * n,
-                               max_size=n * n))).reshape(n, n)
+    p = np.array(
+        draw(st.lists(st.sampled_from([0.0, 0.05, 0.3, 0.7, 0.95, 1.0]), min_size=n, max_size=n))
+    )
+    P = np.array(
+        draw(st.lists(st.sampled_from([0.0, 0.1, 0.5, 0.9, 1.0]), min_size=n * n, max_size=n * n))
+    ).reshape(n, n)
     np.fill_diagonal(P, 1.0)
     rho = draw(st.sampled_from([0.0, 0.3, 1.0]))
-    eps = np.array(draw(st.lists(st.floats(1e-3, 1e4), min_size=n * n,
-                                 max_size=n * n))).reshape(n, n)
+    eps = np.array(draw(st.lists(st.floats(1e-3, 1e4), min_size=n * n, max_size=n * n))).reshape(
+        n, n
+    )
     if draw(st.booleans()):
-        eps[np.array(draw(st.lists(st.booleans(), min_size=n * n, max_size=n * n))).reshape(
-            n, n)] = np.inf
-    delta = np.array(draw(st.lists(st.floats(1e-9, 1.0), min_size=n * n,
-                                   max_size=n * n))).reshape(n, n)
+        eps[
+            np.array(draw(st.lists(st.booleans(), min_size=n * n, max_size=n * n))).reshape(n, n)
+        ] = np.inf
+    delta = np.array(draw(st.lists(st.floats(1e-9, 1.0), min_size=n * n, max_size=n * n))).reshape(
+        n, n
+    )
     R = draw(st.floats(0.01, 100))
     d = draw(st.sampled_from([1, 7, 1000]))
     try:
@@ -225,8 +244,10 @@ def slsqp_solution(prob: po.Problem, starts: int, seed: int) -> float:
     A_in = np.zeros((lim.sum(), m + 1))
     A_in[np.arange(lim.sum()), np.flatnonzero(lim)] = -1.0
     A_in[:, m] = slope[lim]
-    cons = [{"type": "eq", "fun": lambda z: A_eq @ z - 1, "jac": lambda z: A_eq},
-            {"type": "ineq", "fun": lambda z: A_in @ z, "jac": lambda z: A_in}]
+    cons = [
+        {"type": "eq", "fun": lambda z: A_eq @ z - 1, "jac": lambda z: A_eq},
+        {"type": "ineq", "fun": lambda z: A_in @ z, "jac": lambda z: A_in},
+    ]
 
     def f(z):
         return z[:m] @ Q @ z[:m] + kappa * z[m] ** 2
@@ -239,11 +260,19 @@ def slsqp_solution(prob: po.Problem, starts: int, seed: int) -> float:
     best = np.inf
     for _ in range(starts):
         z0 = np.r_[rng.random(m), thr * np.exp(rng.uniform(0, 2))]
-        res = minimize(f, z0, jac=df, constraints=cons, bounds=[(0, None)] * (m + 1),
-                       method="SLSQP", options={"maxiter": 1000, "ftol": 1e-14})
+        res = minimize(
+            f,
+            z0,
+            jac=df,
+            constraints=cons,
+            bounds=[(0, None)] * (m + 1),
+            method="SLSQP",
+            options={"maxiter": 1000, "ftol": 1e-14},
+        )
         z = res.x
-        feasible = (np.abs(A_eq @ z - 1).max() < 1e-7 and (A_in @ z).min() > -1e-7
-                    and z.min() > -1e-9)
+        feasible = (
+            np.abs(A_eq @ z - 1).max() < 1e-7 and (A_in @ z).min() > -1e-7 and z.min() > -1e-9
+        )
         if feasible:
             best = min(best, f(z))
     return best
@@ -264,8 +293,9 @@ def test_algorithm_3_as_printed_keeps_sigma_at_the_threshold_and_can_be_far_from
     P = np.full((n, n), 0.9)
     np.fill_diagonal(P, 1.0)
     eps = po.epsilon_matrix(po.trust_matrix("ring", n, 9), 1e3, 0.1)
-    prob = po.Problem(Connectivity(p, P, reciprocity_matrix(P, 1.0)), eps,
-                      np.full((n, n), 1e-3), 1.0, 1)
+    prob = po.Problem(
+        Connectivity(p, P, reciprocity_matrix(P, 1.0)), eps, np.full((n, n), 1e-3), 1.0, 1
+    )
     printed = po.optimise(prob, K=4, sigma_search=False)
     assert all(it.sigma == po.sigma_threshold(prob) for it in printed.report.iterations)
     assert printed.sigma == pytest.approx(po.sigma_threshold(prob), rel=1e-12)
@@ -279,10 +309,10 @@ def test_colrel_has_no_noise_and_bounds_pricer_from_below():
     for prob in feasible_problems(9, 4):
         free = po.colrel(prob)
         assert free.sigma == 0 and free.objective == pytest.approx(
-            prob.R**2 * po.sigma_tv2(prob, free.A))
+            prob.R**2 * po.sigma_tv2(prob, free.A)
+        )
         assert po.optimise(prob).objective >= free.objective * (1 - 1e-9)
-        relaxed = po.Problem(prob.conn, np.full((prob.n, prob.n), 1e12), prob.delta, prob.R,
-                             prob.d)
+        relaxed = po.Problem(prob.conn, np.full((prob.n, prob.n), 1e12), prob.delta, prob.R, prob.d)
         assert po.optimise(relaxed).objective == pytest.approx(free.objective, rel=1e-6)
 
 
@@ -292,8 +322,11 @@ def test_colrel_has_no_noise_and_bounds_pricer_from_below():
 def _simple(p, P, eps=1.0, delta=1e-3):
     P = np.asarray(P, dtype=float)
     n = len(p)
-    return po.Problem(Connectivity(np.asarray(p, float), P, reciprocity_matrix(P, 1.0)),
-                      np.full((n, n), eps), np.full((n, n), delta))
+    return po.Problem(
+        Connectivity(np.asarray(p, float), P, reciprocity_matrix(P, 1.0)),
+        np.full((n, n), eps),
+        np.full((n, n), delta),
+    )
 
 
 def test_infeasible_inputs_stop_with_one_clear_message():
@@ -326,9 +359,11 @@ def test_trust_matrices():
     assert ring[0].tolist() == [True, True, True, False, False] and ring[4, 1]
     assert po.trust_matrix("none", 3).sum() == 3 and po.trust_matrix("all", 3).all()
     P = np.array([[1, 0.5, 0], [0.5, 1, 0], [0, 0, 1]])
-    assert po.trust_matrix("links", 3, P=P).tolist() == [[True, True, False],
-                                                         [True, True, False],
-                                                         [False, False, True]]
+    assert po.trust_matrix("links", 3, P=P).tolist() == [
+        [True, True, False],
+        [True, True, False],
+        [False, False, True],
+    ]
     rand = po.trust_matrix("random", 6, 3, rng=np.random.default_rng(0))
     assert (rand.sum(axis=1) == 4).all() and rand.diagonal().all()
     with pytest.raises(ValueError, match="trusted = 6"):

@@ -134,14 +134,16 @@ def test_plot_options_are_validated(tmp_path):
         load_study(write(tmp_path / "bad", bad))
     # the pricer metric declares what it records: a dashed name it lacks is refused up front
     with pytest.raises(ConfigError, match="dashed = 'nope': no scenario records it"):
-        load_study(write(tmp_path / "dashed", SIMULATION.replace(
-            'dashed = ["bound"]', 'dashed = ["nope"]')))
+        load_study(
+            write(
+                tmp_path / "dashed", SIMULATION.replace('dashed = ["bound"]', 'dashed = ["nope"]')
+            )
+        )
     with pytest.raises(ConfigError, match="no \\[\\[scenario\\]\\] and no \\[\\[curve\\]\\]"):
         load_study(write(tmp_path / "empty", '[study]\ntitle = "x"\n'))
 
 
-@pytest.mark.parametrize("name, runs, curves", [("pricer-fig3", 0, 130),
-                                                ("pricer-fig4", 1650, 0)])
+@pytest.mark.parametrize("name, runs, curves", [("pricer-fig3", 0, 130), ("pricer-fig4", 1650, 0)])
 def test_the_bundled_pricer_studies_are_valid(name, runs, curves):
     study = load_study(STUDIES / name)
     assert len(study.runs) == runs and len(study.curve_jobs) == curves

@@ -15,17 +15,22 @@ from desim.study.scenario import Scenario
 gaps = st.lists(st.integers(1, 50), min_size=1, max_size=40)
 
 
-@given(gaps=gaps, mechanism=st.sampled_from(["pm1", "pm2"]),
-       weights=st.sampled_from(["last", "mom", "wmom"]),
-       s2=st.floats(0.01, 10), s2dp=st.floats(0.0, 1e4))
+@given(
+    gaps=gaps,
+    mechanism=st.sampled_from(["pm1", "pm2"]),
+    weights=st.sampled_from(["last", "mom", "wmom"]),
+    s2=st.floats(0.01, 10),
+    s2dp=st.floats(0.0, 1e4),
+)
 @settings(max_examples=60, deadline=None)
-def test_incremental_var_T_equals_closed_form_for_any_query_times(gaps, mechanism, weights,
-                                                                  s2, s2dp):
+def test_incremental_var_T_equals_closed_form_for_any_query_times(
+    gaps, mechanism, weights, s2, s2dp
+):
     times = np.cumsum(gaps).astype(float)
     stat = PairStatistic(2, mechanism, weights, s2dp, levels=8)
     noise_term = analytic.pm1_noise_term if mechanism == "pm1" else analytic.pm2_noise_term
     for k in range(1, len(times) + 1):
-        stat.update(np.array([1]), np.array([0]), np.zeros(1), times[k - 1:k], np.array([k]))
+        stat.update(np.array([1]), np.array([0]), np.zeros(1), times[k - 1 : k], np.array([k]))
     w = analytic.weights(weights, len(times))
     expect = s2 * analytic.data_term(times, w) + s2dp * noise_term(times, w)
     got = stat.variance(np.array([s2, s2]))[1, 0]
@@ -48,12 +53,16 @@ def test_pm2_release_noise_is_the_sum_of_its_dyadic_nodes(kappa, seed):
         assert np.isclose(noise[j - 1], sum(fresh[e - 1] for e in nodes))
 
 
-@given(seed=st.integers(0, 10**6), protocol=st.sampled_from(["private-colme", "local"]),
-       mechanism=st.sampled_from(["pm1", "pm2"]))
+@given(
+    seed=st.integers(0, 10**6),
+    protocol=st.sampled_from(["private-colme", "local"]),
+    mechanism=st.sampled_from(["pm1", "pm2"]),
+)
 @settings(max_examples=8, deadline=None)
 def test_same_seed_same_bytes(seed, protocol, mechanism):
     params = {"mechanism": mechanism} if protocol == "private-colme" else {}
-    s = Scenario(protocol, params, {"model": "classes", "agents": 12}, t_max=120, seed=seed,
-                 checkpoints=10)
+    s = Scenario(
+        protocol, params, {"model": "classes", "agents": 12}, t_max=120, seed=seed, checkpoints=10
+    )
     first, second = desim.run(s).metrics, desim.run(s).metrics
     assert first.to_csv().encode() == second.to_csv().encode()

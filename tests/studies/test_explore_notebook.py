@@ -20,8 +20,9 @@ def listing(folder: Path) -> dict[str, int]:
 def test_explore_notebook_runs():
     before = listing(STUDY)
     nb = nbformat.read(STUDY / "explore.ipynb", as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                                     resources={"metadata": {"path": str(STUDY)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(STUDY)}}
+    )
     client.execute()  # raises CellExecutionError on the first failing cell
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the figures were drawn

@@ -91,8 +91,9 @@ def test_ring_grid_small_world_scale_free(n, k, seed):
         assert ba.n_links == k * (n - k)
 
 
-@given(n=st.integers(2, 80), radius=st.floats(0.01, 1.5), torus=st.booleans(),
-       seed=st.integers(0, 100))
+@given(
+    n=st.integers(2, 80), radius=st.floats(0.01, 1.5), torus=st.booleans(), seed=st.integers(0, 100)
+)
 @settings(max_examples=30, deadline=None)
 def test_geometric_links_exactly_the_pairs_within_range(n, radius, torus, seed):
     g = make("geometric", n, seed, radius=radius, torus=torus)
@@ -118,8 +119,9 @@ def test_same_stream_same_graph_other_stream_other_graph():
     assert not np.array_equal(a.indices, make("regular", 200, 6, degree=3).indices)
 
 
-@given(n=st.integers(2, 50), p=st.floats(0, 0.3), classes=st.integers(1, 4),
-       seed=st.integers(0, 1000))
+@given(
+    n=st.integers(2, 50), p=st.floats(0, 0.3), classes=st.integers(1, 4), seed=st.integers(0, 1000)
+)
 @settings(max_examples=40, deadline=None)
 def test_components_and_class_restricted_components_match_networkx(n, p, classes, seed):
     g = make("erdos-renyi", n, seed, p=p)
@@ -212,8 +214,12 @@ def test_from_edges_rejects_self_loops_and_unknown_agents():
         Graph.from_edges(3, [0], [3])
 
 
-@given(n=st.integers(1, 60), links=st.integers(0, 120), classes=st.integers(1, 3),
-       seed=st.integers(0, 10**6))
+@given(
+    n=st.integers(1, 60),
+    links=st.integers(0, 120),
+    classes=st.integers(1, 3),
+    seed=st.integers(0, 10**6),
+)
 @settings(max_examples=60, deadline=None)
 def test_component_labels_are_scipys(n, links, classes, seed):
     """The numpy components number components as scipy's csgraph does (by smallest agent),
@@ -223,18 +229,22 @@ def test_component_labels_are_scipys(n, links, classes, seed):
 
     rng = np.random.default_rng(seed)
     u, v = rng.integers(0, n, links), rng.integers(0, n, links)
-    for g in (Graph.from_edges(n, u[u != v], v[u != v]),
-              Graph.from_edges(n, *(lambda p: (p[:-1], p[1:]))(rng.permutation(n)))):
-        assert np.array_equal(g.components,
-                              connected_components(g.adjacency(), directed=False)[1])
+    for g in (
+        Graph.from_edges(n, u[u != v], v[u != v]),
+        Graph.from_edges(n, *(lambda p: (p[:-1], p[1:]))(rng.permutation(n))),
+    ):
+        assert np.array_equal(g.components, connected_components(g.adjacency(), directed=False)[1])
         cls = rng.integers(0, classes, n)
         same = cls[g.src] == cls[g.dst]
-        assert np.array_equal(g.restricted_components(cls),
-                              connected_components(g.adjacency(same), directed=False)[1])
+        assert np.array_equal(
+            g.restricted_components(cls), connected_components(g.adjacency(same), directed=False)[1]
+        )
 
 
-@pytest.mark.parametrize(("d", "n"), [(1, 2), (2, 5), (3, 4), (4, 7), (5, 6), (6, 9), (3, 40),
-                                      (10, 101), (7, 12), (0, 5)])
+@pytest.mark.parametrize(
+    ("d", "n"),
+    [(1, 2), (2, 5), (3, 4), (4, 7), (5, 6), (6, 9), (3, 40), (10, 101), (7, 12), (0, 5)],
+)
 def test_random_regular_graphs_are_networkx_graphs(d, n):
     """The vectorised pairing draws the edge set networkx's random_regular_graph draws from
     the same seed (small n: many rejected pairs and failed attempts; a denser case too), so

@@ -101,16 +101,24 @@ def test_study_runs_the_same_with_one_or_two_workers(tmp_path: Path):
 @pytest.mark.parametrize(
     "change, message",
     [
-        (("model = \"regular\"\ndegree = 4", "degree = 4"), "[topology]: model is required"),
-        (("model = \"regular\"\ndegree = 4", "model = \"regulr\"\ndegree = 4"),
-         "unknown topology 'regulr' (did you mean 'regular'?)"),
+        (('model = "regular"\ndegree = 4', "degree = 4"), "[topology]: model is required"),
+        (
+            ('model = "regular"\ndegree = 4', 'model = "regulr"\ndegree = 4'),
+            "unknown topology 'regulr' (did you mean 'regular'?)",
+        ),
         (("degree = 4\n", "degree = 4\nwidth = 3\n"), "topology: unknown key 'width'"),
-        (("\"topology.degree\" = [3, 4]", "\"topology.degree\" = [3, 24]"),
-         "grid point degree = 24: topology: degree = 24: an r-regular graph on M = 24"),
-        (("\"topology.degree\" = [3, 4]", "\"topology.degre\" = [3, 4]"),
-         "unknown key 'degre' (did you mean 'degree'?)"),
-        (("metrics = [\"accuracy\", \"links\", \"corollary1\"]", "metrics = [\"acuracy\"]"),
-         "unknown metric 'acuracy' (did you mean 'accuracy'?)"),
+        (
+            ('"topology.degree" = [3, 4]', '"topology.degree" = [3, 24]'),
+            "grid point degree = 24: topology: degree = 24: an r-regular graph on M = 24",
+        ),
+        (
+            ('"topology.degree" = [3, 4]', '"topology.degre" = [3, 4]'),
+            "unknown key 'degre' (did you mean 'degree'?)",
+        ),
+        (
+            ('metrics = ["accuracy", "links", "corollary1"]', 'metrics = ["acuracy"]'),
+            "unknown metric 'acuracy' (did you mean 'accuracy'?)",
+        ),
     ],
 )
 def test_bad_topology_or_metrics_are_one_line_errors(tmp_path: Path, change, message):
