@@ -57,8 +57,8 @@ import numpy as np
 from desim.kernel.links import counter_uniform
 from desim.kernel.params import ConfigError, build, param
 from desim.kernel.registry import AVAILABILITY
+from desim.kernel.rowindex import RowIndex
 from desim.network_models.distributions import Distribution, Geometric, distribution
-from desim.network_models.rowindex import RowIndex
 
 Scope = Literal["link", "node"]
 

@@ -90,10 +90,10 @@ from desim.kernel.messages import Batch
 from desim.kernel.params import param
 from desim.kernel.protocol import Context, Protocol
 from desim.kernel.registry import PROTOCOLS
+from desim.kernel.rowindex import RowIndex
 from desim.models.baselines import Local
 from desim.models.privacy.accounting import Spend
 from desim.models.privacy.calibration import laplace_scale
-from desim.network_models.rowindex import RowIndex
 from desim.topologies.graph import Graph
 
 if TYPE_CHECKING:  # scipy.sparse is imported where used (mixing_matrix)

@@ -1,5 +1,5 @@
-"""`RowIndex`, the hash index of the entities an availability model has seen: rows in order of
-adding, found again for any array of ids, across the table's growth."""
+"""`RowIndex`, the hash index of the ids seen so far: rows in order of adding, found again for any
+array of ids, across the table's growth."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from desim.network_models.rowindex import RowIndex
+from desim.kernel.rowindex import RowIndex
 
 #: ids as the models make them: runs of neighbours (a·n + b), far apart ones, and the largest
 IDS = st.one_of(st.integers(0, 3000), st.integers(0, 2**62), st.just(2**63 - 1))

@@ -1,11 +1,13 @@
-"""The row of each entity seen so far, for per-entity state kept only for the entities asked.
+"""The row of each id seen so far, for state kept only for the ids a run actually meets.
 
 A run on 5000 agents has 2.5·10⁷ link ids and a graph of 10⁵ agents 10¹⁰, of which a run asks
 a fraction. `RowIndex` gives those it has seen rows 0, 1, … in order of first sight, so state
 arrays grow by appending, and finds the rows of a whole array of ids in a few numpy passes: an
 open-addressing hash table with linear probing, probed for every id at once. Adding ids costs
 in proportion to their number, not to the ids already held (a sorted index costs a shift of
-everything it holds at each insertion).
+everything it holds at each insertion). It lives in the kernel so that the kernel, the network
+models and the protocol families may all use it (availability models index the links they were
+asked about; C-ColME the edges of large graphs).
 """
 
 from __future__ import annotations
