@@ -1,4 +1,10 @@
-"""Batches of messages: the unit in which the network hands work to a protocol."""
+"""Batches of messages: the unit in which the network hands work to a protocol.
+
+A `Batch` holds its messages as a struct of arrays. A window's messages (`RowBatch`) arrive as
+one float matrix instead, one row per message: selecting or joining them is then one operation,
+not one per array, and the integer columns are read out of the matrix only when a protocol
+asks for them. Both have the same attributes and methods; a protocol need not know which it got.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +12,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-_EMPTY_PAYLOAD = np.empty((0, 0))
-
-#: Columns of a batch held as one float matrix (`Batch.from_rows`): delivery time, send time,
-#: source, destination, kind index, then the payload (exact: ids and kinds are far below 2⁵³).
+#: Columns of a `RowBatch`'s matrix: delivery time, send time, source, destination, kind index,
+#: then the payload (exact: ids and kinds are far below 2⁵³).
 DUE, SENT, SRC, DST, KIND, PAYLOAD = range(6)
+
+#: The integer columns a `RowBatch` reads out of its matrix when first asked.
+_INT_COLUMNS = {"src": SRC, "dst": DST, "kind": KIND}
 
 
 class Batch:
@@ -18,105 +25,61 @@ class Batch:
 
     ``kind`` holds indices into ``kinds`` (the protocol's message kinds). ``payload`` is a
     float array of shape (n, width); messages of a kind with a narrower payload are padded
-    with NaN when batches of several kinds are joined. ``only`` is the kind index when every
-    message has that kind, or -1. ``delivered_at`` is each message's exact delivery time when
-    the batch is a window's (`desim.network`), else None (every message is delivered now).
-    Treat a batch as read-only.
+    with NaN when batches of several kinds are joined. ``single_kind`` is the kind index shared
+    by every message when known, else None (mixed kinds, or not known). ``delivered_at`` is
+    each message's exact delivery time when the batch is a window's (`desim.network`), else
+    None (every message is delivered now). Treat a batch as read-only.
     """
 
-    # (a plain class with slots: batches are made per send and per delivery, and a window's
-    # batch reads its integer columns out of `rows` only when asked)
-    __slots__ = (
-        "_src",
-        "_dst",
-        "_kind",
-        "payload",
-        "sent_at",
-        "kinds",
-        "_only",
-        "delivered_at",
-        "rows",
-    )
+    # (a plain class with slots: batches are made per send and per delivery)
+    __slots__ = ("src", "dst", "kind", "payload", "sent_at", "kinds", "single_kind", "delivered_at")
+
+    src: np.ndarray
+    dst: np.ndarray
+    kind: np.ndarray
+    single_kind: int | None
 
     def __init__(
         self,
-        src: np.ndarray | None,
-        dst: np.ndarray | None,
-        kind: np.ndarray | None,
+        src: np.ndarray,
+        dst: np.ndarray,
+        kind: np.ndarray,
         payload: np.ndarray,
         sent_at: np.ndarray,
         kinds: tuple[str, ...],
-        only: int | None = -1,
+        single_kind: int | None = None,
         delivered_at: np.ndarray | None = None,
-        rows: np.ndarray | None = None,
     ) -> None:
-        self._src, self._dst, self._kind = src, dst, kind
+        self.src, self.dst, self.kind = src, dst, kind
         self.payload = payload
         self.sent_at = sent_at
         self.kinds = kinds
-        self._only = only  # None: not known yet (read from `kind`)
+        self.single_kind = single_kind
         self.delivered_at = delivered_at
-        #: The matrix this batch's arrays are columns of (`from_rows`), or None.
-        self.rows = rows
-
-    @property
-    def src(self) -> np.ndarray:
-        """The sender of each message."""
-        if self._src is None:
-            self._src = self.rows[:, SRC].astype(np.int64)
-        return self._src
-
-    @property
-    def dst(self) -> np.ndarray:
-        """The receiver of each message."""
-        if self._dst is None:
-            self._dst = self.rows[:, DST].astype(np.int64)
-        return self._dst
-
-    @property
-    def kind(self) -> np.ndarray:
-        """The kind index of each message."""
-        if self._kind is None:
-            self._kind = self.rows[:, KIND].astype(np.int64)
-        return self._kind
-
-    @property
-    def only(self) -> int:
-        """The kind index of every message when they share one, else -1."""
-        if self._only is None:
-            kind = self.kind
-            self._only = int(kind[0]) if len(kind) and (kind == kind[0]).all() else -1
-        return self._only
 
     def __repr__(self) -> str:
-        return f"Batch({len(self)} messages, kinds={self.kinds}, only={self.only})"
-
-    @staticmethod
-    def from_rows(rows: np.ndarray, kinds: tuple[str, ...]) -> Batch:
-        """The batch whose messages are `rows` (columns DUE … PAYLOAD; delivered at DUE): one
-        float matrix, so that selecting or joining messages is one operation, not one per
-        array; the integer columns are read out when first asked for."""
-        return Batch(
-            None, None, None, rows[:, PAYLOAD:], rows[:, SENT], kinds, None, rows[:, DUE], rows
-        )
+        return f"{type(self).__name__}({len(self)} messages, kinds={self.kinds})"
 
     def __len__(self) -> int:
-        return len(self.rows) if self.rows is not None else len(self._src)
+        return len(self.sent_at)
+
+    @staticmethod
+    def from_rows(rows: np.ndarray, kinds: tuple[str, ...]) -> RowBatch:
+        """The batch whose messages are `rows` (columns DUE … PAYLOAD; delivered at DUE)."""
+        return RowBatch(rows, kinds)
 
     def of_kind(self, name: str) -> Batch:
         """The messages of kind `name`, in delivery order (possibly none)."""
         code = self.kinds.index(name)
-        if self.only == code:
+        if self.single_kind == code:
             return self
-        if self.only >= 0:
+        if self.single_kind is not None:
             return self.select(slice(0, 0))
         return self.select(self.kind == code)
 
     def select(self, index: np.ndarray | slice) -> Batch:
         """The messages picked by a boolean mask, an index array or a slice."""
         if isinstance(index, slice):
-            if self.rows is not None:
-                return Batch.from_rows(self.rows[index], self.kinds)
             return Batch(
                 self.src[index],
                 self.dst[index],
@@ -124,14 +87,10 @@ class Batch:
                 self.payload[index],
                 self.sent_at[index],
                 self.kinds,
-                self.only,
+                self.single_kind,
                 None if self.delivered_at is None else self.delivered_at[index],
             )
-        index = np.asarray(index)
-        if index.dtype == bool:  # positions once, not a mask pass per array
-            index = index.nonzero()[0]  # (1-D; the method, not `np.flatnonzero`'s wrapper)
-        if self.rows is not None:
-            return Batch.from_rows(self.rows.take(index, axis=0), self.kinds)
+        index = _positions(index)
         return Batch(
             self.src.take(index),
             self.dst.take(index),
@@ -139,7 +98,7 @@ class Batch:
             self.payload.take(index, axis=0),
             self.sent_at.take(index),
             self.kinds,
-            self.only,
+            self.single_kind,
             None if self.delivered_at is None else self.delivered_at.take(index),
         )
 
@@ -148,29 +107,92 @@ class Batch:
         """The messages of `parts` one after the other (send order is kept)."""
         if len(parts) == 1:
             return parts[0]
-        if all(p.rows is not None for p in parts) and len({p.rows.shape[1] for p in parts}) == 1:
-            return Batch.from_rows(np.concatenate([p.rows for p in parts]), parts[0].kinds)
-        only = parts[0].only if all(p.only == parts[0].only for p in parts) else -1
-        widths = [p.payload.shape[1] for p in parts]
-        width = max(widths)
-        if min(widths) == width:
-            payload = np.concatenate([p.payload for p in parts])
-        else:  # one array for all payloads; narrower kinds leave NaN in the columns they lack
-            sizes = [len(p) for p in parts]
-            payload = np.full((sum(sizes), width), np.nan)
-            start = 0
-            for p, n, w in zip(parts, sizes, widths, strict=True):
-                payload[start : start + n, :w] = p.payload
-                start += n
+        joined = RowBatch.join(parts)
+        if joined is not None:
+            return joined
+        first = parts[0].single_kind
         return Batch(
             np.concatenate([p.src for p in parts]),
             np.concatenate([p.dst for p in parts]),
             np.concatenate([p.kind for p in parts]),
-            payload,
+            _payloads(parts),
             np.concatenate([p.sent_at for p in parts]),
             parts[0].kinds,
-            only,
+            first if all(p.single_kind == first for p in parts) else None,
             None
             if any(p.delivered_at is None for p in parts)
             else np.concatenate([p.delivered_at for p in parts]),
         )
+
+
+class RowBatch(Batch):
+    """A window's messages as one float matrix `rows` (columns DUE … PAYLOAD, delivered at DUE).
+
+    `payload`, `sent_at` and `delivered_at` are views of its columns; `src`, `dst`, `kind` and
+    `single_kind` are read out of it when first asked, then held as a `Batch` holds them.
+    Selecting or joining row batches of one width selects or joins their matrices.
+    """
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: np.ndarray, kinds: tuple[str, ...]) -> None:
+        self.rows = rows
+        self.payload = rows[:, PAYLOAD:]
+        self.sent_at = rows[:, SENT]
+        self.delivered_at = rows[:, DUE]
+        self.kinds = kinds
+
+    def __getattr__(self, name: str) -> np.ndarray | int | None:
+        # called only for a slot not filled yet: a protocol that never reads a column (or asks
+        # the kind of a batch it hands on whole) pays no copy, and later reads are plain
+        # attribute reads
+        column = _INT_COLUMNS.get(name)
+        if column is not None:
+            value = self.rows[:, column].astype(np.int64)
+        elif name == "single_kind":
+            kind = self.kind
+            value = int(kind[0]) if len(kind) and (kind == kind[0]).all() else None
+        else:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        setattr(self, name, value)
+        return value
+
+    def select(self, index: np.ndarray | slice) -> RowBatch:
+        """The messages picked by a boolean mask, an index array or a slice."""
+        if isinstance(index, slice):
+            return RowBatch(self.rows[index], self.kinds)
+        return RowBatch(self.rows.take(_positions(index), axis=0), self.kinds)
+
+    @staticmethod
+    def join(parts: Sequence[Batch]) -> RowBatch | None:
+        """The row batches `parts` one after the other as one, or None unless every part is a
+        row batch and all have one width."""
+        if not all(isinstance(p, RowBatch) for p in parts):
+            return None
+        if len({p.rows.shape[1] for p in parts}) != 1:
+            return None
+        return RowBatch(np.concatenate([p.rows for p in parts]), parts[0].kinds)
+
+
+def _positions(index: np.ndarray) -> np.ndarray:
+    """The positions an index array or boolean mask picks: once, not a mask pass per array."""
+    index = np.asarray(index)
+    if index.dtype == bool:
+        index = index.nonzero()[0]  # (1-D; the method, not `np.flatnonzero`'s wrapper)
+    return index
+
+
+def _payloads(parts: Sequence[Batch]) -> np.ndarray:
+    """The payloads of `parts` stacked in one array; narrower kinds leave NaN in the columns
+    they lack."""
+    widths = [p.payload.shape[1] for p in parts]
+    width = max(widths)
+    if min(widths) == width:
+        return np.concatenate([p.payload for p in parts])
+    sizes = [len(p) for p in parts]
+    payload = np.full((sum(sizes), width), np.nan)
+    start = 0
+    for p, n, w in zip(parts, sizes, widths, strict=True):
+        payload[start : start + n, :w] = p.payload
+        start += n
+    return payload

@@ -226,7 +226,7 @@ class Network:
                     s.payload[a:b],
                     s.sent_at[a:b],
                     s.kinds,
-                    s.only,
+                    s.single_kind,
                 ),
             )
 

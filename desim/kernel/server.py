@@ -88,10 +88,10 @@ class RoundCollector:
         windows), so this files what the same messages delivered one instant at a time would.
         """
         code = batch.kinds.index(self.kind)
-        if batch.only >= 0 and batch.only != code:
+        if batch.single_kind is not None and batch.single_kind != code:
             return
         take = np.asarray(self.accepts(batch), dtype=bool)
-        if batch.only != code:  # a joined batch: one mask for kind and acceptance, one select
+        if batch.single_kind != code:  # joined kinds: one mask for kind and acceptance, one select
             take = take & (batch.kind == code)
         index = take.nonzero()[0]  # (methods here, not numpy's wrappers: a call per window)
         if len(index) == 0:

@@ -661,8 +661,8 @@ class CColME(Protocol):
 
     # -- deliveries: store what arrived ----------------------------------------------------
     def on_deliver(self, batch: Batch) -> None:
-        if batch.only >= 0:  # one kind (always so with ideal links): no need to split
-            self._handlers[batch.only](batch)
+        if batch.single_kind is not None:  # one kind (always so with ideal links): no need to split
+            self._handlers[batch.single_kind](batch)
             return
         for kind, handle in zip(self.message_kinds, self._handlers, strict=True):
             part = batch.of_kind(kind)

@@ -120,7 +120,7 @@ class PrivateColMEParams:
 # Columns of a release's payload: b's privatised mean R, b's sample count t_b, the release
 # index j, the send time of the query it answers (echoed), and Sch-Var-1's variance release.
 _VALUE, _COUNT, _INDEX, _ASKED, _VARIANCE = range(5)
-# Indices of the message kinds (`PrivateColME.message_kinds`), as `Batch.only` holds them.
+# Indices of the message kinds (`PrivateColME.message_kinds`), as `Batch.single_kind` holds them.
 _QUERY, _RELEASE = range(2)
 
 
@@ -311,9 +311,9 @@ class PrivateColME(Protocol):
     # -- deliveries: answer queries, take releases -----------------------------------------
     def on_deliver(self, batch: Batch) -> None:
         # a batch of one kind (the usual case) skips the other: no empty selection is made
-        if batch.only == _QUERY:
+        if batch.single_kind == _QUERY:
             queries, releases = batch, None
-        elif batch.only == _RELEASE:
+        elif batch.single_kind == _RELEASE:
             queries, releases = None, batch
         else:  # both kinds (a window's): one mask, two selections
             is_query = batch.kind == _QUERY

@@ -238,9 +238,9 @@ class ServerEstimation(Protocol):
         if not self.communicates():
             return
         upload, broadcast = self._kind_codes
-        if batch.only != broadcast:
+        if batch.single_kind != broadcast:
             self.server.receive(batch)
-        if batch.only == upload:
+        if batch.single_kind == upload:
             return
         got = batch.of_kind("broadcast")
         if len(got) == 0:

@@ -9,7 +9,7 @@ import pytest
 
 from desim.kernel.engine import Simulation
 from desim.kernel.links import IdealLinks
-from desim.kernel.messages import DST, DUE, KIND, PAYLOAD, SENT, SRC, Batch
+from desim.kernel.messages import DST, DUE, KIND, PAYLOAD, SENT, SRC, Batch, RowBatch
 from desim.kernel.params import param
 from desim.kernel.protocol import Context, DataSource, Protocol
 from desim.kernel.randomness import Streams
@@ -186,7 +186,7 @@ def test_a_batch_held_as_rows_selects_and_joins_like_one_held_as_arrays():
         rows[:, PAYLOAD:],
         rows[:, SENT],
         kinds,
-        -1,
+        None,
         rows[:, DUE],
     )
 
@@ -194,7 +194,7 @@ def test_a_batch_held_as_rows_selects_and_joins_like_one_held_as_arrays():
         for name in ("src", "dst", "kind", "payload", "sent_at", "delivered_at"):
             got, want = getattr(x, name), getattr(y, name)
             assert got.dtype == want.dtype and np.array_equal(got, want), name
-        assert x.only == -1 or (x.kind == x.only).all()  # `only` is never wrong
+        assert x.single_kind is None or (x.kind == x.single_kind).all()  # never wrong
 
     for index in (held.kind == 1, np.array([4, 0, 4]), slice(2, 6), held.kind == 7):
         same(held.select(index), plain.select(index))
@@ -202,8 +202,8 @@ def test_a_batch_held_as_rows_selects_and_joins_like_one_held_as_arrays():
         same(held.of_kind(name), plain.of_kind(name))
     parts = [held.select(slice(0, 4)), held.select(slice(4, n))]
     same(Batch.concat(parts), plain)
-    assert Batch.concat(parts).rows is not None
-    assert Batch.from_rows(rows[rows[:, KIND] == 1], kinds).only == 1
+    assert isinstance(Batch.concat(parts), RowBatch)
+    assert Batch.from_rows(rows[rows[:, KIND] == 1], kinds).single_kind == 1
 
 
 def test_log_checkpoints_are_sorted_unique_and_end_at_t_max():

@@ -38,7 +38,7 @@ def checked(base: type) -> type:
             self._last_set = self._sent_set
 
         def on_deliver(self, batch: Batch) -> None:
-            if batch.only == 0:  # states: delivered at once, before anything of the slot moved
+            if batch.single_kind == 0:  # states: delivered at once, before the slot moved on
                 self.check_states(batch)
             super().on_deliver(batch)
 
@@ -168,7 +168,7 @@ def test_a_state_send_not_delivered_as_sent_falls_back_to_the_per_edge_path():
 
     class Copied(base):
         def on_deliver(self, batch: Batch) -> None:
-            if batch.only == 0 and self.t == 120:  # a copy: not the arrays it sent
+            if batch.single_kind == 0 and self.t == 120:  # a copy: not the arrays it sent
                 batch = Batch(
                     batch.src.copy(),
                     batch.dst.copy(),
@@ -176,7 +176,7 @@ def test_a_state_send_not_delivered_as_sent_falls_back_to_the_per_edge_path():
                     batch.payload.copy(),
                     batch.sent_at,
                     batch.kinds,
-                    batch.only,
+                    batch.single_kind,
                 )
                 assert self._live_first and len(self._sent_set) < self.graph.n_directed
             super().on_deliver(batch)
