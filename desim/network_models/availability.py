@@ -28,19 +28,16 @@ Models and their semantics:
 * ``trace``: intervals [start, end) of a CSV file replayed exactly; outside them the `default`
   state.
 
-Markov and churn are realised lazily: per entity the index k of its current sojourn, the
-sojourn's state, start and end; sojourn k of an entity has length
-``ppf(counter_uniform(key, (k + 1)·n_entities + entity))``. Up to `RenewalBound.DENSE` entities
-these are dense arrays indexed by entity; beyond (n_addresses² is 10⁸ links for 10⁴ addresses)
-they hold only the entities asked so far, in order of first sight, found through a hash index
-(`RowIndex`: adding entities costs nothing for those already held). Advancing to t loops
-over blocks of sojourn steps, each vectorised over the entities still behind t, so an entity
-asked rarely catches up in one or two numpy passes. With few entities (up to
-`BufferedRenewal.BUFFERED`, e.g. every link of 255 agents) the ends of each entity's next
-AHEAD sojourns are kept instead, so a question is one look-up per entity in its row, and rows
-are renewed in blocks as they run out. Times should be non-decreasing (simulation time); an
-earlier time is answered correctly by replaying the entity from time 0. Every realisation
-gives the same floats: sojourn ends are summed in sequence from time 0 whatever the blocks.
+Markov and churn are alternating renewal processes: sojourn k of an entity has length
+``ppf(counter_uniform(key, (k + 1)·n_entities + entity))`` (`SojournSequence`). Two models read
+that one sequence and give the same floats (sojourn ends are summed in sequence from time 0
+whatever the blocks they are drawn in): `SteppedRenewal` holds per entity its current sojourn
+and steps it forward in vectorised blocks, in arrays indexed by entity or, for large entity
+spaces (n_addresses² is 10⁸ links for 10⁴ addresses), only for the entities asked so far
+(`RowIndex`); `BufferedRenewal`, for few entities (every link of a few hundred agents), keeps
+the ends of each entity's next sojourns, so a question is one look-up per entity in its row.
+`renewal` picks one by the size of the entity space. Times should be non-decreasing
+(simulation time); an earlier time is answered correctly by replaying the entity from time 0.
 """
 
 from __future__ import annotations
@@ -50,7 +47,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -89,7 +86,7 @@ def _entities(entity: Any) -> np.ndarray:
 
 
 def _distinct(ids: np.ndarray) -> np.ndarray:
-    """The distinct `ids`, ascending (a sort, not `np.unique`: several times less on thousands)."""
+    """The distinct `ids`, ascending (a sort: cheaper than `np.unique` on thousands)."""
     ids = np.sort(ids)
     return ids[np.concatenate(([True], ids[1:] != ids[:-1]))]
 
@@ -213,62 +210,61 @@ class BernoulliAvailability(Availability):
 
 
 # ---------------------------------------------------------------------------------------------
-# Alternating renewal processes (Markov in slots, churn in continuous time), realised lazily
+# Alternating renewal processes (Markov in slots, churn in continuous time), realised lazily:
+# one sojourn sequence per entity, read by a stepped model or by a look-ahead (buffered) one
+
+#: `renewal` keeps sojourns ahead (`BufferedRenewal`) for at most this many entities (every link
+#: of 255 agents), else steps them (`SteppedRenewal`).
+BUFFERED_UP_TO = 1 << 16
+#: `SteppedRenewal` indexes its per-entity arrays by entity up to this many entities: zeroed
+#: memory is committed only where touched (26 bytes an entity, 218 MB at most, less than the hash
+#: index once most links are asked); beyond, it holds the entities seen so far (`RowIndex`).
+DENSE_UP_TO = 1 << 23
+#: The sojourn ends `BufferedRenewal` keeps per entity (AHEAD·BUFFERED_UP_TO floats: 16 MiB).
+AHEAD = 32
+#: `BufferedRenewal` extends worn rows (see `extend_past`) only in questions about at most this
+#: many rows: some row runs out in nearly every larger question anyway, and rewriting every worn
+#: row there costs more than the renewals it saves.
+EXTEND_UP_TO = 1024
 
 
-class RenewalBound(BoundAvailability):
-    """An alternating renewal process per entity: up sojourns ~ `up_law`, down ~ `down_law`.
+class SojournSequence:
+    """The sojourns of an alternating renewal process per entity, drawn counter-based.
 
-    The state at time 0 is up with probability E[up]/(E[up] + E[down]); sojourn k ≥ 0 starts at
-    the end of sojourn k − 1 (sojourn 0 at time 0). With `slotted`, time t is read as ⌊t⌋.
+    Sojourn 0 of entity e starts at time 0, up with probability p_up = E[up]/(E[up] + E[down])
+    (counter e); sojourn k ≥ 0 lasts ``ppf(counter_uniform(key, (k + 1)·n_entities + e))`` of
+    `up_law` or `down_law` by its state, and states alternate. So any sojourn of any entity is a
+    fixed function of (key, entity, k), however and in whichever blocks a model reads them.
     """
 
-    #: Up to this many entities the per-entity arrays are dense (indexed by entity; zeroed
-    #: memory is only committed where touched: 26 bytes an entity, 218 MB at most, less than
-    #: the hash index once most links are asked); beyond, they hold the entities seen so far.
-    DENSE = 1 << 23
-
     def __init__(
-        self,
-        up_law: Distribution,
-        down_law: Distribution,
-        n_entities: int,
-        key: np.uint64,
-        slotted: bool,
+        self, up_law: Distribution, down_law: Distribution, n_entities: int, key: np.uint64
     ) -> None:
         self.up_law = up_law
         self.down_law = down_law
         self.p_up = up_law.mean / (up_law.mean + down_law.mean)
-        self.slotted = slotted
-        self.per_slot = slotted
+        self.n_entities = n_entities
         self._n = np.uint64(n_entities)
         self._key = key
-        # per entity (dense) or per entity seen so far (sparse: rows found by `_index`, the
-        # entity of each row in `_ids`): the index k, state, start and end of its current sojourn
-        size = n_entities if n_entities <= self.DENSE else 0
-        self._index = None if size else RowIndex()
-        self._ids: np.ndarray | None = None if size else np.empty(0, dtype=np.int64)
-        self._seen = np.zeros(size, dtype=bool)
-        self._k = np.zeros(size, dtype=np.int64)
-        self._state = np.zeros(size, dtype=bool)
-        self._start = np.zeros(size)
-        self._end = np.zeros(size)
-        self._latest = -math.inf  # the latest time asked: no sojourn starts after it
 
-    def _entity(self, rows: np.ndarray) -> np.ndarray:
-        return rows if self._ids is None else self._ids[rows]
+    def first_state(self, ids: np.ndarray) -> np.ndarray:
+        """Whether sojourn 0 of each entity is up."""
+        return counter_uniform(self._key, ids.astype(np.uint64)) < self.p_up
 
-    def _uniform(self, ids: np.ndarray, k: np.ndarray) -> np.ndarray:
+    def first(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The state and end of sojourn 0 of each entity."""
+        state = self.first_state(ids)
+        return state, self.lengths(ids, np.zeros(len(ids), dtype=np.int64), state)
+
+    def lengths(self, ids: np.ndarray, k: np.ndarray, state: np.ndarray) -> np.ndarray:
+        """The length of sojourn k of each entity, in `state` (ids may be one per column of k)."""
         # counter (k + 1)·n_entities + entity is the entity's sojourn k; counter `entity` its
         # initial state
         counter = k.astype(np.uint64)
         counter += np.uint64(1)
         counter *= self._n
         counter += ids.astype(np.uint64)  # (ids may be one per column of k: broadcast)
-        return counter_uniform(self._key, counter)
-
-    def _length(self, ids: np.ndarray, k: np.ndarray, state: np.ndarray) -> np.ndarray:
-        u = self._uniform(ids, k)
+        u = counter_uniform(self._key, counter)
         if isinstance(self.up_law, Geometric) and isinstance(self.down_law, Geometric):
             return Geometric.ppf_of(u, np.where(state, self.up_law.log_q, self.down_law.log_q))
         out = np.empty(u.shape)
@@ -276,64 +272,7 @@ class RenewalBound(BoundAvailability):
         out[~state] = self.down_law.ppf(u[~state])
         return out
 
-    def _first(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The state and end of sojourn 0 of each entity."""
-        state = counter_uniform(self._key, ids.astype(np.uint64)) < self.p_up
-        return state, self._length(ids, np.zeros(len(ids), dtype=np.int64), state)
-
-    def _rows(self, entity: np.ndarray) -> np.ndarray:
-        """The rows of `entity` in the per-entity arrays, starting the entities not seen yet."""
-        if self._ids is None:
-            fresh = ~self._seen[entity]
-            if fresh.any():
-                new = _distinct(entity[fresh])
-                self._seen[new] = True
-                self._state[new], self._end[new] = self._first(new)
-            return entity
-        rows = self._index.find(entity)
-        new = rows < 0
-        if not new.any():
-            return rows
-        fresh = _distinct(entity[new])
-        at = self._index.add(fresh)
-        if len(self._index) > len(self._ids):  # room for the new rows: double the arrays
-            size = max(len(self._index), 2 * len(self._ids))
-            for name in ("_ids", "_k", "_state", "_start", "_end"):
-                held = getattr(self, name)
-                grown = np.zeros(size, dtype=held.dtype)
-                grown[: len(held)] = held
-                setattr(self, name, grown)
-        self._ids[at], self._k[at], self._start[at] = fresh, 0, 0.0
-        self._state[at], self._end[at] = self._first(fresh)
-        rows[new] = at[np.searchsorted(fresh, entity[new])]
-        return rows
-
-    def _advance(self, time: float, rows: np.ndarray) -> None:
-        """Move every entity of `rows` to the sojourn that contains `time`."""
-        if time < self._latest:  # a sojourn may start after `time`: check
-            back = rows[self._start[rows] > time]
-            if back.size:  # asked about the past: replay from time 0
-                back = _distinct(back)
-                state, end = self._first(self._entity(back))
-                self._k[back], self._state[back] = 0, state
-                self._start[back], self._end[back] = 0.0, end
-        else:
-            self._latest = time
-        # (an entity asked twice is stepped twice, to the same state: cheaper than `np.unique`)
-        behind = rows[self._end[rows] <= time]
-        while behind.size:  # a block of sojourn steps for every entity still behind
-            steps = self._block(time - self._end[behind].min(), len(behind))
-            k, state, ends = self._steps(
-                self._entity(behind), self._k[behind], self._state[behind], self._end[behind], steps
-            )
-            # the sojourn containing `time` is the first whose end is after it (ends ascend)
-            last = np.minimum((ends[1:] <= time).sum(axis=0), steps - 1)
-            at = np.arange(len(behind))
-            self._k[behind], self._state[behind] = k[last, at], state[last, at]
-            self._start[behind], self._end[behind] = ends[last, at], ends[last + 1, at]
-            behind = behind[ends[last + 1, at] <= time]
-
-    def _steps(
+    def steps(
         self, ids: np.ndarray, k: np.ndarray, state: np.ndarray, end: np.ndarray, steps: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The next `steps` sojourns of entities `ids` whose sojourn k_i, in state state_i, ends
@@ -346,16 +285,29 @@ class RenewalBound(BoundAvailability):
         state = state ^ (j % 2 == 1)  # states alternate
         ends = np.empty((steps + 1, len(ids)))
         ends[0] = end
-        ends[1:] = self._length(ids, kk, state)  # (ids broadcast along the steps)
+        ends[1:] = self.lengths(ids, kk, state)  # (ids broadcast along the steps)
         np.add.accumulate(ends, axis=0, out=ends)
         return kk, state, ends
 
-    def _block(self, gap: float, n_behind: int) -> int:
+    def block(self, gap: float, n_behind: int) -> int:
         """How many sojourn steps to draw at once: enough to cover `gap` on average (two per
-        mean cycle, plus a margin), at most 2²² draws in all."""
+        mean cycle, plus a margin), at most 4096 steps and 2²² draws in all."""
         cycle = self.up_law.mean + self.down_law.mean
         want = math.ceil(2.5 * gap / cycle) + 2
         return max(1, min(want, 4096, (1 << 22) // n_behind))
+
+
+class RenewalBound(BoundAvailability):
+    """An alternating renewal process per entity (a `SojournSequence`) read at time t, or at its
+    slot ⌊t⌋ when `slotted`: what `SteppedRenewal` and `BufferedRenewal` share. They read the
+    same sojourns in different ways and give the same floats."""
+
+    def __init__(self, sojourns: SojournSequence, slotted: bool) -> None:
+        self.sojourns = sojourns
+        self.p_up = sojourns.p_up
+        self.slotted = slotted
+        self.per_slot = slotted
+        self._latest = -math.inf  # the latest time asked: no sojourn starts after it
 
     def _time(self, t: float) -> float:
         return float(math.floor(t)) if self.slotted else float(t)
@@ -367,6 +319,101 @@ class RenewalBound(BoundAvailability):
         t = np.asarray(t, dtype=float).ravel()
         return np.floor(t) if self.slotted else t
 
+    def next_switch(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
+        """The end of each entity's sojourn containing t: when its state next changes (a whole
+        slot for Markov; a zero-length sojourn in between may leave it unchanged)."""
+        raise NotImplementedError
+
+    def stationary(self, entity: np.ndarray) -> np.ndarray:
+        return np.full(np.shape(entity), self.p_up)
+
+
+class SteppedRenewal(RenewalBound):
+    """Renewal availability stepped lazily: per entity the index k of its current sojourn, the
+    sojourn's state, start and end, moved forward to each time asked.
+
+    Up to `dense_up_to` entities these are dense arrays indexed by entity; beyond, they hold
+    only the entities asked so far, in order of first sight, found through a `RowIndex`.
+    Advancing to t loops over blocks of sojourn steps, each vectorised over the entities still
+    behind t, so an entity asked rarely catches up in one or two numpy passes.
+    """
+
+    def __init__(
+        self, sojourns: SojournSequence, slotted: bool, dense_up_to: int = DENSE_UP_TO
+    ) -> None:
+        super().__init__(sojourns, slotted)
+        n = sojourns.n_entities
+        #: Whether the per-entity arrays are indexed by entity (else by row of first sight).
+        self.dense = n <= dense_up_to
+        size = n if self.dense else 0
+        # per entity (dense) or per entity seen so far (sparse: rows found by `_index`, the
+        # entity of each row in `_ids`): the index k, state, start and end of its current sojourn
+        self._index = None if self.dense else RowIndex()
+        self._ids: np.ndarray | None = None if self.dense else np.empty(0, dtype=np.int64)
+        self._seen = np.zeros(size, dtype=bool)
+        self._k = np.zeros(size, dtype=np.int64)
+        self._state = np.zeros(size, dtype=bool)
+        self._start = np.zeros(size)
+        self._end = np.zeros(size)
+
+    def _entity(self, rows: np.ndarray) -> np.ndarray:
+        return rows if self._ids is None else self._ids[rows]
+
+    def _rows(self, entity: np.ndarray) -> np.ndarray:
+        """The rows of `entity` in the per-entity arrays, starting the entities not seen yet."""
+        if self._ids is None:
+            fresh = ~self._seen[entity]
+            if fresh.any():
+                new = _distinct(entity[fresh])
+                self._seen[new] = True
+                self._state[new], self._end[new] = self.sojourns.first(new)
+            return entity
+        rows = self._index.find(entity)
+        new = rows < 0
+        if not new.any():
+            return rows
+        fresh = _distinct(entity[new])
+        at = self._index.add(fresh)
+        if len(self._index) > len(self._ids):  # room for the new rows: double the arrays
+            self._grow(max(len(self._index), 2 * len(self._ids)))
+        self._ids[at], self._k[at], self._start[at] = fresh, 0, 0.0
+        self._state[at], self._end[at] = self.sojourns.first(fresh)
+        rows[new] = at[np.searchsorted(fresh, entity[new])]
+        return rows
+
+    def _grow(self, size: int) -> None:
+        """Make the sparse per-entity arrays `size` rows long, keeping what they hold."""
+        for name in ("_ids", "_k", "_state", "_start", "_end"):
+            held = getattr(self, name)
+            grown = np.zeros(size, dtype=held.dtype)
+            grown[: len(held)] = held
+            setattr(self, name, grown)
+
+    def _advance(self, time: float, rows: np.ndarray) -> None:
+        """Move every entity of `rows` to the sojourn that contains `time`."""
+        if time < self._latest:  # a sojourn may start after `time`: check
+            back = rows[self._start[rows] > time]
+            if back.size:  # asked about the past: replay from time 0
+                back = _distinct(back)
+                state, end = self.sojourns.first(self._entity(back))
+                self._k[back], self._state[back] = 0, state
+                self._start[back], self._end[back] = 0.0, end
+        else:
+            self._latest = time
+        # (an entity asked twice is stepped twice, to the same state: cheaper than `np.unique`)
+        behind = rows[self._end[rows] <= time]
+        while behind.size:  # a block of sojourn steps for every entity still behind
+            steps = self.sojourns.block(time - self._end[behind].min(), len(behind))
+            k, state, ends = self.sojourns.steps(
+                self._entity(behind), self._k[behind], self._state[behind], self._end[behind], steps
+            )
+            # the sojourn containing `time` is the first whose end is after it (ends ascend)
+            last = np.minimum((ends[1:] <= time).sum(axis=0), steps - 1)
+            at = np.arange(len(behind))
+            self._k[behind], self._state[behind] = k[last, at], state[last, at]
+            self._start[behind], self._end[behind] = ends[last, at], ends[last + 1, at]
+            behind = behind[ends[last + 1, at] <= time]
+
     def up(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
         entity = _entities(entity)
         if np.ndim(t):  # (stepping moves the entities asked to one time: time by time)
@@ -376,8 +423,6 @@ class RenewalBound(BoundAvailability):
         return self._state[rows].reshape(entity.shape)
 
     def next_switch(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
-        """The end of each entity's sojourn containing t: when its state next changes (a whole
-        slot for Markov; a zero-length sojourn in between may leave it unchanged)."""
         entity = _entities(entity)
         if np.ndim(t):
             return _time_by_time(self.next_switch, self._times(t), entity, float)
@@ -385,52 +430,44 @@ class RenewalBound(BoundAvailability):
         self._advance(self._time(t), rows)
         return self._end[rows].reshape(entity.shape)
 
-    def stationary(self, entity: np.ndarray) -> np.ndarray:
-        return np.full(np.shape(entity), self.p_up)
-
 
 class BufferedRenewal(RenewalBound):
-    """`RenewalBound` for small entity spaces: the ends of each entity's next AHEAD sojourns are
-    kept, so a question is a look-up in that row, not a step of the chain, and each entity may
-    be asked at its own time (`per_message`: a window's messages in one question).
+    """Renewal availability for small entity spaces, read ahead: the ends of each entity's next
+    `ahead` sojourns are kept, so a question is a look-up in that row, not a step of the chain,
+    and each entity may be asked at its own time (`per_message`: a window's messages in one
+    question).
 
-    Row e of `_ends` holds the ends of sojourns `_base[e]` … `_base[e]` + AHEAD − 1 of entity e
+    Row e of `_ends` holds the ends of sojourns `_base[e]` … `_base[e]` + ahead − 1 of entity e
     (−∞ and base −1: not started), `_before[e]` the start of sojourn `_base[e]`; the state of
-    sojourn k is that of sojourn 0 (`_state0`) flipped k times. Ends are summed in sequence
-    from time 0 whatever blocks they are drawn in, so every answer equals `RenewalBound`'s.
-    """
+    sojourn k is that of sojourn 0 flipped k times. Rows are renewed in blocks as they run out.
+    Ends are summed in sequence from time 0 whatever blocks they are drawn in, so every answer
+    equals `SteppedRenewal`'s.
 
-    #: Sojourns kept per entity, and the most entities that get this storage (AHEAD·BUFFERED
-    #: floats: 16 MiB).
-    AHEAD = 32
-    BUFFERED = 1 << 16
-    #: A renewal also extends the rows asked with it that are past this many kept ends. Rows
-    #: running out cause renewals; extending from an eighth rather than half on makes that rarer
-    #: (about 40 % fewer renewals when 200 agents ask each other under Markov outages).
-    EXTEND_PAST = AHEAD // 8
-    #: Questions about more rows than this extend none: some row runs out in nearly every such
-    #: question anyway, and rewriting every worn row costs more than the renewals it saves
-    #: (Private-ColME handed 32 slots at once asks 6400 rows: 25 % faster without).
-    EXTEND_UP_TO = 1024
+    `extend_past`: a renewal also extends the rows asked with it whose time is past this many
+    of their kept ends (default ahead // 8), so that rows run out, and renewals come, less often;
+    `extend_up_to`: questions about more rows than this extend none.
+    """
 
     def __init__(
         self,
-        up_law: Distribution,
-        down_law: Distribution,
-        n_entities: int,
-        key: np.uint64,
+        sojourns: SojournSequence,
         slotted: bool,
+        ahead: int = AHEAD,
+        extend_past: int | None = None,
+        extend_up_to: int = EXTEND_UP_TO,
     ) -> None:
-        super().__init__(up_law, down_law, 0, key, slotted)
-        self._n = np.uint64(n_entities)
-        self._ids = None
-        self._ends = np.full((n_entities, self.AHEAD), -np.inf)
-        self._base = np.full(n_entities, -1, dtype=np.int64)
-        self._before = np.zeros(n_entities)
-        self._state0 = np.zeros(n_entities, dtype=bool)
+        super().__init__(sojourns, slotted)
+        n = sojourns.n_entities
+        self.ahead = ahead
+        self.extend_past = ahead // 8 if extend_past is None else extend_past
+        self.extend_up_to = extend_up_to
+        self._ends = np.full((n, ahead), -np.inf)
+        self._base = np.full(n, -1, dtype=np.int64)
+        self._before = np.zeros(n)
+        self._state0 = np.zeros(n, dtype=bool)
         #: (time, rows, answer) of the last question `up` was asked at one time, or None.
         self._asked: tuple[float, np.ndarray, np.ndarray] | None = None
-        self._marked = np.zeros(n_entities, dtype=bool)  # all False between calls (`_renew`)
+        self._marked = np.zeros(n, dtype=bool)  # all False between calls (`_renew`)
 
     def _locate(
         self, time: float | np.ndarray, rows: np.ndarray, ends_too: bool = False
@@ -439,7 +476,7 @@ class BufferedRenewal(RenewalBound):
         (one time, or one per row; an entity may be asked at several times)."""
         if not rows.size:
             return np.empty(0, dtype=np.int64), np.empty(0)
-        one = isinstance(time, float)  # (not `np.ndim`: a Python-level wrapper, ~1 µs a call)
+        one = isinstance(time, float)  # (not `np.ndim`: a Python-level wrapper)
         first, last = (time, time) if one else (float(time.min()), float(time.max()))
         if first < self._latest:  # asked about the past: replay those before their rows
             back = rows[self._before[rows] > time]
@@ -452,22 +489,23 @@ class BufferedRenewal(RenewalBound):
         k, end = np.empty(len(rows), dtype=np.int64), np.empty(len(rows))
         todo = np.arange(len(rows))
         while True:
-            done = at < self.AHEAD
+            done = at < self.ahead
             i = todo[done]
             k[i], end[i] = self._base[rows[i]] + at[done], ends[np.flatnonzero(done), at[done]]
             todo = todo[~done]
             if not todo.size:
                 return k, end
             # renew the rows that ran out (or never started) at their earliest time asked, and
-            # extend every row past EXTEND_PAST; an entity asked far apart takes more rounds
-            worn = i[at[done] >= self.EXTEND_PAST] if len(rows) <= self.EXTEND_UP_TO else i[:0]
+            # extend every row past `extend_past`; an entity asked far apart takes more rounds
+            extend = len(rows) <= self.extend_up_to
+            worn = i[at[done] >= self.extend_past] if extend else i[:0]
             self._renew(self._earliest(rows[todo], _at(time, todo)), rows[worn], _at(time, worn))
             ends, at, _ = self._position(_at(time, todo), rows[todo])
 
     @staticmethod
     def _earliest(rows: np.ndarray, time: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The distinct `rows` and the earliest time each is asked at."""
-        if isinstance(time, float):  # (a sort, not `np.unique`: several times less on hundreds)
+        if isinstance(time, float):  # (a sort, not `np.unique`: cheaper on hundreds)
             rows, time = np.sort(rows), np.full(len(rows), time)
         else:
             order = np.lexsort((time, rows))
@@ -479,31 +517,31 @@ class BufferedRenewal(RenewalBound):
         self, time: float | np.ndarray, rows: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, bool]:
         """The kept ends of `rows`, the column of each one's first end after its `time`
-        (AHEAD: none), and whether every row has one."""
+        (`ahead`: none), and whether every row has one."""
         ends = self._ends.take(rows, axis=0)
         later = ends > (time if isinstance(time, float) else time[:, None])
         at = later.argmax(axis=1)  # ends ascend: the first True, or 0 when there is none
         held = later[:, -1]
         if held.all():
             return ends, at, True
-        at[~held] = self.AHEAD
+        at[~held] = self.ahead
         return ends, at, False
 
     def _renew(
         self, out: tuple[np.ndarray, np.ndarray], worn: np.ndarray, worn_time: float | np.ndarray
     ) -> None:
         """Renew the distinct rows `out[0]` (run out, or not started) at times `out[1]`, then
-        extend the rows `worn` (past EXTEND_PAST kept ends at `worn_time`) not among them."""
+        extend the rows `worn` (past `extend_past` kept ends at `worn_time`) not among them."""
         out, time = out
         base = self._base[out]
         fresh = base < 0
         if fresh.any():
             new = out[fresh]
-            self._state0[new] = counter_uniform(self._key, new.astype(np.uint64)) < self.p_up
+            self._state0[new] = self.sojourns.first_state(new)
         # from sojourn −1 "ending" at 0 (not started), else from the last kept one
-        k = np.where(fresh, -1, base + self.AHEAD - 1)
+        k = np.where(fresh, -1, base + self.ahead - 1)
         self._catch_up(time, out, k, np.where(fresh, 0.0, self._ends[out, -1]))
-        self._marked[out] = True  # (`np.isin` sorts both: several times slower)
+        self._marked[out] = True  # (a mask, not `np.isin`, which sorts both)
         keep = ~self._marked[worn]
         self._marked[out] = False
         if keep.any():
@@ -511,13 +549,13 @@ class BufferedRenewal(RenewalBound):
             self._extend(time, rows, self._position(time, rows)[1])
 
     def _catch_up(self, time: np.ndarray, rows: np.ndarray, k: np.ndarray, end: np.ndarray) -> None:
-        """Keep AHEAD sojourn ends from the one holding time_i on, for unique `rows` whose sojourn
-        k_i (−1: none before sojourn 0) ends at end_i ≤ time_i."""
+        """Keep `ahead` sojourn ends from the one holding time_i on, for unique `rows` whose
+        sojourn k_i (−1: none before sojourn 0) ends at end_i ≤ time_i."""
         while rows.size:
-            steps = self._block(float(np.max(time - end)), len(rows)) + self.AHEAD
+            steps = self.sojourns.block(float(np.max(time - end)), len(rows)) + self.ahead
             ends = self._draw(rows, k, end, steps)  # [j, i]: end of sojourn k_i + j
             c = (ends[1:] <= time).sum(axis=0) + 1  # the sojourn holding time: k + c
-            kept = c + self.AHEAD <= steps + 1
+            kept = c + self.ahead <= steps + 1
             i = np.flatnonzero(kept)
             if i.size:
                 self._keep(rows[i], ends, i, c[i], k[i])
@@ -527,26 +565,27 @@ class BufferedRenewal(RenewalBound):
             rows, k, end, time = rows[i], k[i] + last, ends[last, i], time[i]
 
     def _extend(self, time: np.ndarray, rows: np.ndarray, at: np.ndarray) -> None:
-        """Keep AHEAD sojourn ends from the one holding time_i (column at_i < AHEAD of the kept
+        """Keep `ahead` sojourn ends from the one holding time_i (column at_i < ahead of the kept
         ends) on, for unique `rows`: the kept ones are reused, only the missing ones drawn."""
         kept = self._ends[rows].T
         base = self._base[rows]
-        new = self._draw(rows, base + self.AHEAD - 1, kept[-1], int(at.max()))
+        new = self._draw(rows, base + self.ahead - 1, kept[-1], int(at.max()))
         ends = np.concatenate([kept, new[1:]])  # [j, i]: end of sojourn base_i + j
         self._keep(rows, ends, np.arange(len(rows)), at, base)
 
     def _keep(
         self, rows: np.ndarray, ends: np.ndarray, i: np.ndarray, c: np.ndarray, k: np.ndarray
     ) -> None:
-        """Keep `ends[c_i:c_i + AHEAD, i]` (sojourns k_i + c_i on; c_i ≥ 1) for `rows`."""
-        self._ends[rows] = ends[c[:, None] + np.arange(self.AHEAD), i[:, None]]
+        """Keep `ends[c_i:c_i + ahead, i]` (sojourns k_i + c_i on; c_i ≥ 1) for `rows`."""
+        self._ends[rows] = ends[c[:, None] + np.arange(self.ahead), i[:, None]]
         self._base[rows] = k + c
         self._before[rows] = ends[c - 1, i]
 
     def _draw(self, rows: np.ndarray, k: np.ndarray, end: np.ndarray, steps: int) -> np.ndarray:
         """[j, i]: the end of sojourn k_i + j of rows[i] (j = 0 … steps), given that sojourn k_i
         ends at end_i (the state of sojourn k is that of sojourn 0 flipped k times)."""
-        return self._steps(rows, k, self._state0[rows] ^ (k & 1).astype(bool), end, steps)[2]
+        state = self._state0[rows] ^ (k & 1).astype(bool)
+        return self.sojourns.steps(rows, k, state, end, steps)[2]
 
     def up(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
         entity = _entities(entity)
@@ -585,22 +624,50 @@ def renewal(
     n_entities: int,
     key: np.uint64,
     slotted: bool,
+    buffered_up_to: int = BUFFERED_UP_TO,
+    **options: Any,
 ) -> RenewalBound:
-    """The realisation of an alternating renewal process on `n_entities` entities: rows of
-    sojourns kept ahead when there are few entities (`BufferedRenewal`), else stepped lazily."""
-    cls = BufferedRenewal if n_entities <= BufferedRenewal.BUFFERED else RenewalBound
-    return cls(up_law, down_law, n_entities, key, slotted)
+    """The realisation of an alternating renewal process on `n_entities` entities (sojourn
+    laws `up_law` and `down_law`, draws keyed by `key`): sojourns kept ahead when there are at
+    most `buffered_up_to` entities (`BufferedRenewal`), else stepped lazily (`SteppedRenewal`).
+    `options` go to the model chosen; the answers are the same floats whichever it is."""
+    sojourns = SojournSequence(up_law, down_law, n_entities, key)
+    if n_entities <= buffered_up_to:
+        return BufferedRenewal(sojourns, slotted, **options)
+    return SteppedRenewal(sojourns, slotted, **options)
+
+
+class RenewalAvailability(Availability):
+    """Up and down sojourns of every entity alternating as a renewal process (`renewal`)."""
+
+    #: Whether the state is read at the slot ⌊t⌋ (sojourns in whole slots), else at t.
+    slotted: ClassVar[bool] = False
+
+    def laws(self) -> tuple[Distribution, Distribution]:
+        """The distributions of an up sojourn's length and of a down sojourn's length."""
+        raise NotImplementedError
+
+    def bind(
+        self,
+        n_addresses: int,
+        scope: Scope,
+        rng: np.random.Generator,
+        base_dir: Path | str | None = None,
+    ) -> RenewalBound:
+        return renewal(*self.laws(), n_entities(n_addresses, scope), _key(rng), self.slotted)
 
 
 @AVAILABILITY.register("markov")
 @dataclass(frozen=True)
-class Markov(Availability):
+class Markov(RenewalAvailability):
     """Gilbert–Elliott: geometric up and down sojourns in whole slots, stationary from slot 0.
 
     Per slot an up entity goes down with probability 1/mean_up and a down one comes back with
     probability 1/mean_down; P(up) = mean_up/(mean_up + mean_down). I.i.d. Bernoulli(p) slots
     are the special case mean_up = 1/(1−p), mean_down = 1/p.
     """
+
+    slotted: ClassVar[bool] = True
 
     mean_up: float = param(20.0, "mean length of an up sojourn, in slots", ge=1)
     mean_down: float = param(5.0, "mean length of a down sojourn, in slots", ge=1)
@@ -625,20 +692,9 @@ class Markov(Availability):
             return self.mean_up
         return self.mean_down * self.availability / (1.0 - self.availability)
 
-    def bind(
-        self,
-        n_addresses: int,
-        scope: Scope,
-        rng: np.random.Generator,
-        base_dir: Path | str | None = None,
-    ) -> RenewalBound:
-        return renewal(
-            Geometric(mean=self.up_mean),
-            Geometric(mean=self.mean_down),
-            n_entities(n_addresses, scope),
-            _key(rng),
-            slotted=True,
-        )
+    def laws(self) -> tuple[Distribution, Distribution]:
+        """Geometric up and down sojourns of means `up_mean` and `mean_down` slots."""
+        return Geometric(mean=self.up_mean), Geometric(mean=self.mean_down)
 
 
 #: Churn defaults: sessions of 100 slots on average, 10 slots offline (91% of the time up).
@@ -648,7 +704,7 @@ DEFAULT_OFFLINE = {"model": "exponential", "mean": 10.0}
 
 @AVAILABILITY.register("churn")
 @dataclass(frozen=True)
-class Churn(Availability):
+class Churn(RenewalAvailability):
     """Sessions (up) and offline periods (down) alternating in continuous time.
 
     P(up) = E[session]/(E[session] + E[offline]); see the module docstring for the start.
@@ -676,20 +732,9 @@ class Churn(Availability):
         """The distribution of an offline period's length."""
         return distribution(self.offline or DEFAULT_OFFLINE, "offline")
 
-    def bind(
-        self,
-        n_addresses: int,
-        scope: Scope,
-        rng: np.random.Generator,
-        base_dir: Path | str | None = None,
-    ) -> RenewalBound:
-        return renewal(
-            self.session_law,
-            self.offline_law,
-            n_entities(n_addresses, scope),
-            _key(rng),
-            slotted=False,
-        )
+    def laws(self) -> tuple[Distribution, Distribution]:
+        """The session and offline laws."""
+        return self.session_law, self.offline_law
 
 
 # ---------------------------------------------------------------------------------------------
@@ -723,6 +768,24 @@ def read_trace(path: Path | str, scope: Scope) -> TraceRows:
     a self-link, or overlapping intervals of one entity. Address ranges are checked at bind.
     """
     path = Path(path)
+    parsed = [_trace_row(path, row, line, scope) for row, line in _csv_rows(path, scope)]
+    a, b, start, end, up, lines = zip(*parsed, strict=True) if parsed else ([],) * 6
+    trace = TraceRows(
+        path,
+        np.array(a, dtype=np.int64),
+        np.array(b, dtype=np.int64),
+        np.array(start, dtype=float),
+        np.array(end, dtype=float),
+        np.array(up, dtype=bool),
+        np.array(lines, dtype=np.int64),
+    )
+    _check_overlaps(trace)
+    return trace
+
+
+def _csv_rows(path: Path, scope: Scope) -> list[tuple[dict[str, str], int]]:
+    """The rows of the trace file (stripped names and values) with their line numbers, after
+    checking that the columns a `scope` trace needs are there."""
     columns = ["src", "dst"] if scope == "link" else ["node"]
     needed = ["start", "end", "state", *columns]
     try:
@@ -735,57 +798,50 @@ def read_trace(path: Path | str, scope: Scope) -> TraceRows:
                     f"trace {path}: missing column(s) {', '.join(missing)}; "
                     f"a {scope} trace needs {', '.join(needed)}"
                 )
-            rows = [
+            return [
                 ({k.strip(): (v or "").strip() for k, v in r.items() if k}, reader.line_num)
                 for r in reader
             ]
     except OSError as exc:
         raise ConfigError(f"trace {path}: cannot be read ({exc.strerror})") from None
 
-    def number(row: dict, line: int, col: str, kind: type) -> Any:
-        try:
-            x = kind(row[col])
-        except ValueError:
-            what = "an integer address" if kind is int else "a number"
-            raise ConfigError(
-                f"trace {path}, line {line}: {col} = {row[col]!r}: must be {what}"
-            ) from None
-        if kind is float and not math.isfinite(x):
-            raise ConfigError(f"trace {path}, line {line}: {col} = {row[col]!r}: must be finite")
-        return x
 
-    a, b, start, end, up, lines = [], [], [], [], [], []
-    for row, line in rows:
-        s, e = number(row, line, "start", float), number(row, line, "end", float)
-        if s < 0:
-            raise ConfigError(f"trace {path}, line {line}: start = {s:g}: must be ≥ 0")
-        if e <= s:
-            raise ConfigError(f"trace {path}, line {line}: end = {e:g}: must be > start = {s:g}")
-        state = row["state"].lower()
-        if state not in _STATES:
-            raise ConfigError(
-                f"trace {path}, line {line}: state = {row['state']!r}: must be 'up' or 'down'"
-            )
-        if scope == "link":
-            x, y = number(row, line, "src", int), number(row, line, "dst", int)
-            if x == y:
-                raise ConfigError(f"trace {path}, line {line}: src = dst = {x}: not a link")
-            x, y = min(x, y), max(x, y)
-        else:
-            x, y = number(row, line, "node", int), -1
-        a.append(x), b.append(y), start.append(s), end.append(e)
-        up.append(_STATES[state]), lines.append(line)
-    trace = TraceRows(
-        path,
-        np.array(a, dtype=np.int64),
-        np.array(b, dtype=np.int64),
-        np.array(start),
-        np.array(end),
-        np.array(up, dtype=bool),
-        np.array(lines, dtype=np.int64),
-    )
-    _check_overlaps(trace)
-    return trace
+def _trace_row(
+    path: Path, row: dict[str, str], line: int, scope: Scope
+) -> tuple[int, int, float, float, bool, int]:
+    """One validated row: (a, b, start, end, up, line) as `TraceRows` holds them."""
+    s, e = _number(path, row, line, "start", float), _number(path, row, line, "end", float)
+    if s < 0:
+        raise ConfigError(f"trace {path}, line {line}: start = {s:g}: must be ≥ 0")
+    if e <= s:
+        raise ConfigError(f"trace {path}, line {line}: end = {e:g}: must be > start = {s:g}")
+    state = row["state"].lower()
+    if state not in _STATES:
+        raise ConfigError(
+            f"trace {path}, line {line}: state = {row['state']!r}: must be 'up' or 'down'"
+        )
+    if scope == "link":
+        x, y = _number(path, row, line, "src", int), _number(path, row, line, "dst", int)
+        if x == y:
+            raise ConfigError(f"trace {path}, line {line}: src = dst = {x}: not a link")
+        x, y = min(x, y), max(x, y)
+    else:
+        x, y = _number(path, row, line, "node", int), -1
+    return x, y, s, e, _STATES[state], line
+
+
+def _number(path: Path, row: dict[str, str], line: int, col: str, kind: type) -> Any:
+    """Column `col` of a trace row as a `kind` (int: an address; float: a finite number)."""
+    try:
+        x = kind(row[col])
+    except ValueError:
+        what = "an integer address" if kind is int else "a number"
+        raise ConfigError(
+            f"trace {path}, line {line}: {col} = {row[col]!r}: must be {what}"
+        ) from None
+    if kind is float and not math.isfinite(x):
+        raise ConfigError(f"trace {path}, line {line}: {col} = {row[col]!r}: must be finite")
+    return x
 
 
 def _check_overlaps(trace: TraceRows) -> None:

@@ -17,17 +17,28 @@ from desim.network_models.availability import (
     BernoulliAvailability,
     BufferedRenewal,
     Markov,
+    RenewalAvailability,
     RenewalBound,
+    SteppedRenewal,
     Trace,
     availability,
     link_entity,
+    n_entities,
     read_trace,
+    renewal,
 )
 from desim.network_models.distributions import Weibull
 
 
 def _rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)
+
+
+def _links(model: RenewalAvailability, n_addresses: int, key: int, **options) -> RenewalBound:
+    """`model` realised on the links of `n_addresses` addresses with draws keyed by `key`, its
+    storage chosen by `options` (see `renewal`): every choice gives the same answers."""
+    laws = model.laws()
+    return renewal(*laws, n_entities(n_addresses, "link"), np.uint64(key), model.slotted, **options)
 
 
 def test_every_model_is_registered_and_link_entities_are_unordered_pairs():
@@ -76,6 +87,7 @@ def test_markov_is_stationary_at_every_slot_across_independent_links():
     model = Markov(mean_up=20.0, mean_down=5.0)
     bound = model.bind(300, "link", _rng(2))
     entity = link_entity(*np.triu_indices(300, 1), 300)  # 44 850 independent links
+    assert isinstance(bound, SteppedRenewal)  # 300² link ids: too many to keep sojourns ahead
     pi = 0.8
     se = math.sqrt(pi * (1 - pi) / len(entity))
     for t in (0.0, 3.7, 250.0):
@@ -130,7 +142,7 @@ def test_answers_do_not_depend_on_which_entities_are_asked_or_when(seed, data):
     assert np.array_equal(other.up(1.5, entity), expected[1.5])
 
 
-def test_sparse_storage_and_catch_up_blocks_give_the_same_floats(monkeypatch):
+def test_sparse_storage_and_catch_up_blocks_give_the_same_floats():
     model = availability(
         {
             "model": "churn",
@@ -140,17 +152,15 @@ def test_sparse_storage_and_catch_up_blocks_give_the_same_floats(monkeypatch):
         "x",
     )
     entity = np.array([5, 17, 3, 399, 17, 250])
-    buffered = model.bind(20, "link", _rng(9))  # asked often: small blocks
+    buffered = _links(model, 20, 9)  # asked often: small blocks
     for t in np.linspace(0, 500, 300):
         buffered.up(t, entity[: 1 + int(t) % 6])
-    monkeypatch.setattr(BufferedRenewal, "BUFFERED", 0)
-    dense = model.bind(20, "link", _rng(9))
+    dense = _links(model, 20, 9, buffered_up_to=0)
     for t in np.linspace(0, 500, 300):
         dense.up(t, entity[: 1 + int(t) % 6])
-    monkeypatch.setattr(RenewalBound, "DENSE", 10)
-    sparse = model.bind(20, "link", _rng(9))  # asked once: one catch-up of ~100 cycles
-    assert sparse._ids is not None and dense._ids is None
-    assert isinstance(buffered, BufferedRenewal) and not isinstance(dense, BufferedRenewal)
+    sparse = _links(model, 20, 9, buffered_up_to=0, dense_up_to=10)  # one catch-up, ~100 cycles
+    assert isinstance(buffered, BufferedRenewal) and isinstance(dense, SteppedRenewal)
+    assert dense.dense and not sparse.dense
     for other in (dense, buffered):
         assert np.array_equal(sparse.next_switch(500.0, entity), other.next_switch(500.0, entity))
         assert np.array_equal(sparse.up(500.0, entity), other.up(500.0, entity))
@@ -174,12 +184,9 @@ def test_sparse_storage_grown_batch_by_batch_answers_as_dense(seed, churn, data)
         if churn
         else Markov(mean_up=3.0, mean_down=2.0)
     )
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(BufferedRenewal, "BUFFERED", 0)
-        dense = model.bind(60, "link", _rng(seed))
-        mp.setattr(RenewalBound, "DENSE", 10)
-        sparse = model.bind(60, "link", _rng(seed))
-    assert sparse._ids is not None and dense._ids is None
+    dense = _links(model, 60, seed, buffered_up_to=0)
+    sparse = _links(model, 60, seed, buffered_up_to=0, dense_up_to=10)
+    assert dense.dense and not sparse.dense
     rng = np.random.default_rng(seed)
     t = 0.0
     for _ in range(data.draw(st.integers(1, 12))):
@@ -196,13 +203,6 @@ def test_look_ahead_gives_the_floats_of_fresh_draws(seed, churn, extend, data):
     switch time equals that of the lazily stepped model, for any order of questions (forwards,
     gaps of many cycles, back in time), whether renewals extend worn rows or not (large
     questions do not)."""
-    with pytest.MonkeyPatch.context() as mp:
-        if not extend:
-            mp.setattr(BufferedRenewal, "EXTEND_UP_TO", 0)
-        _look_ahead(seed, churn, data)
-
-
-def _look_ahead(seed: int, churn: bool, data) -> None:
     model = (
         availability(
             {
@@ -215,12 +215,10 @@ def _look_ahead(seed: int, churn: bool, data) -> None:
         if churn
         else Markov(mean_up=3.0, mean_down=2.0)
     )
-    ahead = model.bind(20, "link", _rng(seed))
+    ahead = _links(model, 20, seed) if extend else _links(model, 20, seed, extend_up_to=0)
     assert isinstance(ahead, BufferedRenewal)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(BufferedRenewal, "BUFFERED", 0)
-        plain = model.bind(20, "link", _rng(seed))
-    assert not isinstance(plain, BufferedRenewal)
+    plain = _links(model, 20, seed, buffered_up_to=0)
+    assert isinstance(plain, SteppedRenewal)
     entity = np.arange(0, 400, 5)
     steps = data.draw(
         st.lists(st.tuples(st.floats(0, 400), st.integers(1, len(entity))), min_size=1, max_size=30)
@@ -254,13 +252,14 @@ def test_one_time_per_entity_answers_as_one_question_per_time(seed, which, data)
             "x",
         ),
     ][which]
-    asked = model.bind(12, "link", _rng(seed))
+    if isinstance(model, RenewalAvailability):
+        asked = _links(model, 12, seed)
+        one = _links(model, 12, seed, buffered_up_to=0)  # asked one time at a time
+        stepped = _links(model, 12, seed, buffered_up_to=0)  # no kept sojourns: time by time
+    else:
+        asked, one, stepped = (model.bind(12, "link", _rng(seed)) for _ in range(3))
     assert asked.per_message
     assert asked.up(np.empty(0), np.empty(0, dtype=np.int64)).shape == (0,)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(BufferedRenewal, "BUFFERED", 0)
-        one = model.bind(12, "link", _rng(seed))  # asked one time at a time
-        stepped = model.bind(12, "link", _rng(seed))  # no kept sojourns: stepped time by time
     assert stepped.per_message
     rng = np.random.default_rng(seed)
     start = 0.0
@@ -278,6 +277,7 @@ def test_one_time_per_entity_answers_as_one_question_per_time(seed, which, data)
 
 
 def test_different_seeds_differ_and_the_same_seed_repeats():
+    assert isinstance(Markov().bind(50, "node", _rng(5)), BufferedRenewal)
     a = Markov().bind(50, "node", _rng(5)).up(100.0, np.arange(50))
     b = Markov().bind(50, "node", _rng(5)).up(100.0, np.arange(50))
     c = Markov().bind(50, "node", _rng(6)).up(100.0, np.arange(50))
