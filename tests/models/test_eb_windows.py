@@ -65,6 +65,15 @@ def run(
     (destinations, rounds) as the protocol receives them."""
     cls = PROTOCOLS.get(protocol)
     proto = cls(build(cls.Params, params, "test"))
+    if watch is not None:  # (before the simulation takes the protocol's handler)
+        deliver = proto.on_deliver
+
+        def watched(batch):
+            got = batch.of_kind("broadcast")
+            watch.append((got.dst.copy(), got.payload[:, 0].astype(np.int64)))
+            deliver(batch)
+
+        proto.on_deliver = watched
     source = build(DATA.get(data[0]), data[1], "data").make(np.random.default_rng(seed))
     sim = Simulation(
         proto,
@@ -77,15 +86,6 @@ def run(
         metrics=[METRICS.get("eb")],
         windows=windows,
     )
-    if watch is not None:
-        deliver = sim.network._deliver
-
-        def watched(batch):
-            got = batch.of_kind("broadcast")
-            watch.append((got.dst.copy(), got.payload[:, 0].astype(np.int64)))
-            deliver(batch)
-
-        sim.network._deliver = watched
     return proto, sim, sim.run()
 
 
