@@ -164,6 +164,7 @@ class Always(Availability):
         rng: np.random.Generator,
         base_dir: Path | str | None = None,
     ) -> BoundAvailability:
+        """Always up, whatever the entities."""
         n_entities(n_addresses, scope)
         return BoundAvailability()
 
@@ -183,12 +184,14 @@ class BernoulliBound(BoundAvailability):
         self._key = key
 
     def up(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
+        """Whether each entity is up in the slot ⌊t⌋ (one time, or one per entity)."""
         entity = _entities(entity)
         slot = np.floor(t).astype(np.uint64) if np.ndim(t) else np.uint64(math.floor(t))
         counter = slot * self._n + entity.astype(np.uint64)
         return counter_uniform(self._key, counter) < self.p
 
     def stationary(self, entity: np.ndarray) -> np.ndarray:
+        """p for every entity."""
         return np.full(np.shape(entity), self.p)
 
 
@@ -206,6 +209,7 @@ class BernoulliAvailability(Availability):
         rng: np.random.Generator,
         base_dir: Path | str | None = None,
     ) -> BernoulliBound:
+        """I.i.d. slots of the `scope` entities, keyed by one draw of `rng`."""
         return BernoulliBound(self.p, n_entities(n_addresses, scope), _key(rng))
 
 
@@ -325,6 +329,7 @@ class RenewalBound(BoundAvailability):
         raise NotImplementedError
 
     def stationary(self, entity: np.ndarray) -> np.ndarray:
+        """E[up]/(E[up] + E[down]) for every entity."""
         return np.full(np.shape(entity), self.p_up)
 
 
@@ -415,6 +420,7 @@ class SteppedRenewal(RenewalBound):
             behind = behind[ends[last + 1, at] <= time]
 
     def up(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
+        """Whether each entity is up at t (one time, or one per entity: stepped time by time)."""
         entity = _entities(entity)
         if np.ndim(t):  # (stepping moves the entities asked to one time: time by time)
             return _time_by_time(self.up, self._times(t), entity, bool)
@@ -423,6 +429,7 @@ class SteppedRenewal(RenewalBound):
         return self._state[rows].reshape(entity.shape)
 
     def next_switch(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
+        """The end of each entity's sojourn containing t (see `RenewalBound.next_switch`)."""
         entity = _entities(entity)
         if np.ndim(t):
             return _time_by_time(self.next_switch, self._times(t), entity, float)
@@ -588,6 +595,7 @@ class BufferedRenewal(RenewalBound):
         return self.sojourns.steps(rows, k, state, end, steps)[2]
 
     def up(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
+        """Whether each entity is up at t (one time, or one per entity), read from its kept row."""
         entity = _entities(entity)
         rows = entity.ravel()
         time = self._times(t)
@@ -609,6 +617,7 @@ class BufferedRenewal(RenewalBound):
         return up.reshape(entity.shape)
 
     def next_switch(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
+        """The end of each entity's sojourn containing t (see `RenewalBound.next_switch`)."""
         entity = _entities(entity)
         return self._locate(self._times(t), entity.ravel(), True)[1].reshape(entity.shape)
 
@@ -654,6 +663,7 @@ class RenewalAvailability(Availability):
         rng: np.random.Generator,
         base_dir: Path | str | None = None,
     ) -> RenewalBound:
+        """The renewal process of the `scope` entities, keyed by one draw of `rng`."""
         return renewal(*self.laws(), n_entities(n_addresses, scope), _key(rng), self.slotted)
 
 
@@ -893,6 +903,7 @@ class TraceBound(BoundAvailability):
         self._t = -math.inf
 
     def up(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
+        """Whether each entity is up at t (one time, or one per entity), as the trace says."""
         if np.ndim(t):  # (events are applied up to one time: time by time)
             return _time_by_time(self.up, t, _entities(entity), bool)
         t = float(t)
@@ -912,6 +923,7 @@ class TraceBound(BoundAvailability):
         return self._lookup(entity, self._state, self.default_up)
 
     def stationary(self, entity: np.ndarray) -> np.ndarray:
+        """The fraction of the trace's span each entity is up (the default state outside)."""
         return self._lookup(entity, self._stationary, float(self.default_up))
 
     def _lookup(self, entity: np.ndarray, values: np.ndarray, default: Any) -> np.ndarray:
@@ -955,6 +967,7 @@ class Trace(Availability):
         rng: np.random.Generator,
         base_dir: Path | str | None = None,
     ) -> TraceBound:
+        """The trace read from its file, its addresses checked against the run's."""
         n_entities(n_addresses, scope)
         trace = read_trace(self.path(base_dir), scope)
         # a holds the node or a pair's smaller address, b (≥ a) the larger one or −1
