@@ -215,7 +215,8 @@ class BernoulliAvailability(Availability):
 
 # ---------------------------------------------------------------------------------------------
 # Alternating renewal processes (Markov in slots, churn in continuous time), realised lazily:
-# one sojourn sequence per entity, read by a stepped model or by a look-ahead (buffered) one
+# one sojourn sequence per entity, read by a stepped model or by a look-ahead (buffered) one.
+# The defaults below choose storage: they change speed and memory, never an answer.
 
 #: `renewal` keeps sojourns ahead (`BufferedRenewal`) for at most this many entities (every link
 #: of 255 agents), else steps them (`SteppedRenewal`).
