@@ -201,8 +201,8 @@ def test_sparse_storage_grown_batch_by_batch_answers_as_dense(seed, churn, data)
 def test_look_ahead_gives_the_floats_of_fresh_draws(seed, churn, extend, data):
     """Sojourns kept ahead (BufferedRenewal) are read instead of drawn again: every state and
     switch time equals that of the lazily stepped model, for any order of questions (forwards,
-    gaps of many cycles, back in time), whether renewals extend worn rows or not (large
-    questions do not)."""
+    gaps of many cycles, back in time), however many sojourns are kept, whether renewals extend
+    worn rows or not (large questions do not)."""
     model = (
         availability(
             {
@@ -215,7 +215,9 @@ def test_look_ahead_gives_the_floats_of_fresh_draws(seed, churn, extend, data):
         if churn
         else Markov(mean_up=3.0, mean_down=2.0)
     )
-    ahead = _links(model, 20, seed) if extend else _links(model, 20, seed, extend_up_to=0)
+    kept = data.draw(st.sampled_from([32, 1, 2, 7]))  # the default, and short rows
+    options = {"ahead": kept} if extend else {"ahead": kept, "extend_up_to": 0}
+    ahead = _links(model, 20, seed, **options)
     assert isinstance(ahead, BufferedRenewal)
     plain = _links(model, 20, seed, buffered_up_to=0)
     assert isinstance(plain, SteppedRenewal)
