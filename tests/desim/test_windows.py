@@ -156,7 +156,7 @@ def test_batches_of_slots_reproduce_one_message_per_instant_bit_for_bit(tables, 
 
     one, sim_one, out_one = run_batched(params, links(), False, checkpoints)
     win, sim_win, out_win = run_batched(params, links(), True, checkpoints)
-    assert not one.batch_sizes and sim_win._batches
+    assert not one.batch_sizes and sim_win.slot_batches
     assert max(win.batch_sizes) == SLOT_BATCH and sum(win.batch_sizes) == 300
     assert out_one.metrics.to_csv().encode() == out_win.metrics.to_csv().encode()
     assert out_one.agents.to_csv().encode() == out_win.agents.to_csv().encode()
@@ -183,7 +183,7 @@ def test_batches_of_slots_reproduce_one_message_per_instant_bit_for_bit(tables, 
 )
 def test_slots_are_batched_only_under_rr_on_counter_based_links(params, links, batches):
     proto, sim, _ = run_batched(params, links(), True, np.array([300]), t_max=40)
-    assert sim._batches == batches
+    assert sim.slot_batches == batches
     assert bool(proto.batch_sizes) == batches
 
 
@@ -206,6 +206,6 @@ def test_batches_end_at_any_measurement_and_data_block_alike(seed, network, bloc
         cp = np.unique(checkpoints)
         _, _, one = run_batched({"timeout": 6.5}, links(), False, cp, t_max=130, seed=seed)
         win, sim, batched = run_batched({"timeout": 6.5}, links(), True, cp, t_max=130, seed=seed)
-    assert sim._batches and sum(win.batch_sizes) == 130
+    assert sim.slot_batches and sum(win.batch_sizes) == 130
     assert one.metrics.to_csv().encode() == batched.metrics.to_csv().encode()
     assert one.agents.to_csv().encode() == batched.agents.to_csv().encode()

@@ -66,6 +66,15 @@ def run(
     cls = PROTOCOLS.get(protocol)
     proto = cls(build(cls.Params, params, "test"))
     source = build(DATA.get(data[0]), data[1], "data").make(np.random.default_rng(seed))
+    if watch is not None:
+        deliver = proto.on_deliver
+
+        def watched(batch):
+            got = batch.of_kind("broadcast")
+            watch.append((got.dst.copy(), got.payload[:, 0].astype(np.int64)))
+            deliver(batch)
+
+        proto.on_deliver = watched
     sim = Simulation(
         proto,
         source,
@@ -77,15 +86,6 @@ def run(
         metrics=[METRICS.get("eb")],
         windows=windows,
     )
-    if watch is not None:
-        deliver = sim.network._deliver
-
-        def watched(batch):
-            got = batch.of_kind("broadcast")
-            watch.append((got.dst.copy(), got.payload[:, 0].astype(np.int64)))
-            deliver(batch)
-
-        sim.network._deliver = watched
     return proto, sim, sim.run()
 
 
