@@ -64,7 +64,12 @@ class RunOutput:
 
 
 class Simulation:
-    """One run: a protocol, a data source, a link model and a recorder on a SimPy clock."""
+    """One run: a protocol, a data source, a link model and a recorder on a SimPy clock.
+
+    `windows` and `slot_batches` (both on by default) allow windows and slot batches where the
+    protocol declares them (`WindowSafe`, `SlotBatched`); turned off, the run takes the slower
+    mode they reproduce, e.g. to check that they give the same bytes (`desim.testing`).
+    """
 
     def __init__(
         self,
@@ -77,6 +82,7 @@ class Simulation:
         per_agent: bool = False,
         metrics: Sequence[Callable[..., dict[str, float]]] = (),
         windows: bool = True,
+        slot_batches: bool = True,
     ) -> None:
         self.env = simpy.Environment()
         self.protocol = protocol
@@ -104,6 +110,7 @@ class Simulation:
             )
         )
         self.checkpoints = log_checkpoints(t_max) if checkpoints is None else checkpoints
+        self._allow_batches = slot_batches
         #: Whether slots are handed to the protocol in batches (decided in `run`).
         self.slot_batches = False
         self.recorder = Recorder(protocol, self.network, data.means, per_agent, data, metrics)
@@ -189,7 +196,8 @@ class Simulation:
         self.protocol.setup(ctx)
         transport = self.network.transport
         self.slot_batches = (
-            isinstance(transport, Windows)
+            self._allow_batches
+            and isinstance(transport, Windows)
             and isinstance(self.protocol, SlotBatched)
             and self.links.counter_based
             and self.protocol.batches_slots()
