@@ -84,10 +84,6 @@ WINDOW_NETWORKS: tuple[dict, ...] = (
 #: The data of `check_modes` unless told otherwise: 8 agents in two classes.
 CLASSES: tuple[str, dict] = ("classes", {"agents": 8, "class_means": [0.2, 0.8], "sigma": 0.5})
 
-#: The delivery modes `check_modes` runs: one message per instant (the reference), windows,
-#: and windows over batches of slots.
-MODES = ("instants", "windows", "slot batches")
-
 
 @dataclass
 class ModeRun:
@@ -127,10 +123,8 @@ def check_modes(
     names of registered metrics to record too. Returns, per network, each mode's `ModeRun`.
     """
     from desim.kernel.plugins import load_plugins
-    from desim.network_models.realistic import realistic_links
 
     load_plugins()
-    results = []
     run_in = functools.partial(
         _run_mode,
         protocol_cls,
@@ -142,28 +136,38 @@ def check_modes(
         checkpoints=checkpoints,
         metrics=metrics,
     )
-    for k, network in enumerate(networks):
+    return [
+        _check_network(run_in, protocol_cls, network, base, state, f"network #{k}")
+        for k, network in enumerate(networks)
+    ]
 
-        def links(network=network) -> LinkModel:
-            if callable(network):
-                return network()
-            return realistic_links(base or IdealLinks(), network)
 
-        def once(windows: bool, batches: bool) -> ModeRun:
-            return run_in(links(), windows=windows, batches=batches)
+def _check_network(
+    run_in: Callable[..., ModeRun],
+    protocol_cls: type[Protocol],
+    network: Mapping[str, Any] | Callable[[], LinkModel],
+    base: LinkModel | None,
+    state: Sequence[str],
+    where: str,
+) -> dict[str, ModeRun]:
+    """`check_modes` on one network: each mode's run, once compared with the reference."""
+    from desim.network_models.realistic import realistic_links
 
-        runs = {"instants": once(False, False)}
-        if issubclass(protocol_cls, WindowSafe):
-            runs["windows"] = once(True, False)
-            assert runs["windows"].simulation.network.windows, f"network #{k}: no windows"
-        if issubclass(protocol_cls, SlotBatched):
-            batched = once(True, True)
-            if batched.simulation.slot_batches:
-                runs["slot batches"] = batched
-        for mode, run in runs.items():
-            _assert_same(runs["instants"], run, state, f"network #{k}, mode {mode!r}")
-        results.append(runs)
-    return results
+    def once(windows: bool, batches: bool) -> ModeRun:
+        links = network() if callable(network) else realistic_links(base or IdealLinks(), network)
+        return run_in(links, windows=windows, batches=batches)
+
+    runs = {"instants": once(False, False)}
+    if issubclass(protocol_cls, WindowSafe):
+        runs["windows"] = once(True, False)
+        assert runs["windows"].simulation.network.windows, f"{where}: no windows"
+    if issubclass(protocol_cls, SlotBatched):
+        batched = once(True, True)
+        if batched.simulation.slot_batches:
+            runs["slot batches"] = batched
+    for mode, run in list(runs.items())[1:]:
+        _assert_same(runs["instants"], run, state, f"{where}, mode {mode!r}")
+    return runs
 
 
 def _run_mode(

@@ -63,7 +63,7 @@ class Windows(Transport):
         self._flush_token = 0  # flush events of older tokens are void
         self._flushing = False
         self._clean = 0  # leading queued blocks with nothing due in the window being flushed
-        self._queued = 0  # blocks queued so far
+        self._blocks_filed = 0  # blocks queued so far
 
     def require_names(self) -> None:
         """Refuse sends without ``ids`` from now on (slot batches: a delay must not depend on
@@ -117,9 +117,9 @@ class Windows(Transport):
             n = len(src)
             if n == 0:
                 return
-        self._queue(code, src, dst, payload, times, ids)
+        self._file_rows(code, src, dst, payload, times, ids)
 
-    def _queue(
+    def _file_rows(
         self,
         code: int,
         src: np.ndarray,
@@ -150,7 +150,7 @@ class Windows(Transport):
             order = due.argsort(kind="stable")
             due, rows = due[order], rows.take(order, axis=0)
         self._blocks.append(rows)
-        self._queued += 1
+        self._blocks_filed += 1
         if len(self._blocks) > MERGE_AT:  # the oldest block drains by itself: keep it apart
             self._blocks = [self._blocks[0], _merge(self._blocks[1:])]
             self._clean = min(self._clean, 1)
@@ -208,14 +208,14 @@ class Windows(Transport):
                     ),
                 )
                 if len(batch):
-                    queued = self._queued
+                    filed = self._blocks_filed
                     self._deliver(batch)
                     if self._horizon() < horizon:
                         raise RuntimeError(
                             "a window-safe protocol scheduled an event inside a "
                             "window (Context.call_at from on_deliver)"
                         )
-                    if self._queued == queued:
+                    if self._blocks_filed == filed:
                         break  # nothing was queued meanwhile: nothing else is due
             self._window_end()
         finally:
