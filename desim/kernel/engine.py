@@ -140,7 +140,11 @@ class Simulation:
             return
         samples = self._block[i]
         self.network.at_tick(lambda: self.protocol.on_samples(t, samples))
-        self._next(1 if t < self.t_max else 0)
+        if t < self.t_max:  # (inline, not `_next`: this runs every slot)
+            self._next_tick = t + 1
+            At(self.env, 1, PRIORITY_TICK).callbacks.append(self._tick)
+        else:
+            self._next_tick = math.inf
 
     def _next(self, k: int) -> None:
         """Schedule the next tick `k` slots from now (0: none is left)."""

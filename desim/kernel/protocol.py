@@ -19,7 +19,6 @@ from desim.kernel.randomness import Streams
 
 if TYPE_CHECKING:
     from desim.kernel.links import LinkModel
-    from desim.models.privacy.accounting import Spend
 
 
 class DataSource:
@@ -114,9 +113,9 @@ class Protocol:
         """Every agent's current estimate, shape (n_agents,)."""
         raise NotImplementedError
 
-    def privacy_spend(self) -> Spend | None:
-        """The agents' releases so far, for the ``privacy`` ledger metric (None: no privacy
-        mechanism, the metric records nothing)."""
+    def privacy_spend(self) -> Any:
+        """The agents' releases so far as a `desim.models.privacy.accounting.Spend`, for the
+        ``privacy`` ledger metric (None: no privacy mechanism, the metric records nothing)."""
         return None
 
     def neighbour_decisions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
