@@ -38,10 +38,10 @@ def links(protocol: Any, data: Any) -> dict[str, float]:
     ``wrong_kept`` / ``wrong_dropped`` count ordered neighbour pairs (a, b) with b ∈ C_a across
     classes / b ∉ C_a within a class (a link decided alike at both ends counts twice).
     """
-    decisions = getattr(protocol, "neighbour_decisions", None)
+    decisions = protocol.neighbour_decisions()
     if decisions is None:
         return {}
-    a, b, kept = decisions()
+    a, b, kept = decisions
     same = data.classes[a] == data.classes[b]
     return {"wrong_kept": float(np.sum(kept & ~same)), "wrong_dropped": float(np.sum(~kept & same))}
 
@@ -57,5 +57,5 @@ def privacy(protocol: Any, data: Any) -> dict[str, float]:
     and ``all`` (every querier colluding); Private-C-ColME ``one`` and ``all``; PriCER
     ``neighbour`` (the most informed neighbour) and ``server``.
     """
-    spend = getattr(protocol, "privacy_spend", None)
-    return ledger(spend()) if spend is not None else {}
+    spend = protocol.privacy_spend()
+    return ledger(spend) if spend is not None else {}

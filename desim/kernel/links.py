@@ -109,7 +109,7 @@ class LinkModel:
     resolution: float = 0.0
     #: True when `available`, `latency` and `receivable` depend on the time only through its
     #: slot ⌊t⌋ (and latency draws per message, not per call): the network may then ask once
-    #: for all messages of a window (`desim.kernel.network`).
+    #: for all messages of a window (`desim.kernel.transports.Windows`).
     per_slot: bool = False
     #: True when `available`, `latency` and `receivable` also take an array t, one time per
     #: message, and answer as questions per distinct time in order would (latency draws in

@@ -7,14 +7,18 @@ messages due at one instant, and `estimates` when the recorder measures.
 
 from __future__ import annotations
 
+from abc import ABCMeta, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from desim.kernel.messages import Batch
 from desim.kernel.randomness import Streams
+
+if TYPE_CHECKING:
+    from desim.kernel.links import LinkModel
 
 
 class DataSource:
@@ -46,7 +50,7 @@ class Context:
     `send(kind, src, dst, payload, at=None, ids=None)` puts messages on the network (`at`:
     their exact send times, in a window; `ids`: numbers naming them, which make random delays
     fixed functions of the messages); `oracle_classes` is the true class of each agent and is
-    set only for protocols that declare ``uses_oracle = True``.
+    set only for protocols whose `Protocol.uses_oracle` is true.
     `links` is the run's bound link model (its `probabilities(n, within, server_within)` are
     public: PriCER optimises for them, optionally for messages that must arrive within a
     deadline); `call_at(when, fn)` calls `fn()` at time `when`, after that instant's deliveries
@@ -68,33 +72,32 @@ class Protocol:
     """Base class of protocols; subclasses are registered in `desim.kernel.registry.PROTOCOLS`.
 
     `Params` is the dataclass of the protocol's parameters (see `desim.kernel.params`), and
-    `message_kinds` names every kind of message it sends.
-
-    Window batching (exact delivery times, `desim.kernel.network`): a protocol that declares
-    `window_safe` receives every message due in a window — an interval between two instants
-    that matter (slot ticks, deadlines, measurements) — in time-ordered batches that carry each
-    message's exact ``delivered_at``, followed by one `on_window_end` call. It must send the
-    replies to a batch with ``send(..., at=batch.delivered_at[...])`` (the exact time of the
-    message that caused them; those due inside the window come in a later batch of it), must
-    not call `Context.call_at` from `on_deliver` (`Context.now()` is the window's start: use
-    ``delivered_at``), and must end every window in the state that
-    one-message-per-instant delivery (the same messages one instant at a time, in time order)
-    would have left: bit for bit, which the kernel's tests check.
+    `message_kinds` names every kind of message it sends. Beside the calls every protocol takes
+    (`setup`, `on_samples`, `on_deliver`, `estimates`), a protocol may implement the hooks
+    below (each has a default: nothing needed, nothing to check, nothing to report) and declare
+    capabilities by its bases: `WindowSafe` (deliveries in windows), `SlotBatched` (several
+    slots at once). `docs/extending.md` describes them all.
     """
 
     Params: ClassVar[type]
     message_kinds: ClassVar[tuple[str, ...]] = ()
-    #: True for the named oracle variants and baselines that may see the true classes.
-    uses_oracle: ClassVar[bool] = False
-    #: True when the protocol can take a window's messages in batches (see above).
-    window_safe: ClassVar[bool] = False
-    #: True (set by a window-safe protocol, at the latest in `setup`) when what it sends at a
-    #: tick never depends on what was delivered before it, so that the engine may hand it
-    #: several slots at once (`on_slots`), when the links are counter-based.
-    slot_batches: bool = False
+    #: Whether a scenario of this protocol must have a [topology] (the graph then arrives as
+    #: ``ctx.public["graph"]``); a study without one is refused before any run.
+    needs_topology: ClassVar[bool] = False
 
     def __init__(self, params: Any) -> None:
         self.params = params
+
+    @property
+    def uses_oracle(self) -> bool:
+        """Whether this protocol, with its parameters, sees the true classes
+        (`Context.oracle_classes`): only the named oracle variants and baselines do."""
+        return False
+
+    @classmethod
+    def check_setup(cls, params: Any, data: DataSource, links: LinkModel | None) -> None:
+        """Raise `ValueError` (one line) when `params` cannot run on this population and these
+        bound links, so that a study is refused before any run (default: every set-up runs)."""
 
     def setup(self, ctx: Context) -> None:
         """Allocate population state before slot 1."""
@@ -103,23 +106,61 @@ class Protocol:
     def on_samples(self, t: int, samples: np.ndarray) -> None:
         """Take every agent's sample of slot `t` (shape (n_agents,)) and send what is due."""
 
-    def on_slots(self, t: int, samples: np.ndarray) -> None:
-        """Slots t … t + k − 1 at once (`slot_batches` only; samples: shape (k, n_agents)).
-
-        Each slot's sends carry ``at`` = its time and ``ids``. The windows up to the next
-        call deliver messages due in any of these slots: a message delivered at time x must be
-        handled with the state of slot ⌊x⌋ (e.g. sums kept per slot), and the state after the
-        last window must be what `on_samples` slot by slot, one instant at a time, would leave:
-        bit for bit, which the kernel's tests check. No `Context.call_at` is allowed.
-        """
-        raise NotImplementedError
-
     def on_deliver(self, batch: Batch) -> None:
         """React to the messages delivered at the current instant (or in a window)."""
-
-    def on_window_end(self) -> None:
-        """Finish a window's deliveries (window-safe protocols only)."""
 
     def estimates(self) -> np.ndarray:
         """Every agent's current estimate, shape (n_agents,)."""
         raise NotImplementedError
+
+    def privacy_spend(self) -> Any:
+        """The agents' releases so far as a `desim.models.privacy.accounting.Spend`, for the
+        ``privacy`` ledger metric (None: no privacy mechanism, the metric records nothing)."""
+        return None
+
+    def neighbour_decisions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(a, b, b ∈ C_a) for every directed edge (a, b) of the graph, for the ``links``
+        metric (None: the protocol estimates no neighbour classes)."""
+        return None
+
+
+class WindowSafe(Protocol, metaclass=ABCMeta):
+    """A protocol that takes a window's messages in batches (exact delivery times).
+
+    With links that are not ideal, the engine then hands it every message due in a window — an
+    interval between two instants that matter (slot ticks, deadlines, measurements) — in
+    time-ordered batches that carry each message's exact ``delivered_at``, followed by one
+    `on_window_end` call (`desim.kernel.transports.Windows`). It must send the replies to a
+    batch with ``send(..., at=batch.delivered_at[...])`` (the exact time of the message that
+    caused them; those due inside the window come in a later batch of it), must not call
+    `Context.call_at` from `on_deliver` (`Context.now()` is the window's start: use
+    ``delivered_at``; the engine refuses it), and must end every window in the state that
+    one-message-per-instant delivery (the same messages one instant at a time, in time order)
+    would have left: bit for bit, which `desim.testing.check_modes` checks.
+    """
+
+    @abstractmethod
+    def on_window_end(self) -> None:
+        """Finish a window's deliveries (the state must be what one instant at a time leaves)."""
+
+
+class SlotBatched(WindowSafe):
+    """A window-safe protocol whose sends at a tick never depend on earlier deliveries, so
+    that the engine may hand it several slots at once (`on_slots`) on counter-based links
+    (`LinkModel.counter_based`); a batch ends at every measurement."""
+
+    @abstractmethod
+    def on_slots(self, t: int, samples: np.ndarray) -> None:
+        """Slots t … t + k − 1 at once (samples: shape (k, n_agents)).
+
+        Each slot's sends carry ``at`` = its time and ``ids`` (an unnamed send is refused).
+        The windows up to the next call deliver messages due in any of these slots: a message
+        delivered at time x must be handled with the state of slot ⌊x⌋ (e.g. sums kept per
+        slot), and the state after the last window must be what `on_samples` slot by slot, one
+        instant at a time, would leave: bit for bit. No `Context.call_at` is allowed.
+        """
+
+    def batches_slots(self) -> bool:
+        """Whether this run may be handed several slots at once, decided from the parameters
+        and asked once after `setup` (default: always)."""
+        return True

@@ -126,13 +126,11 @@ class BoundRealistic(LinkModel):
         self.counter_based = base.counter_based
         self.resolution = latency.resolution if latency is not None else 0.0
         # stragglers read the slot ⌊t⌋, latency models draw per message whatever t is
-        self.per_slot = bool(getattr(base, "per_slot", False)) and all(
+        self.per_slot = base.per_slot and all(
             part.per_slot for part in (outages, nodes) if part is not None
         )
-        self.per_message = bool(getattr(base, "per_message", False)) and all(
-            getattr(part, "per_message", False)
-            for part in (outages, nodes, stragglers, latency)
-            if part is not None
+        self.per_message = base.per_message and all(
+            part.per_message for part in (outages, nodes, stragglers, latency) if part is not None
         )
 
     def _nodes_up(self, t: float | np.ndarray, who: np.ndarray) -> np.ndarray:

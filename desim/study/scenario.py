@@ -158,7 +158,7 @@ def resolve(s: Scenario) -> Resolved:
             "not UTF-8 text" if isinstance(exc, UnicodeError) else " ".join(str(exc).split())[:200]
         )
         raise ConfigError(f"{label}: a trace or graph file cannot be read: {what}") from None
-    if topology is None and getattr(cls, "needs_topology", False):
+    if topology is None and cls.needs_topology:
         raise ConfigError(
             f"{label}: protocol {s.protocol!r} needs a communication graph: add a [topology] "
             f"table (models: {', '.join(TOPOLOGIES)})"
@@ -251,9 +251,7 @@ def check_setup(s: Scenario) -> None:
             if r.topology is not None:
                 data.public["graph"] = r.topology.build(data.n_agents, streams.get("topology"))
             links = r.links.bind(data.n_agents, data.public, streams)
-            check = getattr(r.protocol_cls, "check_setup", None)  # a protocol's own checks
-            if callable(check):
-                check(r.protocol_params, data, links)
+            r.protocol_cls.check_setup(r.protocol_params, data, links)  # its own checks
     except (
         ValueError,
         IndexError,

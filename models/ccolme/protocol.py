@@ -88,7 +88,7 @@ import numpy as np
 
 from desim.kernel.messages import Batch
 from desim.kernel.params import param
-from desim.kernel.protocol import Context, Protocol
+from desim.kernel.protocol import Context, WindowSafe
 from desim.kernel.registry import PROTOCOLS
 from desim.kernel.rowindex import RowIndex
 from desim.models.baselines import Local
@@ -330,20 +330,22 @@ class _SendTimes:
 
 
 @PROTOCOLS.register("c-colme")
-class CColME(Protocol):
+class CColME(WindowSafe):
     """C-ColME (Galante et al.): consensus over estimated same-class neighbours of a graph."""
 
     Params = CColMEParams
     message_kinds = ("state", "decision", "size")
-    #: Exact with windows: see `_states_in_window` (the kernel's contract in desim.kernel.protocol).
-    window_safe: ClassVar[bool] = True
     #: The scenario must have a [topology]: the graph arrives as ctx.public["graph"].
     needs_topology: ClassVar[bool] = True
 
-    def __init__(self, params: Any) -> None:
-        super().__init__(params)
-        # rule = "oracle" is the explicitly named oracle variant: only it sees the classes
-        self.uses_oracle = params.rule == "oracle"
+    @property
+    def uses_oracle(self) -> bool:
+        """Only rule = "oracle", the explicitly named oracle variant, sees the classes."""
+        return self.params.rule == "oracle"
+
+    def on_window_end(self) -> None:
+        """Nothing left to finish: a window's batches are filed as they come, exactly
+        (`_states_in_window`; the kernel's contract in desim.kernel.protocol.WindowSafe)."""
 
     # -- set-up ------------------------------------------------------------------------------
     def setup(self, ctx: Context) -> None:

@@ -47,7 +47,7 @@ Under asynchrony (links with latency, losses, outages or stragglers):
 - With ideal links none of this bookkeeping runs (every release arrives at once, in order);
   with zero latency through other link models it runs and gives the same numbers.
 
-Window-safe (`desim.kernel.protocol.Protocol.window_safe`): between ticks an agent's samples do not
+Window-safe (`desim.kernel.protocol.WindowSafe`): between ticks an agent's samples do not
 change, so answering a query depends only on b's state at the tick and on the queries of the
 same pair answered before it (in time order, as a batch is); taking a release touches only the
 querier's state, never what answers read. In a window the queries are answered batch by batch
@@ -55,7 +55,7 @@ querier's state, never what answers read. In a window the queries are answered b
 them in the order one-message-per-instant delivery would: per pair by delivery time (then by
 batch, then by j among releases of one instant), timeouts against each exact delivery time.
 Under RR the queries never depend on deliveries, so the engine may hand over several slots at
-once (`on_slots`, `slot_batches`): the sums after each slot are kept, and a query (a release)
+once (`on_slots`, `batches_slots`): the sums after each slot are kept, and a query (a release)
 delivered at x is answered (taken) with the responder's (the querier's) state of slot ⌊x⌋.
 Messages are named for the links' latency (`Network.send`'s ids): a query by (slot, querier,
 responder), a release by the query it answers; so their delays do not depend on how sends
@@ -72,7 +72,7 @@ import numpy as np
 
 from desim.kernel.messages import Batch
 from desim.kernel.params import param
-from desim.kernel.protocol import Context, Protocol
+from desim.kernel.protocol import Context, SlotBatched
 from desim.kernel.registry import METRICS, PROTOCOLS, records
 from desim.models.colme.statistic import PairStatistic, SchVar2
 from desim.models.colme.variance import bayes_posterior_mean, sample_variance, welch_accepts
@@ -125,12 +125,11 @@ _QUERY, _RELEASE = range(2)
 
 
 @PROTOCOLS.register("private-colme")
-class PrivateColME(Protocol):
+class PrivateColME(SlotBatched):
     """Private-ColME: privatised queries, z-test class estimates, inverse-variance combination."""
 
     Params = PrivateColMEParams
     message_kinds = ("query", "release")
-    window_safe = True
     #: Populations above this size keep each agent's combination sums Σ_b T/Var[T] and
     #: Σ_b 1/Var[T] up to date at every release (`estimates` in O(M)); up to it `estimates`
     #: sums over the M × M pair state at each call, which costs little there and gives the same
@@ -213,15 +212,18 @@ class PrivateColME(Protocol):
         self._z = np.concatenate([[np.inf], ndtri(1.0 - self._theta[1:] / 2.0)])
         self.incremental = m > self.incremental_above
         self._window: list[Batch] = []  # releases delivered in the current window
-        # RR's queries never depend on deliveries: the engine may hand over several slots at
-        # once (`on_slots`), whose windows read the state of each slot from these
-        self.slot_batches = self.asynchronous and p.schedule == "rr"
+        # under slot batches (`batches_slots`) windows read the state of each slot from these
         self._slot0 = 0  # the first slot of the current batch
         self._slot_sums: np.ndarray | None = None  # [i, a]: sums after slot _slot0 + i
         self._slot_sumsq: np.ndarray | None = None  # (unknown variances only)
         self._slot_counts: np.ndarray | None = None  # [i]: every agent's count then
         if self.incremental:
             self.sums_w = CombinationSums(m)
+
+    def batches_slots(self) -> bool:
+        """Only RR: its queries never depend on deliveries (rRR's skip excluded agents), so the
+        engine may hand over several slots at once (`on_slots`)."""
+        return self.params.schedule == "rr"
 
     # -- slot: new samples, then queries ---------------------------------------------------
     def on_samples(self, t: int, samples: np.ndarray) -> None:

@@ -52,12 +52,12 @@ nodes after κ_i uploads.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
 from desim.kernel.messages import Batch
-from desim.kernel.protocol import Context, Protocol
+from desim.kernel.protocol import Context, WindowSafe
 from desim.kernel.registry import METRICS, records
 from desim.kernel.server import ParameterServer, Round, server_address
 from desim.models.eb import mechanisms as mech
@@ -69,14 +69,14 @@ from desim.models.privacy.release import PSumRelease
 VALUE, COUNT, NOISE_VAR = range(3)
 
 
-class ServerEstimation(Protocol):
+class ServerEstimation(WindowSafe):
     """Base of the empirical-Bayes protocols: rounds, uploads, broadcasts, local state.
 
     Subclasses set `broadcast_width`, and implement `aggregate` (the server's round) and
     `combine` (the agents' estimates from their broadcasts). Their Params have at least
     ``round``, ``deadline`` and ``mechanism`` (and ε, δ, ... when a mechanism needs them).
 
-    Window-safe (`desim.kernel.protocol.Protocol`): nothing is sent in reply to a delivery and
+    Window-safe (`desim.kernel.protocol.WindowSafe`): nothing is sent in reply to a delivery and
     the state changes only at ticks and deadlines (uploads, the server's rounds), which are
     window boundaries; within a window the server files uploads under their rounds in delivery
     order, and each agent keeps the broadcast one-message-per-instant delivery leaves it
@@ -85,7 +85,9 @@ class ServerEstimation(Protocol):
 
     message_kinds = ("upload", "broadcast")
     broadcast_width: int = 1
-    window_safe: ClassVar[bool] = True
+
+    def on_window_end(self) -> None:
+        """Nothing left to finish: deliveries only file uploads and keep broadcasts (above)."""
 
     def setup(self, ctx: Context) -> None:
         super().setup(ctx)

@@ -42,14 +42,14 @@ ColRel and naive are non-private baselines: they send the raw x_i (scaled by α_
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from desim.kernel.links import Connectivity
 from desim.kernel.messages import Batch
 from desim.kernel.params import param
-from desim.kernel.protocol import Context, DataSource, Protocol
+from desim.kernel.protocol import Context, DataSource, Protocol, WindowSafe
 from desim.kernel.registry import METRICS, PROTOCOLS, records
 from desim.kernel.server import ParameterServer, Round, RoundCollector, tag
 from desim.models.pricer.optimiser import (
@@ -104,15 +104,17 @@ class PricerParams:
 
 
 @PROTOCOLS.register("pricer")
-class Pricer(Protocol):
+class Pricer(WindowSafe):
     """PriCER (Algs. 1–2) with weights and noise of Alg. 3, or the ColRel / naive baselines."""
 
     Params = PricerParams
     message_kinds = ("share", "relay")
-    #: Exact with windows: deliveries only file messages under their rounds, in delivery order
-    #: (a window's batch is in time order, as single instants append them), and every round
-    #: closes at a deadline, which no window spans; nothing is sent from `on_deliver`.
-    window_safe: ClassVar[bool] = True
+
+    # Exact with windows: deliveries only file messages under their rounds, in delivery order
+    # (a window's batch is in time order, as single instants append them), and every round
+    # closes at a deadline, which no window spans; nothing is sent from `on_deliver`.
+    def on_window_end(self) -> None:
+        """Nothing left to finish: deliveries only file messages under their rounds."""
 
     @classmethod
     def check_setup(cls, params: PricerParams, data: DataSource, links: Any) -> None:

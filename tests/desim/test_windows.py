@@ -4,6 +4,8 @@ latencies, losses, outages, churn and stragglers."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -14,32 +16,18 @@ from desim.kernel.engine import SLOT_BATCH, Simulation
 from desim.kernel.links import IdealLinks
 from desim.kernel.params import build
 from desim.kernel.plugins import load_plugins
+from desim.kernel.protocol import SlotBatched, WindowSafe
 from desim.kernel.randomness import Streams
 from desim.kernel.registry import DATA, PROTOCOLS
 from desim.network_models.realistic import realistic_links
-from desim.testing import WINDOW_NETWORKS, ScriptedLinks
+from desim.testing import WINDOW_NETWORKS, ScriptedLinks, Zeros, check_modes
 
 load_plugins()
 
-CLASSES = {"agents": 8, "class_means": [0.2, 0.8], "sigma": 0.5}
-
-
-def run(protocol: str, params: dict, links, windows: bool, t_max: int = 150, seed: int = 3):
-    cls = PROTOCOLS.get(protocol)
-    proto = cls(build(cls.Params, params, "test"))
-    data = build(DATA.get("classes"), CLASSES, "data").make(np.random.default_rng(seed))
-    sim = Simulation(
-        proto,
-        data,
-        t_max,
-        Streams(seed, 0, 1, 2),
-        links=links,
-        checkpoints=np.arange(1, t_max + 1),
-        per_agent=True,
-        windows=windows,
-    )
-    out = sim.run()
-    return proto, sim, out
+COLME = PROTOCOLS.get("private-colme")
+#: Private-ColME's per-pair bookkeeping, compared between modes beside what is recorded.
+COLME_STATE = ("included", "stale", "timed_out", "repeated")
+NINE = ("classes", {"agents": 9, "class_means": [0.2, 0.8], "sigma": 0.5})
 
 
 def scripted():
@@ -67,37 +55,21 @@ def scripted():
     ],
 )
 def test_windows_reproduce_one_message_per_instant_bit_for_bit(params):
-    one, sim_one, out_one = run("private-colme", params, scripted(), windows=False)
-    win, sim_win, out_win = run("private-colme", params, scripted(), windows=True)
-    assert sim_win.network.windows and not sim_one.network.windows
-    assert out_one.metrics.to_csv().encode() == out_win.metrics.to_csv().encode()
-    assert out_one.agents.to_csv().encode() == out_win.agents.to_csv().encode()
-    np.testing.assert_array_equal(one.stat._state, win.stat._state)
-    np.testing.assert_array_equal(one.stat.kappa, win.stat.kappa)
-    np.testing.assert_array_equal(one.included, win.included)
-    for name in ("stale", "timed_out", "repeated"):
-        np.testing.assert_array_equal(getattr(one, name), getattr(win, name))
-    np.testing.assert_array_equal(sim_one.network.sent, sim_win.network.sent)
-    np.testing.assert_array_equal(sim_one.network.dropped, sim_win.network.dropped)
+    (runs,) = check_modes(COLME, params, networks=[scripted], t_max=150, state=COLME_STATE)
+    assert list(runs) == ["instants", "windows"]  # scripted links are not counter-based
 
 
-@pytest.mark.parametrize("tables", WINDOW_NETWORKS)
 @pytest.mark.parametrize(
     "params", [{}, {"weights": "wmom", "schedule": "rrr", "variance": "sch-var-2", "timeout": 5.5}]
 )
-def test_windows_are_exact_on_realistic_networks(tables, params):
-    def links():
-        return realistic_links(IdealLinks(), tables)
-
-    one, sim_one, out_one = run("private-colme", params, links(), windows=False)
-    win, sim_win, out_win = run("private-colme", params, links(), windows=True)
-    assert sim_win.network.windows
-    assert sim_win.links.per_slot == ("outages" in tables)
-    assert sim_win.links.per_message  # one question per window, whatever the times
-    assert out_one.metrics.to_csv().encode() == out_win.metrics.to_csv().encode()
-    assert out_one.agents.to_csv().encode() == out_win.agents.to_csv().encode()
-    np.testing.assert_array_equal(sim_one.network.dropped, sim_win.network.dropped)
-    assert sim_win.network.dropped.sum() > 0  # the network did lose messages
+def test_windows_are_exact_on_realistic_networks(params):
+    results = check_modes(COLME, params, t_max=150, state=COLME_STATE)
+    for tables, runs in zip(WINDOW_NETWORKS, results, strict=True):
+        links = runs["windows"].simulation.links
+        assert links.per_slot == ("outages" in tables)
+        assert links.per_message  # one question per window, whatever the times
+        assert runs["windows"].simulation.network.dropped.sum() > 0  # the network lost some
+        assert ("slot batches" in runs) == (params.get("schedule", "rr") == "rr")
 
 
 class Batched(PROTOCOLS.get("private-colme")):
@@ -119,9 +91,7 @@ def run_batched(
     params: dict, links, windows: bool, checkpoints: np.ndarray, t_max: int = 300, seed: int = 5
 ):
     proto = Batched(build(Batched.Params, params, "test"))
-    data = build(DATA.get("classes"), {**CLASSES, "agents": 9}, "data").make(
-        np.random.default_rng(seed)
-    )
+    data = build(DATA.get(NINE[0]), NINE[1], "data").make(np.random.default_rng(seed))
     sim = Simulation(
         proto,
         data,
@@ -135,7 +105,6 @@ def run_batched(
     return proto, sim, sim.run()
 
 
-@pytest.mark.parametrize("tables", WINDOW_NETWORKS)
 @pytest.mark.parametrize(
     "params",
     [
@@ -145,32 +114,28 @@ def run_batched(
         {"mechanism": "pm1", "weights": "mom", "variance": "sch-var-2", "timeout": 3.5},
     ],
 )
-def test_batches_of_slots_reproduce_one_message_per_instant_bit_for_bit(tables, params):
+def test_batches_of_slots_reproduce_one_message_per_instant_bit_for_bit(params):
     """Under RR the engine hands Private-ColME up to SLOT_BATCH slots at once, ending a batch at
     every measurement (here at uneven times, two of them adjacent): every measurement and the
     final state equal one message per instant, one slot at a time."""
-    checkpoints = np.array([1, 7, 50, 51, 52, 129, 200, 300])
-
-    def links():
-        return realistic_links(IdealLinks(), tables)
-
-    one, sim_one, out_one = run_batched(params, links(), False, checkpoints)
-    win, sim_win, out_win = run_batched(params, links(), True, checkpoints)
-    assert not one.batch_sizes and sim_win._batches
-    assert max(win.batch_sizes) == SLOT_BATCH and sum(win.batch_sizes) == 300
-    assert out_one.metrics.to_csv().encode() == out_win.metrics.to_csv().encode()
-    assert out_one.agents.to_csv().encode() == out_win.agents.to_csv().encode()
-    for name in ("_state", "kappa"):
-        np.testing.assert_array_equal(getattr(one.stat, name), getattr(win.stat, name))
-    for name in ("included", "stale", "timed_out", "repeated", "sums", "sumsq", "counts"):
-        np.testing.assert_array_equal(getattr(one, name), getattr(win, name))
-    # the compensated combination sums (their terms may be added in another order)
-    np.testing.assert_array_equal(
-        one.sums_w.sums + one.sums_w.carry, win.sums_w.sums + win.sums_w.carry
+    results = check_modes(
+        Batched,
+        params,
+        data=NINE,
+        t_max=300,
+        seed=5,
+        checkpoints=np.array([1, 7, 50, 51, 52, 129, 200, 300]),
+        state=(*COLME_STATE, "sums", "sumsq", "counts"),
     )
-    np.testing.assert_array_equal(sim_one.network.sent, sim_win.network.sent)
-    np.testing.assert_array_equal(sim_one.network.dropped, sim_win.network.dropped)
-    assert sim_win.network.dropped.sum() > 0
+    for runs in results:
+        one, win = runs["instants"].protocol, runs["slot batches"].protocol
+        assert not one.batch_sizes and not runs["windows"].protocol.batch_sizes
+        assert max(win.batch_sizes) == SLOT_BATCH and sum(win.batch_sizes) == 300
+        # the compensated combination sums (their terms may be added in another order)
+        np.testing.assert_array_equal(
+            one.sums_w.sums + one.sums_w.carry, win.sums_w.sums + win.sums_w.carry
+        )
+        assert runs["slot batches"].simulation.network.dropped.sum() > 0
 
 
 @pytest.mark.parametrize(
@@ -183,7 +148,7 @@ def test_batches_of_slots_reproduce_one_message_per_instant_bit_for_bit(tables, 
 )
 def test_slots_are_batched_only_under_rr_on_counter_based_links(params, links, batches):
     proto, sim, _ = run_batched(params, links(), True, np.array([300]), t_max=40)
-    assert sim._batches == batches
+    assert sim.slot_batches == batches
     assert bool(proto.batch_sizes) == batches
 
 
@@ -198,14 +163,84 @@ def test_batches_end_at_any_measurement_and_data_block_alike(seed, network, bloc
     """Whatever the measurement times and data-block size (a batch also ends at a block's end),
     batched and one-slot-at-a-time runs measure the same bytes."""
 
-    def links():
-        return realistic_links(IdealLinks(), WINDOW_NETWORKS[network])
-
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(engine, "DATA_BLOCK", block)
-        cp = np.unique(checkpoints)
-        _, _, one = run_batched({"timeout": 6.5}, links(), False, cp, t_max=130, seed=seed)
-        win, sim, batched = run_batched({"timeout": 6.5}, links(), True, cp, t_max=130, seed=seed)
-    assert sim._batches and sum(win.batch_sizes) == 130
-    assert one.metrics.to_csv().encode() == batched.metrics.to_csv().encode()
-    assert one.agents.to_csv().encode() == batched.agents.to_csv().encode()
+        (runs,) = check_modes(
+            Batched,
+            {"timeout": 6.5},
+            networks=[WINDOW_NETWORKS[network]],
+            data=NINE,
+            t_max=130,
+            seed=seed,
+            checkpoints=np.unique(checkpoints),
+        )
+    assert sum(runs["slot batches"].protocol.batch_sizes) == 130
+
+
+# ---- contracts the kernel enforces -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NoParams:
+    """No parameters."""
+
+
+class Pinger(SlotBatched):
+    """Every agent pings the next one every slot, without naming its messages; with `late`,
+    every delivery sets a deadline at its own instant (inside the window)."""
+
+    Params = NoParams
+    message_kinds = ("ping",)
+    late = False
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        self.agents = np.arange(ctx.n_agents)
+
+    def on_samples(self, t, samples):
+        self.ctx.send("ping", self.agents, np.roll(self.agents, 1))
+
+    def on_slots(self, t, samples):
+        for k in range(len(samples)):
+            at = np.full(len(self.agents), float(t + k))
+            self.ctx.send("ping", self.agents, np.roll(self.agents, 1), at=at)
+
+    def on_deliver(self, batch):
+        if self.late:
+            self.ctx.call_at(float(batch.delivered_at[0]), lambda: None)
+
+    def on_window_end(self):
+        pass
+
+    def estimates(self):
+        return np.zeros(len(self.agents))
+
+
+def run_pinger(proto, windows=True):
+    links = realistic_links(IdealLinks(), WINDOW_NETWORKS[0])
+    return Simulation(proto, Zeros(4), 20, Streams(1, 0, 1, 2), links=links, windows=windows).run()
+
+
+def test_an_unnamed_send_under_slot_batches_is_refused_naming_its_kind():
+    with pytest.raises(ValueError, match=r"send\('ping'.*without ids.*SlotBatched"):
+        run_pinger(Pinger(NoParams()))
+    run_pinger(Pinger(NoParams()), windows=False)  # one slot at a time: names are optional
+
+
+def test_a_deadline_set_inside_a_window_is_refused():
+    class Late(Pinger):
+        late = True
+
+        def batches_slots(self):
+            return False
+
+    with pytest.raises(RuntimeError, match="inside a window"):
+        run_pinger(Late(NoParams()))
+
+
+def test_a_window_safe_protocol_must_say_how_a_window_ends():
+    class NoEnd(WindowSafe):
+        Params = NoParams
+
+    with pytest.raises(TypeError, match="on_window_end"):
+        NoEnd(NoParams())

@@ -9,6 +9,7 @@ import pytest
 
 import desim
 from desim.kernel.params import build
+from desim.kernel.protocol import Protocol
 from desim.kernel.registry import CURVES, DATA, METRICS, TOPOLOGIES
 from desim.models.ccolme.analytic import (
     component_average,
@@ -140,7 +141,7 @@ def test_metrics_compare_exposed_state_with_the_truth():
     assert cor["class_components"] == 2 and cor["small_share"] == 1.0
     assert cor["cor1_rhs"] == pytest.approx(0.25 * (4 / 4 - 1))
     assert cor["cor1_holds"] == 0.0 and cor["cor1_sigma2_dp"] == 0.5
-    assert METRICS.get("links")(object(), data) == {}  # nothing exposed: nothing measured
+    assert METRICS.get("links")(Protocol(None), data) == {}  # nothing exposed: nothing measured
 
 
 def test_curves_reject_a_study_without_topology():

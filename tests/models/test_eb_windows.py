@@ -65,7 +65,8 @@ def run(
     (destinations, rounds) as the protocol receives them."""
     cls = PROTOCOLS.get(protocol)
     proto = cls(build(cls.Params, params, "test"))
-    if watch is not None:  # (before the simulation takes the protocol's handler)
+    source = build(DATA.get(data[0]), data[1], "data").make(np.random.default_rng(seed))
+    if watch is not None:
         deliver = proto.on_deliver
 
         def watched(batch):
@@ -74,7 +75,6 @@ def run(
             deliver(batch)
 
         proto.on_deliver = watched
-    source = build(DATA.get(data[0]), data[1], "data").make(np.random.default_rng(seed))
     sim = Simulation(
         proto,
         source,

@@ -1,0 +1,48 @@
+"""The synchronous transport of ideal links: every send is one batch, delivered at once.
+
+Ideal links are always up with zero latency (the papers' model), so nothing is drawn and
+nothing is dropped: a send is filed whole under the current instant and handed over in send
+order after the tick, the delivery or the deadline that made it (`Instants`' filing).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from desim.kernel.messages import Batch
+from desim.kernel.transports.instants import Instants
+
+
+class Synchronous(Instants):
+    """Ideal links: one batch per send, no draws, no drops (see the module)."""
+
+    checks_receivers = False
+
+    def send(
+        self,
+        kind: str,
+        src: np.ndarray,
+        dst: np.ndarray,
+        payload: np.ndarray | None = None,
+        at: np.ndarray | None = None,
+        ids: np.ndarray | None = None,
+    ) -> None:
+        """File the messages whole under now: one batch, no draws (`Transport.send`)."""
+        code = self.kinds.index(kind)
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        n = len(src)
+        if n == 0:
+            return
+        if payload is None:
+            payload = self._no_payload(n)
+        elif payload.ndim == 1:
+            payload = payload[:, None]
+        now = float(self.env.now)
+        self.sent[code] += n
+        self._file(
+            now,
+            Batch(
+                src, dst, self._codes(code, n), payload, self._sent_now(now, n), self.kinds, code
+            ),
+        )
