@@ -17,7 +17,8 @@ someone else), and a folder without a study.toml whose sub-folders hold study fi
 
 The file goes through four stages, each a module that can be used and tested alone:
 `parse` (the TOML read into a `StudyDocument`, each table checked on its own), `validate`
-(tables checked against each other and the registries; `limits` refuses a study too large
+(tables checked against each other and the registries, [[plot]] tables in `figures`;
+`limits` refuses a study too large
 before anything is built), `expand` (grid points, runs, curve jobs) and `hashing` (the config
 hashes results are keyed by). `load_study` runs them in that order.
 """
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from desim.kernel.params import ConfigError
 from desim.study.spec.expand import expand_curves, expand_runs, grid_points
+from desim.study.spec.figures import final_plots, study_agents
 from desim.study.spec.hashing import canonical_hash, study_hash
 from desim.study.spec.limits import check_size, horizon
 from desim.study.spec.model import (
@@ -50,13 +52,7 @@ from desim.study.spec.parse import (
     parse_study,
     read_study_file,
 )
-from desim.study.spec.validate import (
-    check_setups,
-    final_plots,
-    labels,
-    study_agents,
-    validate_study,
-)
+from desim.study.spec.validate import check_setups, labels, validate_study
 
 __all__ = [
     "LEDGER_PREFIX",
@@ -120,7 +116,7 @@ def build_study(raw: dict, file: Path, quick: bool = False, force: bool = False)
         quick=quick,
         scenarios=tuple(v.scenarios),
         curves=tuple(v.curves),
-        plots=tuple(final_plots(v, doc, h)),
+        plots=tuple(final_plots(v.plots, v.scenarios, doc, h)),
         grid_columns=v.grid_columns,
         points=tuple(points),
         runs=tuple(runs),

@@ -4,32 +4,25 @@ protocols, curves, metrics; [defaults] and [grid] keys; plots), before anything 
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
 
-from desim.kernel.params import ConfigError, build, field_names, unknown_key_message
-from desim.kernel.registry import CURVES, DATA, LINKS, METRICS, PROTOCOLS, TOPOLOGIES
+from desim.kernel.params import ConfigError, field_names, unknown_key_message
+from desim.kernel.registry import CURVES, DATA, LINKS, PROTOCOLS, TOPOLOGIES
 from desim.network_models.realistic import NETWORK_TABLES, table_keys, unknown_table_message
 from desim.study.scenario import check_setup
+from desim.study.spec.figures import plot_specs
 from desim.study.spec.hashing import canonical_hash
-from desim.study.spec.limits import Horizon
 from desim.study.spec.model import (
     GRID_ROOTS,
-    LEDGER_PREFIX,
     MAX_NAME,
     RESERVED_COLUMNS,
-    TITLE_FIELDS,
     CurveSpec,
     PlotSpec,
-    PlotTable,
     ScenarioSpec,
     Study,
     at_point,
-    default_scale,
-    did_you_mean,
     is_table,
     params_class,
 )
@@ -64,32 +57,8 @@ def validate_study(doc: StudyDocument) -> Validated:
             raise ConfigError(unknown_key_message("[defaults]", key, sorted(known)))
     columns = grid_columns(doc.grid, data_cls, link_cls, topo_cls, known, doc.network)
     _check_grid_reaches(doc.grid, [*scenarios, *curves])
-    plots = _plots(doc.plots, scenarios, curves, doc.settings.title, list(columns.values()))
+    plots = plot_specs(doc.plots, scenarios, curves, doc.settings.title, list(columns.values()))
     return Validated(scenarios, curves, plots, columns, data_cls, link_cls, topo_cls)
-
-
-def study_agents(data: dict) -> int | None:
-    """The [data] agent count, when it is one number."""
-    return data.get("agents") if isinstance(data.get("agents"), int) else None
-
-
-def final_plots(v: Validated, doc: StudyDocument, h: Horizon) -> list[PlotSpec]:
-    """The plots with their titles filled in, each plotted metric checked to be recorded."""
-    fields = {
-        "agents": "varied" if "data.agents" in doc.grid else study_agents(h.data),
-        "replicates": h.replicates,
-        "t_max": h.t_max,
-        "checkpoints": h.checkpoints,
-        "seed": doc.settings.seed,
-    }
-    plots = [dataclasses.replace(q, title=_fill_title(q.title, fields, q.file)) for q in v.plots]
-    outputs = [
-        getattr(METRICS.lookup(name, "study: metrics"), "outputs", None)
-        for name in doc.settings.metrics
-    ]
-    if all(d is not None for d in outputs):  # a metric that declares nothing: not checkable
-        _check_plot_metrics(plots, v.scenarios, [p for d in outputs for p in d])
-    return plots
 
 
 def _named_tables(tables: list[dict], kind: str, type_key: str) -> list[tuple[str, str, dict]]:
@@ -236,62 +205,6 @@ def _check_grid_reaches(grid: dict, specs: list[ScenarioSpec | CurveSpec]) -> No
                 )
 
 
-def _plots(
-    tables: list[dict], scenarios, curves, title: str, columns: list[str] | None = None
-) -> list[PlotSpec]:
-    names = [s.name for s in scenarios]
-    curve_names = [c.name for c in curves]
-    if not tables:
-        return [PlotSpec("mse.png", title, "mse", tuple(names), tuple(curve_names), None, None)]
-    out: list[PlotSpec] = []
-    for n, table in enumerate(tables, start=1):
-        where = f"plot {table['file']!r}" if isinstance(table.get("file"), str) else f"plot #{n}"
-        p = build(PlotTable, table, where)
-        if p.file in {q.file for q in out}:
-            raise ConfigError(f"{where}: file is used by two plots; each plot needs its own file")
-        chosen = names if p.scenarios is None else p.scenarios
-        for name in chosen:
-            if name not in names:
-                raise ConfigError(
-                    f"{where}: scenarios: unknown scenario {name!r}{did_you_mean(name, names)}; "
-                    f"allowed: {', '.join(names)}"
-                )
-        for name in p.curves:
-            if name not in curve_names:
-                raise ConfigError(
-                    f"{where}: curves: unknown curve {name!r}{did_you_mean(name, curve_names)}; "
-                    f"allowed: {', '.join(curve_names) or 'none (no [[curve]] tables)'}"
-                )
-        if p.curves and p.metric != "mse":
-            raise ConfigError(
-                f"{where}: curves = {p.curves!r}: closed-form curves are of metric 'mse', "
-                f"not {p.metric!r}"
-            )
-        if p.x != "t" and p.x not in (columns or []) and not p.x.startswith(LEDGER_PREFIX):
-            raise ConfigError(
-                f"{where}: x = {p.x!r}: must be 't' or a grid column "
-                f"({', '.join(columns or []) or 'the study has no [grid]'}), or a privacy "
-                f"ledger metric ({LEDGER_PREFIX}…)"
-            )
-        out.append(
-            PlotSpec(
-                p.file,
-                p.title or title,
-                p.metric,
-                tuple(chosen),
-                tuple(p.curves),
-                tuple(p.xlim) if p.xlim else None,
-                tuple(p.ylim) if p.ylim else None,
-                p.x,
-                p.at,
-                tuple(p.dashed),
-                p.xscale or ("log" if p.x == "t" or p.x.startswith(LEDGER_PREFIX) else "linear"),
-                p.yscale or default_scale(p.metric),
-            )
-        )
-    return out
-
-
 def _short_doc(doc: str) -> str:
     """The first phrase of a parameter's description, for an axis label."""
     for phrase in re.split(r";|:", doc):
@@ -345,31 +258,6 @@ def _doc_of(cls: type | None, key: str) -> str:
     return ""
 
 
-def _check_plot_metrics(
-    plots: list[PlotSpec], scenarios: list[ScenarioSpec], extra: list[str] | None = None
-) -> None:
-    """Refuse a plot of a metric no scenario records: the recorder's own (mse,
-    messages_<kind>, dropped_<kind>) and `extra`, the names (glob patterns) the study's
-    [study] metrics declare (`desim.kernel.registry.records`)."""
-    recorded = {"mse"}
-    for spec in scenarios:
-        kinds = getattr(PROTOCOLS.get(spec.protocol), "message_kinds", ())
-        recorded |= {f"{what}_{kind}" for kind in kinds for what in ("messages", "dropped")}
-    patterns = list(extra or [])
-    recorded |= {p for p in patterns if not any(c in p for c in "*?[")}
-    for plot in plots:
-        if not plot.scenarios:
-            continue
-        for key, metric in [("metric", plot.metric), *(("dashed", m) for m in plot.dashed)]:
-            if metric not in recorded and not any(fnmatch.fnmatchcase(metric, p) for p in patterns):
-                raise ConfigError(
-                    f"plot {plot.file!r}: {key} = {metric!r}: no scenario records it"
-                    f"{did_you_mean(metric, sorted(recorded))}; recorded: "
-                    f"{', '.join(sorted(recorded | set(patterns)))}"
-                    f"{'' if extra else ' (more with [study] metrics)'}"
-                )
-
-
 def check_setups(study: Study) -> None:
     """`check_setup` for every distinct data, network and topology set-up of the study's runs
     (replicate 0): what `desim validate` and `desim run` check before any run."""
@@ -383,21 +271,3 @@ def check_setups(study: Study) -> None:
                 check_setup(s)
             except ConfigError as exc:
                 raise ConfigError(f"{study.file}: {at_point(run.point, str(exc))}") from None
-
-
-def _fill_title(title: str, fields: dict[str, Any], file: str) -> str:
-    """`title` with {agents}, {replicates}, {t_max}, ... replaced by the study's values."""
-
-    def value(match: re.Match) -> str:
-        name = match.group(1)
-        if name not in fields:
-            raise ConfigError(
-                f"plot {file!r}: title: unknown field {{{name}}}; allowed: "
-                + ", ".join(f"{{{k}}}" for k in TITLE_FIELDS)
-            )
-        v = fields[name]
-        if isinstance(v, int) and v >= 10_000:
-            return f"{v:,}".replace(",", " ")  # 10 000: a thin grouping, as in the papers
-        return "?" if v is None else str(v)
-
-    return re.sub(r"\{([^{}]*)\}", value, title)
