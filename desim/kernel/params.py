@@ -87,25 +87,40 @@ def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
     if origin is Literal:
         return (value in get_args(tp) and isinstance(value, str | bool | int)), value
     if origin in (typing.Union, types.UnionType):
-        for arg in get_args(tp):
-            if arg is type(None):
-                if value is None:
-                    return True, None
-                continue
-            ok, v = _coerce(value, arg)
-            if ok:
-                return True, v
-        return False, value
+        return _coerce_union(value, get_args(tp))
     if origin is list:
-        if not isinstance(value, list | tuple):
+        return _coerce_list(value, get_args(tp)[0])
+    return _coerce_plain(value, tp)
+
+
+def _coerce_union(value: Any, args: tuple) -> tuple[bool, Any]:
+    """`value` against the first member of a union it fits (None only for an Optional)."""
+    for arg in args:
+        if arg is type(None):
+            if value is None:
+                return True, None
+            continue
+        ok, v = _coerce(value, arg)
+        if ok:
+            return True, v
+    return False, value
+
+
+def _coerce_list(value: Any, item_type: Any) -> tuple[bool, Any]:
+    """`value` as a list whose every item fits `item_type`."""
+    if not isinstance(value, list | tuple):
+        return False, value
+    out = []
+    for item in value:
+        ok, v = _coerce(item, item_type)
+        if not ok:
             return False, value
-        out = []
-        for item in value:
-            ok, v = _coerce(item, get_args(tp)[0])
-            if not ok:
-                return False, value
-            out.append(v)
-        return True, out
+        out.append(v)
+    return True, out
+
+
+def _coerce_plain(value: Any, tp: Any) -> tuple[bool, Any]:
+    """`value` against a plain type: a bool is never a number, an int is a float."""
     if tp is bool:
         return isinstance(value, bool), value
     if tp is int:

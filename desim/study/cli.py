@@ -74,6 +74,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
+    """The desim command line: one sub-command per verb, each with its own options."""
     parser = _Parser(
         prog="desim",
         description="Discrete-event simulator for private collaborative estimation.",
@@ -81,18 +82,51 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     parser.add_argument("--version", action="version", version=f"desim {desim.__version__}")
-
-    def study_command(name: str, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        p.add_argument("study", metavar="STUDY", help="study folder or its study.toml")
+    run = _add_run(sub)
+    _study_command(sub, "plot", "redraw a study's figures from its results").set_defaults(
+        func=_plot
+    )
+    validate = _study_command(sub, "validate", "check a study file without running it")
+    validate.set_defaults(func=_validate)
+    for p in (run, validate):
         p.add_argument(
-            "--quick",
+            "--force",
             action="store_true",
-            help="seconds-long smoke version ([quick] table), written under quick/",
+            help="accept a study larger than this machine can run (run count, work, memory)",
         )
-        return p
+    _add_summary(sub)
+    _add_verify(sub)
+    clean = _study_command(
+        sub,
+        "clean",
+        "remove stored results of older versions of the study file (and damaged records set aside)",
+    )
+    clean.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    clean.set_defaults(func=_clean)
+    _add_export(sub)
+    sub.add_parser(
+        "list",
+        help="list protocols, data models, link models and curves",
+        description="list protocols, data models, link models and curves",
+    ).set_defaults(func=_list)
+    return parser
 
-    run = study_command("run", "run a study (resuming what is done) and draw its figures")
+
+def _study_command(sub, name: str, help_text: str) -> argparse.ArgumentParser:
+    """A sub-command acting on a study: STUDY and --quick."""
+    p = sub.add_parser(name, help=help_text, description=help_text)
+    p.add_argument("study", metavar="STUDY", help="study folder or its study.toml")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="seconds-long smoke version ([quick] table), written under quick/",
+    )
+    return p
+
+
+def _add_run(sub) -> argparse.ArgumentParser:
+    """`desim run`: workers, a dask scheduler, progress."""
+    run = _study_command(sub, "run", "run a study (resuming what is done) and draw its figures")
     run.add_argument(
         "--workers",
         type=_workers,
@@ -108,16 +142,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(func=_run)
-    study_command("plot", "redraw a study's figures from its results").set_defaults(func=_plot)
-    validate = study_command("validate", "check a study file without running it")
-    validate.set_defaults(func=_validate)
-    for p in (run, validate):
-        p.add_argument(
-            "--force",
-            action="store_true",
-            help="accept a study larger than this machine can run (run count, work, memory)",
-        )
-    summary = study_command(
+    return run
+
+
+def _add_summary(sub) -> None:
+    """`desim summary`: a metric at a slot, and the time to reach a target."""
+    summary = _study_command(
+        sub,
         "summary",
         "print a metric per grid point and scenario: mean ± SE at a slot, and the "
         "time to reach a target",
@@ -134,7 +165,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     summary.add_argument("--csv", type=Path, metavar="FILE", help="also write the table here")
     summary.set_defaults(func=_summary)
-    verify = study_command(
+
+
+def _add_verify(sub) -> None:
+    """`desim verify`: re-run stored runs (all or a sample)."""
+    verify = _study_command(
+        sub,
         "verify",
         "re-run stored runs and report any whose trajectory fingerprint changed "
         "(after upgrading desim)",
@@ -147,14 +183,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("--no-progress", action="store_true", help="no progress bar")
     verify.set_defaults(func=_verify)
-    clean = study_command(
-        "clean",
-        "remove stored results of older versions of the study file (and damaged records set aside)",
-    )
-    clean.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    clean.set_defaults(func=_clean)
-    export = study_command(
-        "export", "write a study's current results as csv, parquet or netCDF (curves beside)"
+
+
+def _add_export(sub) -> None:
+    """`desim export`: the results as csv, parquet or netCDF."""
+    export = _study_command(
+        sub, "export", "write a study's current results as csv, parquet or netCDF (curves beside)"
     )
     export.add_argument(
         "--format",
@@ -170,12 +204,6 @@ def _parser() -> argparse.ArgumentParser:
         help="the file to write (default: beside the results folder)",
     )
     export.set_defaults(func=_export)
-    sub.add_parser(
-        "list",
-        help="list protocols, data models, link models and curves",
-        description="list protocols, data models, link models and curves",
-    ).set_defaults(func=_list)
-    return parser
 
 
 def _positive(text: str) -> float:
@@ -240,10 +268,8 @@ def _files_only() -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    """`desim run`: run every study STUDY names (one progress bar for a suite), then draw."""
     _files_only()
-    from desim.study.plots import draw_figures  # matplotlib is slow to import
-    from desim.study.results import run_study
-
     if args.scheduler is not None:
         from desim.study.dask import parse_scheduler
 
@@ -252,7 +278,16 @@ def _run(args: argparse.Namespace) -> int:
     studies = _studies(args)
     for study in studies:
         check_setups(study)
-    # a suite has one progress bar over all its sub-studies' runs
+    progress = _suite_progress(args, studies)
+    try:
+        return _each(args, lambda study: _run_one(args, study, progress), studies)
+    finally:
+        if not isinstance(progress, bool):
+            progress.close()
+
+
+def _suite_progress(args: argparse.Namespace, studies: list[Study]):
+    """Whether to show progress; a suite has one progress bar over all its sub-studies' runs."""
     progress = not args.no_progress
     if progress and len(studies) > 1:
         from tqdm import tqdm
@@ -263,67 +298,77 @@ def _run(args: argparse.Namespace) -> int:
             desc=f"suite {_where(Path(args.study))}"[:40],
             file=sys.stderr,
         )
+    return progress
 
-    def one(study: Study) -> int:
-        try:
-            on = {} if args.scheduler is None else {"scheduler": args.scheduler}
-            summary = run_study(study, workers=args.workers, progress=progress, **on)
-        except KeyboardInterrupt:
-            print(
-                f"desim: interrupted; finished runs are kept in "
-                f"{_where(study.results_dir)}; run the same command again to resume",
-                file=sys.stderr,
-            )
-            raise _Stop(EXIT_INTERRUPTED) from None
-        for name in summary.damaged:
-            print(
-                f"desim: note: {name}: damaged record (checksum differs), set aside and run again",
-                file=sys.stderr,
-            )
-        for warning in summary.warnings:
-            print(f"desim: warning: {warning}", file=sys.stderr)
-        has_results = summary.done + summary.skipped or study.curve_jobs
-        figures = draw_figures(study) if has_results else []
-        workers = f"{args.workers} worker{'s' if args.workers > 1 else ''}"
-        if args.scheduler is not None:
-            workers = f"dask scheduler {args.scheduler}"
-        dedup = len(study.runs) - len(study.unique_runs)
-        shared = f" ({dedup} shown at other grid points)" if dedup else ""
-        print(
-            f"desim: {study.title}: {len(study.unique_runs)} runs{shared}: {summary.done} "
-            f"done, {summary.skipped} skipped (already done), {summary.failed} failed "
-            f"in {_seconds(summary.wall_seconds)} with {workers}"
-        )
-        print(f"results: {_where(summary.results_dir)}")
-        if summary.stale:
-            print(
-                f"desim: note: {summary.stale} stored runs of an older version of "
-                f"{study.file.name} are kept (not shown); `{study.command('clean')}` "
-                "removes them",
-                file=sys.stderr,
-            )
-        if figures:
-            names = ", ".join(f.name for f in figures)
-            print(f"figures: {_where(study.figures_dir)} ({names})")
-        shown = 10  # the manifest has them all; a terminal needs only the first few
-        for what, error in summary.failures[:shown]:
-            print(f"desim: failed: {what}: {error}", file=sys.stderr)
-        if summary.failures:
-            more = len(summary.failures) - shown
-            extra = f" (first {shown} shown)" if more > 0 else ""
-            print(
-                f"desim: {len(summary.failures)} failures{extra}; errors and tracebacks are "
-                f"in {_where(summary.results_dir / 'manifest.json')}",
-                file=sys.stderr,
-            )
-            return EXIT_FAILED
-        return EXIT_OK
+
+def _run_one(args: argparse.Namespace, study: Study, progress) -> int:
+    """Run one study, draw its figures and report what happened."""
+    from desim.study.plots import draw_figures  # matplotlib is slow to import
+    from desim.study.results import run_study
 
     try:
-        return _each(args, one, studies)
-    finally:
-        if not isinstance(progress, bool):
-            progress.close()
+        on = {} if args.scheduler is None else {"scheduler": args.scheduler}
+        summary = run_study(study, workers=args.workers, progress=progress, **on)
+    except KeyboardInterrupt:
+        print(
+            f"desim: interrupted; finished runs are kept in "
+            f"{_where(study.results_dir)}; run the same command again to resume",
+            file=sys.stderr,
+        )
+        raise _Stop(EXIT_INTERRUPTED) from None
+    for name in summary.damaged:
+        print(
+            f"desim: note: {name}: damaged record (checksum differs), set aside and run again",
+            file=sys.stderr,
+        )
+    for warning in summary.warnings:
+        print(f"desim: warning: {warning}", file=sys.stderr)
+    has_results = summary.done + summary.skipped or study.curve_jobs
+    figures = draw_figures(study) if has_results else []
+    _report_run(args, study, summary, figures)
+    return _report_failures(summary)
+
+
+def _report_run(args: argparse.Namespace, study: Study, summary, figures: list[Path]) -> None:
+    """The lines `desim run` prints about a study: runs, results, stale runs, figures."""
+    workers = f"{args.workers} worker{'s' if args.workers > 1 else ''}"
+    if args.scheduler is not None:
+        workers = f"dask scheduler {args.scheduler}"
+    dedup = len(study.runs) - len(study.unique_runs)
+    shared = f" ({dedup} shown at other grid points)" if dedup else ""
+    print(
+        f"desim: {study.title}: {len(study.unique_runs)} runs{shared}: {summary.done} "
+        f"done, {summary.skipped} skipped (already done), {summary.failed} failed "
+        f"in {_seconds(summary.wall_seconds)} with {workers}"
+    )
+    print(f"results: {_where(summary.results_dir)}")
+    if summary.stale:
+        print(
+            f"desim: note: {summary.stale} stored runs of an older version of "
+            f"{study.file.name} are kept (not shown); `{study.command('clean')}` "
+            "removes them",
+            file=sys.stderr,
+        )
+    if figures:
+        names = ", ".join(f.name for f in figures)
+        print(f"figures: {_where(study.figures_dir)} ({names})")
+
+
+def _report_failures(summary) -> int:
+    """Print the first failures of a run (the manifest has them all); the exit status."""
+    shown = 10  # the manifest has them all; a terminal needs only the first few
+    for what, error in summary.failures[:shown]:
+        print(f"desim: failed: {what}: {error}", file=sys.stderr)
+    if summary.failures:
+        more = len(summary.failures) - shown
+        extra = f" (first {shown} shown)" if more > 0 else ""
+        print(
+            f"desim: {len(summary.failures)} failures{extra}; errors and tracebacks are "
+            f"in {_where(summary.results_dir / 'manifest.json')}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def _plot(args: argparse.Namespace) -> int:

@@ -52,10 +52,10 @@ CONNECT_TIMEOUT = 30
 #: Dask settings of a ``local:N`` cluster. Its workers start the way the local pool's do (the
 #: platform's multiprocessing default: a fork on Linux inherits this process's imports instead
 #: of importing desim, pandas and pyarrow again), and the periodic housekeeping meant for the
-#: dashboard (a 10 ms profiler, a 20 ms event-loop tick, a 100 ms memory poll) runs seldom: an
-#: idle scheduler and its workers took 3–4 % of a core each with dask's defaults, ≤ 1.3 % with
-#: these. The start method holds only while the cluster starts: a worker the nanny restarts
-#: after a crash is spawned (dask's default), slower to start, same results.
+#: dashboard (a 10 ms profiler, a 20 ms event-loop tick, a 100 ms memory poll) runs seldom, so
+#: that an idle scheduler and its workers leave the cores to the runs (docs/performance.md
+#: records what they cost). The start method holds only while the cluster starts: a worker the
+#: nanny restarts after a crash is spawned (dask's default), slower to start, same results.
 LOCAL_CONFIG = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "1s",

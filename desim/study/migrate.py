@@ -91,58 +91,85 @@ def migrate(study: Study) -> dict[str, int]:
         raise MigrationError(f"{results}: no manifest")
     if old.get("schema") == MANIFEST_SCHEMA:
         return {"runs": 0, "duplicates": 0}
-    by_old = {e["run_id"]: e for e in old.get("runs", []) if isinstance(e, dict)}
     head = {
         k: old.get(k)
         for k in ("desim_version", "git_commit", "platform", "python", "numpy", "pandas", "pyarrow")
     }
     head.update(git_dirty=None, scipy=None, simpy=None)
+    sidecars, duplicates = _migrate_runs(study, old, head)
+    _write_manifest(study, old, head, sidecars)
+    return {"runs": len(sidecars), "duplicates": duplicates}
+
+
+def _migrate_runs(study: Study, old: dict, head: dict) -> tuple[dict[str, dict[str, Any]], int]:
+    """Rename every stored run of the current study file to its record and write its sidecar;
+    remove the copies of a run the grid does not reach. The sidecars by hash, and the number
+    of copies removed."""
+    results = study.results_dir
+    by_old = {e["run_id"]: e for e in old.get("runs", []) if isinstance(e, dict)}
     sidecars: dict[str, dict[str, Any]] = {}
     kept: dict[str, str] = {}  # new hash -> fingerprint
     duplicates = 0
     for run in study.runs:
         rid = old_run_id(run)
         path = results / RUNS_DIR / f"{rid}.parquet"
-        target = record_path(results, run.config_hash)
         if run.config_hash in kept:  # a copy of a run the grid does not reach
-            if path.exists():
-                if _stored_hash(path) != old_hash(run):
-                    raise MigrationError(f"{path}: config hash is not the current one")
-                if fingerprint(_trajectory(path)) != kept[run.config_hash]:
-                    raise MigrationError(
-                        f"{path}: differs from {target.name}, though the grid does not reach it"
-                    )
-                path.unlink()
-                duplicates += 1
+            duplicates += _drop_copy(run, path, kept[run.config_hash], results)
             continue
         if not path.exists():
             continue  # never finished: it stays to do
         if _stored_hash(path) != old_hash(run):
             continue  # of an older version of the study file: not migrated, never shown
+        target = record_path(results, run.config_hash)
         path.rename(target)
-        entry = by_old.get(rid, {})
-        side = {
-            "schema": SIDECAR_SCHEMA,
-            "run_id": run.run_id,
-            "scenario": run.scenario.name,
-            "replicate": run.scenario.replicate,
-            "grid": run.columns,
-            "spawn": run.spawn,
-            "provenance": {
-                **head,
-                "wall_seconds": entry.get("wall_seconds"),
-                "finished": old.get("finished"),
-                "migrated": "from a schema-1 results folder",
-            },
-            "warnings": [],
-            "config_hash": run.config_hash,
-            "fingerprint": fingerprint(_trajectory(target)),
-            "files": {target.name: sha256_file(target)},
-        }
+        side = _sidecar(run, target, by_old.get(rid, {}), old, head)
         write_json(side, sidecar_path(results, run.config_hash))
         sidecars[run.config_hash] = side
         kept[run.config_hash] = side["fingerprint"]
+    return sidecars, duplicates
 
+
+def _drop_copy(run, path: Path, kept: str, results: Path) -> int:
+    """Remove `path`, a stored copy of a run already migrated, once it is shown to hold the
+    same trajectory (fingerprint `kept`); 1 if it was removed, 0 if there was none."""
+    if not path.exists():
+        return 0
+    if _stored_hash(path) != old_hash(run):
+        raise MigrationError(f"{path}: config hash is not the current one")
+    if fingerprint(_trajectory(path)) != kept:
+        target = record_path(results, run.config_hash)
+        raise MigrationError(
+            f"{path}: differs from {target.name}, though the grid does not reach it"
+        )
+    path.unlink()
+    return 1
+
+
+def _sidecar(run, target: Path, entry: dict, old: dict, head: dict) -> dict[str, Any]:
+    """The sidecar of a migrated run record `target` (its old manifest entry `entry`)."""
+    return {
+        "schema": SIDECAR_SCHEMA,
+        "run_id": run.run_id,
+        "scenario": run.scenario.name,
+        "replicate": run.scenario.replicate,
+        "grid": run.columns,
+        "spawn": run.spawn,
+        "provenance": {
+            **head,
+            "wall_seconds": entry.get("wall_seconds"),
+            "finished": old.get("finished"),
+            "migrated": "from a schema-1 results folder",
+        },
+        "warnings": [],
+        "config_hash": run.config_hash,
+        "fingerprint": fingerprint(_trajectory(target)),
+        "files": {target.name: sha256_file(target)},
+    }
+
+
+def _write_manifest(study: Study, old: dict, head: dict, sidecars: dict) -> None:
+    """The schema-2 manifest of the migrated folder, its tables checked against the records
+    and the current code first."""
     manifest = _Manifest(study, {}, {}, 0)
     for h, side in sidecars.items():
         manifest.done(h, side)
@@ -163,8 +190,7 @@ def migrate(study: Study) -> dict[str, int]:
             "note": "recorded by a schema-1 manifest (the last invocation only); migrated",
         }
     ]
-    write_json(body, results / "manifest.json")
-    return {"runs": len(sidecars), "duplicates": duplicates}
+    write_json(body, study.results_dir / "manifest.json")
 
 
 def _check_metrics(study: Study, sidecars: dict, manifest: _Manifest) -> None:

@@ -218,6 +218,17 @@ def plot_spec(study: Study, which: str | int) -> PlotSpec:
 def _figure(
     study: Study, spec: PlotSpec, metrics: pd.DataFrame, curves: pd.DataFrame | None, ax=None
 ):
+    """Draw `spec` with the x axis it names: the slot, a grid column or the ε spent."""
+    _check_metrics_stored(spec, metrics)
+    if spec.x.startswith(LEDGER_PREFIX):
+        return _draw_against_privacy(study, spec, metrics, ax)
+    if spec.x != "t":
+        return _draw_against_column(study, spec, metrics, curves, ax)
+    return _draw_against_slot(study, spec, metrics, curves, ax)
+
+
+def _check_metrics_stored(spec: PlotSpec, metrics: pd.DataFrame) -> None:
+    """Refuse a plot of a metric (or dashed metric) that is not in the results."""
     available = sorted(metrics["metric"].unique())
     wanted = [("metric = ", spec.metric)] + [("dashed: metric ", m) for m in spec.dashed]
     for what, metric in wanted if spec.scenarios and not metrics.empty else ():
@@ -226,10 +237,12 @@ def _figure(
                 f"plot {spec.file!r}: {what}{metric!r}: not in the results; "
                 f"available: {', '.join(available)}"
             )
-    if spec.x.startswith(LEDGER_PREFIX):
-        return _draw_against_privacy(study, spec, metrics, ax)
-    if spec.x != "t":
-        return _draw_against_column(study, spec, metrics, curves, ax)
+
+
+def _draw_against_slot(
+    study: Study, spec: PlotSpec, metrics: pd.DataFrame, curves: pd.DataFrame | None, ax=None
+):
+    """A [[plot]] against the slot t: one panel per grid point, scenarios and curves."""
     grid = list(study.grid_columns.values())
     log = spec.yscale == "log"
     chosen = metrics[metrics["scenario"].isin(spec.scenarios)]
@@ -242,25 +255,14 @@ def _figure(
     for ax, point in zip(axes.flat, points, strict=False):
         here = _at_point(stats, point)
         for name in spec.scenarios:
-            color = colour[("scenario", name)]
             line = here[here["scenario"] == name]
             if line.empty:  # e.g. every replicate of it failed
                 continue
-            ax.plot(line["t"], line["value_mean"], color=color, lw=1.6, label=_text(name))
-            ax.fill_between(
-                line["t"], line["value_low"], line["value_high"], color=color, alpha=0.2, lw=0
-            )
-            for k, metric in enumerate(spec.dashed):
+            extras = []
+            for metric in spec.dashed:
                 extra = _at_point(dashed[metric], point)
-                extra = extra[extra["scenario"] == name]
-                ax.plot(
-                    extra["t"],
-                    extra["value_mean"],
-                    color=color,
-                    lw=1.2,
-                    ls=_DASHES[k % 3],
-                    label=_text(f"{name}: {metric}"),
-                )
+                extras.append(extra[extra["scenario"] == name])
+            _scenario_lines(ax, spec, name, colour[("scenario", name)], line, extras, "t")
         if curves is not None and spec.curves:
             here_c = _at_point(curves, point)
             for name in spec.curves:
@@ -276,15 +278,38 @@ def _figure(
                     label=_text(name),
                 )
         _style_panel(ax, spec, _panel_title(study, point.columns))
+    _label_axes(axes, spec, len(points), ncols, "slot t")
+    return _finish(study, spec, fig, axes, len(points))
+
+
+def _scenario_lines(
+    ax, spec: PlotSpec, name: str, color, line: pd.DataFrame, extras: list, x: str, **marker
+) -> None:
+    """One scenario in a panel: its mean, its band and its dashed metrics (`extras`)."""
+    ax.plot(line[x], line["value_mean"], color=color, lw=1.6, **marker, label=_text(name))
+    ax.fill_between(line[x], line["value_low"], line["value_high"], color=color, alpha=0.2, lw=0)
+    for k, (metric, extra) in enumerate(zip(spec.dashed, extras, strict=True)):
+        ax.plot(
+            extra[x],
+            extra["value_mean"],
+            color=color,
+            lw=1.2,
+            ls=_DASHES[k % 3],
+            label=_text(f"{name}: {metric}"),
+        )
+
+
+def _label_axes(axes, spec: PlotSpec, n: int, ncols: int, xlabel: str) -> None:
+    """Hide the panels beyond the `n` drawn; label the x axis of the lowest panel of each
+    column and the y axis of the first column."""
     for k, ax in enumerate(axes.flat):
-        if k >= len(points):
+        if k >= n:
             ax.set_visible(False)
-        elif k + ncols >= len(points):  # lowest panel of its column: label the x axis
+        elif k + ncols >= n:  # lowest panel of its column: label the x axis
             ax.xaxis.set_tick_params(labelbottom=True)
-            ax.set_xlabel("slot t")
+            ax.set_xlabel(xlabel)
     for ax in axes[:, 0]:
         ax.set_ylabel(_y_label(spec.metric))
-    return _finish(study, spec, fig, axes, len(points))
 
 
 def _y_label(metric: str) -> str:
@@ -380,58 +405,36 @@ def _draw_against_column(
     fig, axes = _panels_figure(nrows, ncols, ax)
     for ax, panel in zip(axes.flat, panels, strict=False):
         for name in spec.scenarios:
-            color = colour[("scenario", name)]
-            line = _where(stats[spec.metric], {**panel, "scenario": name}).sort_values(spec.x)
+            where = {**panel, "scenario": name}
+            line = _where(stats[spec.metric], where).sort_values(spec.x)
             if line.empty:
                 continue
-            ax.plot(
-                line[spec.x],
-                line["value_mean"],
-                color=color,
-                lw=1.6,
-                marker="o",
-                ms=3.5,
-                label=_text(name),
-            )
-            ax.fill_between(
-                line[spec.x], line["value_low"], line["value_high"], color=color, alpha=0.2, lw=0
-            )
-            for k, metric in enumerate(spec.dashed):
-                extra = _where(stats[metric], {**panel, "scenario": name}).sort_values(spec.x)
-                ax.plot(
-                    extra[spec.x],
-                    extra["value_mean"],
-                    color=color,
-                    lw=1.2,
-                    ls=_DASHES[k % 3],
-                    label=_text(f"{name}: {metric}"),
-                )
-        for name in spec.curves:
-            if curve_rows is None:
-                break
-            c = _where(curve_rows, {**panel, "curve": name}).sort_values(spec.x)
-            if c.empty:
-                continue
-            # curves alone are the subject of the plot (an optimiser study): draw them solid
-            ax.plot(
-                c[spec.x],
-                c["value"],
-                ls="--" if spec.scenarios else "-",
-                marker=".",
-                lw=1.4,
-                color=colour[("curve", name)],
-                label=_text(name),
-            )
+            extras = [_where(stats[m], where).sort_values(spec.x) for m in spec.dashed]
+            color = colour[("scenario", name)]
+            _scenario_lines(ax, spec, name, color, line, extras, spec.x, marker="o", ms=3.5)
+        if curve_rows is not None:
+            _column_curves(ax, spec, curve_rows, panel, colour)
         _style_panel(ax, spec, _panel_title(study, panel))
-    for k, ax in enumerate(axes.flat):
-        if k >= len(panels):
-            ax.set_visible(False)
-        elif k + ncols >= len(panels):
-            ax.xaxis.set_tick_params(labelbottom=True)
-            ax.set_xlabel(_text(study.label(spec.x)))
-    for ax in axes[:, 0]:
-        ax.set_ylabel(_y_label(spec.metric))
+    _label_axes(axes, spec, len(panels), ncols, _text(study.label(spec.x)))
     return _finish(study, spec, fig, axes, len(panels))
+
+
+def _column_curves(ax, spec: PlotSpec, curve_rows: pd.DataFrame, panel: dict, colour) -> None:
+    """The curves of a panel against a grid column."""
+    for name in spec.curves:
+        c = _where(curve_rows, {**panel, "curve": name}).sort_values(spec.x)
+        if c.empty:
+            continue
+        # curves alone are the subject of the plot (an optimiser study): draw them solid
+        ax.plot(
+            c[spec.x],
+            c["value"],
+            ls="--" if spec.scenarios else "-",
+            marker=".",
+            lw=1.4,
+            color=colour[("curve", name)],
+            label=_text(name),
+        )
 
 
 def _draw_against_privacy(study: Study, spec: PlotSpec, metrics: pd.DataFrame, ax=None):

@@ -299,14 +299,7 @@ def compute_curves(
     """
     t = log_checkpoints(study.t_max, study.checkpoints).astype(float)
     cached_hashes = cached_hashes or {}
-    reuse: dict[str, pd.DataFrame] = {}
-    if cached is not None and not cached.empty and cached_hashes:
-        for key, rows in cached.groupby(
-            ["curve", *study.grid_columns.values()], sort=False, dropna=False
-        ):
-            name, *values = key if isinstance(key, tuple) else (key,)
-            columns = dict(zip(study.grid_columns.values(), values, strict=True))
-            reuse[_curve_key(name, columns)] = rows
+    reuse = _reusable_curves(study, cached, cached_hashes)
     todo = {
         job.config_hash
         for job in study.curve_jobs
@@ -323,19 +316,48 @@ def compute_curves(
     if evaluate is not None and jobs:
         results = evaluate(jobs, t)
     else:
-        bar = tqdm(
-            total=len(jobs),
-            desc="curves",
-            unit="curve",
-            file=sys.stderr,
-            disable=not (progress and jobs),
-        )
-        results = []
-        for job in jobs:
-            results.append(curve_value(job, t))
-            bar.update(1)
-        bar.close()
+        results = _evaluate_here(jobs, t, progress)
     computed = {job.config_hash: r for job, r in zip(jobs, results, strict=True)}
+    curves, status = _curves_table(study, t, computed, reuse)
+    return curves, status, len(computed)
+
+
+def _reusable_curves(
+    study: Study, cached: pd.DataFrame | None, cached_hashes: dict[str, str]
+) -> dict[str, pd.DataFrame]:
+    """The rows of the previous curves table by (curve, grid) key."""
+    reuse: dict[str, pd.DataFrame] = {}
+    if cached is not None and not cached.empty and cached_hashes:
+        for key, rows in cached.groupby(
+            ["curve", *study.grid_columns.values()], sort=False, dropna=False
+        ):
+            name, *values = key if isinstance(key, tuple) else (key,)
+            columns = dict(zip(study.grid_columns.values(), values, strict=True))
+            reuse[_curve_key(name, columns)] = rows
+    return reuse
+
+
+def _evaluate_here(jobs: list[CurveJob], t: np.ndarray, progress: bool) -> list[Any]:
+    """The `curve_value` of each job, computed in this process in order."""
+    bar = tqdm(
+        total=len(jobs),
+        desc="curves",
+        unit="curve",
+        file=sys.stderr,
+        disable=not (progress and jobs),
+    )
+    results = []
+    for job in jobs:
+        results.append(curve_value(job, t))
+        bar.update(1)
+    bar.close()
+    return results
+
+
+def _curves_table(
+    study: Study, t: np.ndarray, computed: dict[str, Any], reuse: dict[str, pd.DataFrame]
+) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """The curves table of every curve job (computed or reused) and each job's status."""
     frames, status = [], []
     for job in study.curve_jobs:
         key = _curve_key(job.curve.name, job.point.columns)
@@ -357,7 +379,7 @@ def compute_curves(
         frames.append(_curve_rows(job, t, *result))
     columns = ["curve", *study.grid_columns.values(), "t", "metric", "value", "stderr"]
     curves = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
-    return curves[columns], status, len(computed)
+    return curves[columns], status
 
 
 # --------------------------------------------------------------------------------------------
@@ -830,32 +852,12 @@ def _run_with(
     head: dict[str, Any],
     old: dict[str, Any],
 ) -> Summary:
-    results_dir = study.results_dir
+    """Bring the curves up to date, run what is not done, then rebuild the tables."""
     sidecars, damaged, stale = _current_records(study)
     skipped = len(sidecars)
     for h, side in sidecars.items():
         manifest.done(h, side)
-
-    cached, hashes = _cached_curves(study, old, manifest.tables)
-    curves, manifest.curves, computed = compute_curves(
-        study,
-        cached,
-        hashes,
-        progress is True,
-        evaluate=session.curves if session is not None else None,
-    )
-    curves_path = results_dir / CURVES_FILE
-    if study.curve_jobs and (
-        computed
-        or not _table_valid(
-            curves_path, manifest.tables.get(CURVES_FILE), _curves_key(manifest.curves)
-        )
-    ):
-        write_parquet(curves, curves_path)
-        manifest.tables[CURVES_FILE] = _table_entry(
-            curves_path, _curves_key(manifest.curves), len(manifest.curves)
-        )
-    manifest.invocation["curves_computed"] = computed
+    computed = _update_curves(study, old, manifest, session, progress)
 
     todo = [r for r in study.unique_runs if r.config_hash not in sidecars]
     if todo:
@@ -872,6 +874,55 @@ def _run_with(
             disable=not (progress and todo),
             file=sys.stderr,
         )
+    try:
+        _run_todo(
+            todo, study.results_dir, workers, session, head, _finisher(sidecars, manifest, bar)
+        )
+    except KeyboardInterrupt:
+        manifest.invocation["interrupted"] = True
+        raise
+    finally:
+        if not shared:
+            bar.close()
+        manifest.tables = rebuild_tables(study, sidecars, manifest.tables)
+        if todo or computed or damaged or not manifest.unchanged():
+            manifest.write(final=True)
+    return _summary(study, manifest, skipped, damaged, stale)
+
+
+def _update_curves(
+    study: Study, old: dict[str, Any], manifest: _Manifest, session: Any, progress: bool | Any
+) -> int:
+    """Compute the curves whose config changed (on the cluster of `session`, if any) and
+    write the curves table when it changed; the number computed."""
+    cached, hashes = _cached_curves(study, old, manifest.tables)
+    curves, manifest.curves, computed = compute_curves(
+        study,
+        cached,
+        hashes,
+        progress is True,
+        evaluate=session.curves if session is not None else None,
+    )
+    curves_path = study.results_dir / CURVES_FILE
+    if study.curve_jobs and (
+        computed
+        or not _table_valid(
+            curves_path, manifest.tables.get(CURVES_FILE), _curves_key(manifest.curves)
+        )
+    ):
+        write_parquet(curves, curves_path)
+        manifest.tables[CURVES_FILE] = _table_entry(
+            curves_path, _curves_key(manifest.curves), len(manifest.curves)
+        )
+    manifest.invocation["curves_computed"] = computed
+    return computed
+
+
+def _finisher(
+    sidecars: dict[str, dict[str, Any]], manifest: _Manifest, bar: Any
+) -> Callable[[Run, dict[str, Any]], None]:
+    """What is done with each finished run: recorded in `sidecars` and the manifest (written
+    at once), the progress bar advanced."""
 
     def finish(run: Run, record: dict[str, Any]) -> None:
         if record["status"] == DONE:
@@ -886,26 +937,33 @@ def _run_with(
         bar.update(1)
         manifest.write()
 
-    try:
-        if session is not None and todo:
-            from desim.study.dask import run_on_cluster
+    return finish
 
-            run_on_cluster(todo, results_dir, session, finish, head)
-        elif workers == 1 or len(todo) <= 1:
-            for run in todo:
-                finish(run, execute_run(run, results_dir, head))
-        else:
-            _run_pool(todo, results_dir, min(workers, len(todo)), finish, head)
-    except KeyboardInterrupt:
-        manifest.invocation["interrupted"] = True
-        raise
-    finally:
-        if not shared:
-            bar.close()
-        manifest.tables = rebuild_tables(study, sidecars, manifest.tables)
-        if todo or computed or damaged or not manifest.unchanged():
-            manifest.write(final=True)
 
+def _run_todo(
+    todo: list[Run],
+    results_dir: Path,
+    workers: int,
+    session: Any,
+    head: dict[str, Any],
+    finish: Callable[[Run, dict[str, Any]], None],
+) -> None:
+    """Run `todo` on the cluster, in this process or in a process pool, `finish`ing each."""
+    if session is not None and todo:
+        from desim.study.dask import run_on_cluster
+
+        run_on_cluster(todo, results_dir, session, finish, head)
+    elif workers == 1 or len(todo) <= 1:
+        for run in todo:
+            finish(run, execute_run(run, results_dir, head))
+    else:
+        _run_pool(todo, results_dir, min(workers, len(todo)), finish, head)
+
+
+def _summary(
+    study: Study, manifest: _Manifest, skipped: int, damaged: list[str], stale: int
+) -> Summary:
+    """What `run_study` returns: counts, failures and warnings of the invocation."""
     counts = manifest.counts()
     failures = [(e["run_id"], e["error"]) for e in manifest.runs.values() if e["status"] == FAILED]
     failures += [
@@ -917,7 +975,7 @@ def _run_with(
         failed=counts[FAILED],
         pending=counts[PENDING],
         wall_seconds=time.perf_counter() - manifest.start,
-        results_dir=results_dir,
+        results_dir=study.results_dir,
         failures=failures,
         warnings=manifest.body()["warnings"],
         damaged=damaged,

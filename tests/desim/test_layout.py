@@ -21,7 +21,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 #: Repository folder → the import path it installs as.
 FOLDERS = {"desim": "desim", "models": "desim.models", "topologies": "desim.topologies"}
-FAMILIES = ("colme", "ccolme", "pricer", "eb")
+#: Sub-packages of models/ that the families share; every other one is a protocol family.
+SHARED = ("privacy",)
+#: The protocol families: discovered from the folders, so adding one needs no edit here.
+FAMILIES = tuple(
+    sorted(
+        p.name
+        for p in (ROOT / "models").iterdir()
+        if (p / "__init__.py").is_file() and p.name not in SHARED
+    )
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -53,6 +62,20 @@ def _imports(name: str, path: Path) -> set[str]:
     return found
 
 
+def _packages(folder: Path) -> list[Path]:
+    """Every folder under `folder` holding Python modules (not caches or build output)."""
+    return sorted(
+        d
+        for d in [folder, *folder.rglob("*")]
+        if d.is_dir()
+        and any(d.glob("*.py"))
+        and not any(
+            part.startswith((".", "__")) or part.endswith(".egg-info")
+            for part in d.relative_to(folder).parts
+        )
+    )
+
+
 def _under(name: str, package: str) -> bool:
     return name == package or name.startswith(package + ".")
 
@@ -71,6 +94,31 @@ def test_the_layout_has_the_layers_and_families_it_documents():
         *(f"desim.models.{f}" for f in FAMILIES),
     ):
         assert package in MODULES, f"{package} is missing"
+
+
+def test_the_families_are_discovered_from_the_models_folder():
+    assert {"colme", "ccolme", "pricer", "eb"} <= set(FAMILIES)
+
+
+def test_every_module_folder_is_a_package_setup_installs():
+    # setup.py installs every folder with an __init__.py: a folder of modules without one
+    # would be left out of a non-editable install while an editable one still imports it
+    for folder in FOLDERS:
+        for d in _packages(ROOT / folder):
+            assert (d / "__init__.py").is_file(), (
+                f"{d.relative_to(ROOT)} holds modules but no __init__.py: add one, or a "
+                "non-editable install (pip install .) leaves it out"
+            )
+
+
+def test_models_imports_every_family_so_that_it_registers():
+    imported = _imports("desim.models", ROOT / "models" / "__init__.py")
+    for family in FAMILIES:
+        assert f"desim.models.{family}" in imported, (
+            f"models/__init__.py does not import the family {family!r}: its protocols and "
+            f"curves would never register (add it to the import line there, or to SHARED in "
+            f"{Path(__file__).name} if it is code the families share)"
+        )
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -165,7 +213,7 @@ def test_a_users_own_models_module_does_not_matter(tmp_path):
 def test_a_built_wheel_installs_desim_only(tmp_path):
     source = tmp_path / "source"  # a copy, so that building leaves nothing in the repository
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(ROOT / name, source / name)
     for folder in FOLDERS:
         shutil.copytree(
@@ -203,6 +251,8 @@ def test_a_built_wheel_installs_desim_only(tmp_path):
         "desim/kernel/engine.py",
         "desim/network_models/availability.py",
         "desim/study/cli.py",
+        "desim/study/spec/parse.py",
+        *(f"desim/models/{family}/__init__.py" for family in FAMILIES),
     ):
         assert module in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))

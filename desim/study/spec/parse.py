@@ -1,0 +1,240 @@
+"""Stage 1, parse: a study file read into a `StudyDocument`, each table checked for its shape and
+its own fields (unknown keys, types, ranges), before any table is compared with another."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from desim.kernel.params import ConfigError, build, unknown_key_message
+from desim.kernel.plugins import load_plugins
+from desim.kernel.registry import DATA, METRICS, TOPOLOGIES
+from desim.network_models.realistic import NETWORK_TABLES, unknown_table_message
+from desim.study.spec.model import (
+    MAX_DEPTH,
+    MAX_STUDY_BYTES,
+    STUDY_FILE,
+    TOP_KEYS,
+    QuickTable,
+    StudyTable,
+    is_table,
+)
+
+#: Largest file (trace, graph) a study may read, in bytes.
+MAX_INPUT_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class StudyDocument:
+    """A study file's tables, each checked on its own: what the later stages start from."""
+
+    file: Path
+    raw: dict
+    """The file as read (what the study's config hash covers)."""
+    settings: StudyTable
+    quick: QuickTable
+    data: dict
+    network: dict
+    topology: dict | None
+    defaults: dict
+    grid: dict
+    scenarios: list[dict]
+    curves: list[dict]
+    plots: list[dict]
+
+
+def find_study_file(path: str | Path) -> Path:
+    """The study file of `path`, which may be the study folder or the file itself.
+
+    The file must be a regular file of at most `MAX_STUDY_BYTES` (never a FIFO or a device,
+    which would hang or flood the reader).
+    """
+    if not isinstance(path, str | Path):
+        raise ConfigError(f"study = {path!r}: must be a path (a study folder or its study file)")
+    p = Path(path)
+    file = p / STUDY_FILE if p.is_dir() else p
+    if not file.exists():
+        where = f"{p}: no {STUDY_FILE} in this folder" if p.is_dir() else f"{p}: no such file"
+        raise ConfigError(
+            f"{where} (STUDY is a study folder, its {STUDY_FILE}, or a folder of study folders)"
+        )
+    if not file.is_file():
+        raise ConfigError(f"{file}: not a regular file; a study file is a TOML text file")
+    size = file.stat().st_size
+    if size > MAX_STUDY_BYTES:
+        raise ConfigError(
+            f"{file}: {size} bytes; a study file may hold at most {MAX_STUDY_BYTES} bytes"
+        )
+    return file
+
+
+def find_studies(path: str | Path) -> list[Path]:
+    """The study files `path` names: one, or every sub-study of a suite, in name order.
+
+    A suite is a folder without a study.toml whose sub-folders (at any depth, not inside
+    results or figures folders) hold study.toml files.
+    """
+    p = Path(path)
+    if p.is_dir() and not (p / STUDY_FILE).exists():
+        found = sorted(
+            f
+            for f in p.rglob(STUDY_FILE)
+            if not any(
+                part.startswith(("results", "figures", "quick", "."))
+                for part in f.relative_to(p).parts[:-1]
+            )
+        )
+        if found:
+            return found
+    return [find_study_file(p)]
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of tables and arrays in `value`, counted up to `limit` + 1."""
+    if limit < 0:
+        return 1
+    if isinstance(value, dict):
+        return 1 + max((_depth(v, limit - 1) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v, limit - 1) for v in value), default=0)
+    return 0
+
+
+def read_study_file(file: Path) -> dict:
+    """The TOML of `file` as a dict; a file that is not valid TOML, cannot be read or nests
+    too deep is refused in one line naming the file."""
+    try:
+        with file.open("rb") as fh:
+            raw = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{file}: tables or arrays nested too deep (at most {MAX_DEPTH} levels)"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{file}: cannot be read: {type(exc).__name__}") from None
+    if _depth(raw, MAX_DEPTH) > MAX_DEPTH:
+        raise ConfigError(f"{file}: tables or arrays nested too deep (at most {MAX_DEPTH} levels)")
+    return raw
+
+
+def parse_study(raw: dict, file: Path) -> StudyDocument:
+    """The tables of a study file read as `raw` from `file`, each checked on its own."""
+    load_plugins()
+    for key in raw:
+        if key not in TOP_KEYS:
+            raise ConfigError(unknown_key_message("top level", key, list(TOP_KEYS)))
+    settings = _settings(raw)
+    quick = build(QuickTable, _table(raw, "quick", {}), "[quick]")
+    data = dict(_table(raw, "data", {"model": "classes"}))
+    network = _network_table(raw)
+    topology = _topology_table(raw, file)
+    for name in settings.metrics:
+        METRICS.lookup(name, "[study]: metrics")
+    defaults = dict(_table(raw, "defaults", {}))
+    grid = dict(_table(raw, "grid", {}))
+    if "model" not in data:
+        raise ConfigError(
+            f"[data]: model is required (a data model name; allowed: {', '.join(DATA)})"
+        )
+    return StudyDocument(
+        file=file,
+        raw=raw,
+        settings=settings,
+        quick=quick,
+        data=data,
+        network=network,
+        topology=topology,
+        defaults=defaults,
+        grid=grid,
+        scenarios=_table(raw, "scenario", []),
+        curves=_table(raw, "curve", []),
+        plots=_table(raw, "plot", []),
+    )
+
+
+def _settings(raw: dict) -> StudyTable:
+    """The [study] table, which every study file needs, with a non-empty title."""
+    if "study" not in raw:
+        raise ConfigError('[study] is missing; it needs at least title = "..."')
+    study_raw = _table(raw, "study", {})
+    if "title" not in study_raw:
+        raise ConfigError("[study]: title is required (a string)")
+    settings = build(StudyTable, study_raw, "[study]")
+    if not settings.title.strip():
+        raise ConfigError(f"[study]: title = {settings.title!r}: must be a non-empty string")
+    return settings
+
+
+def _table(raw: dict, key: str, default: Any) -> Any:
+    value = raw.get(key, default)
+    if key in ("scenario", "curve", "plot"):
+        if not isinstance(value, list) or not all(is_table(v) for v in value):
+            raise ConfigError(f"{key} must be an array of tables, written [[{key}]]")
+    elif not is_table(value):
+        raise ConfigError(f"{key} must be a table, written [{key}]")
+    return value
+
+
+def _network_table(raw: dict) -> dict:
+    """The [network] table (links = "ideal" by default), its sub-tables' names checked."""
+    network = dict(_table(raw, "network", {}))
+    network.setdefault("links", "ideal")
+    for key, value in network.items():
+        if is_table(value) and key not in NETWORK_TABLES:
+            raise ConfigError(unknown_table_message(key))
+    return network
+
+
+def check_input_file(folder: Path, path: Any, field: str, what: str = "file") -> None:
+    """Refuse a file a study reads unless it is a regular file inside the study `folder`.
+
+    `path` is relative to the study folder; an absolute path, a path climbing out with '..'
+    or through a link, a FIFO or device, and a file over `MAX_INPUT_BYTES` are refused in one
+    line that never shows the file's content (a study file may come from someone else).
+    """
+    if not isinstance(path, str) or not path:
+        return  # the component's own validation names a bad type
+    if Path(path).is_absolute():
+        raise ConfigError(f"{field} = {path!r}: must be a path relative to the study folder")
+    target = folder / path
+    shown = path if len(path) <= 80 else path[:77] + "..."
+    try:
+        target.resolve().relative_to(folder.resolve())
+    except ValueError:
+        raise ConfigError(
+            f"{field} = {shown!r}: leads out of the study folder; a study reads "
+            "only files inside its own folder"
+        ) from None
+    try:
+        exists, regular = target.exists(), target.is_file()
+        size = target.stat().st_size if regular else 0
+    except OSError as exc:  # e.g. a name too long for the file system
+        raise ConfigError(f"{field} = {shown!r}: {exc.strerror or exc}") from None
+    if not exists:
+        raise ConfigError(f"{field} = {shown!r}: no such {what} in the study folder")
+    if not regular:
+        raise ConfigError(f"{field} = {shown!r}: not a regular file (a {what} is a text file)")
+    if size > MAX_INPUT_BYTES:
+        raise ConfigError(f"{field} = {path!r}: {size} bytes; at most {MAX_INPUT_BYTES}")
+
+
+def _topology_table(raw: dict, file: Path) -> dict | None:
+    """The [topology] table (None without one), its model checked, a relative path made absolute.
+
+    A `path` parameter (a graph file) is relative to the study folder, wherever desim runs.
+    """
+    if "topology" not in raw:
+        return None
+    topology = dict(_table(raw, "topology", {}))
+    if "model" not in topology:
+        raise ConfigError(
+            f"[topology]: model is required (a topology name; allowed: {', '.join(TOPOLOGIES)})"
+        )
+    TOPOLOGIES.lookup(topology["model"], "[topology]: model")
+    if "path" in topology:
+        check_input_file(file.parent, topology["path"], "[topology]: path", "graph file")
+    return topology
