@@ -152,6 +152,7 @@ class PrivateColME(Protocol):
     incremental_above: ClassVar[int] = 1000
 
     def setup(self, ctx: Context) -> None:
+        """The mechanisms, the per-pair state and the strategies of this run, chosen once."""
         super().setup(ctx)
         p = self.params
         m = ctx.n_agents
@@ -231,6 +232,7 @@ class PrivateColME(Protocol):
 
     # -- slot: new samples, then queries ---------------------------------------------------
     def on_samples(self, t: int, samples: np.ndarray) -> None:
+        """Slot t: every agent's new sample, then the schedule's queries."""
         self.sums += samples
         if not self.known:
             self.sumsq += samples * samples
@@ -254,6 +256,7 @@ class PrivateColME(Protocol):
 
     # -- deliveries: answer queries, take releases -----------------------------------------
     def on_deliver(self, batch: Batch) -> None:
+        """Answer the queries and take the releases delivered (`delivery`'s way)."""
         # a batch of one kind (the usual case) skips the other: no empty selection is made
         if batch.only == _QUERY:
             queries, releases = batch, None
@@ -268,6 +271,7 @@ class PrivateColME(Protocol):
             self.delivery.receive(releases)
 
     def on_window_end(self) -> None:
+        """Take the releases kept in the window that ends."""
         self.delivery.window_end()
 
     def release(self, b: np.ndarray, a: np.ndarray, slot: np.ndarray) -> np.ndarray:
@@ -378,6 +382,7 @@ class PrivateColME(Protocol):
 
     # -- estimates -------------------------------------------------------------------------
     def estimates(self) -> np.ndarray:
+        """μ_a of every agent: Lemma 4's inverse-variance combination (`model.combine`)."""
         local = self.sums / np.maximum(self.counts, 1)
         own_var = self.sigma2 if self.known else self.own_variance()
         with np.errstate(divide="ignore"):
