@@ -53,6 +53,10 @@ class Synchronous:
     def __init__(self, protocol: PrivateColME) -> None:
         self.p = protocol
 
+    def ask(self, t: int, a: np.ndarray, b: np.ndarray) -> None:
+        """Send slot t's queries a → b."""
+        self.p.ctx.send("query", a, b)
+
     def answer(self, queries: Batch) -> None:
         """Answer queries a → b with b's new releases."""
         p = self.p
@@ -80,6 +84,10 @@ class Asynchronous(Synchronous):
         # releases a took from b, [a·m + b] (unknown variances: Welch's κ, the Bayesian shape)
         self.received = None if protocol.known else np.zeros(m * m, dtype=np.int64)
         self.window: list[Batch] = []  # releases delivered in the current window
+
+    def ask(self, t: int, a: np.ndarray, b: np.ndarray) -> None:
+        """Send slot t's queries a → b, named for the links' latency."""
+        self.p.ctx.send("query", a, b, ids=query_ids(t, a, b, self.p.ctx.n_agents))
 
     def answer(self, queries: Batch) -> None:
         """Answer queries a → b; a release is named by the query it answers and, in a window,

@@ -237,11 +237,7 @@ class PrivateColME(Protocol):
         if not self.known:
             self.sumsq += samples * samples
         self.counts += 1
-        a, b = self.schedule.targets(t)
-        if self.asynchronous:
-            self.ctx.send("query", a, b, ids=query_ids(t, a, b, len(self.sums)))
-        else:
-            self.ctx.send("query", a, b)
+        self.delivery.ask(t, *self.schedule.targets(t))
 
     def on_slots(self, t: int, samples: np.ndarray) -> None:
         """Slots t … t + k − 1 under RR: the samples, kept per slot for the windows that follow
