@@ -378,50 +378,78 @@ def oracle_mse(
     _check_p(p)
     M = _check_M(M)
     ti = _check_grid(t)
-    s2_values, s2_counts = _class_variances(sigma2)
-    class_w = s2_counts / s2_counts.sum()
-    # inv[c]: (G, M−1) inverse variances for class variance c.
-    inv = np.stack(
-        [
-            rr_inverse_variances(ti, M, s2, sigma2_dp, mechanism, weights_kind, formula)
-            for s2 in s2_values
-        ]
-    )
-    own = ti[None, :] / s2_values[:, None]  # (C, G): t/σ² of agent a itself
+    terms = _OracleTerms(ti, M, sigma2, sigma2_dp, mechanism, weights_kind, formula)
+    if method == "exact":
+        if M - 1 > MAX_EXACT_OTHERS:
+            raise ValueError(
+                f"method = 'exact' enumerates 2^(M−1) subsets; M = {M} is too large "
+                f"(at most {MAX_EXACT_OTHERS + 1}); use method = 'montecarlo'"
+            )
+        return _oracle_exact(terms, M - 1, p)
+    if int(n_draws) != n_draws or n_draws < 1:
+        raise ValueError(f"n_draws = {n_draws!r}: must be an integer ≥ 1")
+    return _oracle_montecarlo(terms, M - 1, p, n_draws, seed)
 
-    def inverse_blocks(members: np.ndarray):
+
+class _OracleTerms:
+    """The summands of e_{n,t} on grid t for every class variance: t/σ² and 1/Var[T_{ℓ→a}]."""
+
+    def __init__(
+        self,
+        ti: np.ndarray,
+        M: int,
+        sigma2: float | ArrayLike,
+        sigma2_dp: float,
+        mechanism: str,
+        weights_kind: str,
+        formula: str,
+    ) -> None:
+        self.ti = ti
+        s2_values, s2_counts = _class_variances(sigma2)
+        self.class_w = s2_counts / s2_counts.sum()
+        # inv[c]: (G, M−1) inverse variances for class variance c.
+        self.inv = np.stack(
+            [
+                rr_inverse_variances(ti, M, s2, sigma2_dp, mechanism, weights_kind, formula)
+                for s2 in s2_values
+            ]
+        )
+        self.own = ti[None, :] / s2_values[:, None]  # (C, G): t/σ² of agent a itself
+
+    def blocks(self, members: np.ndarray):
         """(grid slice, Σ_c P(c)/e over it) for membership rows `members` (draws, M−1)."""
         x = members.astype(float)
+        ti = self.ti
         # Column blocks keep the (draws × grid) matrix to about 32 MB for dense grids.
         width = max(1, (1 << 22) // len(x))
         for lo in range(0, len(ti), width):
             sl = slice(lo, lo + width)
             y = np.zeros((len(x), len(ti[sl])))
-            for c in range(len(s2_values)):
-                y += class_w[c] / (own[c, sl] + x @ inv[c, sl].T)
+            for c in range(len(self.class_w)):
+                y += self.class_w[c] / (self.own[c, sl] + x @ self.inv[c, sl].T)
             yield sl, y
 
-    others = M - 1
-    mean = np.zeros(len(ti))
-    var = np.zeros(len(ti))
-    if method == "exact":
-        if others > MAX_EXACT_OTHERS:
-            raise ValueError(
-                f"method = 'exact' enumerates 2^(M−1) subsets; M = {M} is too large "
-                f"(at most {MAX_EXACT_OTHERS + 1}); use method = 'montecarlo'"
-            )
-        chunk = 1 << 14
-        for start in range(0, 1 << others, chunk):
-            idx = np.arange(start, min(start + chunk, 1 << others))
-            members = ((idx[:, None] >> np.arange(others)) & 1).astype(bool)
-            k = members.sum(axis=1)
-            prob = p**k * (1.0 - p) ** (others - k)
-            for sl, y in inverse_blocks(members):
-                mean[sl] += prob @ y
-        return mean, var
 
-    if int(n_draws) != n_draws or n_draws < 1:
-        raise ValueError(f"n_draws = {n_draws!r}: must be an integer ≥ 1")
+def _oracle_exact(terms: _OracleTerms, others: int, p: float) -> tuple[np.ndarray, np.ndarray]:
+    """`oracle_mse` over all 2^others class-mate subsets, in chunks (stderr 0)."""
+    mean = np.zeros(len(terms.ti))
+    chunk = 1 << 14
+    for start in range(0, 1 << others, chunk):
+        idx = np.arange(start, min(start + chunk, 1 << others))
+        members = ((idx[:, None] >> np.arange(others)) & 1).astype(bool)
+        k = members.sum(axis=1)
+        prob = p**k * (1.0 - p) ** (others - k)
+        for sl, y in terms.blocks(members):
+            mean[sl] += prob @ y
+    return mean, np.zeros(len(terms.ti))
+
+
+def _oracle_montecarlo(
+    terms: _OracleTerms, others: int, p: float, n_draws: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """`oracle_mse` stratified on the number of class-mates k, with its standard error."""
+    mean = np.zeros(len(terms.ti))
+    var = np.zeros(len(terms.ti))
     rng = np.random.default_rng(seed)
     ks = np.arange(others + 1)
     from scipy.stats import binom  # here: scipy.stats costs a run that draws no curve
@@ -429,14 +457,14 @@ def oracle_mse(
     pmf = binom.pmf(ks, others, p)
     for k in ks[pmf > 0]:
         if k in (0, others):  # a single possible subset: no sampling needed
-            for sl, y in inverse_blocks(np.full((1, others), k == others)):
+            for sl, y in terms.blocks(np.full((1, others), k == others)):
                 mean[sl] += pmf[k] * y[0]
             continue
         n_k = max(2, int(round(n_draws * pmf[k])))
         order = np.argsort(rng.random((n_k, others)), axis=1)
         members = np.zeros((n_k, others), dtype=bool)
         np.put_along_axis(members, order[:, :k], True, axis=1)
-        for sl, y in inverse_blocks(members):
+        for sl, y in terms.blocks(members):
             mean[sl] += pmf[k] * y.mean(axis=0)
             var[sl] += pmf[k] ** 2 * y.var(axis=0, ddof=1) / n_k
     return mean, np.sqrt(var)

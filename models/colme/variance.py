@@ -20,7 +20,7 @@ from numpy.typing import ArrayLike
 
 from desim.models.privacy.bits import lowest_set_bit, popcount
 
-# scipy.special (~0.2 s of imports) is imported inside the functions that use it: loading the
+# scipy.special (slow to import) is imported inside the functions that use it: loading the
 # plug-ins imports this module for every run, whatever its protocol.
 
 Mechanism = Literal["pm1", "pm2"]

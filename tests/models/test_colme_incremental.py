@@ -29,8 +29,8 @@ class Checked(PrivateColME):
         self.checks = 0
 
     def estimates(self):
-        num, den = self.sums_w.totals(self._row_sums)
-        full_num, full_den = self._row_sums(slice(None))
+        num, den = self.sums_w.totals(self.row_sums)
+        full_num, full_den = self.row_sums(slice(None))
         # the scale of Σ T/Var: the sum of the terms' magnitudes (terms may cancel)
         weight = np.where(
             self.included,

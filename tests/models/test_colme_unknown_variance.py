@@ -6,12 +6,11 @@ import numpy as np
 import pytest
 
 import desim
-from desim.kernel.protocol import Context
-from desim.kernel.randomness import Streams
 from desim.models.colme import variance
-from desim.models.colme.protocol import PrivateColME, PrivateColMEParams
+from desim.models.colme.model import sch_var_2_estimate
+from desim.models.colme.statistic import SchVar2
 from desim.models.privacy.calibration import sample_noise
-from desim.models.privacy.release import PSumRelease, SampleVarianceRelease
+from desim.models.privacy.release import PSumRelease, SampleVarianceRelease, levels_for
 from desim.study.scenario import Scenario
 
 SIGMA, MU = 0.5, 0.8
@@ -58,42 +57,33 @@ def test_sch_var_1_release_equals_eqs_6_to_8(mechanism):
             assert got == pytest.approx(expect, rel=1e-9, abs=1e-9), k
 
 
-def protocol(mechanism: str, variance_scheme: str, s2dp: float | None = None) -> PrivateColME:
-    p = PrivateColME(PrivateColMEParams(mechanism=mechanism, variance=variance_scheme))
-    ctx = Context(
-        3,
-        1000,
-        {"L": L, "sigma2": np.full(3, SIGMA**2)},
-        Streams(1, 0, 1, 1),
-        lambda *args: None,
-        lambda: 0.0,
-    )
-    p.setup(ctx)
-    if s2dp is not None:
-        p.sigma2_dp = s2dp
-    return p
+def sch_var_2(mechanism: str, s2dp: float, bayes: bool = False):
+    """Sch-Var-2 of one pair as Private-ColME forms it: `SchVar2`'s running sums, then
+    `model.sch_var_2_estimate` (+∞ before two releases; negatives +∞ or Bayesian)."""
+    state = SchVar2(1, mechanism, levels_for(1000))
+
+    def take(value: np.ndarray, t: np.ndarray, j: np.ndarray) -> float:
+        v_raw, k_noise, k = state.update(np.array([0]), value, t, j, s2dp)
+        return sch_var_2_estimate(v_raw, k_noise, k, bayes, "paper")[0]
+
+    return take
 
 
 @pytest.mark.parametrize("mechanism", ["pm1", "pm2"])
 def test_sch_var_2_equals_the_general_form_of_eq_16(mechanism):
     kappa = 40
     x, times = one_pair(mechanism, kappa, seed=8)
-    p = protocol(mechanism, "sch-var-2", s2dp=0.1)
+    take = sch_var_2(mechanism, s2dp=0.1)
     rng = np.random.default_rng(3)
     noise = np.cumsum(rng.normal(0, 0.3, size=kappa))  # any noise path: the form is algebra
     releases = (np.cumsum(x)[times.astype(int) - 1] + noise) / times
-    got = [
-        p._sch_var_2(
-            np.array([0]), np.array([1]), releases[i : i + 1], times[i : i + 1], np.array([i + 1])
-        )[0]
-        for i in range(kappa)
-    ]
+    got = [take(releases[i : i + 1], times[i : i + 1], np.array([i + 1])) for i in range(kappa)]
     assert got[0] == np.inf
     psums = np.diff(np.concatenate([[0.0], times * releases]))
     lengths = np.diff(np.concatenate([[0.0], times]))
     checked = 0
     for k in range(2, kappa + 1):
-        expect = variance.schvar2_estimate(psums[:k], lengths[:k], p.sigma2_dp, mechanism)
+        expect = variance.schvar2_estimate(psums[:k], lengths[:k], 0.1, mechanism)
         if expect < 0:
             assert got[k - 1] == np.inf  # negative: "unknown" in the plain scheme
         else:
@@ -105,16 +95,14 @@ def test_sch_var_2_equals_the_general_form_of_eq_16(mechanism):
 def test_bayesian_sch_var_2_replaces_negative_estimates_by_the_posterior_mean():
     kappa = 30
     x, times = one_pair("pm1", kappa, seed=2)
-    p = protocol("pm1", "sch-var-2-bayes", s2dp=400.0)  # heavy noise: many negative estimates
+    take = sch_var_2("pm1", s2dp=400.0, bayes=True)  # heavy noise: many negative estimates
     noise = np.cumsum(np.random.default_rng(5).normal(0, 20.0, size=kappa))
     releases = (np.cumsum(x)[times.astype(int) - 1] + noise) / times
     psums = np.diff(np.concatenate([[0.0], times * releases]))
     lengths = np.diff(np.concatenate([[0.0], times]))
     negatives = 0
     for i in range(kappa):
-        got = p._sch_var_2(
-            np.array([0]), np.array([1]), releases[i : i + 1], times[i : i + 1], np.array([i + 1])
-        )[0]
+        got = take(releases[i : i + 1], times[i : i + 1], np.array([i + 1]))
         if i == 0:
             continue
         v_raw, k_factor = variance.schvar2_raw_and_K(psums[: i + 1], lengths[: i + 1], "pm1")
@@ -127,11 +115,10 @@ def test_bayesian_sch_var_2_replaces_negative_estimates_by_the_posterior_mean():
 
 
 def test_welch_test_keeps_agents_whose_variance_is_unknown():
-    p = protocol("pm1", "sch-var-2")
-    p.sums[:] = [1.0, 1.0, 1.0]
-    p.sumsq[:] = [1.0, 1.0, 1.0]
-    p.counts[:] = [1.0, 1.0, 1.0]  # one sample: V_a undefined
-    keep = p._welch_test(np.array([0]), np.array([50.0]), np.array([1e-9]), np.array([5.0]))
+    t = np.array([1.0])
+    v_own = variance.sample_variance(np.array([1.0]), np.array([1.0]), t)  # one sample: +∞
+    theta = 0.05 / np.log(t + 1.0)
+    keep = variance.welch_accepts(1.0 - np.array([50.0]), v_own, t, np.array([1e-9]), t, theta)
     assert keep.all()
 
 

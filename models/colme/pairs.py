@@ -1,0 +1,61 @@
+"""Private-ColME's per-pair state besides the statistic: class beliefs and last releases.
+
+`ClassBeliefs` is C_a for every agent a (χ_a(b) as a matrix), revised when b's release is
+tested; `LastReleases` is what a responder b last released to each querier a, re-sent unchanged
+when a asks again before b has a new sample (asynchrony only). The statistic T_{b→a} and its
+variance terms are `desim.models.colme.statistic.PairStatistic`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Columns of a release's payload: b's privatised mean R, b's sample count t_b, the release
+# index j, the send time of the query it answers (echoed), and Sch-Var-1's variance release.
+VALUE, COUNT, INDEX, ASKED, VARIANCE = range(5)
+
+
+class ClassBeliefs:
+    """C_a^{(t)} of every agent: `included[a, b]` (χ_a(b) = 1) and its row sums."""
+
+    def __init__(self, included: np.ndarray) -> None:
+        self.included = included
+        self.n_included = included.sum(axis=1)  # row sums of `included`, kept current
+
+    def revise(self, a: np.ndarray, b: np.ndarray, decision: np.ndarray) -> None:
+        """Set χ_a(b) of distinct pairs (a, b) to `decision`."""
+        m = len(self.n_included)
+        before = self.included.ravel().take(a * m + b)
+        if np.count_nonzero(decision != before):  # decisions settle: most releases change none
+            self.included[a, b] = decision
+            change = decision.astype(np.int64) - before
+            self.n_included += np.bincount(a, weights=change, minlength=m).astype(np.int64)
+
+
+class LastReleases:
+    """Each responder's last release to each querier, [b·M + a]: the columns a repeat re-sends.
+
+    Its index j is not stored: no release of the pair has been made since, so it is still the
+    mechanism's count of the pair.
+    """
+
+    def __init__(self, n_agents: int, variance: bool) -> None:
+        m = n_agents
+        self.value = np.zeros(m * m)
+        self.count = np.zeros(m * m, dtype=np.int32)  # b's sample count then (< 2³¹ as j)
+        self.variance = np.zeros(m * m) if variance else None  # Sch-Var-1's variance release
+
+    def keep(self, pair: np.ndarray, payload: np.ndarray) -> None:
+        """Keep the new releases of distinct pairs as their last."""
+        self.value[pair], self.count[pair] = payload[:, VALUE], payload[:, COUNT]
+        if self.variance is not None:
+            self.variance[pair] = payload[:, VARIANCE]
+
+    def payload(self, pair: np.ndarray, index: np.ndarray, width: int) -> np.ndarray:
+        """Payloads re-sending the last releases of `pair` (ASKED unset), j being `index`."""
+        payload = np.empty((len(pair), width))
+        payload[:, VALUE], payload[:, COUNT] = self.value[pair], self.count[pair]
+        payload[:, INDEX] = index
+        if self.variance is not None:
+            payload[:, VARIANCE] = self.variance[pair]
+        return payload
