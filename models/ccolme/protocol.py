@@ -81,16 +81,30 @@ values, over fewer edges, so the results are the same bit for bit (tests check i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from desim.kernel.messages import Batch
-from desim.kernel.params import param
 from desim.kernel.protocol import Context, Protocol
 from desim.kernel.registry import PROTOCOLS
 from desim.models.baselines import Local
+from desim.models.ccolme.model import (
+    bernstein_keep,
+    bernstein_threshold,  # noqa: F401  (re-exported: the formulas' former home)
+    confidence_radius,  # noqa: F401  (re-exported)
+    consensus_update,
+    data_bernstein_parameter,
+    edge_weight,
+    metropolis_weights,  # noqa: F401  (re-exported)
+    mix,
+    one_minus_alpha,
+    optimistic_keep,
+    pair_parameters,
+    row_sums,  # noqa: F401  (re-exported)
+    small_component,
+)
+from desim.models.ccolme.params import CColMEParams, PrivateCColMEParams
 from desim.models.privacy.accounting import Spend
 from desim.models.privacy.calibration import laplace_scale
 from desim.network_models.rowindex import RowIndex
@@ -101,174 +115,6 @@ if TYPE_CHECKING:  # scipy.sparse is imported where used (mixing_matrix)
 
 #: Edge keys up to which `CColME._edge_slots` keeps a direct table (int32: 16 MiB).
 _TABLE_KEYS = 1 << 22
-
-# --------------------------------------------------------------------------------------------
-# parameters: one table of docs and bounds, two sets of defaults (Galante's and seed 001's)
-
-_DOCS: dict[str, tuple[str, dict[str, float]]] = {
-    "rule": ("neighbour test: optimistic distance, Bernstein test, or the true classes", {}),
-    "noise": ("DP noise on every sample: Laplace of variance 8L²/ε², or none", {}),
-    "epsilon": ("privacy budget ε of every sample (inf: no noise)", {"gt": 0}),
-    "delta": ("optimistic distance: confidence δ, γ = δ/(4 Σ_a deg a)", {"gt": 0, "lt": 1}),
-    "theta": ("Bernstein test level θ_t = theta/ln(t+1)", {"gt": 0, "lt": 1}),
-    "threshold": ("Bernstein threshold: exact root z_t, or the simpler upper bound z'_t", {}),
-    "threshold_scale": ("factor on the Bernstein threshold (seed 001 tuned it)", {"gt": 0}),
-    "alpha_c": ("α schedule 1−α = min(1, c·s^(−p)) at age s: the c", {"gt": 0}),
-    "alpha_p": ("α schedule 1−α = min(1, c·s^(−p)) at age s: the p", {"gt": 0, "le": 1}),
-    "reset": ("restart the age s when neighbour sets change: never, all agents, per agent", {}),
-    "restart": ("after a change: α = 0 in that slot (hard) or α = 1/2 in the next (galante)", {}),
-    "decisions": ("re-test every neighbour each slot, or never re-add a dropped one", {}),
-    "initial": ("C_a before slot 1: every neighbour, or none", {}),
-    "values": ("test against neighbours' values of this slot (fresh) or the last (stale)", {}),
-    "symmetric": ("keep b only if a and b both keep each other (exchanges decisions)", {}),
-    "weights": ("W: 1/(1+max(|C_a|,|C_b|)) (metropolis) or 1/(1+max degree of G)", {}),
-    "fallback": ("report the local mean (raw or privatised) when |C̃_a| seems 1 or 2", {}),
-    "max_age": ("mix only neighbours whose latest state is at most this many slots old", {"ge": 0}),
-}
-
-
-def _p(name: str, default: Any) -> Any:
-    doc, bounds = _DOCS[name]
-    return param(default, doc, **bounds)
-
-
-Rule = Literal["optimistic", "bernstein", "oracle"]
-Noise = Literal["none", "laplace"]
-Threshold = Literal["exact", "simple"]
-Reset = Literal["none", "global", "agent"]
-Restart = Literal["hard", "galante"]
-Decisions = Literal["retest", "irrevocable"]
-Initial = Literal["all", "none"]
-Values = Literal["fresh", "stale"]
-Weights = Literal["metropolis", "max-degree"]
-Fallback = Literal["none", "local", "private-local"]
-
-
-def _check(p: Any) -> None:
-    if p.decisions == "irrevocable" and p.initial == "none":
-        raise ValueError(
-            "decisions = 'irrevocable' only drops neighbours, so it needs initial = 'all'"
-        )
-
-
-@dataclass(frozen=True)
-class CColMEParams:
-    """C-ColME as in Galante et al.'s code: optimistic distance, irrevocable, global reset."""
-
-    rule: Rule = _p("rule", "optimistic")
-    noise: Noise = _p("noise", "none")
-    epsilon: float = _p("epsilon", 1.0)
-    delta: float = _p("delta", 0.1)
-    theta: float = _p("theta", 0.05)
-    threshold: Threshold = _p("threshold", "exact")
-    threshold_scale: float = _p("threshold_scale", 1.0)
-    alpha_c: float = _p("alpha_c", 1.0)
-    alpha_p: float = _p("alpha_p", 1.0)
-    reset: Reset = _p("reset", "global")
-    restart: Restart = _p("restart", "galante")
-    decisions: Decisions = _p("decisions", "irrevocable")
-    initial: Initial = _p("initial", "all")
-    values: Values = _p("values", "stale")
-    symmetric: bool = _p("symmetric", False)
-    weights: Weights = _p("weights", "metropolis")
-    fallback: Fallback = _p("fallback", "none")
-    max_age: float = _p("max_age", math.inf)
-
-    def __post_init__(self) -> None:
-        _check(self)
-
-
-@dataclass(frozen=True)
-class PrivateCColMEParams:
-    """Private-C-ColME as in seed 001: Laplace noise, Bernstein test, re-tested symmetric
-    decisions, per-agent reset, fallback to the local mean."""
-
-    rule: Rule = _p("rule", "bernstein")
-    noise: Noise = _p("noise", "laplace")
-    epsilon: float = _p("epsilon", 1.0)
-    delta: float = _p("delta", 0.1)
-    theta: float = _p("theta", 0.05)
-    threshold: Threshold = _p("threshold", "exact")
-    threshold_scale: float = _p("threshold_scale", 1.0)
-    alpha_c: float = _p("alpha_c", 1.0)
-    alpha_p: float = _p("alpha_p", 1.0)
-    reset: Reset = _p("reset", "agent")
-    restart: Restart = _p("restart", "hard")
-    decisions: Decisions = _p("decisions", "retest")
-    initial: Initial = _p("initial", "none")
-    values: Values = _p("values", "fresh")
-    symmetric: bool = _p("symmetric", True)
-    weights: Weights = _p("weights", "metropolis")
-    fallback: Fallback = _p("fallback", "local")
-    max_age: float = _p("max_age", math.inf)
-
-    def __post_init__(self) -> None:
-        _check(self)
-
-
-# --------------------------------------------------------------------------------------------
-# the formulas of the neighbour tests
-
-
-def confidence_radius(
-    n: np.ndarray | float, sigma2: np.ndarray | float, gamma: float
-) -> np.ndarray:
-    """β(n; σ, γ) = σ √((2/n)(1 + 1/n) ln(√(n+1)/γ)), +∞ for n < 2 (docs/papers.md §2.1)."""
-    n = np.asarray(n, dtype=float)
-    if n.ndim == 0 and n >= 2:  # one finite radius (every slot's case): nothing to silence
-        return np.sqrt(sigma2 * (2.0 / n) * (1.0 + 1.0 / n) * np.log(np.sqrt(n + 1.0) / gamma))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.sqrt(sigma2 * (2.0 / n) * (1.0 + 1.0 / n) * np.log(np.sqrt(n + 1.0) / gamma))
-    return np.where(n < 2, np.inf, r)
-
-
-def bernstein_threshold(
-    n: np.ndarray | float,
-    sigma2: np.ndarray | float,
-    beta: np.ndarray | float,
-    theta: np.ndarray | float,
-    exact: bool = True,
-) -> np.ndarray:
-    """z with 2 exp(−n z²/(2(σ² + βz))) = θ (exact), or z' = 2βℓ/n + σ√(2ℓ/n), ℓ = ln(2/θ).
-
-    Accepting H0 (same mean) iff |S| < z bounds the type-I error of a mean of n terms with
-    variance σ² and Bernstein parameter β by θ (seed 001 §II-D, Lemma 4).
-    """
-    n = np.asarray(n, dtype=float)
-    ell = np.log(2.0 / np.asarray(theta, dtype=float))
-    if exact:
-        return (beta * ell + np.sqrt(beta * beta * ell * ell + 2.0 * n * sigma2 * ell)) / n
-    return 2.0 * beta * ell / n + np.sqrt(sigma2 * 2.0 * ell / n)
-
-
-def data_bernstein_parameter(distribution: str, sigma2: np.ndarray) -> np.ndarray:
-    """β_a of every agent's data: uniform σ√(3/20) (Lemma 2), Gaussian σ/2, Bernoulli 1/3."""
-    sigma = np.sqrt(np.asarray(sigma2, dtype=float))
-    if distribution == "uniform":
-        return sigma * math.sqrt(3.0 / 20.0)
-    if distribution == "gaussian":
-        return sigma / 2.0
-    return np.full_like(sigma, 1.0 / 3.0)
-
-
-def metropolis_weights(graph: Graph, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(w_e over directed edges, W_aa) of eq. (2) for the neighbour sets `kept`.
-
-    W_ab = 1/(1 + max(|C_a|, |C_b|)) for kept edges, 0 otherwise; W_aa = 1 − Σ_b W_ab. With
-    symmetric `kept` (kept[e] == kept[reverse[e]]) W is symmetric and doubly stochastic.
-    """
-    size = row_sums(graph, kept.astype(float))
-    w = np.where(kept, 1.0 / (1.0 + np.maximum(size[graph.src], size[graph.dst])), 0.0)
-    return w, 1.0 - row_sums(graph, w)
-
-
-def row_sums(graph: Graph, x: np.ndarray) -> np.ndarray:
-    """Σ over each agent's outgoing edges of the per-edge values x (CSR order)."""
-    out = np.zeros(graph.n, dtype=np.result_type(x.dtype, np.int64))
-    rows = graph.degree > 0
-    if rows.any():
-        out[rows] = np.add.reduceat(x, graph.indptr[:-1][rows])
-    return out
 
 
 def _common(x: np.ndarray) -> float | None:
@@ -439,7 +285,7 @@ class CColME(Protocol):
         self._size_buffers: list[np.ndarray] = []
         if self._in_order:  # per edge: |C_b| (float) and eq. (2)'s W_ab, updated where C moves
             self._size_dst = self.size[self.dst].astype(float)
-            self._w_full = 1.0 / (1.0 + np.maximum(self.size[self.src], self._size_dst))
+            self._w_full = edge_weight(self.size[self.src], self._size_dst)
         self._w_cache: tuple[Any, np.ndarray | float] | None = None
         self._sent: dict[str, tuple[np.ndarray, np.ndarray | slice]] = {}
         # Live-first state sends (ideal links, irrevocable decisions; see `_send_live_first`):
@@ -816,7 +662,7 @@ class CColME(Protocol):
         e = np.concatenate([own, self.reverse[own]])
         self._size_dst[e] = self.size[self.dst[e]]
         if self.params.weights == "metropolis":
-            self._w_full[e] = 1.0 / (1.0 + np.maximum(self.size[self.src[e]], self._size_dst[e]))
+            self._w_full[e] = edge_weight(self.size[self.src[e]], self._size_dst[e])
 
     def _file_dropped(self, gone: np.ndarray) -> None:
         """C changed (in order, before this slot's size send): file the sizes last heard only
@@ -937,10 +783,14 @@ class CColME(Protocol):
             n_b = np.where(unknown, n_a, n_b)
         else:
             unknown, n_b = None, n_all
-        if self.params.rule == "optimistic":
-            keep = diff <= self._radius(n_a, a) + self._radius(n_b, b)
+        p = self.params
+        if p.rule == "optimistic":
+            keep = optimistic_keep(diff, n_a, n_b, self._s2(a), self._s2(b), self._gamma)
         else:
-            keep = diff < self._bernstein(np.minimum(n_a, n_b), a, b)
+            s2, beta = self._pair(a, b)
+            exact = p.threshold == "exact"
+            n = np.minimum(n_a, n_b)
+            keep = bernstein_keep(diff, n, s2, beta, p.theta, p.threshold_scale, exact)
         return keep if unknown is None else keep | unknown
 
     def _held_states(
@@ -965,34 +815,19 @@ class CColME(Protocol):
             return send[2][: len(e)], send[1][: len(e)]
         return self.src[e], self.dst[e]
 
-    def _radius(self, n: float | np.ndarray, agents: np.ndarray) -> np.ndarray:
-        """β(n; σ̃_a, γ) of the DP-adjusted optimistic distance for the given agents."""
-        s2 = float(self.sigma2_tilde[0]) if self._equal_var else self.sigma2_tilde[agents]
-        return confidence_radius(n, s2, self._gamma)
+    def _s2(self, agents: np.ndarray) -> np.ndarray | float:
+        """σ̃² of the given agents (one float when all agents share it)."""
+        return float(self.sigma2_tilde[0]) if self._equal_var else self.sigma2_tilde[agents]
 
-    def _bernstein(self, n: float | np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """z_t of the Bernstein pair test on X̃_a − X̃_b (scaled by `threshold_scale`)."""
-        p = self.params
-        terms = 4 if self.sigma2_dp > 0 else 2  # X_a, X_b (and Z_a, Z_b) are independent
-        s_dp = math.sqrt(self.sigma2_dp)
+    def _pair(self, a: np.ndarray, b: np.ndarray) -> tuple[Any, Any]:
+        """(σ_ab², β_ab) of the Bernstein pair test for the edges (a, b)."""
         if self._equal_var:
-            s2: float | np.ndarray = 2.0 * float(self.sigma2_tilde[0])
-            beta: float | np.ndarray = math.sqrt(terms) * max(
-                float(self._beta_data[0]), float(self._sigma[0]), s_dp / math.sqrt(2.0), s_dp
+            s2, beta, sigma = (
+                float(v[0]) for v in (self.sigma2_tilde, self._beta_data, self._sigma)
             )
-        else:
-            s2 = self.sigma2_tilde[a] + self.sigma2_tilde[b]
-            beta = math.sqrt(terms) * np.maximum.reduce(
-                [
-                    self._beta_data[a],
-                    self._beta_data[b],
-                    self._sigma[a],
-                    self._sigma[b],
-                    np.full(len(a), s_dp),
-                ]
-            )
-        theta = p.theta / np.log(np.asarray(n, dtype=float) + 1.0)
-        return p.threshold_scale * bernstein_threshold(n, s2, beta, theta, p.threshold == "exact")
+            return pair_parameters(s2, s2, beta, beta, sigma, sigma, self.sigma2_dp)
+        st, bd, sg = self.sigma2_tilde, self._beta_data, self._sigma
+        return pair_parameters(st[a], st[b], bd[a], bd[b], sg[a], sg[b], self.sigma2_dp)
 
     # -- consensus step ----------------------------------------------------------------------
     def _restart(self, changed: np.ndarray) -> None:
@@ -1029,24 +864,9 @@ class CColME(Protocol):
         # W_aa Y_a + Σ_b W_ab Y_b = Y_a + Σ_b W_ab (Y_b − Y_a) over the mixed b ∈ C_a; they are
         # in CSR order, so agent a's are the `counts[a]` consecutive ones
         rows, starts = self._row_starts(counts)
-        if len(starts):
-            terms = np.repeat(self.y, counts)
-            np.subtract(nb_y, terms, out=terms)
-            terms *= self._w
-            sums = np.add.reduceat(terms, starts)
-            if len(starts) == m:
-                mixed = self.y + sums
-            else:
-                mixed = self.y.copy()
-                mixed[rows] += sums
-        else:
-            mixed = self.y.copy()
-        age = self.t - self.start
-        decay = p.alpha_c / age if p.alpha_p == 1.0 else p.alpha_c * age ** (-p.alpha_p)
-        one_minus_alpha = np.minimum(1.0, decay)
-        if p.alpha_c < 1.0:  # α = 0 at age 1 (a (re)start) whatever the schedule
-            one_minus_alpha[age <= 1] = 1.0
-        self.y = one_minus_alpha * self._mean + (1.0 - one_minus_alpha) * mixed
+        mixed = mix(self.y, nb_y, self._w, counts, rows, starts)
+        oma = one_minus_alpha(self.t - self.start, p.alpha_c, p.alpha_p)
+        self.y = consensus_update(self._mean, mixed, oma)
         if p.restart == "galante":
             self._restart(self._changed)
         if p.fallback != "none":
@@ -1061,7 +881,7 @@ class CColME(Protocol):
             single = np.zeros(m)
             if len(starts):
                 single[rows] = np.add.reduceat(nb_size, starts)
-            self._fallback = (size == 0) | ((size == 1) & (single == 1))
+            self._fallback = small_component(size, single)
 
     def _row_starts(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(counts > 0, where each such agent's run of `counts` consecutive edges starts)."""
@@ -1086,9 +906,7 @@ class CColME(Protocol):
         if whole and self._in_order:  # they are this slot's |C_b|: W_ab is kept per edge
             w = self._w_full.take(idx, mode="clip")
         else:
-            w = np.maximum(np.repeat(self.size, counts), self._sizes_heard(idx, every))
-            w += 1.0
-            np.divide(1.0, w, out=w)
+            w = edge_weight(np.repeat(self.size, counts), self._sizes_heard(idx, every))
         if whole:
             self._w_cache = (heard[2], w)
         return w
