@@ -17,6 +17,7 @@ the same order as before they were pulled out, so every stored result stays bit 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -208,3 +209,53 @@ def small_component(size: np.ndarray, told: np.ndarray) -> np.ndarray:
     """Whether |C̃_a| seems 1 or 2 (the fallback to the local mean, §3.6): a keeps nobody, or
     keeps one neighbour b who keeps only a (`told`: Σ_{b ∈ C_a} |C_b| as the b told a)."""
     return (size == 0) | ((size == 1) & (told == 1))
+
+
+# -- the test with the agents' constants -------------------------------------------------------
+
+
+class NeighbourTest:
+    """The neighbour test χ_a(b) of one run: the rule and the agents' constants (σ̃², β, γ)."""
+
+    def __init__(
+        self, params: Any, sigma2: np.ndarray, sigma2_dp: float, distribution: str, links: int
+    ) -> None:
+        """`params` (rule, delta, theta, threshold, threshold_scale), the agents' data variances
+        σ_a², the noise variance σ_DP², the data distribution and Σ_a deg a (`links`)."""
+        self.rule, self.theta, self.scale = params.rule, params.theta, params.threshold_scale
+        self.exact = params.threshold == "exact"
+        self.sigma2_dp = sigma2_dp
+        #: σ̃_a² = σ_a² + σ_DP², the variance of a privatised sample.
+        self.sigma2_tilde = sigma2 + sigma2_dp
+        self._equal = bool(np.all(sigma2 == sigma2[0])) if len(sigma2) else True
+        self._beta = data_bernstein_parameter(distribution, sigma2)
+        self._sigma = np.sqrt(sigma2)
+        #: γ = δ/(4 Σ_a deg a) of the optimistic distance.
+        self.gamma = params.delta / (4.0 * max(links, 1))
+
+    def keep(
+        self,
+        diff: np.ndarray,
+        n_a: float,
+        n_b: np.ndarray | float,
+        a: np.ndarray,
+        b: np.ndarray,
+    ) -> np.ndarray:
+        """χ_a(b) for the edges (a, b) from |X̃_a − X̃_b| (`diff`) and the sample counts."""
+        if self.rule == "optimistic":
+            return optimistic_keep(diff, n_a, n_b, self._s2(a), self._s2(b), self.gamma)
+        s2, beta = self._pair(a, b)
+        n = np.minimum(n_a, n_b)
+        return bernstein_keep(diff, n, s2, beta, self.theta, self.scale, self.exact)
+
+    def _s2(self, agents: np.ndarray) -> np.ndarray | float:
+        """σ̃² of the given agents (one float when all agents share it)."""
+        return float(self.sigma2_tilde[0]) if self._equal else self.sigma2_tilde[agents]
+
+    def _pair(self, a: np.ndarray, b: np.ndarray) -> tuple[Any, Any]:
+        """(σ_ab², β_ab) of the Bernstein pair test for the edges (a, b)."""
+        st, bd, sg = self.sigma2_tilde, self._beta, self._sigma
+        if self._equal:
+            s2, beta, sigma = float(st[0]), float(bd[0]), float(sg[0])
+            return pair_parameters(s2, s2, beta, beta, sigma, sigma, self.sigma2_dp)
+        return pair_parameters(st[a], st[b], bd[a], bd[b], sg[a], sg[b], self.sigma2_dp)
