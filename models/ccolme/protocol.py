@@ -70,28 +70,44 @@ arrival), which a window's time-ordered batch gives as single instants do. The c
 runs at deadlines, which no window spans. Tests check the whole run bit for bit against one
 message per instant.
 
-Live-first (ideal links, irrevocable decisions): an edge a dropped never returns to C_a, so
-nothing reads b's states on it again. Every edge still gets its state message in every slot
-(message counts are results), but those of the edges still tested come first and carry values;
-the others carry NaN (`_send_live_first`). The test runs on the edges still tested only, and Y_b
-is gathered from the send by a cached index: the operations of the per-edge path on the same
-values, over fewer edges, so the results are the same bit for bit (tests check it).
+Live-first (ideal links, irrevocable decisions; `desim.models.ccolme.live_first`): the states
+of the edges still tested come first and carry values, the others NaN; the test runs on those
+edges only, the same operations on the same values as the per-edge path
+(`desim.models.ccolme.edges.EdgeStates`), so the results are the same bit for bit. The delivery
+path is chosen once in `setup`; a state send that does not arrive whole (which ideal links never
+do) moves the run to the per-edge path explicitly, never silently.
+
+The model itself (tests, weights, update, fallback) is `desim.models.ccolme.model`; |C_b| and
+W_ab are `desim.models.ccolme.sizes`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from desim.kernel.messages import Batch
-from desim.kernel.params import param
 from desim.kernel.protocol import Context, WindowSafe
 from desim.kernel.registry import PROTOCOLS
-from desim.kernel.rowindex import RowIndex
 from desim.models.baselines import Local
+from desim.models.ccolme.edges import EdgeSlots, EdgeStates, Rows, common, newest
+from desim.models.ccolme.live_first import BUFFERS, LiveFirst
+from desim.models.ccolme.model import (
+    NeighbourTest,
+    bernstein_threshold,  # noqa: F401  (re-exported: the formulas' former home)
+    confidence_radius,  # noqa: F401  (re-exported)
+    consensus_update,
+    data_bernstein_parameter,  # noqa: F401  (re-exported)
+    metropolis_weights,  # noqa: F401  (re-exported)
+    mix,
+    one_minus_alpha,
+    row_sums,  # noqa: F401  (re-exported)
+    small_component,
+)
+from desim.models.ccolme.params import CColMEParams, PrivateCColMEParams
+from desim.models.ccolme.sizes import Sizes
 from desim.models.privacy.accounting import Spend
 from desim.models.privacy.calibration import laplace_scale
 from desim.topologies.graph import Graph
@@ -99,234 +115,32 @@ from desim.topologies.graph import Graph
 if TYPE_CHECKING:  # scipy.sparse is imported where used (mixing_matrix)
     import scipy.sparse as sp
 
-#: Edge keys up to which `CColME._edge_slots` keeps a direct table (int32: 16 MiB).
-_TABLE_KEYS = 1 << 22
 
-# --------------------------------------------------------------------------------------------
-# parameters: one table of docs and bounds, two sets of defaults (Galante's and seed 001's)
+class _View:
+    """A per-edge array a holds, read-only: attribute `name` of the protocol's `EdgeStates`
+    (`LiveFirst.view` on the live-first path) or of another part (`of`)."""
 
-_DOCS: dict[str, tuple[str, dict[str, float]]] = {
-    "rule": ("neighbour test: optimistic distance, Bernstein test, or the true classes", {}),
-    "noise": ("DP noise on every sample: Laplace of variance 8L²/ε², or none", {}),
-    "epsilon": ("privacy budget ε of every sample (inf: no noise)", {"gt": 0}),
-    "delta": ("optimistic distance: confidence δ, γ = δ/(4 Σ_a deg a)", {"gt": 0, "lt": 1}),
-    "theta": ("Bernstein test level θ_t = theta/ln(t+1)", {"gt": 0, "lt": 1}),
-    "threshold": ("Bernstein threshold: exact root z_t, or the simpler upper bound z'_t", {}),
-    "threshold_scale": ("factor on the Bernstein threshold (seed 001 tuned it)", {"gt": 0}),
-    "alpha_c": ("α schedule 1−α = min(1, c·s^(−p)) at age s: the c", {"gt": 0}),
-    "alpha_p": ("α schedule 1−α = min(1, c·s^(−p)) at age s: the p", {"gt": 0, "le": 1}),
-    "reset": ("restart the age s when neighbour sets change: never, all agents, per agent", {}),
-    "restart": ("after a change: α = 0 in that slot (hard) or α = 1/2 in the next (galante)", {}),
-    "decisions": ("re-test every neighbour each slot, or never re-add a dropped one", {}),
-    "initial": ("C_a before slot 1: every neighbour, or none", {}),
-    "values": ("test against neighbours' values of this slot (fresh) or the last (stale)", {}),
-    "symmetric": ("keep b only if a and b both keep each other (exchanges decisions)", {}),
-    "weights": ("W: 1/(1+max(|C_a|,|C_b|)) (metropolis) or 1/(1+max degree of G)", {}),
-    "fallback": ("report the local mean (raw or privatised) when |C̃_a| seems 1 or 2", {}),
-    "max_age": ("mix only neighbours whose latest state is at most this many slots old", {"ge": 0}),
-}
+    def __init__(self, name: str, doc: str, of: str = "states") -> None:
+        self._name, self._of, self.__doc__ = name, of, doc
+
+    def __get__(self, proto: Any, owner: type | None = None) -> Any:
+        if proto is None:
+            return self
+        states = getattr(proto, self._of)
+        if isinstance(states, LiveFirst):
+            return states.view(self._name)
+        return getattr(states, self._name)
 
 
-def _p(name: str, default: Any) -> Any:
-    doc, bounds = _DOCS[name]
-    return param(default, doc, **bounds)
-
-
-Rule = Literal["optimistic", "bernstein", "oracle"]
-Noise = Literal["none", "laplace"]
-Threshold = Literal["exact", "simple"]
-Reset = Literal["none", "global", "agent"]
-Restart = Literal["hard", "galante"]
-Decisions = Literal["retest", "irrevocable"]
-Initial = Literal["all", "none"]
-Values = Literal["fresh", "stale"]
-Weights = Literal["metropolis", "max-degree"]
-Fallback = Literal["none", "local", "private-local"]
-
-
-def _check(p: Any) -> None:
-    if p.decisions == "irrevocable" and p.initial == "none":
-        raise ValueError(
-            "decisions = 'irrevocable' only drops neighbours, so it needs initial = 'all'"
-        )
-
-
-@dataclass(frozen=True)
-class CColMEParams:
-    """C-ColME as in Galante et al.'s code: optimistic distance, irrevocable, global reset."""
-
-    rule: Rule = _p("rule", "optimistic")
-    noise: Noise = _p("noise", "none")
-    epsilon: float = _p("epsilon", 1.0)
-    delta: float = _p("delta", 0.1)
-    theta: float = _p("theta", 0.05)
-    threshold: Threshold = _p("threshold", "exact")
-    threshold_scale: float = _p("threshold_scale", 1.0)
-    alpha_c: float = _p("alpha_c", 1.0)
-    alpha_p: float = _p("alpha_p", 1.0)
-    reset: Reset = _p("reset", "global")
-    restart: Restart = _p("restart", "galante")
-    decisions: Decisions = _p("decisions", "irrevocable")
-    initial: Initial = _p("initial", "all")
-    values: Values = _p("values", "stale")
-    symmetric: bool = _p("symmetric", False)
-    weights: Weights = _p("weights", "metropolis")
-    fallback: Fallback = _p("fallback", "none")
-    max_age: float = _p("max_age", math.inf)
-
-    def __post_init__(self) -> None:
-        _check(self)
-
-
-@dataclass(frozen=True)
-class PrivateCColMEParams:
-    """Private-C-ColME as in seed 001: Laplace noise, Bernstein test, re-tested symmetric
-    decisions, per-agent reset, fallback to the local mean."""
-
-    rule: Rule = _p("rule", "bernstein")
-    noise: Noise = _p("noise", "laplace")
-    epsilon: float = _p("epsilon", 1.0)
-    delta: float = _p("delta", 0.1)
-    theta: float = _p("theta", 0.05)
-    threshold: Threshold = _p("threshold", "exact")
-    threshold_scale: float = _p("threshold_scale", 1.0)
-    alpha_c: float = _p("alpha_c", 1.0)
-    alpha_p: float = _p("alpha_p", 1.0)
-    reset: Reset = _p("reset", "agent")
-    restart: Restart = _p("restart", "hard")
-    decisions: Decisions = _p("decisions", "retest")
-    initial: Initial = _p("initial", "none")
-    values: Values = _p("values", "fresh")
-    symmetric: bool = _p("symmetric", True)
-    weights: Weights = _p("weights", "metropolis")
-    fallback: Fallback = _p("fallback", "local")
-    max_age: float = _p("max_age", math.inf)
-
-    def __post_init__(self) -> None:
-        _check(self)
-
-
-# --------------------------------------------------------------------------------------------
-# the formulas of the neighbour tests
-
-
-def confidence_radius(
-    n: np.ndarray | float, sigma2: np.ndarray | float, gamma: float
-) -> np.ndarray:
-    """β(n; σ, γ) = σ √((2/n)(1 + 1/n) ln(√(n+1)/γ)), +∞ for n < 2 (docs/papers.md §2.1)."""
-    n = np.asarray(n, dtype=float)
-    if n.ndim == 0 and n >= 2:  # one finite radius (every slot's case): nothing to silence
-        return np.sqrt(sigma2 * (2.0 / n) * (1.0 + 1.0 / n) * np.log(np.sqrt(n + 1.0) / gamma))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.sqrt(sigma2 * (2.0 / n) * (1.0 + 1.0 / n) * np.log(np.sqrt(n + 1.0) / gamma))
-    return np.where(n < 2, np.inf, r)
-
-
-def bernstein_threshold(
-    n: np.ndarray | float,
-    sigma2: np.ndarray | float,
-    beta: np.ndarray | float,
-    theta: np.ndarray | float,
-    exact: bool = True,
-) -> np.ndarray:
-    """z with 2 exp(−n z²/(2(σ² + βz))) = θ (exact), or z' = 2βℓ/n + σ√(2ℓ/n), ℓ = ln(2/θ).
-
-    Accepting H0 (same mean) iff |S| < z bounds the type-I error of a mean of n terms with
-    variance σ² and Bernstein parameter β by θ (seed 001 §II-D, Lemma 4).
-    """
-    n = np.asarray(n, dtype=float)
-    ell = np.log(2.0 / np.asarray(theta, dtype=float))
-    if exact:
-        return (beta * ell + np.sqrt(beta * beta * ell * ell + 2.0 * n * sigma2 * ell)) / n
-    return 2.0 * beta * ell / n + np.sqrt(sigma2 * 2.0 * ell / n)
-
-
-def data_bernstein_parameter(distribution: str, sigma2: np.ndarray) -> np.ndarray:
-    """β_a of every agent's data: uniform σ√(3/20) (Lemma 2), Gaussian σ/2, Bernoulli 1/3."""
-    sigma = np.sqrt(np.asarray(sigma2, dtype=float))
-    if distribution == "uniform":
-        return sigma * math.sqrt(3.0 / 20.0)
-    if distribution == "gaussian":
-        return sigma / 2.0
-    return np.full_like(sigma, 1.0 / 3.0)
-
-
-def metropolis_weights(graph: Graph, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(w_e over directed edges, W_aa) of eq. (2) for the neighbour sets `kept`.
-
-    W_ab = 1/(1 + max(|C_a|, |C_b|)) for kept edges, 0 otherwise; W_aa = 1 − Σ_b W_ab. With
-    symmetric `kept` (kept[e] == kept[reverse[e]]) W is symmetric and doubly stochastic.
-    """
-    size = row_sums(graph, kept.astype(float))
-    w = np.where(kept, 1.0 / (1.0 + np.maximum(size[graph.src], size[graph.dst])), 0.0)
-    return w, 1.0 - row_sums(graph, w)
-
-
-def row_sums(graph: Graph, x: np.ndarray) -> np.ndarray:
-    """Σ over each agent's outgoing edges of the per-edge values x (CSR order)."""
-    out = np.zeros(graph.n, dtype=np.result_type(x.dtype, np.int64))
-    rows = graph.degree > 0
-    if rows.any():
-        out[rows] = np.add.reduceat(x, graph.indptr[:-1][rows])
-    return out
-
-
-def _common(x: np.ndarray) -> float | None:
-    """The value every element of x shares, or None (also for an empty x)."""
-    if len(x) == 0 or not (x == x[0]).all():
-        return None
-    return float(x[0])
-
-
-def _newest(
-    e: np.ndarray, stamp: np.ndarray, held: np.ndarray, strict: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Messages for edge slots e with time stamps: which ones to keep, per edge the newest.
-
-    Messages not newer than the stamp `held` of their edge (strictly, or as new) are dropped.
-    Returns the distinct edges left, the row of each one's newest message (ties: the last to
-    arrive) and the row of the message just before it for that edge (−1 if none).
-    """
-    ok = stamp > held if strict else stamp >= held
-    rows = np.flatnonzero(ok)
-    if len(rows) <= 1:
-        return e[rows], rows, np.full(len(rows), -1)
-    order = rows[np.lexsort((stamp[rows], e[rows]))]  # by edge, then stamp; stable
-    es = e[order]
-    last = np.ones(len(es), dtype=bool)
-    last[:-1] = es[1:] != es[:-1]
-    pos = np.flatnonzero(last)
-    has = (pos > 0) & (es[pos - 1] == es[pos])
-    return es[pos], order[pos], np.where(has, order[pos - 1], -1)
-
-
-class _SendTimes:
-    """Per directed edge, the send time of the message a holds (decision or size), to ignore
-    older ones; stored once when one send (all at one time) reached every edge, as in sync."""
-
-    def __init__(self, n_edges: int) -> None:
-        self._n = n_edges
-        self._all: float | None = 0.0  # 0: the prior, before any message
-        self._each = np.zeros(n_edges)
-
-    def sent(self, e: np.ndarray, at: float) -> None:
-        """The newest send, at time `at`, filled the distinct edge slots e."""
-        if len(e) == self._n:
-            self._all = at
-        else:
-            self.each[e] = at
-
-    @property
-    def each(self) -> np.ndarray:
-        """The send time held for every edge (materialised; callers may write into it)."""
-        if self._all is not None:
-            self._each[:] = self._all
-            self._all = None
-        return self._each
-
-
-# --------------------------------------------------------------------------------------------
-# the protocol
+def _same_ends(batch: Batch, src: np.ndarray, dst: np.ndarray) -> bool:
+    """Whether `batch` is the send (src, dst) as sent, by its length and end messages: ideal
+    links hand every send over whole and in order; a batch filtered or reordered on the way
+    (a test's device) is looked up edge by edge instead, with the same results."""
+    n = len(src)
+    if len(batch) != n:
+        return False
+    s, d = batch.src, batch.dst
+    return bool(s[0] == src[0] and s[-1] == src[-1] and d[0] == dst[0] and d[-1] == dst[-1])
 
 
 @PROTOCOLS.register("c-colme")
@@ -337,6 +151,14 @@ class CColME(WindowSafe):
     message_kinds = ("state", "decision", "size")
     #: The scenario must have a [topology]: the graph arrives as ctx.public["graph"].
     needs_topology: ClassVar[bool] = True
+
+    nb_x = _View("x", "X̃_b of b's newest state held by a, per directed edge (a's slot).")
+    nb_n = _View("n", "t_b of b's newest state held by a (0: none yet), per directed edge.")
+    nb_y = _View("y", "Y_b (that is Y_b^(t_b − 1)) of b's newest state held by a, per edge.")
+    nb_x_prev = _View("x_prev", "X̃_b of the state before b's newest (values = 'stale').")
+    nb_n_prev = _View("n_prev", "t_b of the state before b's newest, per directed edge.")
+    nb_size = _View("nb_size", "|C_b| as b told a, per directed edge (a's slot).", "_sizes")
+    nb_size_at = _View("at", "When b sent the |C_b| a holds, per edge (ideal links: 0).", "_sizes")
 
     @property
     def uses_oracle(self) -> bool:
@@ -349,6 +171,7 @@ class CColME(WindowSafe):
 
     # -- set-up ------------------------------------------------------------------------------
     def setup(self, ctx: Context) -> None:
+        """Read the graph and the data's constants; set up the state and the delivery path."""
         super().setup(ctx)
         p = self.params
         g: Graph = ctx.public["graph"]
@@ -360,54 +183,58 @@ class CColME(WindowSafe):
                 "step runs at a deadline"
             )
         self.graph = g
-        m, e = g.n, g.n_directed
         self.src, self.dst, self.reverse = g.src, g.dst, g.reverse
-        self._keys = g.src * m + g.dst  # sorted (CSR order): finds an edge's slot
-        self._slot_table: np.ndarray | RowIndex | None = None  # (`_edge_slots`)
-        self._rows = g.degree > 0
-        self._starts = g.indptr[:-1][self._rows]
-        L = float(ctx.public["L"])
-        self._L = L
-        sigma2 = np.broadcast_to(np.asarray(ctx.public["sigma2"], dtype=float), (m,))
+        self._csr = Rows(g)
+        self._slot_of = EdgeSlots(g.n, g.src * g.n + g.dst)
+        self._L = L = float(ctx.public["L"])
         private = p.noise == "laplace" and math.isfinite(p.epsilon)
         #: Laplace scale b = 2L/ε of the per-sample noise (0 without privacy).
         self.laplace_b = laplace_scale(L, p.epsilon) if private else 0.0
         #: σ_DP² = 2b² = 8L²/ε², the variance of each sample's noise.
         self.sigma2_dp = 2.0 * self.laplace_b**2
         self._noise = ctx.streams.get("dp-noise")
+        sigma2 = np.broadcast_to(np.asarray(ctx.public["sigma2"], dtype=float), (g.n,))
+        distribution = ctx.public.get("distribution", "uniform")
+        self._test = NeighbourTest(p, sigma2, self.sigma2_dp, distribution, g.n_directed)
         #: σ̃_a² = σ_a² + σ_DP², the variance of a privatised sample.
-        self.sigma2_tilde = sigma2 + self.sigma2_dp
-        self._equal_var = bool(np.all(sigma2 == sigma2[0])) if m else True
-        self._beta_data = data_bernstein_parameter(
-            ctx.public.get("distribution", "uniform"), sigma2
-        )
-        self._sigma = np.sqrt(sigma2)
-        self._gamma = p.delta / (4.0 * max(e, 1))
-        self._w_const = 1.0 / (1.0 + (g.degree.max() if m else 0))
+        self.sigma2_tilde = self._test.sigma2_tilde
+        if self.uses_oracle:
+            cls = ctx.oracle_classes
+            self._oracle_chi = cls[g.src] == cls[g.dst]
+        # ideal links deliver every send whole, at once and in order: no send times to keep
+        self._in_order = ctx.links is None or ctx.links.ideal
+        self._setup_state(g.n, g.n_directed)
 
-        # own state
+    def _setup_state(self, m: int, e: int) -> None:
+        """The agents' own state, what they hold per edge, and the delivery path."""
+        p = self.params
         self.t = 0
         self.raw_sum = np.zeros(m)  # Σ X_a: never leaves the agent
         self.priv_sum = np.zeros(m)  # Σ (X_a + Z_a): what everything shared derives from
+        self._mean = np.zeros(m)  # X̃_a^(t) = priv_sum / t, the privatised running mean
         self.y = np.zeros(m)  # Y_a, the consensus estimate
         self.start = np.zeros(m)  # t_a^start: age s = t − start (float: α needs no cast)
-        # per directed edge e = (a, b), what a holds about its neighbour b: its last state
-        # (X̃_b, t_b, Y_b) and, for values = "stale", the one before; t_b = 0: none yet
-        self._nb_x, self._nb_n, self._nb_y = np.zeros(e), np.zeros(e), np.zeros(e)
-        self._nb_x_prev, self._nb_n_prev = np.zeros(e), np.zeros(e)
-        # t_b shared by every stored state (synchronous agents), None when they differ
-        self._nb_n_all: float | None = 0.0
-        self._nb_n_prev_all: float | None = 0.0
         self.chi = np.full(e, p.initial == "all")  # χ_a(b), a's own decision
         self.their_chi = self.chi.copy()  # χ_b(a), as b told a
-        self.their_chi_at = _SendTimes(e)  # when b sent it (0: the prior `initial`)
+        self.their_chi_at = np.zeros(e)  # when b sent it (0: the prior `initial`)
         self.kept = self.chi.copy()  # C_a as a boolean per edge
-        self.size = self._count(self.kept)  # |C_a|
-        self._nb_size = self.size[self.dst].astype(float)  # |C_b| as b told a (`nb_size`)
-        self.nb_size_at = _SendTimes(e)  # the slot b sent it in (0: the prior)
-        # ideal links deliver every send whole, at once and in order: no send times to keep
-        self._in_order = ctx.links is None or ctx.links.ideal
+        self.size = self._csr.count(self.kept)  # |C_a|
         self._kept_idx = np.flatnonzero(self.kept)
+        self._kept_version = 0  # counted up whenever C (any agent's kept set) moves
+        self._sizes = Sizes(self.graph, self.size, self._in_order, p.weights == "metropolis")
+        self._sends_sizes = p.weights == "metropolis" or p.fallback != "none"
+        # the delivery path, chosen once: live-first or per edge (see the module's docstring)
+        live = self._in_order and p.decisions == "irrevocable"
+        #: What a holds of b's states: the live-first or the per-edge delivery path.
+        self.states: LiveFirst | EdgeStates = (
+            LiveFirst(self.graph, self._kept_idx) if live else EdgeStates(e)
+        )
+        # Ideal links deliver every send at once, so the state payload of slot t − 3 is held by
+        # nobody at slot t (a keeps t − 1's and t − 2's states): buffers in turn save fresh pages
+        self._buffers: list[np.ndarray] = []
+        self._turn = 0
+        # kind: (src, dst, receivers' slots) of the last send
+        self._sent: dict[str, tuple[np.ndarray, np.ndarray, Any]] = {}
         # the edges of the last consensus step and their weights W_ab (for mixing_matrix)
         self._mixed_idx: np.ndarray = np.empty(0, dtype=np.int64)
         self._w: np.ndarray | float = 0.0
@@ -415,64 +242,7 @@ class CColME(WindowSafe):
         self._unchanged = np.zeros(m, dtype=bool)
         self._unchanged.flags.writeable = False
         self._changed = self._unchanged  # C_a changed in this slot
-        self._agents = np.arange(m)
-        #: r when every agent has r ≥ 1 neighbours (r-regular: rows of r edges)
-        self._degree = (
-            int(g.degree[0]) if m and g.degree[0] > 0 and np.all(g.degree == g.degree[0]) else None
-        )
-        #: X̃_a^(t) = priv_sum / t, the privatised running mean of this slot
-        self._mean = np.zeros(m)
-        # Caches of the consensus step, valid while C (all agents' kept sets) is unchanged.
-        # `_size_send`: (sender, receiver) of the size messages (None once C moved), and
-        # `_sent_key` the one of the latest send; `_heard`: (slots, |C_b| column, its
-        # _size_send) of the latest size send when it arrived whole (nb_size[slots] is that
-        # column: written into `_nb_size` only when read, or for the edges C drops); `_w_cache`:
-        # (the _size_send, W_ab) of the last update that mixed exactly those sizes.
-        self._size_send: tuple[np.ndarray, np.ndarray] | None = None
-        self._sent_key: tuple[np.ndarray, np.ndarray] | None = None
-        self._heard: tuple[np.ndarray, np.ndarray, Any] | None = None
-        self._heard_filed = True
-        self._starts_of: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
-        # Ideal links deliver every send at once, so the state payload of slot t − 3 is held by
-        # nobody at slot t (a keeps t − 1's and t − 2's states): three buffers in turn save
-        # fresh pages (the faults cost more than the gathers that fill them)
-        self._state_buffers: list[np.ndarray] = []
-        self._size_payload: np.ndarray | None = None
-        self._size_buffers: list[np.ndarray] = []
-        if self._in_order:  # per edge: |C_b| (float) and eq. (2)'s W_ab, updated where C moves
-            self._size_dst = self.size[self.dst].astype(float)
-            self._w_full = 1.0 / (1.0 + np.maximum(self.size[self.src], self._size_dst))
-        self._w_cache: tuple[Any, np.ndarray | float] | None = None
-        self._sent: dict[str, tuple[np.ndarray, np.ndarray | slice]] = {}
-        # Live-first state sends (ideal links, irrevocable decisions; see `_send_live_first`):
-        # S, the edges whose states carry values (CSR order, a superset of χ), and χ over S
-        self._live_first = self._in_order and p.decisions == "irrevocable"
-        self._sent_set = self._kept_idx
-        self._alive = np.ones(len(self._sent_set), dtype=bool)
-        self._dead_in_set = 0  # edges of S dropped for good since S was last compacted
-        self._died = self._kept_idx[:0]  # edges dropped for good in this slot's test
-        # (S, its message senders, receivers, slots) of the live-first send
-        self._state_send: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._nan_from: dict[int, int] = {}  # per state buffer: rows from here on are NaN
-        # the newest and the previous live-first send as a holds them: (S, X̃_b, Y_b) over S
-        self._held = (self._sent_set, self._nb_x, self._nb_y)
-        self._held_prev = (self._sent_set, self._nb_x_prev)
-        # positions of one edge set within a larger one, for the two latest pairs (`_within`)
-        self._within_cache: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self._sends_sizes = p.weights == "metropolis" or p.fallback != "none"
         self._handlers = (self._on_state, self._on_decision, self._on_size)
-        if self.uses_oracle:
-            cls = ctx.oracle_classes
-            self._oracle_chi = cls[g.src] == cls[g.dst]
-
-    def _count(self, mask: np.ndarray) -> np.ndarray:
-        """Number of True edges of each agent (CSR rows)."""
-        if len(self._starts) == self.graph.n:  # nobody isolated: one call
-            return np.add.reduceat(mask, self._starts, dtype=np.int64)
-        out = np.zeros(self.graph.n, dtype=np.int64)
-        if len(self._starts):
-            out[self._rows] = np.add.reduceat(mask, self._starts, dtype=np.int64)
-        return out
 
     # -- slot: sample, privatise, share ------------------------------------------------------
     def privatise(self, samples: np.ndarray) -> np.ndarray:
@@ -482,6 +252,8 @@ class CColME(WindowSafe):
         return samples + self._noise.laplace(0.0, self.laplace_b, size=len(samples))
 
     def on_samples(self, t: int, samples: np.ndarray) -> None:
+        """Slot t: take and privatise the samples, send the states, then (a deadline at the end
+        of the instant) the consensus step."""
         self.t = t
         self.raw_sum += samples
         self.priv_sum += self.privatise(samples)
@@ -490,179 +262,43 @@ class CColME(WindowSafe):
         # columns are contiguous (the transpose of a C array) for the receiver's arithmetic;
         # mode="clip" (the indices are valid): "raise" would gather into a buffered copy
         payload = self._state_payload()
-        if self._live_first:
-            self._send_live_first(payload)
+        states = self.states
+        if isinstance(states, LiveFirst):
+            states.compact(self._kept_idx, self._kept_version, self.params.symmetric)
+            sender, receiver, slots = states.fill(self._mean, self.y, t, payload, self._turn)
+            self._sent["state"] = (sender, receiver, slots)
+            self.ctx.send("state", sender, receiver, payload)
         else:
             np.take(self._mean, self.dst, out=payload[:, 0], mode="clip")
             payload[:, 1] = t
             np.take(self.y, self.dst, out=payload[:, 2], mode="clip")
-            self._send("state", self.dst, self.src, payload, slice(None))
+            self._sent["state"] = (self.dst, self.src, slice(None))
+            self.ctx.send("state", self.dst, self.src, payload)
         # the slot's consensus step, after this instant's deliveries (whatever arrived)
         self.ctx.call_at(t, self._decided)
 
     def _state_payload(self) -> np.ndarray:
-        """An (edges × 3) array for this slot's states, columns contiguous."""
+        """An (edges × 3) array for this slot's states, columns contiguous: in order, the next
+        of `BUFFERS` in turn (`_turn` tells which)."""
         if not self._in_order:
             return np.empty((3, self.graph.n_directed)).T
-        if not self._state_buffers:
-            self._state_buffers = [np.empty((3, self.graph.n_directed)).T for _ in range(3)]
-        self._state_buffers.append(self._state_buffers.pop(0))  # the oldest, in turn
-        return self._state_buffers[-1]
-
-    def _send_live_first(self, payload: np.ndarray) -> None:
-        """This slot's states, live first: the messages of the edges of S come first and carry
-        (X̃_b, t, Y_b), those of the other edges, dropped for good, carry NaN.
-
-        Under irrevocable decisions an edge a dropped never returns to χ_a, and its states are
-        never read again: the test runs on χ_a's edges only (it could only confirm the drop),
-        and a mixes only kept edges. So only their values are gathered; every edge still gets
-        its message (the counts are results), in the order S, then the others. S is χ as of
-        its last compaction: it holds the edges dropped since then until they are an eighth
-        of it (their values are sent and not read), so that S, its message order and the
-        index arrays built from it change a few times per run, not in every slot with a drop.
-        """
-        if self._dead_in_set * 8 > len(self._sent_set):  # compact S to χ's edges
-            # (C = χ without symmetric: then the kept edges are these already, as an array)
-            keep = self._sent_set[self._alive] if self.params.symmetric else self._kept_idx
-            self._seed_within(keep, self._sent_set, np.flatnonzero(self._alive))
-            self._sent_set, self._alive, self._dead_in_set = keep, np.ones(len(keep), bool), 0
-        s = self._sent_set
-        if self._state_send is None or self._state_send[0] is not s:
-            rest = np.ones(self.graph.n_directed, dtype=bool)
-            rest[s] = False
-            order = np.concatenate([s, np.flatnonzero(rest)])
-            self._state_send = (s, self.dst[order], self.src[order], order)
-        _, sender, receiver, slots = self._state_send
-        k = len(s)
-        np.take(self._mean, sender[:k], out=payload[:k, 0], mode="clip")
-        payload[:k, 1] = self.t
-        np.take(self.y, sender[:k], out=payload[:k, 2], mode="clip")
-        nan_from = self._nan_from.get(id(payload), self.graph.n_directed)
-        if k < nan_from:  # the buffer's rows past S (S only shrinks): NaN, once
-            payload[k:nan_from] = np.nan
-            self._nan_from[id(payload)] = k
-        self._send("state", sender, receiver, payload, slots)
-
-    def _on_live_states(self, x: np.ndarray, y: np.ndarray) -> None:
-        """A live-first send of this slot, whole: hold its columns over S, test χ's edges."""
-        s = self._sent_set
-        k = len(s)
-        self._held_prev = self._held[:2]
-        self._held = (s, x[:k], y[:k])
-        self._nb_n_prev_all, self._nb_n_all = self._nb_n_all, float(self.t)
-        keep = self._rule(s)
-        keep &= self._alive  # irrevocable: an edge of S dropped before stays dropped
-        died = self._alive & ~keep
-        if died.any():
-            self._died = s[died]
-            self.chi[self._died] = False
-            self._alive = keep
-            self._dead_in_set += len(self._died)
-        if self.params.symmetric:  # χ_a(b) told on every edge, as a slot's tests tell it
-            self._tell(slice(None), self.chi, self.ctx.now())
-
-    def _within(self, idx: np.ndarray, s: np.ndarray) -> np.ndarray:
-        """The positions in the sorted edge set s of the edges idx (a subset of s): cached for
-        the two latest pairs, which the next slots ask for again."""
-        for cached in self._within_cache:
-            if cached[0] is idx and cached[1] is s:
-                return cached[2]
-        pos = np.searchsorted(s, idx)
-        self._seed_within(idx, s, pos)
-        return pos
-
-    def _seed_within(self, idx: np.ndarray, s: np.ndarray, pos: np.ndarray) -> None:
-        """Remember that the edges idx sit at positions pos of the edge set s."""
-        self._within_cache = [(idx, s, pos), *self._within_cache[:1]]
-
-    def _held_y(self, idx: np.ndarray) -> np.ndarray:
-        """Live-first: Y_b of the newest send on the edges idx (a subset of its S), gathered
-        by a cached index (no gather while no edge was dropped since S was compacted)."""
-        s, _, y = self._held
-        return y if idx is s else y.take(self._within(idx, s))
-
-    def _per_edge(self, s: np.ndarray, values: np.ndarray | float | None) -> np.ndarray:
-        """Live-first: values over the edge set s as an array over every edge (NaN off s)."""
-        out = np.full(self.graph.n_directed, np.nan)
-        out[s] = values
-        return out
-
-    @property
-    def nb_x(self) -> np.ndarray:
-        """X̃_b of b's newest state held by a, per directed edge (a's slot); NaN where the
-        message carried none (live-first: edges dropped for good)."""
-        return self._per_edge(*self._held[:2]) if self._live_first else self._nb_x
-
-    @property
-    def nb_n(self) -> np.ndarray:
-        """t_b of b's newest state held by a (0: none yet), per directed edge (live-first: the
-        slot of the latest send, which reached every edge, with values or not)."""
-        if self._live_first:
-            return np.full(self.graph.n_directed, self._nb_n_all)
-        return self._nb_n
-
-    @property
-    def nb_y(self) -> np.ndarray:
-        """Y_b (that is Y_b^(t_b − 1)) of b's newest state held by a, per directed edge."""
-        return self._per_edge(self._held[0], self._held[2]) if self._live_first else self._nb_y
-
-    @property
-    def nb_x_prev(self) -> np.ndarray:
-        """X̃_b of the state before b's newest, per directed edge (``values = "stale"``)."""
-        return self._per_edge(*self._held_prev) if self._live_first else self._nb_x_prev
-
-    @property
-    def nb_n_prev(self) -> np.ndarray:
-        """t_b of the state before b's newest, per directed edge."""
-        if self._live_first:
-            return np.full(self.graph.n_directed, self._nb_n_prev_all)
-        return self._nb_n_prev
-
-    def _leave_live_first(self) -> None:
-        """Hold per-edge arrays from now on (a state send that did not arrive whole, which
-        ideal links never do): the per-edge path, NaN values held on edges dropped for good."""
-        self._nb_x, self._nb_n, self._nb_y = self.nb_x, self.nb_n, self.nb_y
-        self._nb_x_prev, self._nb_n_prev = self.nb_x_prev, self.nb_n_prev
-        self._live_first = False
-
-    def _send(
-        self,
-        kind: str,
-        src: np.ndarray,
-        dst: np.ndarray,
-        payload: np.ndarray,
-        slots: np.ndarray | slice,
-    ) -> None:
-        """Send and remember which receiver slots the messages fill (for the fast path)."""
-        self._sent[kind] = (src, slots)
-        self.ctx.send(kind, src, dst, payload)
+        if not self._buffers:
+            self._buffers = [np.empty((3, self.graph.n_directed)).T for _ in range(BUFFERS)]
+        self._turn = (self._turn + 1) % BUFFERS
+        return self._buffers[self._turn]
 
     def _slots(self, batch: Batch, kind: str) -> tuple[np.ndarray | slice, bool]:
         """The receiver's edge slot of every message of `batch` (receiver dst, sender src), and
-        whether the batch is the last send of its kind as sent (so the newest of its kind)."""
-        src, slots = self._sent.get(kind, (None, None))
-        if batch.src is src:  # delivered as sent (e.g. ideal links): no lookup needed
-            return slots, True
-        return self._edge_slots(batch.dst * self.graph.n + batch.src), False
-
-    def _edge_slots(self, keys: np.ndarray) -> np.ndarray:
-        """The slot of each edge key a·n + b (receiver a, sender b): a direct table up to 2²²
-        keys (16 MiB), else a hash index, built at the first call — several times faster than a
-        binary search of the sorted keys on a window's 10⁴–10⁵ messages."""
-        if self._slot_table is None:
-            n = self.graph.n
-            if n * n <= _TABLE_KEYS:
-                self._slot_table = np.full(n * n, -1, dtype=np.int32)
-                self._slot_table[self._keys] = np.arange(len(self._keys), dtype=np.int32)
-            else:
-                self._slot_table = RowIndex()  # rows in order of adding: the slots
-                self._slot_table.add(self._keys)
-        if isinstance(self._slot_table, RowIndex):
-            return self._slot_table.find(keys)
-        return self._slot_table[keys].astype(np.int64)
+        whether the batch is the last send of its kind, whole (so the newest of its kind)."""
+        if self._in_order:  # ideal links: every send arrives whole, at once, in send order
+            sent = self._sent.get(kind)
+            if sent is not None and _same_ends(batch, sent[0], sent[1]):
+                return sent[2], True
+        return self._slot_of.find(batch.dst, batch.src), False
 
     # -- deliveries: store what arrived ----------------------------------------------------
     def on_deliver(self, batch: Batch) -> None:
+        """File what arrived: each kind of message to its handler."""
         if batch.single_kind is not None:  # one kind (always so with ideal links): no need to split
             self._handlers[batch.single_kind](batch)
             return
@@ -672,33 +308,39 @@ class CColME(WindowSafe):
                 handle(part)
 
     def _on_state(self, batch: Batch) -> None:
-        e, as_sent = self._slots(batch, "state")
+        e, whole = self._slots(batch, "state")
         x, n, y = batch.payload[:, 0], batch.payload[:, 1], batch.payload[:, 2]
-        if self._live_first:
-            if as_sent:  # in order, every send arrives whole, at once
-                self._on_live_states(x, y)
+        states = self.states
+        if isinstance(states, LiveFirst):
+            if whole:  # in order, every send arrives whole, at once
+                self._on_live_states(states, x, y)
                 return
-            self._leave_live_first()
+            self.states = states = states.to_edge_states()  # per edge from now on
         if batch.delivered_at is not None:  # a window's, with exact times (window_safe)
             if isinstance(e, slice):
                 e = np.arange(self.graph.n_directed)[e]
-            self._states_in_window(e, x, n, y, batch.delivered_at)
+            self._states_in_window(states, e, x, n, y, batch.delivered_at)
             return
-        if isinstance(e, slice) and len(n) and n[0] > self._newest_state():
-            # every neighbour's state of one slot, newer than all held: keep the columns
-            self._nb_x_prev, self._nb_n_prev = self._nb_x, self._nb_n
-            self._nb_n_prev_all = self._nb_n_all
-            self._nb_x, self._nb_n, self._nb_y = x, n, y
-            self._nb_n_all = float(n[0])
+        if isinstance(e, slice) and len(n) and n[0] > states.newest_stamp():
+            states.take_columns(x, n, y)  # every neighbour's state of one slot, newer
         else:
             if isinstance(e, slice):
                 e = np.arange(self.graph.n_directed)[e]
-            e, _ = self._store_states(e, x, n, y)
+            e, _ = states.store(e, x, n, y)
             if len(e) == 0:
                 return
         chi = self._decide(e)
         if self.params.symmetric:
             self._tell(e, chi, self.ctx.now())
+
+    def _on_live_states(self, states: LiveFirst, x: np.ndarray, y: np.ndarray) -> None:
+        """A live-first send of this slot, whole: hold its columns over S, test χ's edges."""
+        s = states.receive(x, y, self.t)
+        died = states.tested(self._rule(s))  # irrevocable: a drop of S stays dropped
+        if len(died):
+            self.chi[died] = False
+        if self.params.symmetric:  # χ_a(b) told on every edge, as a slot's tests tell it
+            self._tell(slice(None), self.chi, self.ctx.now())
 
     def _decide(self, e: np.ndarray | slice) -> np.ndarray:
         """Test the edges e (just given newer states) and file a's decisions χ_a(b)."""
@@ -714,15 +356,21 @@ class CColME(WindowSafe):
         payload = np.empty((2, len(chi))).T  # contiguous columns, as for states
         payload[:, 0] = chi
         payload[:, 1] = at
-        src = self.src[e]
-        self._sent["decision"] = (src, self.reverse[e])
+        src, dst = self.src[e], self.dst[e]
+        self._sent["decision"] = (src, dst, self.reverse[e])
         if isinstance(at, np.ndarray):
-            self.ctx.send("decision", src, self.dst[e], payload, at=at)
+            self.ctx.send("decision", src, dst, payload, at=at)
         else:
-            self.ctx.send("decision", src, self.dst[e], payload)
+            self.ctx.send("decision", src, dst, payload)
 
     def _states_in_window(
-        self, e: np.ndarray, x: np.ndarray, n: np.ndarray, y: np.ndarray, at: np.ndarray
+        self,
+        states: EdgeStates,
+        e: np.ndarray,
+        x: np.ndarray,
+        n: np.ndarray,
+        y: np.ndarray,
+        at: np.ndarray,
     ) -> None:
         """A window's states, sorted by delivery time `at`: filed and tested as single
         instants would. Edges are independent (each has its own held states and χ), so each
@@ -743,7 +391,7 @@ class CColME(WindowSafe):
         told = []
         for k in range(int(rounds.max()) + 1):
             sel = np.flatnonzero(rounds == k)  # delivery order
-            edges, rows = self._store_states(e[sel], x[sel], n[sel], y[sel])
+            edges, rows = states.store(e[sel], x[sel], n[sel], y[sel])
             if len(edges):
                 chi = self._decide(edges)
                 told.append((at[sel][rows], edges, chi))
@@ -752,121 +400,39 @@ class CColME(WindowSafe):
             order = np.lexsort((edges, when))
             self._tell(edges[order], chi[order], when[order])
 
-    def _newest_state(self) -> float:
-        """The largest t_b of every state held (0 when none)."""
-        if self._nb_n_all is not None:
-            return self._nb_n_all
-        return float(self._nb_n.max())
-
-    def _store_states(
-        self, e: np.ndarray, x: np.ndarray, n: np.ndarray, y: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """File states (x, n, y) in the edge slots e, keeping per edge the newest two by t_b.
-
-        Returns the edges that got a newer state (older ones than held are ignored) and the row
-        of each one's newest. In place and O(len(e)): with spread latencies batches are small
-        and many.
-        """
-        edges, rows, before = _newest(e, n, self._nb_n[e], strict=True)
-        if len(edges) == 0:
-            return edges, rows
-        # the state this one replaces: an older one of this batch, or the newest held
-        had = before >= 0
-        self._nb_x_prev[edges] = np.where(had, x[before], self._nb_x[edges])
-        self._nb_n_prev[edges] = np.where(had, n[before], self._nb_n[edges])
-        self._nb_x[edges], self._nb_n[edges], self._nb_y[edges] = x[rows], n[rows], y[rows]
-        self._nb_n_prev_all = self._nb_n_all = None
-        return edges, rows
-
     def _on_decision(self, batch: Batch) -> None:
-        e, as_sent = self._slots(batch, "decision")
+        e, whole = self._slots(batch, "decision")
         chi, at = batch.payload[:, 0] > 0.5, batch.payload[:, 1]
-        if as_sent:  # the last send, so the newest: one send time for all
+        if whole:  # the last send, in order: the newest (no send times kept)
             self.their_chi[e] = chi
-            if not self._in_order:
-                self.their_chi_at.sent(e, float(at[0]))
             return
         # keep per edge the newest decision (by send time), drop older ones
-        times = self.their_chi_at.each
-        e, rows, _ = _newest(e, at, times[e], strict=False)
+        times = self.their_chi_at
+        e, rows, _ = newest(e, at, times[e], strict=False)
         self.their_chi[e], times[e] = chi[rows], at[rows]
 
     def _on_size(self, batch: Batch) -> None:
-        e, as_sent = self._slots(batch, "size")
-        size, at = batch.payload[:, 0], batch.payload[:, 1]
-        if as_sent:
-            if not self._heard_filed and self._heard[0] is not e:  # type: ignore[index]
-                self._file_heard()  # the new sizes do not cover the same slots
-            self._heard, self._heard_filed = (e, size, self._sent_key), False
-            if not self._in_order:
-                self.nb_size_at.sent(e, float(at[0]))
-            return
-        self._file_heard()
-        self._heard = None
-        times = self.nb_size_at.each
-        e, rows, _ = _newest(e, at, times[e], strict=False)
-        self._nb_size[e], times[e] = size[rows], at[rows]
-
-    def _refresh_edges(self, agents: np.ndarray) -> None:
-        """In order: after |C_a| changed for `agents`, recompute |C_b| (`_size_dst`) and, for
-        Metropolis weights, W_ab = 1/(1 + max(|C_a|, |C_b|)) (`_w_full`) on the edges that
-        touch them (their own rows and the reverse edges): the floats eq. (2) gives for all."""
-        g = self.graph
-        deg = g.degree[agents]
-        first = g.indptr[agents]
-        own = np.repeat(first - (np.cumsum(deg) - deg), deg) + np.arange(int(deg.sum()))
-        e = np.concatenate([own, self.reverse[own]])
-        self._size_dst[e] = self.size[self.dst[e]]
-        if self.params.weights == "metropolis":
-            self._w_full[e] = 1.0 / (1.0 + np.maximum(self.size[self.src[e]], self._size_dst[e]))
-
-    def _file_dropped(self, gone: np.ndarray) -> None:
-        """C changed (in order, before this slot's size send): file the sizes last heard only
-        for the edges dropped from C, the `gone`; the send about to arrive at once overwrites
-        every other slot they filled."""
-        heard = self._heard
-        if self._heard_filed or heard is None or heard[0] is not self._kept_idx:
-            return
-        self._nb_size[gone] = heard[1][np.searchsorted(heard[0], gone)]
-        self._heard_filed = True
-
-    def _size_buffer(self, k: int) -> np.ndarray:
-        """A (k × 2) array for a size send, columns contiguous; in order, one of two buffers in
-        turn (the other holds the sizes last heard, not yet filed)."""
-        if not self._in_order:
-            return np.empty((2, k)).T
-        if not self._size_buffers:
-            self._size_buffers = [np.empty((2, self.graph.n_directed)) for _ in range(2)]
-        self._size_buffers.reverse()
-        return self._size_buffers[0][:, :k].T
-
-    @property
-    def nb_size(self) -> np.ndarray:
-        """|C_b| as b told a, per directed edge (a's slot)."""
-        self._file_heard()
-        return self._nb_size
-
-    def _file_heard(self) -> None:
-        """Write the sizes of the latest whole send into `_nb_size` (if not done yet)."""
-        if not self._heard_filed:
-            e, size, _ = self._heard  # type: ignore[misc]
-            self._nb_size[e] = size
-            self._heard_filed = True
+        e, whole = self._slots(batch, "size")
+        if whole:
+            self._sizes.heard_whole(e, batch.payload[:, 0])  # type: ignore[arg-type]
+        else:
+            self._sizes.heard(e, batch.payload[:, 0], batch.payload[:, 1])  # type: ignore[arg-type]
 
     # -- the slot's consensus step (deadlines at the end of instant t) -----------------------
     def _decided(self) -> None:
         """C_a^(t) from χ_a and the last χ_b(a): restart ages where it changed, tell kept
         neighbours |C_a|, then update (once sizes sent with zero latency are delivered)."""
-        live = self._live_first and not self.params.symmetric
+        states = self.states
+        live = isinstance(states, LiveFirst) and not self.params.symmetric
         if live:  # C_a = χ_a: the only flips are the drops of this slot's test
-            flipped, self._died = self._died, self._died[:0]
+            flipped, states.died = states.died, states.died[:0]  # type: ignore[union-attr]
             kept = self.kept
             kept[flipped] = False
         else:
             kept = self.chi & self.their_chi if self.params.symmetric else self.chi.copy()
             flips = kept != self.kept
             self.kept = kept
-            flipped = np.flatnonzero(flips) if flips.any() else self._died[:0]
+            flipped = np.flatnonzero(flips) if flips.any() else self._kept_idx[:0]
         if len(flipped):  # else |C_a|, the kept edges and the caches stay as they are
             # few: |C_a| and "changed" follow from them
             owner = self.src[flipped]
@@ -875,15 +441,15 @@ class CColME(WindowSafe):
             self.size = self.size.copy()
             np.add.at(self.size, owner, np.where(kept[flipped], 1, -1))
             if self._in_order:
-                self._file_dropped(flipped[~kept[flipped]])
-                self._refresh_edges(np.flatnonzero(self._changed))
-            if live:  # χ's edges: those of S still alive, at known positions of S
-                s = self._sent_set
-                self._kept_idx = s[self._alive]
-                self._seed_within(self._kept_idx, s, np.flatnonzero(self._alive))
+                gone = flipped[~kept[flipped]]
+                changed = np.flatnonzero(self._changed)
+                self._sizes.moved(gone, changed, self.size, self._kept_version)
+            self._kept_version += 1
+            if live:  # χ's edges: those of S still alive
+                self._kept_idx = states.s[states.alive]  # type: ignore[union-attr]
+                states.kept_moved(self._kept_version)  # type: ignore[union-attr]
             else:
                 self._kept_idx = np.flatnonzero(kept)
-            self._size_send = None
         else:
             self._changed = self._unchanged
         if self.params.restart == "hard":
@@ -891,27 +457,11 @@ class CColME(WindowSafe):
         if not self._sends_sizes or len(self._kept_idx) == 0:
             self._update()
             return
-        # b = dst[idx] tells a = src[idx] its |C_b| of slot t, filed in a's slot idx
-        if self._size_send is None:
-            sender = self.dst[self._kept_idx]
-            receiver = np.repeat(self._agents, self.size)  # src[idx]: idx is in CSR order
-            self._size_send = (sender, receiver)
-        sender, receiver = self._size_send
-        if not self._in_order:  # a late batch of an earlier send must not pass for this one
-            sender, receiver = sender.copy(), receiver.copy()
-        payload = self._size_payload
-        if payload is None or self._sent_key is not self._size_send:
-            payload = self._size_buffer(len(sender))
-            if self._in_order:  # |C_b| per edge, kept up to date: a gather in CSR order
-                np.take(self._size_dst, self._kept_idx, out=payload[:, 0], mode="clip")
-            else:
-                payload[:, 0] = self.size[sender]
-        # in order (ideal links) and unchanged: the last payload, delivered at once and read
-        # only for its sizes (not its send times), is taken again
-        self._size_payload = payload if self._in_order else None
-        payload[:, 1] = self.t
-        self._sent_key = self._size_send
-        self._send("size", sender, receiver, payload, self._kept_idx)
+        sender, receiver, payload = self._sizes.payload(
+            self._kept_idx, self._kept_version, self.size, self.t
+        )
+        self._sent["size"] = (sender, receiver, self._kept_idx)
+        self.ctx.send("size", sender, receiver, payload)
         self.ctx.call_at(self.t, self._update)
 
     # -- neighbour test ----------------------------------------------------------------------
@@ -919,17 +469,20 @@ class CColME(WindowSafe):
         """χ_a(b) for the edges e (a = src[e], b = dst[e]) from privatised values only."""
         if self.uses_oracle:
             return self._oracle_chi[e].copy()
-        x_b, n_all, n_b = self._held_states(e)
+        states = self.states
+        live = isinstance(states, LiveFirst)
+        x_b, n_all, n_b = states.read(e, self.params.values == "fresh")  # type: ignore[arg-type]
         if n_all is None:  # states of different ages held; maybe not on these edges
-            n_all = _common(n_b)
+            n_all = common(n_b)  # type: ignore[arg-type]
         if n_all == 0.0:  # nothing from these neighbours yet (stale, t = 1): keep them all
             return np.ones(len(x_b), dtype=bool)
-        a, b = self._ends(e)
+        # live-first, e is S: (a, b) are its send's receivers and senders (no gather)
+        a, b = states.ends(e) if live else (self.src[e], self.dst[e])  # type: ignore[union-attr,arg-type]
         n_a = float(self.t)
         # |X̃_a − X̃_b|, in place; every edge: CSR order, a = src, agents' rows
-        if isinstance(e, slice) or (self._live_first and len(e) == self.graph.n_directed):
+        if isinstance(e, slice) or (live and len(e) == self.graph.n_directed):
             # r-regular: a scalar count repeats faster
-            diff = np.repeat(self._mean, self._degree or self.graph.degree)
+            diff = np.repeat(self._mean, self._csr.regular or self.graph.degree)
         else:
             diff = self._mean.take(a)
         np.subtract(diff, x_b, out=diff)
@@ -939,62 +492,8 @@ class CColME(WindowSafe):
             n_b = np.where(unknown, n_a, n_b)
         else:
             unknown, n_b = None, n_all
-        if self.params.rule == "optimistic":
-            keep = diff <= self._radius(n_a, a) + self._radius(n_b, b)
-        else:
-            keep = diff < self._bernstein(np.minimum(n_a, n_b), a, b)
+        keep = self._test.keep(diff, n_a, n_b, a, b)
         return keep if unknown is None else keep | unknown
-
-    def _held_states(
-        self, e: np.ndarray | slice
-    ) -> tuple[np.ndarray, float | None, np.ndarray | float | None]:
-        """(X̃_b, t_b shared by all or None, t_b) of the states the test reads on edges e: the
-        newest (``values = "fresh"``) or the one before (``"stale"``). Live-first, e is S."""
-        fresh = self.params.values == "fresh"
-        if self._live_first:  # the columns of the sends over their S (which holds e)
-            s, x = self._held[:2] if fresh else self._held_prev
-            n_all = self._nb_n_all if fresh else self._nb_n_prev_all
-            return (x if s is e else x.take(self._within(e, s))), n_all, n_all
-        if fresh:
-            return self._nb_x[e], self._nb_n_all, self._nb_n[e]
-        return self._nb_x_prev[e], self._nb_n_prev_all, self._nb_n_prev[e]
-
-    def _ends(self, e: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
-        """(a, b) = (src[e], dst[e]); live-first, e is S and they are its send's receivers
-        and senders (no gather)."""
-        send = self._state_send
-        if send is not None and send[0] is e:
-            return send[2][: len(e)], send[1][: len(e)]
-        return self.src[e], self.dst[e]
-
-    def _radius(self, n: float | np.ndarray, agents: np.ndarray) -> np.ndarray:
-        """β(n; σ̃_a, γ) of the DP-adjusted optimistic distance for the given agents."""
-        s2 = float(self.sigma2_tilde[0]) if self._equal_var else self.sigma2_tilde[agents]
-        return confidence_radius(n, s2, self._gamma)
-
-    def _bernstein(self, n: float | np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """z_t of the Bernstein pair test on X̃_a − X̃_b (scaled by `threshold_scale`)."""
-        p = self.params
-        terms = 4 if self.sigma2_dp > 0 else 2  # X_a, X_b (and Z_a, Z_b) are independent
-        s_dp = math.sqrt(self.sigma2_dp)
-        if self._equal_var:
-            s2: float | np.ndarray = 2.0 * float(self.sigma2_tilde[0])
-            beta: float | np.ndarray = math.sqrt(terms) * max(
-                float(self._beta_data[0]), float(self._sigma[0]), s_dp / math.sqrt(2.0), s_dp
-            )
-        else:
-            s2 = self.sigma2_tilde[a] + self.sigma2_tilde[b]
-            beta = math.sqrt(terms) * np.maximum.reduce(
-                [
-                    self._beta_data[a],
-                    self._beta_data[b],
-                    self._sigma[a],
-                    self._sigma[b],
-                    np.full(len(a), s_dp),
-                ]
-            )
-        theta = p.theta / np.log(np.asarray(n, dtype=float) + 1.0)
-        return p.threshold_scale * bernstein_threshold(n, s2, beta, theta, p.threshold == "exact")
 
     # -- consensus step ----------------------------------------------------------------------
     def _restart(self, changed: np.ndarray) -> None:
@@ -1005,102 +504,53 @@ class CColME(WindowSafe):
         elif reset == "global" and changed.any():
             self.start[:] = self.t - 1
 
-    def _mixed(self) -> tuple[np.ndarray, np.ndarray]:
+    def _mixed(self) -> tuple[np.ndarray, np.ndarray, bool]:
         """The kept edges a mixes over in slot t (heard from, at most max_age slots old), in
-        CSR order, and how many each agent has."""
-        n_all, max_age = self._nb_n_all, self.params.max_age
+        CSR order, how many each agent has, and whether they are all the kept edges."""
+        n_all, max_age = self.states.n_all, self.params.max_age
         if n_all is not None and n_all > 0 and self.t - n_all <= max_age:
-            return self._kept_idx, self.size  # every state of one slot: all kept are mixed
+            return self._kept_idx, self.size, True  # every state of one slot: all kept mixed
         nb_n = self.nb_n  # (live-first: derived from the latest send, held per edge otherwise)
         mixed = self.kept & (nb_n > 0)
         if math.isfinite(max_age):
             mixed &= self.t - nb_n <= max_age
-        return np.flatnonzero(mixed), self._count(mixed)
+        return np.flatnonzero(mixed), self._csr.count(mixed), False
 
     def _update(self) -> None:
         """Y_a ← (1−α) X̃_a + α (W_aa Y_a + Σ_b W_ab Y_b), then the fallback decision."""
         p = self.params
-        m = self.graph.n
-        idx, counts = self._mixed()
+        idx, counts, all_kept = self._mixed()
         every = len(idx) == self.graph.n_directed  # every link mixed: no need to compress
-        if self._live_first:
-            nb_y = self._held_y(idx)
+        states = self.states
+        if isinstance(states, LiveFirst):
+            nb_y = states.y_of(idx, self._kept_version if all_kept else None)
         else:
-            nb_y = self._nb_y if every else self._nb_y[idx]
-        self._mixed_idx, self._w = idx, self._mixing_weights(idx, counts, every)
-        # W_aa Y_a + Σ_b W_ab Y_b = Y_a + Σ_b W_ab (Y_b − Y_a) over the mixed b ∈ C_a; they are
-        # in CSR order, so agent a's are the `counts[a]` consecutive ones
-        rows, starts = self._row_starts(counts)
-        if len(starts):
-            terms = np.repeat(self.y, counts)
-            np.subtract(nb_y, terms, out=terms)
-            terms *= self._w
-            sums = np.add.reduceat(terms, starts)
-            if len(starts) == m:
-                mixed = self.y + sums
-            else:
-                mixed = self.y.copy()
-                mixed[rows] += sums
-        else:
-            mixed = self.y.copy()
-        age = self.t - self.start
-        decay = p.alpha_c / age if p.alpha_p == 1.0 else p.alpha_c * age ** (-p.alpha_p)
-        one_minus_alpha = np.minimum(1.0, decay)
-        if p.alpha_c < 1.0:  # α = 0 at age 1 (a (re)start) whatever the schedule
-            one_minus_alpha[age <= 1] = 1.0
-        self.y = one_minus_alpha * self._mean + (1.0 - one_minus_alpha) * mixed
+            nb_y = states.y if every else states.y[idx]
+        # the latest size send arrived whole and covers the kept edges: its column, as sent
+        whole = all_kept and self._sizes.whole(self._kept_version)
+        self._mixed_idx = idx
+        self._w = self._sizes.weights(idx, counts, self.size, every, whole)
+        # W Y over the mixed b ∈ C_a; they are in CSR order, so agent a's are the `counts[a]`
+        # consecutive ones
+        rows, starts = self._csr.starts(counts, self._kept_version if all_kept else None)
+        mixed = mix(self.y, nb_y, self._w, counts, rows, starts)
+        oma = one_minus_alpha(self.t - self.start, p.alpha_c, p.alpha_p)
+        self.y = consensus_update(self._mean, mixed, oma)
         if p.restart == "galante":
             self._restart(self._changed)
         if p.fallback != "none":
             size = self.size
-            if idx is not self._kept_idx:  # C̃_a is about the kept b, heard recently or not
+            if not all_kept:  # C̃_a is about the kept b, heard recently or not
                 rows = size > 0
                 starts = np.cumsum(size)[rows] - size[rows]
-                nb_size = self.nb_size[self._kept_idx]
+                nb_size = self._sizes.nb_size[self._kept_idx]
             else:
-                nb_size = self._sizes_heard(idx, every)
+                nb_size = self._sizes.of(idx, every, whole)
             # |C̃_a| = 1: nobody kept; = 2: one neighbour b kept, and b keeps only a
-            single = np.zeros(m)
+            single = np.zeros(self.graph.n)
             if len(starts):
                 single[rows] = np.add.reduceat(nb_size, starts)
-            self._fallback = (size == 0) | ((size == 1) & (single == 1))
-
-    def _row_starts(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(counts > 0, where each such agent's run of `counts` consecutive edges starts)."""
-        if self._starts_of is not None and self._starts_of[0] is counts:  # |C| unchanged
-            return self._starts_of[1]
-        rows = counts > 0
-        out = rows, np.cumsum(counts)[rows] - counts[rows]
-        self._starts_of = (counts, out)
-        return out
-
-    def _mixing_weights(
-        self, idx: np.ndarray, counts: np.ndarray, every: bool
-    ) -> np.ndarray | float:
-        """W_ab of the mixed edges idx (CSR order, `counts` per agent) given |C_b| as each b
-        told: eq. (2) with a's own |C_a|, or 1/(1+d)."""
-        if self.params.weights != "metropolis":
-            return self._w_const
-        heard = self._heard
-        whole = heard is not None and heard[0] is idx  # the sizes of the latest send, whole
-        if whole and self._w_cache is not None and self._w_cache[0] is heard[2]:
-            return self._w_cache[1]  # the same C and sizes as the last step: the same W
-        if whole and self._in_order:  # they are this slot's |C_b|: W_ab is kept per edge
-            w = self._w_full.take(idx, mode="clip")
-        else:
-            w = np.maximum(np.repeat(self.size, counts), self._sizes_heard(idx, every))
-            w += 1.0
-            np.divide(1.0, w, out=w)
-        if whole:
-            self._w_cache = (heard[2], w)
-        return w
-
-    def _sizes_heard(self, idx: np.ndarray, every: bool) -> np.ndarray:
-        """|C_b| as b told a, for the edges idx (all edges if `every`)."""
-        heard = self._heard
-        if heard is not None and heard[0] is idx:  # the latest send arrived whole: its column
-            return heard[1]
-        return self.nb_size if every else self.nb_size[idx]
+            self._fallback = small_component(size, single)
 
     def mixing_matrix(self) -> sp.csr_array:
         """W^(t) of the last consensus step as a sparse M×M matrix (W_aa on the diagonal)."""
@@ -1158,11 +608,13 @@ class IdealComponent(Local):
     needs_topology: ClassVar[bool] = True
 
     def setup(self, ctx: Context) -> None:
+        """Label every agent with its class component C̃_a (the true classes)."""
         super().setup(ctx)
         graph: Graph = ctx.public["graph"]
         self.labels = graph.restricted_components(ctx.oracle_classes)
         self.sizes = np.bincount(self.labels)
 
     def estimates(self) -> np.ndarray:
+        """The mean of every sample of C̃_a so far, for each agent a."""
         pooled = np.bincount(self.labels, weights=self.sums) / self.sizes
         return pooled[self.labels] / max(self.counts, 1)

@@ -273,25 +273,29 @@ def test_irrevocable_never_re_adds_and_retest_does():
     g, data = two_class_line()
     proto = protocol("c-colme", cls=RandomDecisions, decisions="irrevocable")
     proto.coin, proto.keep_p, proto.checked = np.random.default_rng(1), 0.7, 0
-    history = []
-    orig = proto._decided
-
-    def record():
-        orig()
-        history.append(proto.kept.copy())
-
-    proto._decided = record
-    simulate(proto, data, 40)
-    h = np.array(history)
+    h = np.array(decisions_per_slot(proto, data, 40))
     assert np.all(h[1:] <= h[:-1])  # once dropped, never back
     proto = protocol("c-colme", cls=RandomDecisions, decisions="retest", initial="none")
     proto.coin, proto.keep_p, proto.checked = np.random.default_rng(1), 0.5, 0
-    history = []
-    orig = proto._decided
-    proto._decided = record
-    simulate(proto, data, 40)
-    h = np.array(history)
+    h = np.array(decisions_per_slot(proto, data, 40))
     assert np.any(h[1:] > h[:-1])  # a dropped neighbour came back
+
+
+def decisions_per_slot(proto: CColME, data: GraphData, t_max: int) -> list[np.ndarray]:
+    """b ∈ C_a per directed edge after each slot (`neighbour_decisions`)."""
+    d = Driver(proto, data)
+    rng = np.random.default_rng(0)
+    out = []
+    for t in range(1, t_max + 1):
+        d.slot(t, data.sample(rng, 1)[0])
+        out.append(proto.neighbour_decisions()[2])
+    return out
+
+
+def changed_agents(proto: CColME, before: np.ndarray) -> np.ndarray:
+    """The agents whose C_a differs from the decisions `before` (one per directed edge)."""
+    a, _, kept = proto.neighbour_decisions()
+    return np.bincount(a[kept != before], minlength=proto.graph.n) > 0
 
 
 def test_hard_restart_sets_y_to_the_private_mean_and_galante_halves_alpha_next_slot():
@@ -303,10 +307,11 @@ def test_hard_restart_sets_y_to_the_private_mean_and_galante_halves_alpha_next_s
         d = Driver(proto, data)
         rng = np.random.default_rng(0)
         for t in range(1, 80):  # at t = 1 every neighbour is kept (β = ∞); the cross link goes
+            before = proto.neighbour_decisions()[2]
             d.slot(t, data.means + 0.1 * rng.standard_normal(4))
-            if t > 1 and proto._changed.any():
+            changed = changed_agents(proto, before)
+            if t > 1 and changed.any():
                 break
-        changed = proto._changed.copy()
         assert changed[[1, 2]].all() and 1 < t < 79
         at_private_mean = np.isclose(proto.y, proto.priv_sum / t)[changed]
         assert at_private_mean.all() == (restart == "hard")
@@ -326,10 +331,12 @@ def test_global_reset_restarts_everyone_agent_reset_only_the_changed():
         proto = protocol("c-colme", reset=reset, restart="hard", values="fresh")
         d = Driver(proto, data2)
         for t in range(1, 60):
+            before = proto.neighbour_decisions()[2]
             d.slot(t, data2.means)
-            if t > 1 and proto._changed.any():
+            changed = changed_agents(proto, before)
+            if t > 1 and changed.any():
                 break
-        assert proto._changed[[1, 2]].all() and not proto._changed[[4, 5]].any()
+        assert changed[[1, 2]].all() and not changed[[4, 5]].any()
         restarted = proto.start == t - 1
         assert restarted[[4, 5]].all() == (reset == "global")
 
@@ -355,16 +362,10 @@ def test_fallback_to_the_local_mean_for_components_of_one_or_two():
 def test_stale_values_compare_with_the_neighbours_previous_state():
     g, data = two_class_line()
     proto = protocol("c-colme", values="stale", rule="optimistic")
-    seen = []
-    orig = proto._rule
-
-    def spy(e):
-        seen.append((proto.t, proto._nb_n_prev_all))
-        return orig(e)
-
-    proto._rule = spy
-    simulate(proto, data, 5)
-    assert seen == [(1, 0.0), (2, 1.0), (3, 2.0), (4, 3.0), (5, 4.0)]
+    d = Driver(proto, data)
+    for t in range(1, 6):  # the state before the newest is the last slot's (none at t = 1)
+        d.slot(t, data.means)
+        assert np.all(proto.nb_n == t) and np.all(proto.nb_n_prev == t - 1)
 
 
 def test_non_ideal_links_use_the_slow_path_and_still_learn():

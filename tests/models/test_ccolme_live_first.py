@@ -5,6 +5,7 @@ send gives on every edge still tested (NaN on the others)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_ccolme import GraphData, protocol, regular
@@ -13,6 +14,8 @@ from desim.kernel.engine import Simulation
 from desim.kernel.messages import Batch
 from desim.kernel.randomness import Streams
 from desim.kernel.registry import PROTOCOLS
+from desim.models.ccolme.edges import EdgeStates
+from desim.models.ccolme.live_first import LiveFirst
 from desim.topologies.graph import Graph
 
 
@@ -22,7 +25,7 @@ def per_edge(base: type) -> type:
     class PerEdge(base):
         def setup(self, ctx):
             super().setup(ctx)
-            self._live_first = False
+            self.states = EdgeStates(self.graph.n_directed)
 
     return PerEdge
 
@@ -35,7 +38,7 @@ def checked(base: type) -> type:
             super().setup(ctx)
             self.sends = 0
             self.compactions = 0
-            self._last_set = self._sent_set
+            self.last_set = self.states.s
 
         def on_deliver(self, batch: Batch) -> None:
             if batch.single_kind == 0:  # states: delivered at once, before the slot moved on
@@ -44,28 +47,30 @@ def checked(base: type) -> type:
 
         def check_states(self, batch: Batch) -> None:
             g, e = self.graph, self.graph.n_directed
-            assert self._live_first and len(batch) == e  # every edge gets its message
+            s = self.states.s
+            assert isinstance(self.states, LiveFirst) and len(batch) == e  # every edge gets one
             # one message per directed edge: b = src of the message tells a = dst, slot (a, b)
-            slot = np.searchsorted(self._keys, batch.dst * g.n + batch.src)
+            slot = np.searchsorted(g.src * g.n + g.dst, batch.dst * g.n + batch.src)
             np.testing.assert_array_equal(np.sort(slot), np.arange(e))
             np.testing.assert_array_equal(g.src[slot], batch.dst)
             np.testing.assert_array_equal(g.dst[slot], batch.src)
             valued = np.zeros(e, dtype=bool)
-            valued[self._sent_set] = True
+            valued[s] = True
             rows = valued[slot]
             # S holds every edge still tested, and S comes first
             assert not (self.chi & ~valued).any()
-            assert rows[: len(self._sent_set)].all() and not rows[len(self._sent_set) :].any()
+            assert rows[: len(s)].all() and not rows[len(s) :].any()
             x, n, y = batch.payload[:, 0], batch.payload[:, 1], batch.payload[:, 2]
-            np.testing.assert_array_equal(x[rows], self._mean[g.dst[slot[rows]]])
+            mean = self.priv_sum / self.t
+            np.testing.assert_array_equal(x[rows], mean[g.dst[slot[rows]]])
             np.testing.assert_array_equal(y[rows], self.y[g.dst[slot[rows]]])
             assert (n[rows] == self.t).all()
             assert np.isnan(batch.payload[~rows]).all()
             self.sends += 1
-            if self._sent_set is not self._last_set:
-                assert len(self._sent_set) < len(self._last_set)
+            if len(s) != len(self.last_set):
+                assert len(s) < len(self.last_set)
                 self.compactions += 1
-                self._last_set = self._sent_set
+                self.last_set = s
 
     return Checked
 
@@ -87,7 +92,7 @@ def assert_same_run(params: dict, data: GraphData, t_max: int, seed: int, name: 
     base = PROTOCOLS.get(name)
     live, sim_live, out_live = run(checked(base), params, data, t_max, seed)
     ref, sim_ref, out_ref = run(per_edge(base), params, data, t_max, seed)
-    assert live._live_first and not ref._live_first
+    assert isinstance(live.states, LiveFirst) and isinstance(ref.states, EdgeStates)
     assert live.sends == (t_max if live.graph.n_directed else 0)  # none without links
     assert out_live.metrics.to_csv().encode() == out_ref.metrics.to_csv().encode()
     assert out_live.agents.to_csv().encode() == out_ref.agents.to_csv().encode()
@@ -153,39 +158,35 @@ def test_live_first_compacts_and_stays_exact_on_a_large_regular_graph():
     data = GraphData(g, classes, [0.0, 1.0], sigma=1.0)
     live = assert_same_run({}, data, 250, 7, "c-colme")
     assert live.compactions >= 2
-    assert len(live._sent_set) < g.n_directed
+    assert len(live.states.s) < g.n_directed
     # every edge left out of S is dropped for good, and links between classes are gone
     left_out = np.ones(g.n_directed, dtype=bool)
-    left_out[live._sent_set] = False
+    left_out[live.states.s] = False
     assert not live.chi[left_out].any()
     assert (classes[g.src] != classes[g.dst])[left_out].all()
 
 
-def test_a_state_send_not_delivered_as_sent_falls_back_to_the_per_edge_path():
-    """Should a state send arrive other than whole and as sent (ideal links never do that), the
-    protocol holds per-edge arrays from then on: the same results still."""
+@pytest.mark.parametrize("device", ["copied", "reversed"])
+def test_a_state_send_copied_stays_live_first_one_reordered_falls_back(device):
+    """A state send whose arrays the network copied is still the send as sent: live-first goes
+    on. One that arrives reordered (ideal links never do that) is looked up edge by edge and the
+    protocol holds per-edge arrays from then on. The same results either way."""
     base = PROTOCOLS.get("c-colme")
 
-    class Copied(base):
+    class Moved(base):
         def on_deliver(self, batch: Batch) -> None:
-            if batch.single_kind == 0 and self.t == 120:  # a copy: not the arrays it sent
-                batch = Batch(
-                    batch.src.copy(),
-                    batch.dst.copy(),
-                    batch.kind,
-                    batch.payload.copy(),
-                    batch.sent_at,
-                    batch.kinds,
-                    batch.single_kind,
-                )
-                assert self._live_first and len(self._sent_set) < self.graph.n_directed
+            if batch.single_kind == 0 and self.t == 120:
+                assert isinstance(self.states, LiveFirst)
+                assert len(self.states.s) < self.graph.n_directed
+                order = np.arange(len(batch))
+                batch = batch.select(order if device == "copied" else order[::-1])
             super().on_deliver(batch)
 
     g = regular(200, 6, seed=1)
     data = GraphData(g, np.arange(200) % 2, [0.0, 1.5], sigma=1.0)
-    live, sim_live, out_live = run(Copied, {}, data, 200, 4)
+    live, sim_live, out_live = run(Moved, {}, data, 200, 4)
     ref, sim_ref, out_ref = run(per_edge(base), {}, data, 200, 4)
-    assert not live._live_first
+    assert isinstance(live.states, LiveFirst) == (device == "copied")
     assert out_live.metrics.to_csv().encode() == out_ref.metrics.to_csv().encode()
     assert out_live.agents.to_csv().encode() == out_ref.agents.to_csv().encode()
     np.testing.assert_array_equal(live.kept, ref.kept)

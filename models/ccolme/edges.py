@@ -1,0 +1,167 @@
+"""What an agent holds per directed edge e = (a, b) of the graph, and how a message finds its edge.
+
+Every array here is indexed by the directed edge in CSR order (`Graph.src`, `Graph.dst`): slot e
+is a's record of its neighbour b. `EdgeStates` holds b's latest states as a received them (the
+per-edge delivery path: links that are not ideal, windows); `EdgeSlots` maps a message
+(receiver a, sender b) to its slot e; `newest` picks per edge the newest of a batch's messages
+(by send time: a state, decision or size older than the one held is ignored); `Rows` counts
+and finds each agent's run of edges.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from desim.kernel.rowindex import RowIndex
+from desim.topologies.graph import Graph
+
+#: Edge keys up to which `EdgeSlots` keeps a direct table (int32: 16 MiB).
+TABLE_KEYS = 1 << 22
+
+
+def common(x: np.ndarray) -> float | None:
+    """The value every element of x shares, or None (also for an empty x)."""
+    if len(x) == 0 or not (x == x[0]).all():
+        return None
+    return float(x[0])
+
+
+def newest(
+    e: np.ndarray, stamp: np.ndarray, held: np.ndarray, strict: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Messages for edge slots e with time stamps: which ones to keep, per edge the newest.
+
+    Messages not newer than the stamp `held` of their edge (strictly, or as new) are dropped.
+    Returns the distinct edges left, the row of each one's newest message (ties: the last to
+    arrive) and the row of the message just before it for that edge (−1 if none).
+    """
+    ok = stamp > held if strict else stamp >= held
+    rows = np.flatnonzero(ok)
+    if len(rows) <= 1:
+        return e[rows], rows, np.full(len(rows), -1)
+    order = rows[np.lexsort((stamp[rows], e[rows]))]  # by edge, then stamp; stable
+    es = e[order]
+    last = np.ones(len(es), dtype=bool)
+    last[:-1] = es[1:] != es[:-1]
+    pos = np.flatnonzero(last)
+    has = (pos > 0) & (es[pos - 1] == es[pos])
+    return es[pos], order[pos], np.where(has, order[pos - 1], -1)
+
+
+class EdgeSlots:
+    """The slot e of each message from sender b to receiver a, by its key a·n + b."""
+
+    def __init__(self, n: int, keys: np.ndarray) -> None:
+        """`keys`: src·n + dst of every directed edge, sorted (CSR order)."""
+        self._n = n
+        self._keys = keys
+        self._table: np.ndarray | RowIndex | None = None  # built at the first lookup
+
+    @property
+    def direct(self) -> bool:
+        """Whether lookups use a direct table (up to `TABLE_KEYS` keys) or a hash index."""
+        return self._n * self._n <= TABLE_KEYS
+
+    def find(self, receiver: np.ndarray, sender: np.ndarray) -> np.ndarray:
+        """The slots of messages from `sender` to `receiver` (edges of the graph)."""
+        keys = receiver * self._n + sender
+        if self._table is None:
+            if self.direct:
+                self._table = np.full(self._n * self._n, -1, dtype=np.int32)
+                self._table[self._keys] = np.arange(len(self._keys), dtype=np.int32)
+            else:
+                self._table = RowIndex()  # rows in order of adding: the slots
+                self._table.add(self._keys)
+        if isinstance(self._table, RowIndex):
+            return self._table.find(keys)
+        return self._table[keys].astype(np.int64)
+
+
+class EdgeStates:
+    """Per directed edge e = (a, b), b's newest state (X̃_b, t_b, Y_b) as a holds it and, for
+    ``values = "stale"``, the one before; t_b = 0: none yet.
+
+    `n_all` / `n_prev_all` is the t_b every held state shares (synchronous agents: one slot's
+    send reached every edge), None once they differ; it lets the test and the update take the
+    one-slot shortcuts.
+    """
+
+    def __init__(self, n_edges: int) -> None:
+        self.x, self.n, self.y = np.zeros(n_edges), np.zeros(n_edges), np.zeros(n_edges)
+        self.x_prev, self.n_prev = np.zeros(n_edges), np.zeros(n_edges)
+        self.n_all: float | None = 0.0
+        self.n_prev_all: float | None = 0.0
+
+    def newest_stamp(self) -> float:
+        """The largest t_b of every state held (0 when none)."""
+        if self.n_all is not None:
+            return self.n_all
+        return float(self.n.max())
+
+    def take_columns(self, x: np.ndarray, n: np.ndarray, y: np.ndarray) -> None:
+        """Every neighbour's state of one slot t_b = n[0], newer than all held: keep the
+        columns (the held newest become the previous)."""
+        self.x_prev, self.n_prev, self.n_prev_all = self.x, self.n, self.n_all
+        self.x, self.n, self.y = x, n, y
+        self.n_all = float(n[0])
+
+    def store(
+        self, e: np.ndarray, x: np.ndarray, n: np.ndarray, y: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """File states (x, n, y) in the edge slots e, keeping per edge the newest two by t_b.
+
+        Returns the edges that got a newer state (older ones than held are ignored) and the row
+        of each one's newest. In place and O(len(e)): with spread latencies batches are small
+        and many.
+        """
+        edges, rows, before = newest(e, n, self.n[e], strict=True)
+        if len(edges) == 0:
+            return edges, rows
+        # the state this one replaces: an older one of this batch, or the newest held
+        had = before >= 0
+        self.x_prev[edges] = np.where(had, x[before], self.x[edges])
+        self.n_prev[edges] = np.where(had, n[before], self.n[edges])
+        self.x[edges], self.n[edges], self.y[edges] = x[rows], n[rows], y[rows]
+        self.n_prev_all = self.n_all = None
+        return edges, rows
+
+    def read(
+        self, e: np.ndarray | slice, fresh: bool
+    ) -> tuple[np.ndarray, float | None, np.ndarray]:
+        """(X̃_b, t_b shared by all or None, t_b) on edges e: the newest states (`fresh`) or
+        the ones before."""
+        if fresh:
+            return self.x[e], self.n_all, self.n[e]
+        return self.x_prev[e], self.n_prev_all, self.n_prev[e]
+
+
+class Rows:
+    """An agent's edges are a run of consecutive slots (CSR rows): counts and run starts."""
+
+    def __init__(self, graph: Graph) -> None:
+        self._n = graph.n
+        self._rows = graph.degree > 0
+        self._starts = graph.indptr[:-1][self._rows]
+        self._cached: tuple[int | None, tuple[np.ndarray, np.ndarray]] | None = None
+        d = graph.degree
+        #: r when every agent has r ≥ 1 neighbours (r-regular: rows of r edges), else None.
+        self.regular = int(d[0]) if graph.n and d[0] > 0 and np.all(d == d[0]) else None
+
+    def count(self, mask: np.ndarray) -> np.ndarray:
+        """Number of True edges of each agent."""
+        if len(self._starts) == self._n:  # nobody isolated: one call
+            return np.add.reduceat(mask, self._starts, dtype=np.int64)
+        out = np.zeros(self._n, dtype=np.int64)
+        if len(self._starts):
+            out[self._rows] = np.add.reduceat(mask, self._starts, dtype=np.int64)
+        return out
+
+    def starts(self, counts: np.ndarray, version: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """(counts > 0, where each such agent's run of `counts` consecutive edges starts);
+        cached while `counts` is |C| of C's `version` (None: counts that are not |C|)."""
+        if version is not None and self._cached is not None and self._cached[0] == version:
+            return self._cached[1]  # |C| unchanged
+        rows = counts > 0
+        out = rows, np.cumsum(counts)[rows] - counts[rows]
+        self._cached = (version, out)
+        return out

@@ -1,0 +1,178 @@
+"""The live-first delivery path of C-ColME: ideal links and irrevocable decisions.
+
+An edge a dropped never returns to C_a, so nothing reads b's states on it again. Every edge
+still gets its state message in every slot (message counts are results), but those of the edges
+still tested come first and carry values; the others carry NaN. The test runs on the edges still
+tested only, and Y_b is gathered from the send by a cached index: the operations of the per-edge
+path (`desim.models.ccolme.edges.EdgeStates`) on the same values, over fewer edges, so the
+results are the same bit for bit (tests check it).
+
+S, the edges whose states carry values (CSR order, a superset of χ), is χ as of its last
+compaction: it holds the edges dropped since then until they are an eighth of it (their values
+are sent and not read), so that S, its message order and the index arrays built from it change
+a few times per run, not in every slot with a drop. Caches are keyed by version numbers: S's
+(`version`, counted up at each compaction) and the kept set C's (counted by the protocol).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from desim.models.ccolme.edges import EdgeStates
+from desim.topologies.graph import Graph
+
+#: State buffers the protocol turns through (ideal links: a holds t − 1's and t − 2's states).
+BUFFERS = 3
+
+
+class LiveFirst:
+    """The states of a live-first run: a's view of b's states over S, one send per slot."""
+
+    def __init__(self, graph: Graph, kept_idx: np.ndarray) -> None:
+        """Start with S = the kept edges `kept_idx` (every edge: irrevocable needs all)."""
+        self._src, self._dst, self._e = graph.src, graph.dst, graph.n_directed
+        #: S: the edges whose states carry values (CSR order, a superset of χ's edges).
+        self.s = kept_idx
+        #: S's version, counted up at each compaction (the key of every cache built on S).
+        self.version = 0
+        self._s_is_kept: int | None = 0  # the version of C that S equals (None: no C)
+        #: χ over S: the edges of S not dropped yet.
+        self.alive = np.ones(len(kept_idx), dtype=bool)
+        self._dead = 0  # edges of S dropped for good since S was last compacted
+        #: The edges dropped for good in this slot's test (the protocol takes them).
+        self.died = kept_idx[:0]
+        self._order: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._nan_from = [self._e] * BUFFERS  # per state buffer: rows from here on are NaN
+        # the newest and the previous send as a holds them: (S's version, S, X̃_b, Y_b)
+        zero = np.zeros(self._e)
+        self._held: tuple[int, np.ndarray, np.ndarray, np.ndarray] = (0, self.s, zero, zero)
+        self._held_prev: tuple[int, np.ndarray, np.ndarray] = (0, self.s, zero)
+        #: t_b of the newest send (0: none yet), and of the one before.
+        self.n_all: float = 0.0
+        self.n_prev_all: float = 0.0
+        # positions of an edge set (key) within a version of S, for the two latest pairs
+        self._within: list[tuple[Any, int, np.ndarray]] = []
+
+    # -- sending -----------------------------------------------------------------------------
+    def compact(self, kept_idx: np.ndarray, kept_version: int, symmetric: bool) -> None:
+        """Shrink S to χ's edges once those dropped since the last compaction are an eighth
+        of it (without ``symmetric`` χ's edges are the kept ones, `kept_idx`)."""
+        if self._dead * 8 <= len(self.s):
+            return
+        keep = self.s[self.alive] if symmetric else kept_idx
+        self._seed(("S", self.version + 1), self.version, np.flatnonzero(self.alive))
+        self.s, self.alive, self._dead = keep, np.ones(len(keep), bool), 0
+        self.version += 1
+        self._s_is_kept = None if symmetric else kept_version
+
+    def fill(
+        self, mean: np.ndarray, y: np.ndarray, t: float, payload: np.ndarray, turn: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Fill state buffer number `turn` with this slot's states, live first: the rows of S
+        carry (X̃_b, t, Y_b), the others NaN. Returns the senders, receivers and slots."""
+        s = self.s
+        if self._order is None or self._order[0] != self.version:
+            rest = np.ones(self._e, dtype=bool)
+            rest[s] = False
+            order = np.concatenate([s, np.flatnonzero(rest)])
+            self._order = (self.version, self._dst[order], self._src[order], order)
+        _, sender, receiver, slots = self._order
+        k = len(s)
+        np.take(mean, sender[:k], out=payload[:k, 0], mode="clip")
+        payload[:k, 1] = t
+        np.take(y, sender[:k], out=payload[:k, 2], mode="clip")
+        nan_from = self._nan_from[turn]
+        if k < nan_from:  # the buffer's rows past S (S only shrinks): NaN, once
+            payload[k:nan_from] = np.nan
+            self._nan_from[turn] = k
+        return sender, receiver, slots
+
+    # -- receiving ---------------------------------------------------------------------------
+    def receive(self, x: np.ndarray, y: np.ndarray, t: float) -> np.ndarray:
+        """This slot's send, whole: hold its columns over S; returns S (the edges to test)."""
+        k = len(self.s)
+        self._held_prev = self._held[:3]
+        self._held = (self.version, self.s, x[:k], y[:k])
+        self.n_prev_all, self.n_all = self.n_all, float(t)
+        return self.s
+
+    def tested(self, keep: np.ndarray) -> np.ndarray:
+        """File the test's χ over S (irrevocable: a drop stays); returns the edges that died."""
+        keep &= self.alive
+        died = self.alive & ~keep
+        if not died.any():
+            return self.s[:0]
+        self.died = self.s[died]
+        self.alive = keep
+        self._dead += len(self.died)
+        return self.died
+
+    def kept_moved(self, kept_version: int) -> None:
+        """C lost this slot's drops (no ``symmetric``): it is χ = S's alive edges."""
+        self._seed(("C", kept_version), self.version, np.flatnonzero(self.alive))
+
+    # -- what the test and the update read ---------------------------------------------------
+    def ends(self, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(a, b) of the edges of S: the send's receivers and senders (no gather)."""
+        assert self._order is not None
+        return self._order[2][: len(e)], self._order[1][: len(e)]
+
+    def read(self, e: np.ndarray, fresh: bool) -> tuple[np.ndarray, float, float]:
+        """(X̃_b, t_b, t_b) on S (`e`) of the newest send (`fresh`) or the one before."""
+        if fresh:
+            version, s, x, _ = self._held
+            n_all = self.n_all
+        else:
+            version, s, x = self._held_prev
+            n_all = self.n_prev_all
+        if version != self.version:  # held over an older S
+            x = x.take(self._pos(("S", self.version), version, e, s))
+        return x, n_all, n_all
+
+    def y_of(self, idx: np.ndarray, kept_version: int | None) -> np.ndarray:
+        """Y_b of the newest send on the edges idx: the kept edges of C's version
+        `kept_version`, or another subset of S (None)."""
+        version, s, _, y = self._held
+        if version == self.version and self._s_is_kept == kept_version is not None:
+            return y  # S is C: no gather
+        key = None if kept_version is None else ("C", kept_version)
+        return y.take(self._pos(key, version, idx, s))
+
+    def _pos(self, key: Any, version: int, idx: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """The positions in S (of `version`) of the edges idx, cached by key for the two latest
+        pairs, which the next slots ask for again."""
+        if key is not None:
+            for cached in self._within:
+                if cached[0] == key and cached[1] == version:
+                    return cached[2]
+        pos = np.searchsorted(s, idx)
+        if key is not None:
+            self._seed(key, version, pos)
+        return pos
+
+    def _seed(self, key: Any, version: int, pos: np.ndarray) -> None:
+        """Remember the positions pos of the edge set `key` within S of `version`."""
+        self._within = [(key, version, pos), *self._within[:1]]
+
+    # -- per edge (for inspection, and to leave this path) -----------------------------------
+    def view(self, name: str) -> np.ndarray:
+        """The per-edge array `name` of `EdgeStates` (x, n, y, x_prev, n_prev); NaN where a
+        message carried no value (edges dropped for good)."""
+        if name in ("n", "n_prev"):
+            return np.full(self._e, self.n_all if name == "n" else self.n_prev_all)
+        _, s, x, y = self._held
+        if name == "x_prev":
+            _, s, x = self._held_prev
+        out = np.full(self._e, np.nan)
+        out[s] = y if name == "y" else x
+        return out
+
+    def to_edge_states(self) -> EdgeStates:
+        """The same states per edge, to go on on the per-edge path."""
+        states = EdgeStates(self._e)
+        for name in ("x", "n", "y", "x_prev", "n_prev"):
+            setattr(states, name, self.view(name))
+        states.n_all, states.n_prev_all = self.n_all, self.n_prev_all
+        return states

@@ -1,0 +1,156 @@
+"""|C_b| as each neighbour b told a, the size sends, and the weights W_ab of eq. (2) built on them.
+
+After C^(t) is decided, every agent a tells each kept neighbour b its |C_a| (``size``); a mixes
+with W_ab = 1/(1 + max(|C_a|, |C_b|)) (`desim.models.ccolme.model.edge_weight`) using the |C_b|
+b told it. `Sizes` keeps those per directed edge e = (a, b) (CSR order), builds the sends, and
+caches what stays the same while C does not move. Every cache is keyed by the version of C
+(the protocol counts it up whenever a kept edge flips), never by an array's identity.
+
+With ideal links (`in_order`) every send arrives whole, at once and in order: the latest send's
+column is held as it came (`_heard`) and written per edge only when read, or for the edges C
+drops; |C_b| and W_ab are kept per edge and updated where C moves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from desim.models.ccolme.edges import newest
+from desim.models.ccolme.model import edge_weight
+from desim.topologies.graph import Graph
+
+
+class Sizes:
+    """a's record of |C_b| per directed edge, the size sends, and eq. (2)'s W_ab."""
+
+    def __init__(self, graph: Graph, size: np.ndarray, in_order: bool, metropolis: bool) -> None:
+        """Start from |C| = `size` (before any message: every b's own ``initial`` |C_b|)."""
+        self._g, self._in_order, self._metropolis = graph, in_order, metropolis
+        self._nb_size = size[graph.dst].astype(float)  # |C_b| as b told a (`nb_size`)
+        #: The send time of the |C_b| held, per edge (0: the prior; kept without ideal links).
+        self.at = np.zeros(graph.n_directed)
+        self._agents = np.arange(graph.n)
+        #: 1/(1 + max degree): W_ab for ``weights = "max-degree"``.
+        self.w_const = 1.0 / (1.0 + (graph.degree.max() if graph.n else 0))
+        self._send: tuple[int, np.ndarray, np.ndarray] | None = None  # (C's version, src, dst)
+        self._sent_version: int | None = None  # C's version of the latest send
+        # (slots, |C_b| column, C's version) of the latest send when it arrived whole
+        self._heard: tuple[np.ndarray, np.ndarray, int] | None = None
+        self._heard_filed = True
+        self._payload: np.ndarray | None = None
+        self._buffers: list[np.ndarray] = []
+        self._w_cache: tuple[int, np.ndarray | float] | None = None  # (C's version, W_ab)
+        if in_order:  # per edge: |C_b| (float) and eq. (2)'s W_ab, updated where C moves
+            self._size_dst = size[graph.dst].astype(float)
+            self._w_full = edge_weight(size[graph.src], self._size_dst)
+
+    # -- sending -----------------------------------------------------------------------------
+    def payload(
+        self, kept_idx: np.ndarray, version: int, size: np.ndarray, t: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(senders, receivers, payload) of this slot's size send: b = dst[e] tells a = src[e]
+        its |C_b| for every kept edge e (`kept_idx`, CSR order), with the slot t."""
+        if self._send is None or self._send[0] != version:
+            receiver = np.repeat(self._agents, size)  # src[kept_idx]: kept_idx is in CSR order
+            self._send = (version, self._g.dst[kept_idx], receiver)
+        _, sender, receiver = self._send
+        payload = self._payload
+        if payload is None or self._sent_version != version:
+            payload = self._buffer(len(sender))
+            if self._in_order:  # |C_b| per edge, kept up to date: a gather in CSR order
+                np.take(self._size_dst, kept_idx, out=payload[:, 0], mode="clip")
+            else:
+                payload[:, 0] = size[sender]
+        # in order (ideal links) and unchanged: the last payload, delivered at once and read
+        # only for its sizes (not its send times), is taken again
+        self._payload = payload if self._in_order else None
+        payload[:, 1] = t
+        self._sent_version = version
+        return sender, receiver, payload
+
+    def _buffer(self, k: int) -> np.ndarray:
+        """A (k × 2) array for a size send, columns contiguous; in order, one of two buffers in
+        turn (the other holds the sizes last heard, not yet filed)."""
+        if not self._in_order:
+            return np.empty((2, k)).T
+        if not self._buffers:
+            self._buffers = [np.empty((2, self._g.n_directed)) for _ in range(2)]
+        self._buffers.reverse()
+        return self._buffers[0][:, :k].T
+
+    # -- receiving ---------------------------------------------------------------------------
+    def heard_whole(self, slots: np.ndarray, size: np.ndarray) -> None:
+        """The latest send (in order), whole: hold its column over its slots."""
+        if not self._heard_filed and self._heard[2] != self._sent_version:  # type: ignore[index]
+            self._file_heard()  # the new sizes do not cover the same slots
+        self._heard, self._heard_filed = (slots, size, self._sent_version), False  # type: ignore[assignment]
+
+    def heard(self, e: np.ndarray, size: np.ndarray, at: np.ndarray) -> None:
+        """Sizes of any send for the edge slots e, sent at `at`: keep per edge the newest."""
+        self._file_heard()
+        self._heard = None
+        e, rows, _ = newest(e, at, self.at[e], strict=False)
+        self._nb_size[e], self.at[e] = size[rows], at[rows]
+
+    @property
+    def nb_size(self) -> np.ndarray:
+        """|C_b| as b told a, per directed edge (a's slot)."""
+        self._file_heard()
+        return self._nb_size
+
+    def _file_heard(self) -> None:
+        """Write the sizes of the latest whole send into `_nb_size` (if not done yet)."""
+        if not self._heard_filed:
+            e, size, _ = self._heard  # type: ignore[misc]
+            self._nb_size[e] = size
+            self._heard_filed = True
+
+    # -- C moved (in order) ------------------------------------------------------------------
+    def moved(self, gone: np.ndarray, agents: np.ndarray, size: np.ndarray, version: int) -> None:
+        """C of version `version` lost the edges `gone` and |C_a| = `size` changed for `agents`.
+
+        Files the sizes last heard only for the edges `gone` (the send about to arrive at once
+        overwrites every other slot they filled), then recomputes |C_b| and W_ab on the edges
+        that touch `agents` (their own rows and the reverse edges): the floats eq. (2) gives.
+        """
+        heard = self._heard
+        if not self._heard_filed and heard is not None and heard[2] == version:
+            self._nb_size[gone] = heard[1][np.searchsorted(heard[0], gone)]
+            self._heard_filed = True
+        g = self._g
+        deg = g.degree[agents]
+        first = g.indptr[agents]
+        own = np.repeat(first - (np.cumsum(deg) - deg), deg) + np.arange(int(deg.sum()))
+        e = np.concatenate([own, g.reverse[own]])
+        self._size_dst[e] = size[g.dst[e]]
+        if self._metropolis:
+            self._w_full[e] = edge_weight(size[g.src[e]], self._size_dst[e])
+
+    # -- what the update reads ---------------------------------------------------------------
+    def whole(self, version: int) -> bool:
+        """Whether the latest send arrived whole and covers the kept edges of C's `version`."""
+        return self._heard is not None and self._heard[2] == version
+
+    def of(self, idx: np.ndarray, every: bool, whole: bool) -> np.ndarray:
+        """|C_b| as b told a on the edges idx (all edges if `every`; the kept ones if `whole`)."""
+        if whole:  # the latest send arrived whole: its column
+            return self._heard[1]  # type: ignore[index]
+        return self.nb_size if every else self.nb_size[idx]
+
+    def weights(
+        self, idx: np.ndarray, counts: np.ndarray, size: np.ndarray, every: bool, whole: bool
+    ) -> np.ndarray | float:
+        """W_ab of the mixed edges idx (CSR order, `counts` per agent) given |C_b| as each b
+        told: eq. (2) with a's own |C_a| (`size`), or 1/(1 + max degree)."""
+        if not self._metropolis:
+            return self.w_const
+        version = self._heard[2] if whole else None  # type: ignore[index]
+        if whole and self._w_cache is not None and self._w_cache[0] == version:
+            return self._w_cache[1]  # the same C and sizes as the last step: the same W
+        if whole and self._in_order:  # they are this slot's |C_b|: W_ab is kept per edge
+            w = self._w_full.take(idx, mode="clip")
+        else:
+            w = edge_weight(np.repeat(size, counts), self.of(idx, every, whole))
+        if whole:
+            self._w_cache = (version, w)  # type: ignore[assignment]
+        return w
