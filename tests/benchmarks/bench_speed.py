@@ -4,6 +4,7 @@
     python tests/benchmarks/bench_speed.py --only M=5000   # rows whose name contains a text
     python tests/benchmarks/bench_speed.py --root DIR   # time another checkout (before/after)
     python tests/benchmarks/bench_speed.py --repeat 3   # best of 3 tries, rows alternated
+    python tests/benchmarks/bench_speed.py --against DIR --repeat 3   # before/after, alternated
 
 Each workload runs in a fresh process. `run cpu` is the CPU time of `desim.run` (plug-in
 loading included, as in a first run), `process cpu` the whole process's (imports included:
@@ -12,6 +13,8 @@ the ratio the issue states, printed with it: against the synchronous run of the 
 against M = 200 per agent-slot, or against an absolute bar. Use CPU times on a busy machine;
 single runs of a row vary by ±15 % there, so judge close rows by the best of a few tries
 (`--repeat`: each round times every row once, so a row and its reference share the load).
+`--against DIR` times every row in that checkout too, right before the same row here, and
+prints both columns with their ratio (after / before): a refactor's "no row slower" check.
 """
 
 from __future__ import annotations
@@ -197,6 +200,12 @@ def main() -> None:
         default=1,
         help="tries of each row, in rounds over all rows (best kept)",
     )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        help="another checkout (before): each row timed there and here, alternated",
+    )
     args = parser.parse_args()
     # the rows asked for and, transitively, the rows they are judged against
     chosen = {name for name in ROWS if args.only in name}
@@ -210,6 +219,9 @@ def main() -> None:
     ):
         chosen |= refs
     names = [name for name in ROWS if name in chosen]
+    if args.against is not None:
+        compare(names, args.against, args.root, args.repeat)
+        return
     tries: dict[str, list[dict]] = {name: [] for name in names}
     for _ in range(args.repeat):
         for name in names:
@@ -222,6 +234,27 @@ def main() -> None:
     for name, r in results.items():
         text, ok = judge(name, r, results)
         print(f"{name:<68} {r['cpu']:8.2f} {r['process']:8.2f} {r['rss_mb']:8.0f}  {text} {ok}")
+
+
+def compare(names: list[str], before: Path, after: Path, repeat: int) -> None:
+    """Time every row in `before` and `after` alternately, `repeat` rounds; print the best CPU
+    time of each with the ratio after / before."""
+    tries: dict[tuple[str, Path], list[dict]] = {}
+    for _ in range(repeat):
+        for name in names:
+            for root in (before, after):
+                run = time_row(root, ROWS[name][0])
+                tries.setdefault((name, root), []).append(run)
+                print(name, root, json.dumps(run), flush=True, file=sys.stderr)
+    print(f"\nbest of {repeat} tries per row and checkout; before = {before}, after = {after}")
+    head = f"{'workload':<68} {'before':>8} {'after':>8} {'ratio':>6}"
+    print(f"\n{head} {'MB before':>9} {'after':>6}")
+    for name in names:
+        b, a = best_of(tries[name, before]), best_of(tries[name, after])
+        print(
+            f"{name:<68} {b['cpu']:8.2f} {a['cpu']:8.2f} {a['cpu'] / b['cpu']:6.3f} "
+            f"{b['rss_mb']:9.0f} {a['rss_mb']:6.0f}"
+        )
 
 
 if __name__ == "__main__":
