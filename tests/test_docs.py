@@ -104,7 +104,7 @@ def _workspace(tmp_path: Path, code: str) -> Path:
 
 def _env() -> dict[str, str]:
     """This interpreter's environment first on PATH (its `desim`, `python`), figures headless."""
-    env = dict(os.environ, MPLBACKEND="Agg", PYTHONHASHSEED="0")
+    env = dict(os.environ, MPLBACKEND="Agg")
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.pop("PYTHONPATH", None)
     return env
