@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINKED = [*PAGES, ROOT / "CHANGES.md", *sorted((ROOT / "studies").rglob("README.md"))]
 SHELL = {"", "bash", "sh", "shell"}
