@@ -10,7 +10,7 @@ problem with every ε_ij = ∞, whose optimum has σ = 0).
 Problem (8), min over (A, σ) of R² σ²_tv(A) + σ²_pr(σ), is solved by Algorithm 3: alternating
 minimisation over A (Gauss–Seidel on the rows, first of the convex relaxation (13) with the row
 update (15)–(19), then of (11) with (20)) and over σ (update (10)). Two findings shape this
-module (see the PriCER README section):
+module (see docs/protocols.md, "Algorithm 3 and what we changed"):
 
 - σ²_tv(A) = Var(Σ_j c_j)/n², with c_j = Σ_i τ_i τ_ji α_ji the random coefficient of x_j in
   the estimate, is a positive semi-definite quadratic form in A, so (11), (13) and (8) are
