@@ -85,6 +85,19 @@ class Transport:
         """
         raise NotImplementedError
 
+    def _columns(
+        self, src: np.ndarray, dst: np.ndarray, payload: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A send's columns as the transports file them: integer senders and receivers, and a
+        payload of one row per message (zero-width when there is none)."""
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        if payload is None:
+            payload = self._no_payload(len(src))
+        elif payload.ndim == 1:
+            payload = payload[:, None]
+        return src, dst, payload
+
     def at_tick(self, tick: Callable[[], None]) -> None:
         """Run a slot's `tick` (the protocol's reaction to its samples)."""
         tick()

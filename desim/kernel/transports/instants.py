@@ -46,15 +46,10 @@ class Instants(Transport):
     ) -> None:
         """Draw the links' answers, drop what is lost, file the rest by delivery time."""
         code = self.kinds.index(kind)
-        src = np.asarray(src, dtype=np.int64)
-        dst = np.asarray(dst, dtype=np.int64)
+        src, dst, payload = self._columns(src, dst, payload)
         n = len(src)
         if n == 0:
             return
-        if payload is None:
-            payload = self._no_payload(n)
-        elif payload.ndim == 1:
-            payload = payload[:, None]
         now = self.env.now
         self.sent[code] += n
         if ids is not None:

@@ -29,15 +29,10 @@ class Synchronous(Instants):
     ) -> None:
         """File the messages whole under now: one batch, no draws (`Transport.send`)."""
         code = self.kinds.index(kind)
-        src = np.asarray(src, dtype=np.int64)
-        dst = np.asarray(dst, dtype=np.int64)
+        src, dst, payload = self._columns(src, dst, payload)
         n = len(src)
         if n == 0:
             return
-        if payload is None:
-            payload = self._no_payload(n)
-        elif payload.ndim == 1:
-            payload = payload[:, None]
         now = float(self.env.now)
         self.sent[code] += n
         self._file(

@@ -87,15 +87,10 @@ class Windows(Transport):
                 "(SlotBatched): name every message (ids=...), so that its delay does not "
                 "depend on how sends are grouped"
             )
-        src = np.asarray(src, dtype=np.int64)
-        dst = np.asarray(dst, dtype=np.int64)
+        src, dst, payload = self._columns(src, dst, payload)
         n = len(src)
         if n == 0:
             return
-        if payload is None:
-            payload = self._no_payload(n)
-        elif payload.ndim == 1:
-            payload = payload[:, None]
         self.sent[code] += n
         if ids is not None:
             ids = self._message_ids(code, ids)
