@@ -83,28 +83,16 @@ class CColMEParams:
 
 
 @dataclass(frozen=True)
-class PrivateCColMEParams:
+class PrivateCColMEParams(CColMEParams):
     """Private-C-ColME as in seed 001: Laplace noise, Bernstein test, re-tested symmetric
-    decisions, per-agent reset, fallback to the local mean."""
+    decisions, per-agent reset, fallback to the local mean (the other fields as C-ColME's)."""
 
     rule: Rule = _p("rule", "bernstein")
     noise: Noise = _p("noise", "laplace")
-    epsilon: float = _p("epsilon", 1.0)
-    delta: float = _p("delta", 0.1)
-    theta: float = _p("theta", 0.05)
-    threshold: Threshold = _p("threshold", "exact")
-    threshold_scale: float = _p("threshold_scale", 1.0)
-    alpha_c: float = _p("alpha_c", 1.0)
-    alpha_p: float = _p("alpha_p", 1.0)
     reset: Reset = _p("reset", "agent")
     restart: Restart = _p("restart", "hard")
     decisions: Decisions = _p("decisions", "retest")
     initial: Initial = _p("initial", "none")
     values: Values = _p("values", "fresh")
     symmetric: bool = _p("symmetric", True)
-    weights: Weights = _p("weights", "metropolis")
     fallback: Fallback = _p("fallback", "local")
-    max_age: float = _p("max_age", math.inf)
-
-    def __post_init__(self) -> None:
-        _check(self)
