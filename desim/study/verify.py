@@ -406,7 +406,9 @@ def verify_study(
         drawn = random.Random(out.seed).sample(runs, sample)
         runs = sorted(drawn, key=lambda r: order[r.config_hash])
     here = provenance()
-    for run in tqdm(runs, desc="verify", unit="run", file=sys.stderr, disable=not progress):
+    for run in tqdm(
+        runs, desc="verify", unit="run", file=sys.stderr, disable=not (progress and runs)
+    ):
         _rerun(study, run, check.intact[run.config_hash], here, out)
     return out
 
