@@ -5,7 +5,7 @@
     desim plot STUDY [--quick]                redraw figures from results/
     desim validate STUDY [--quick]            check the study file, run nothing
     desim summary STUDY [--target X] [--at T] a metric per scenario and grid point, as a table
-    desim verify STUDY [--sample N]           re-run stored runs, report changed trajectories
+    desim verify STUDY [--sample N [--seed S]] check stored files, re-run runs, name changes
     desim clean STUDY [--yes]                 remove results of older versions of the study file
     desim export STUDY --format csv|parquet|netcdf [--out F]   current results for other tools
     desim list                                every registered name and its parameters
@@ -168,18 +168,25 @@ def _add_summary(sub) -> None:
 
 
 def _add_verify(sub) -> None:
-    """`desim verify`: re-run stored runs (all or a sample)."""
+    """`desim verify`: check stored files, re-run stored runs (all or a sample)."""
     verify = _study_command(
         sub,
         "verify",
-        "re-run stored runs and report any whose trajectory fingerprint changed "
-        "(after upgrading desim)",
+        "check every stored record against its checksum, then re-run stored runs and "
+        "report any whose trajectory changed (after upgrading desim)",
     )
     verify.add_argument(
         "--sample",
-        type=_workers,
+        type=_natural,
         metavar="N",
-        help="re-run N stored runs chosen at random (default: all)",
+        help="re-run N stored runs drawn at random, a new draw each time (default: all; "
+        "0: check the stored files only)",
+    )
+    verify.add_argument(
+        "--seed",
+        type=_natural,
+        metavar="S",
+        help="draw the sample with this seed (verify prints the seed of each draw)",
     )
     verify.add_argument("--no-progress", action="store_true", help="no progress bar")
     verify.set_defaults(func=_verify)
@@ -204,6 +211,16 @@ def _add_export(sub) -> None:
         help="the file to write (default: beside the results folder)",
     )
     export.set_defaults(func=_export)
+
+
+def _natural(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be an integer ≥ 0")
+    return n
 
 
 def _positive(text: str) -> float:
@@ -443,30 +460,59 @@ def _summary(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from desim.study.results import verify_study
+    """`desim verify`: name every damaged, missing, garbled or orphaned file and every changed
+    run; exit 1 when anything is not identical."""
+    import random
+
+    from desim.study.verify import KINDS, verify_study
+
+    if args.seed is not None and args.sample is None:
+        raise ConfigError("--seed: draws a sample; give --sample N too")
+    # one seed for the whole command (a suite's studies too), so that --seed repeats it
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
 
     def one(study: Study) -> int:
-        found = verify_study(study, args.sample, progress=not args.no_progress)
-        for run_id, h in found.changed:
+        found = verify_study(study, args.sample, seed, progress=not args.no_progress)
+        if found.seed is not None:
             print(
-                f"desim: changed: {run_id} (config hash {h}…): its trajectory differs "
-                "from the stored one",
+                f"desim: verify: {len(found.checked)} runs drawn with seed {found.seed} "
+                f"(`--seed {found.seed}` draws them again)",
                 file=sys.stderr,
             )
+        _notes(found.notes)
+        for kind, line in found.problems:
+            print(f"desim: {kind}: {line}", file=sys.stderr)
+        for _, line in found.changed:
+            print(f"desim: changed: {line}", file=sys.stderr)
         for run_id, error in found.failed:
             print(f"desim: failed: {run_id}: {error}", file=sys.stderr)
+        faults = ", ".join(f"{found.count(k)} {k}" for k in KINDS)
         same = len(found.checked) - len(found.changed) - len(found.failed)
         print(
-            f"desim: {study.title}: verified {len(found.checked)} runs: {same} identical, "
+            f"desim: {study.title}: {found.records} stored files checked: {faults}; "
+            f"verified {len(found.checked)} runs: {same} identical, "
             f"{len(found.changed)} changed, {len(found.failed)} failed"
         )
-        return EXIT_FAILED if found.changed or found.failed else EXIT_OK
+        return EXIT_OK if found.ok else EXIT_FAILED
 
     return _each(args, one)
 
 
+def _check_named(file: Path) -> None:
+    """Refuse a study file that is a link: `clean` acts only on the study named, never on
+    the one a link leads to (another folder's, whose results it would remove)."""
+    if file.is_symlink() or file.resolve().parent != file.parent.resolve():
+        raise ConfigError(
+            f"{_where(file)}: is a link to another study file; desim clean acts only on the "
+            "folder named (run it on the study the link leads to, if that is meant)"
+        )
+
+
 def _clean(args: argparse.Namespace) -> int:
-    from desim.study.results import clean_study, stale_files
+    from desim.study.verify import clean_study, stale_files
+
+    for file in find_studies(args.study):
+        _check_named(file)
 
     def one(study: Study) -> int:
         files = stale_files(study)
@@ -494,7 +540,8 @@ def _clean(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from desim.study.export import export
+    """`desim export`: write the current results; say how many runs they lack."""
+    from desim.study.export import export, load
 
     files = find_studies(args.study)
     if len(files) > 1 and args.out is not None:
@@ -503,8 +550,19 @@ def _export(args: argparse.Namespace) -> int:
             "export them one by one, or leave --out out"
         )
     for file in files:
-        for path in export(load_study(file, quick=args.quick), args.format, args.out):
+        results = load(load_study(file, quick=args.quick))
+        study = results.study
+        counted = f"{results.runs_done} of {results.runs_total} runs"
+        _notes([n for n in results.notes if not n.startswith(counted)])
+        for path in export(results, args.format, args.out):
             print(_where(path))
+        missing = results.runs_total - results.runs_done
+        if missing:
+            print(
+                f"desim: warning: exported {counted}; {missing} missing — run "
+                f"`{study.command('run')}` for all of them",
+                file=sys.stderr,
+            )
     return EXIT_OK
 
 
@@ -549,12 +607,12 @@ def _list(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `desim` command; returns the exit status."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "func", None) is None:
-        parser.print_help(sys.stderr)
-        return EXIT_CONFIG
     try:
+        parser = _parser()
+        args = parser.parse_args(argv)
+        if getattr(args, "func", None) is None:
+            parser.print_help(sys.stderr)
+            return EXIT_CONFIG
         return args.func(args)
     except ConfigError as exc:
         print(f"desim: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
@@ -569,7 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush is silent
         return EXIT_OK
     except OSError as exc:  # the file system: read-only, full, a file where a folder goes
-        where = f"{exc.filename}: " if exc.filename else ""
+        where = f"{_where(Path(exc.filename))}: " if exc.filename else ""
         reason = exc.strerror or str(exc) or type(exc).__name__
         print(f"desim: error: {where}{reason}; nothing already stored was lost", file=sys.stderr)
         return EXIT_CONFIG

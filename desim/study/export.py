@@ -48,13 +48,16 @@ def _xarray():
 @dataclass
 class Results:
     """The current results of a study: `metrics` (tidy, one row per run, slot and metric),
-    `curves` (tidy, or None when the study has none), and `notes` for the user (runs not
-    done yet, stored runs of older versions that are not shown)."""
+    `curves` (tidy, or None when the study has none), `notes` for the user (runs not
+    done yet, stored runs of older versions that are not shown), and how many of the study's
+    runs have results (`runs_done` of `runs_total`)."""
 
     study: Study
     metrics: pd.DataFrame
     curves: pd.DataFrame | None
     notes: list[str] = field(default_factory=list)
+    runs_done: int = 0
+    runs_total: int = 0
 
     @property
     def grid(self) -> list[str]:
@@ -124,7 +127,14 @@ def load(study: str | Path | Study, quick: bool = False) -> Results:
     if not isinstance(study, Study):
         study = load_study(study, quick=quick)
     loaded = load_results(study)
-    return Results(study, loaded.metrics, loaded.curves, list(loaded.notes))
+    return Results(
+        study,
+        loaded.metrics,
+        loaded.curves,
+        list(loaded.notes),
+        runs_done=len(loaded.state.sidecars),
+        runs_total=len(study.unique_runs),
+    )
 
 
 def _plain_strings(frame: pd.DataFrame) -> pd.DataFrame:
@@ -147,19 +157,62 @@ def curves_path(out: Path) -> Path:
     return out.with_name(f"{out.stem}.curves{out.suffix}")
 
 
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _protected_folders(study: Study) -> list[Path]:
+    """The results and figures folders of the study file, for full and quick runs."""
+    folder = study.folder.resolve()
+    names = (study.results_dir.name, study.figures_dir.name)
+    return [root / name for root in (folder, folder / "quick") for name in names]
+
+
+def check_target(study: Study, target: Path, shown: str) -> None:
+    """Refuse to write an export to `target` (named to the user as `shown`) when it would
+    replace what the study holds: a file inside its results or figures folders, the study
+    file, or any existing file of the study folder (compared after following links).
+
+    Earlier exports to the default place (`default_out`) may be replaced.
+    """
+    real = target.resolve()
+    folder = study.folder.resolve()
+    if real == study.file.resolve():
+        raise ConfigError(f"--out {shown}: is the study file; give a file outside the study")
+    for protected in _protected_folders(study):
+        if _inside(real, protected):
+            raise ConfigError(
+                f"--out {shown}: is inside the study's {protected.relative_to(folder)}/ "
+                "folder, which only desim run writes; give a file elsewhere"
+            )
+    defaults = [default_out(study, f) for f in FORMATS]
+    ours = {p.resolve() for d in defaults for p in (d, curves_path(d))}
+    if _inside(real, folder) and (real.exists() or real.is_symlink()) and real not in ours:
+        raise ConfigError(
+            f"--out {shown}: is an existing file of the study folder "
+            f"({real.relative_to(folder)}); export never replaces a study's files; "
+            "give a new name"
+        )
+
+
 def export(
-    study: str | Path | Study, fmt: str, out: str | Path | None = None, quick: bool = False
+    study: str | Path | Study | Results,
+    fmt: str,
+    out: str | Path | None = None,
+    quick: bool = False,
 ) -> list[Path]:
-    """Write the current results of `study` as `fmt` (csv, parquet or netcdf) to `out`
-    (default `default_out`); return the files written.
+    """Write the current results of `study` (or `Results` already loaded) as `fmt` (csv,
+    parquet or netcdf) to `out` (default `default_out`); return the files written.
 
     csv and parquet write the tidy metrics table to `out` and the curves (if any) to
     ``<out stem>.curves.<suffix>`` beside it; netcdf writes `Results.to_xarray` to one file.
     Floats are written exactly (csv with round-trip precision). Files are written atomically.
+    A target inside the study's results or figures folders, the study file or another
+    existing file of the study folder is refused (`check_target`): an export never destroys.
     """
     if fmt not in FORMATS:
         raise ConfigError(f"--format {fmt!r}: must be one of {', '.join(FORMATS)}")
-    results = load(study, quick=quick)
+    results = study if isinstance(study, Results) else load(study, quick=quick)
     target = Path(out) if out is not None else default_out(results.study, fmt)
     if target.is_dir():
         raise ConfigError(f"--out {target}: is a folder; give a file name")
@@ -168,18 +221,25 @@ def export(
     tables: list[tuple[Path, pd.DataFrame]] = [(target, results.metrics)]
     if results.curves is not None and fmt != "netcdf":
         tables.append((curves_path(target), results.curves))
+    for path, _ in tables:
+        shown = str(target) if path == target else f"{target} (its curves file {path.name})"
+        check_target(results.study, path, shown)
     if fmt == "netcdf":
         ds = results.to_xarray()
         data = ds.to_netcdf()  # bytes (netCDF3 through scipy when no netCDF4 library)
-        atomic_write(target, lambda tmp: Path(tmp).write_bytes(bytes(data)))
+        atomic_write(target, lambda tmp: Path(tmp).write_bytes(bytes(data)), links_ok=True)
         return [target]
     written = []
     for path, frame in tables:
         frame = _plain_strings(frame)
         if fmt == "csv":
             text = frame.to_csv(index=False)  # floats as repr: exact
-            atomic_write(path, lambda tmp, text=text: Path(tmp).write_text(text, encoding="utf-8"))
+            atomic_write(
+                path,
+                lambda tmp, text=text: Path(tmp).write_text(text, encoding="utf-8"),
+                links_ok=True,
+            )
         else:
-            write_parquet(frame, path)
+            write_parquet(frame, path, links_ok=True)
         written.append(path)
     return written

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import sys
 import threading
 import time
@@ -58,7 +57,6 @@ from desim.study.store import (
     check_inside,
     clean_temporaries,
     encode_record,
-    fingerprint,
     intact,
     json_text,
     now,
@@ -1052,75 +1050,3 @@ def _run_pool(
             if future not in finished and future.done() and not future.cancelled():
                 if future.exception() is None:
                     finish(run, future.result())
-
-
-# --------------------------------------------------------------------------------------------
-# verify and clean
-
-
-@dataclass
-class Verified:
-    """What `verify_study` found: run ids checked, and those whose fingerprint changed."""
-
-    checked: list[str]
-    changed: list[tuple[str, str]]
-    failed: list[tuple[str, str]]
-
-
-def verify_study(
-    study: Study, sample: int | None = None, seed: int = 0, progress: bool = False
-) -> Verified:
-    """Re-run stored runs of `study` (all, or `sample` of them chosen with `seed`) in memory
-    and compare each trajectory's fingerprint with the stored one. Writes nothing."""
-    state = scan(study)
-    runs = [r for r in study.unique_runs if r.config_hash in state.sidecars]
-    if not runs:
-        raise ConfigError(
-            f"{study.results_dir}: no stored runs of the current "
-            f"{study.file.name} to verify; run `{study.command('run')}` first"
-        )
-    if sample is not None and sample < len(runs):
-        runs = sorted(
-            random.Random(seed).sample(runs, sample), key=lambda r: study.unique_runs.index(r)
-        )
-    out = Verified([], [], [])
-    for run in tqdm(runs, desc="verify", unit="run", file=sys.stderr, disable=not progress):
-        out.checked.append(run.run_id)
-        try:
-            metrics, _, _ = simulate(run)
-        except Exception as exc:
-            out.failed.append((run.run_id, f"{type(exc).__name__}: {exc}"))
-            continue
-        if fingerprint(metrics) != state.sidecars[run.config_hash]["fingerprint"]:
-            out.changed.append((run.run_id, run.config_hash[:12]))
-    return out
-
-
-def stale_files(study: Study) -> list[Path]:
-    """Files in the results folder of `study` that belong to no current run (older versions
-    of the study file, damaged records set aside)."""
-    runs_dir = study.results_dir / RUNS_DIR
-    if not runs_dir.is_dir():
-        return []
-    current = {r.config_hash for r in study.unique_runs}
-    out = [
-        p
-        for p in sorted(runs_dir.iterdir())
-        if p.is_file() and not p.name.startswith(".") and p.name.split(".")[0] not in current
-    ]
-    damaged = runs_dir / DAMAGED_DIR
-    if damaged.is_dir() and not damaged.is_symlink():
-        out += sorted(p for p in damaged.iterdir() if p.is_file())
-    return out
-
-
-def clean_study(study: Study) -> int:
-    """Remove the stale files of `study` (under its lock); return how many were removed."""
-    check_outputs(study)
-    if not study.results_dir.is_dir():
-        return 0
-    with StudyLock(study.results_dir):
-        files = stale_files(study)
-        for path in files:
-            path.unlink(missing_ok=True)
-    return len(files)

@@ -8,17 +8,21 @@ its scenario name, which may be long or hold any character):
 - ``<hash>.json`` its sidecar, written last (a run is done when its sidecar is): run id,
   config hash, the sha256 of each of its files, the *fingerprint* of its trajectory (a hash of
   its metrics: what `desim verify` compares after an upgrade) and its provenance (desim version,
-  git commit and dirty flag, versions of numpy, scipy, simpy, pandas, pyarrow, platform, wall
-  time, warnings raised while it ran).
+  git commit and dirty flag, versions of numpy, scipy, simpy, pandas, pyarrow, dp-accounting,
+  networkx, platform, CPU and numpy's SIMD level, wall time, warnings raised while it ran).
 
 A record is trusted only when its files hash to what its sidecar says; a damaged one is moved
-to ``runs/damaged/`` (named in one line) and run again. Records of an older version of the
+to ``runs/damaged/`` (named in one line) and run again. No write in a results or figures
+folder goes through a link (`refuse_links`), and a file-system error names the file being
+written, never desim's temporary file. Records of an older version of the
 study file keep their own hashes, so they are never overwritten; `desim clean` removes them.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib
 import json
 import os
 import platform
@@ -64,14 +68,63 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
-def atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    """Call `write(tmp)` on a temporary path in `path`'s folder, then rename it to `path`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".desim.", suffix=".tmp")
+def study_root(path: Path) -> Path | None:
+    """The study folder of a file desim keeps in a results or figures folder: the folder above
+    the nearest ``results*`` or ``figures*`` folder holding `path` (above ``quick/`` for quick
+    runs); None for a file elsewhere (an export's target, chosen by the user)."""
+    for parent in path.parents:
+        if parent.name.startswith(("results", "figures")):
+            root = parent.parent
+            return root.parent if root.name == "quick" else root
+    return None
+
+
+def refuse_links(path: Path) -> None:
+    """Refuse to write `path` when it, or a folder between its study folder and it, is a link.
+
+    A link planted in a results or figures folder would make desim write (or move, or
+    truncate) a file elsewhere; no file desim keeps there is ever a link.
+    """
+    root = study_root(path)
+    if root is None:
+        return
+    here = root
+    for part in path.relative_to(root).parts:
+        here = here / part
+        if here.is_symlink():
+            raise ConfigError(
+                f"{here.relative_to(root)}: is a link; desim writes nothing through a link in "
+                "a study's results and figures folders (remove the link, then run again)"
+            )
+
+
+def named_error(exc: OSError, path: Path) -> OSError:
+    """`exc` as an error about `path`: never about desim's temporary file, and naming the
+    file being written when the system names none (a full disk)."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return OSError(exc.errno, reason, str(path))
+
+
+def atomic_write(path: Path, write: Callable[[str], None], links_ok: bool = False) -> None:
+    """Call `write(tmp)` on a temporary path in `path`'s folder, then rename it to `path`.
+
+    Refuses a link on the way (`refuse_links`) unless `links_ok` (a target the user chose);
+    a file-system error names `path`, never the temporary file.
+    """
+    if not links_ok:
+        refuse_links(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".desim.", suffix=".tmp")
+    except OSError as exc:
+        raise named_error(exc, path) from None
     os.close(fd)
     try:
         write(tmp)
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes owner-only files; results are shared
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise named_error(exc, path) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -87,16 +140,19 @@ def parquet_bytes(frame: pd.DataFrame, metadata: dict[bytes, bytes] | None = Non
     return sink.getvalue().to_pybytes()
 
 
-def write_bytes(data: bytes, path: Path) -> None:
-    """Write `data` to `path` atomically."""
-    atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
+def write_bytes(data: bytes, path: Path, links_ok: bool = False) -> None:
+    """Write `data` to `path` atomically (see `atomic_write`)."""
+    atomic_write(path, lambda tmp: Path(tmp).write_bytes(data), links_ok)
 
 
 def write_parquet(
-    frame: pd.DataFrame, path: Path, metadata: dict[bytes, bytes] | None = None
+    frame: pd.DataFrame,
+    path: Path,
+    metadata: dict[bytes, bytes] | None = None,
+    links_ok: bool = False,
 ) -> None:
     """Write `frame` (without its index) to `path` atomically, adding `metadata` to its schema."""
-    write_bytes(parquet_bytes(frame, metadata), path)
+    write_bytes(parquet_bytes(frame, metadata), path, links_ok)
 
 
 def json_text(obj: Any) -> str:
@@ -176,11 +232,38 @@ def _version(name: str) -> str | None:
         return None
 
 
+@functools.cache
+def _cpu_name() -> str | None:
+    """The processor's model name (Linux), else what `platform` knows, else None."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip() or None
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _cpu_simd() -> list[str] | None:
+    """The SIMD targets numpy dispatches to on this CPU (e.g. ``X86_V4`` for AVX-512): they
+    decide the last bit of numpy's exp, log and pow, so a run may differ across machines."""
+    for module in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):
+        try:
+            umath = importlib.import_module(module)
+            features, dispatch = umath.__cpu_features__, umath.__cpu_dispatch__
+        except (ImportError, AttributeError):
+            continue
+        return [name for name in dispatch if features.get(name)]
+    return None
+
+
 def provenance() -> dict[str, Any]:
-    """What made a run: desim's version and git state, library versions, platform.
+    """What made a run: desim's version and git state, library versions, platform, CPU.
 
     The git commit and dirty flag are those of the checkout desim is imported from (the code
-    that ran), None when desim is installed without git.
+    that ran), None when desim is installed without git. The CPU (``machine``, ``cpu``,
+    ``cpu_simd``) is there because numpy's SIMD code paths can change a result's last bit.
     """
     code = Path(desim.__file__).resolve().parent.parent
     commit = _git(["rev-parse", "HEAD"], code)
@@ -199,6 +282,11 @@ def provenance() -> dict[str, Any]:
         "pandas": pd.__version__,
         "pyarrow": pa.__version__,
         "platform": platform.platform(),
+        "dp_accounting": _version("dp-accounting"),
+        "networkx": _version("networkx"),
+        "machine": platform.machine() or None,
+        "cpu": _cpu_name(),
+        "cpu_simd": _cpu_simd(),
     }
 
 
@@ -268,6 +356,7 @@ def set_aside(results_dir: Path, config_hash: str) -> list[str]:
     """Move every file of the run `config_hash` to ``runs/damaged/``; return their names."""
     runs = results_dir / RUNS_DIR
     target = runs / DAMAGED_DIR
+    refuse_links(target)  # a planted link would move the records out of the study
     target.mkdir(exist_ok=True)
     moved = []
     for path in sorted(runs.glob(f"{config_hash}.*")):
@@ -344,6 +433,7 @@ class StudyLock:
 
     def __enter__(self) -> StudyLocked | StudyLock:
         self.results_dir.mkdir(parents=True, exist_ok=True)
+        refuse_links(self.results_dir / LOCK_FILE)  # the lock file is opened for writing
         try:
             self.lock.acquire()
         except Timeout:
@@ -353,9 +443,12 @@ class StudyLock:
             ) from None
         owner = {"pid": os.getpid(), "host": socket.gethostname(), "since": now()}
         try:
-            (self.results_dir / OWNER_FILE).write_text(json.dumps(owner), encoding="utf-8")
+            write_bytes(json.dumps(owner).encode(), self.results_dir / OWNER_FILE)
         except OSError:
             pass  # the lock itself is what counts
+        except BaseException:  # a planted link: refused, and the lock given back
+            self.lock.release()
+            raise
         return self
 
     def holder(self) -> str:
@@ -367,7 +460,7 @@ class StudyLock:
             return "another desim process"
 
     def __exit__(self, *exc: object) -> None:
-        (self.results_dir / OWNER_FILE).unlink(missing_ok=True)
+        (self.results_dir / OWNER_FILE).unlink(missing_ok=True)  # a link itself, never its target
         self.lock.release()
 
 

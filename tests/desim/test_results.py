@@ -16,6 +16,7 @@ import desim.study.results as results
 from desim.kernel.recorder import log_checkpoints
 from desim.study.results import run_study
 from desim.study.spec import load_study
+from desim.study.store import fingerprint
 
 RUN_FIELDS = {
     "run_id",
@@ -128,7 +129,7 @@ def test_results_follow_the_output_contract(toy_study):
         )
     }
     trajectory = pd.read_parquet(record(toy_study, study.runs[0]))
-    assert side["fingerprint"] == results.fingerprint(trajectory)
+    assert side["fingerprint"] == fingerprint(trajectory)
     assert not (res / "agents.parquet").exists()
 
     man = manifest(toy_study)

@@ -407,11 +407,11 @@ def test_verify_reports_changed_fingerprints(toy_study, capsys):
     study = load_study(toy_study)
     side = toy_study / "results" / "runs" / f"{study.runs[3].config_hash}.json"
     data = json.loads(side.read_text())
-    data["fingerprint"] = "0" * 64  # as if an upgrade had changed this run's trajectory
+    data["fingerprint"] = "0" * 64  # the sidecar no longer describes its record
     side.write_text(json.dumps(data))
     assert main(["verify", str(toy_study), "--sample", "4", "--no-progress"]) == 1
     captured = capsys.readouterr()
-    assert "1 changed" in captured.out and "toy-b_r001" in captured.err
+    assert "1 garbled" in captured.out and f"results/runs/{side.name}" in captured.err
 
 
 def test_clean_removes_older_versions_after_confirmation(toy_study, capsys, monkeypatch):

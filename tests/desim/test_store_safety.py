@@ -1,0 +1,219 @@
+"""Nothing a study stores is lost through desim itself: `desim export` never writes over the
+study, no write in a results or figures folder follows a link planted there, file-system
+errors name the real file, and Ctrl-C at any moment is one line and status 130."""
+
+from __future__ import annotations
+
+import errno
+import shutil
+import signal
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from _toy import TOY_STUDY, write_study
+
+from desim.study.cli import main
+from desim.study.results import run_study
+from desim.study.spec import load_study
+from desim.study.store import atomic_write
+
+ROOT = Path(__file__).resolve().parents[2]
+PRECIOUS = "someone else's file\n"
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """The toy study, run once; each test works on its own copy."""
+    folder = write_study(tmp_path_factory.mktemp("stored") / "toy")
+    run_study(load_study(folder), progress=False)
+    return folder
+
+
+@pytest.fixture
+def copy(stored, tmp_path):
+    return shutil.copytree(stored, tmp_path / "toy")
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.name.startswith(".desim.lock")
+    }
+
+
+def _outside(tmp_path: Path) -> Path:
+    path = tmp_path / "elsewhere" / "precious.txt"
+    path.parent.mkdir()
+    path.write_text(PRECIOUS)
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# export
+
+
+def _record(folder: Path) -> str:
+    return "results/runs/" + load_study(folder).unique_runs[0].config_hash + ".parquet"
+
+
+@pytest.mark.parametrize(
+    "out",
+    [
+        "study.toml",
+        "results/metrics.parquet",
+        "results/manifest.json",
+        "RECORD",
+        "results/new.csv",
+        "figures/new.csv",
+        "README.md",
+        "notes.csv",  # its curves file notes.curves.csv exists
+    ],
+)
+def test_export_never_writes_over_the_study(copy, capsys, out):
+    (copy / "README.md").write_text("# my notes\n")
+    (copy / "notes.curves.csv").write_text("my own table\n")
+    (copy / "figures").mkdir()
+    before = _snapshot(copy)
+    target = copy / (_record(copy) if out == "RECORD" else out)
+    capsys.readouterr()
+    assert main(["export", str(copy), "--format", "csv", "--out", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("desim: error: --out ") and err.count("\n") == 1, err
+    assert _snapshot(copy) == before
+
+
+def test_export_refuses_a_link_to_the_study_file(copy, tmp_path, capsys):
+    link = tmp_path / "innocent.csv"
+    link.symlink_to(copy / "study.toml")
+    before = _snapshot(copy)
+    assert main(["export", str(copy), "--format", "csv", "--out", str(link)]) == 2
+    assert "is the study file" in capsys.readouterr().err
+    assert _snapshot(copy) == before
+
+
+def test_export_to_its_default_place_again_and_outside_is_fine(copy, tmp_path, capsys):
+    for _ in range(2):
+        assert main(["export", str(copy), "--format", "csv"]) == 0
+    assert (copy / "results.csv").is_file() and (copy / "results.curves.csv").is_file()
+    assert main(["export", str(copy), "--format", "parquet", "--out", str(tmp_path / "x.pq")]) == 0
+
+
+def test_export_of_a_half_run_study_says_how_many_runs_are_missing(tmp_path, capsys):
+    text = TOY_STUDY.replace('noise = "gaussian"', 'noise = "gaussian"\nfail_replicate = 1')
+    folder = write_study(tmp_path / "half", text)
+    assert run_study(load_study(folder), progress=False).failed == 1
+    capsys.readouterr()
+    assert main(["export", str(folder), "--format", "csv"]) == 0
+    err = capsys.readouterr().err
+    assert "desim: warning: exported 3 of 4 runs; 1 missing — run `desim run" in err
+    assert "have results" not in err  # said once
+
+
+# --------------------------------------------------------------------------------------------
+# links planted in results/ and figures/
+
+
+def _refused(capsys, code, args, named):
+    capsys.readouterr()
+    assert main(args) == code
+    err = capsys.readouterr().err
+    assert f"{named}: is a link" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("name", [".desim.lock.owner", ".desim.lock"])
+def test_a_linked_lock_file_is_refused_and_the_outside_file_untouched(copy, tmp_path, capsys, name):
+    outside = _outside(tmp_path)
+    (copy / "results" / name).unlink(missing_ok=True)
+    (copy / "results" / name).symlink_to(outside)
+    _refused(capsys, 2, ["run", str(copy), "--no-progress"], f"results/{name}")
+    assert outside.read_text() == PRECIOUS
+    (copy / "results" / name).unlink()
+    assert main(["run", str(copy), "--no-progress"]) == 0  # the lock was given back
+
+
+def test_a_linked_damaged_folder_is_refused_and_nothing_moves(copy, tmp_path, capsys):
+    outside = _outside(tmp_path).parent
+    (copy / "results" / "runs" / "damaged").symlink_to(outside, target_is_directory=True)
+    record = copy / _record(copy)
+    record.write_bytes(record.read_bytes()[:-10])  # damaged: it would be set aside
+    _refused(capsys, 2, ["run", str(copy), "--no-progress"], "results/runs/damaged")
+    assert [p.name for p in outside.iterdir()] == ["precious.txt"]
+    assert record.is_file()
+
+
+def test_a_linked_figure_is_refused_and_the_outside_file_untouched(copy, tmp_path, capsys):
+    outside = _outside(tmp_path)
+    (copy / "figures").mkdir()
+    (copy / "figures" / "toy.png").symlink_to(outside)
+    _refused(capsys, 2, ["plot", str(copy)], "figures/toy.png")
+    assert outside.read_text() == PRECIOUS
+
+
+def test_a_linked_sidecar_is_refused_and_the_outside_file_untouched(copy, tmp_path, capsys):
+    outside = _outside(tmp_path)
+    sidecar = copy / _record(copy).replace(".parquet", ".json")
+    sidecar.unlink()
+    sidecar.symlink_to(outside)
+    _refused(capsys, 1, ["run", str(copy), "--no-progress"], str(sidecar.relative_to(copy)))
+    assert outside.read_text() == PRECIOUS
+
+
+# --------------------------------------------------------------------------------------------
+# file-system errors name the real file
+
+
+def test_a_folder_where_a_figure_goes_is_named_not_the_temporary_file(copy, capsys, monkeypatch):
+    (copy / "figures" / "toy.png").mkdir(parents=True)
+    monkeypatch.chdir(copy)
+    capsys.readouterr()
+    assert main(["plot", "."]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("desim: error: figures/toy.png: Is a directory"), err
+    assert ".tmp" not in err and err.count("\n") == 1
+
+
+def test_a_full_disk_names_the_file_being_written(tmp_path):
+    path = tmp_path / "results" / "manifest.json"
+    path.parent.mkdir()
+
+    def full(tmp: str) -> None:
+        Path(tmp).write_text("half")
+        raise OSError(errno.ENOSPC, "No space left on device")  # the system names no file
+
+    with pytest.raises(OSError) as info:
+        atomic_write(path, full)
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(path)
+    assert list(path.parent.iterdir()) == []  # no temporary file left
+
+
+# --------------------------------------------------------------------------------------------
+# Ctrl-C
+
+
+def test_the_command_is_the_entry_that_survives_ctrl_c():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["desim"] == "desim.study.entry:main"
+
+
+def test_ctrl_c_while_the_command_imports_exits_130_in_one_line(tmp_path):
+    # -X importtime reports each import as it ends: the signal is sent once numpy (the CLI's
+    # first heavy import, inside the entry point's handler) is in, long before the CLI is
+    code = "import sys; from desim.study.entry import main; sys.exit(main())"
+    proc = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-c", code, "validate", str(tmp_path / "none")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    for line in proc.stderr:
+        if line.split("|")[-1].strip() == "numpy":
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    lines = [line for line in err.splitlines() if not line.startswith("import time:")]
+    assert proc.returncode == 130, err[-2000:]
+    assert lines == ["desim: interrupted"]
