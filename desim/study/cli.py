@@ -307,14 +307,10 @@ def _suite_progress(args: argparse.Namespace, studies: list[Study]):
     """Whether to show progress; a suite has one progress bar over all its sub-studies' runs."""
     progress = not args.no_progress
     if progress and len(studies) > 1:
-        from tqdm import tqdm
+        from desim.study.progress import progress_bar
 
-        progress = tqdm(
-            total=sum(len(s.unique_runs) for s in studies),
-            unit="run",
-            desc=f"suite {_where(Path(args.study))}"[:40],
-            file=sys.stderr,
-        )
+        total = sum(len(s.unique_runs) for s in studies)
+        progress = progress_bar(total, f"suite {_where(Path(args.study))}"[:40], "run")
     return progress
 
 

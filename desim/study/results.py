@@ -48,6 +48,7 @@ from tqdm import tqdm
 
 from desim.kernel.params import ConfigError
 from desim.kernel.recorder import log_checkpoints
+from desim.study.progress import progress_bar
 from desim.study.scenario import run as run_scenario
 from desim.study.spec import CurveJob, Run, Study, canonical_hash
 from desim.study.store import (
@@ -75,6 +76,8 @@ METRICS_FILE = "metrics.parquet"
 CURVES_FILE = "curves.parquet"
 AGENTS_FILE = "agents.parquet"
 MANIFEST_FILE = "manifest.json"
+#: The columns of a curves table after the curve's name and its grid columns.
+CURVE_VALUES = ("t", "metric", "value", "stderr")
 #: Version of the manifest layout, bumped when fields change meaning.
 MANIFEST_SCHEMA = 2
 #: The manifest is rewritten at most this often while runs finish (and always at the end).
@@ -292,24 +295,15 @@ def compute_curves(
     default they are computed here, in order.
 
     `cached` is the previous curves table and `cached_hashes` maps each of its (curve, grid)
-    keys to the config hash it was computed with: a curve whose hash is unchanged is reused.
+    keys to the config hash it was computed with: a curve whose hash is unchanged is reused,
+    even when the grid changed since (its rows then take the current grid columns).
     A curve the grid does not reach is computed once and shown at every grid point.
     """
     t = log_checkpoints(study.t_max, study.checkpoints).astype(float)
-    cached_hashes = cached_hashes or {}
-    reuse = _reusable_curves(study, cached, cached_hashes)
-    todo = {
-        job.config_hash
-        for job in study.curve_jobs
-        if cached_hashes.get(_curve_key(job.curve.name, job.point.columns)) != job.config_hash
-    }
+    reuse = _reusable_curves(cached, cached_hashes or {})
     # one computation per config hash, in study order
     jobs = list(
-        {
-            job.config_hash: job
-            for job in study.curve_jobs
-            if job.config_hash in todo or _curve_key(job.curve.name, job.point.columns) not in reuse
-        }.values()
+        {job.config_hash: job for job in study.curve_jobs if job.config_hash not in reuse}.values()
     )
     if evaluate is not None and jobs:
         results = evaluate(jobs, t)
@@ -321,29 +315,39 @@ def compute_curves(
 
 
 def _reusable_curves(
-    study: Study, cached: pd.DataFrame | None, cached_hashes: dict[str, str]
-) -> dict[str, pd.DataFrame]:
-    """The rows of the previous curves table by (curve, grid) key."""
-    reuse: dict[str, pd.DataFrame] = {}
-    if cached is not None and not cached.empty and cached_hashes:
-        for key, rows in cached.groupby(
-            ["curve", *study.grid_columns.values()], sort=False, dropna=False
-        ):
-            name, *values = key if isinstance(key, tuple) else (key,)
-            columns = dict(zip(study.grid_columns.values(), values, strict=True))
-            reuse[_curve_key(name, columns)] = rows
+    cached: pd.DataFrame | None, cached_hashes: dict[str, str]
+) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(t, value, stderr) of each curve of the previous curves table, by config hash.
+
+    The table's grid is read from its own columns (the grid it was computed for), so a
+    changed grid never makes its keys mean something else."""
+    reuse: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    if cached is None or cached.empty or not cached_hashes:
+        return reuse
+    if "curve" not in cached.columns or not set(CURVE_VALUES) <= set(cached.columns):
+        return reuse
+    grid = [c for c in cached.columns if c != "curve" and c not in CURVE_VALUES]
+    for key, rows in cached.groupby(["curve", *grid], sort=False, dropna=False):
+        name, *values = key if isinstance(key, tuple) else (key,)
+        h = cached_hashes.get(_curve_key(name, dict(zip(grid, values, strict=True))))
+        if h is not None:
+            reuse.setdefault(h, tuple(rows[c].to_numpy(float) for c in ("t", "value", "stderr")))
     return reuse
+
+
+def _curve_columns(study: Study) -> list[str]:
+    """The columns of the curves table of `study`, in order."""
+    return ["curve", *study.grid_columns.values(), *CURVE_VALUES]
+
+
+def _fits(curves: pd.DataFrame, study: Study) -> bool:
+    """Whether a stored curves table has exactly the columns `study` gives its curves table."""
+    return list(curves.columns) == _curve_columns(study)
 
 
 def _evaluate_here(jobs: list[CurveJob], t: np.ndarray, progress: bool) -> list[Any]:
     """The `curve_value` of each job, computed in this process in order."""
-    bar = tqdm(
-        total=len(jobs),
-        desc="curves",
-        unit="curve",
-        file=sys.stderr,
-        disable=not (progress and jobs),
-    )
+    bar = progress_bar(len(jobs), "curves", "curve", disable=not (progress and jobs))
     results = []
     for job in jobs:
         results.append(curve_value(job, t))
@@ -353,12 +357,14 @@ def _evaluate_here(jobs: list[CurveJob], t: np.ndarray, progress: bool) -> list[
 
 
 def _curves_table(
-    study: Study, t: np.ndarray, computed: dict[str, Any], reuse: dict[str, pd.DataFrame]
+    study: Study,
+    t: np.ndarray,
+    computed: dict[str, Any],
+    reuse: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
 ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """The curves table of every curve job (computed or reused) and each job's status."""
     frames, status = [], []
     for job in study.curve_jobs:
-        key = _curve_key(job.curve.name, job.point.columns)
         entry = {
             "curve": job.curve.name,
             "grid": job.point.columns,
@@ -368,14 +374,14 @@ def _curves_table(
         }
         status.append(entry)
         if job.config_hash not in computed:
-            frames.append(reuse[key])
+            frames.append(_curve_rows(job, *reuse[job.config_hash]))  # built as computed
             continue
         result = computed[job.config_hash]
         if isinstance(result, str):
             entry.update(status=FAILED, error=result)
             continue
         frames.append(_curve_rows(job, t, *result))
-    columns = ["curve", *study.grid_columns.values(), "t", "metric", "value", "stderr"]
+    columns = _curve_columns(study)
     curves = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
     return curves[columns], status
 
@@ -628,6 +634,12 @@ def _load_curves(
             f"{CURVES_FILE}: damaged; curves not shown (`{study.command('run')}` recomputes them)"
         )
         return None
+    if not _fits(curves, study):  # computed for another grid: its keys mean nothing now
+        notes.append(
+            f"{CURVES_FILE}: computed for another [grid] of {study.file.name}; curves not "
+            f"shown (`{study.command('run')}` recomputes them)"
+        )
+        return None
     stored = {
         _curve_key(e.get("curve"), e.get("grid")): e.get("config_hash")
         for e in manifest.get("curves", [])
@@ -782,8 +794,9 @@ def run_study(
 ) -> Summary:
     """Run every run of `study` not already done, write results, and summarise.
 
-    `progress` is True for a progress bar of this study, False for none, or a tqdm bar to
-    advance (a suite's, shared by its sub-studies: runs already done count as progress).
+    `progress` is True for a progress bar of this study, False for none, or a bar to advance
+    (a suite's `desim.study.progress.progress_bar`, shared by its sub-studies: runs already
+    done count as progress).
 
     `workers` = 1 runs in this process; more use a process pool. Runs are written as they
     finish; a failing run is recorded in the manifest and the others go on; on
@@ -865,13 +878,7 @@ def _run_with(
         bar = progress
         bar.update(len(study.unique_runs) - len(todo))
     else:
-        bar = tqdm(
-            total=len(todo),
-            desc=study.title[:40],
-            unit="run",
-            disable=not (progress and todo),
-            file=sys.stderr,
-        )
+        bar = progress_bar(len(todo), study.title[:40], "run", disable=not (progress and todo))
     try:
         _run_todo(
             todo, study.results_dir, workers, session, head, _finisher(sidecars, manifest, bar)

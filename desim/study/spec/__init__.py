@@ -29,7 +29,7 @@ from pathlib import Path
 
 from desim.kernel.params import ConfigError
 from desim.study.spec.expand import expand_curves, expand_runs, grid_points
-from desim.study.spec.figures import final_plots, study_agents
+from desim.study.spec.figures import final_plots, study_agents, study_title
 from desim.study.spec.hashing import canonical_hash, study_hash
 from desim.study.spec.limits import check_size, horizon
 from desim.study.spec.model import (
@@ -107,7 +107,7 @@ def build_study(raw: dict, file: Path, quick: bool = False, force: bool = False)
     jobs = expand_curves(doc, h, v, points)
     return Study(
         file=file,
-        title=doc.settings.title,
+        title=study_title(doc, h),
         seed=doc.settings.seed,
         replicates=h.replicates,
         t_max=h.t_max,

@@ -32,14 +32,11 @@ def final_plots(
     plots: list[PlotSpec], scenarios: list[ScenarioSpec], doc: StudyDocument, h: Horizon
 ) -> list[PlotSpec]:
     """The plots with their titles filled in, each plotted metric checked to be recorded."""
-    fields = {
-        "agents": "varied" if "data.agents" in doc.grid else study_agents(h.data),
-        "replicates": h.replicates,
-        "t_max": h.t_max,
-        "checkpoints": h.checkpoints,
-        "seed": doc.settings.seed,
-    }
-    plots = [dataclasses.replace(q, title=_fill_title(q.title, fields, q.file)) for q in plots]
+    fields = _title_fields(doc, h)
+    plots = [
+        dataclasses.replace(q, title=_fill_title(q.title, fields, f"plot {q.file!r}"))
+        for q in plots
+    ]
     outputs = [
         getattr(METRICS.lookup(name, "study: metrics"), "outputs", None)
         for name in doc.settings.metrics
@@ -47,6 +44,22 @@ def final_plots(
     if all(d is not None for d in outputs):  # a metric that declares nothing: not checkable
         _check_plot_metrics(plots, scenarios, [p for d in outputs for p in d])
     return plots
+
+
+def study_title(doc: StudyDocument, h: Horizon) -> str:
+    """The [study] title with {agents}, {replicates}, ... filled in, as plot titles are."""
+    return _fill_title(doc.settings.title, _title_fields(doc, h), "[study]")
+
+
+def _title_fields(doc: StudyDocument, h: Horizon) -> dict[str, Any]:
+    """The values a title may name (`TITLE_FIELDS`), as the study runs (--quick included)."""
+    return {
+        "agents": "varied" if "data.agents" in doc.grid else study_agents(h.data),
+        "replicates": h.replicates,
+        "t_max": h.t_max,
+        "checkpoints": h.checkpoints,
+        "seed": doc.settings.seed,
+    }
 
 
 def plot_specs(
@@ -132,14 +145,15 @@ def _check_plot_metrics(
                 )
 
 
-def _fill_title(title: str, fields: dict[str, Any], file: str) -> str:
-    """`title` with {agents}, {replicates}, {t_max}, ... replaced by the study's values."""
+def _fill_title(title: str, fields: dict[str, Any], where: str) -> str:
+    """`title` with {agents}, {replicates}, {t_max}, ... replaced by the study's values
+    (`where` names the table in messages)."""
 
     def value(match: re.Match) -> str:
         name = match.group(1)
         if name not in fields:
             raise ConfigError(
-                f"plot {file!r}: title: unknown field {{{name}}}; allowed: "
+                f"{where}: title: unknown field {{{name}}}; allowed: "
                 + ", ".join(f"{{{k}}}" for k in TITLE_FIELDS)
             )
         v = fields[name]
