@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import desim
 from desim.kernel.params import ConfigError
 from desim.kernel.protocol import Protocol
 from desim.kernel.registry import METRICS, PROTOCOLS, metric_applies
@@ -162,6 +164,12 @@ def test_a_plot_at_a_slot_beyond_t_max_is_refused(tmp_path, capsys):
     assert "at = 5000: beyond t_max = 20" in err
 
 
+def test_a_plot_at_with_x_the_slot_is_refused_as_unread(tmp_path):
+    folder = _study(tmp_path, PRIVATE + "\n[[plot]]\nat = 20\n")
+    with pytest.raises(ConfigError, match="at = 20: read only with x a grid column"):
+        load_study(folder)
+
+
 def test_a_plot_at_a_slot_between_checkpoints_is_refused_and_one_measured_is_not(tmp_path):
     grid = '\n[grid]\n"defaults.epsilon" = [0.5, 1.0]\n'
     folder = _study(tmp_path, PRIVATE + grid + '\n[[plot]]\nx = "epsilon"\nat = 7\n')
@@ -193,6 +201,37 @@ def test_data_overflowing_under_a_grid_is_refused(tmp_path):
     folder = _study(tmp_path, PRIVATE + '\n[grid]\n"data.sigma" = [0.5, 1e300]\n')
     with pytest.raises(ConfigError, match=r"\[grid\]: 'data.sigma': data.sigma holds 1e\+300"):
         load_study(folder)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "epsilon = 1e-300\n",
+        '\n[grid]\n"defaults.epsilon" = [1.0, 1e-300]\n',
+        "\n[defaults]\nepsilon = 1e-60\n",
+    ],
+)
+def test_a_privacy_budget_whose_noise_overflows_is_refused(tmp_path, capsys, where):
+    body = PRIVATE + where if where.startswith("epsilon") else where + PRIVATE
+    code, _, err = _validate(_study(tmp_path, body), capsys)
+    assert code != 0
+    assert "must be at least 1e-50" in err
+
+
+def test_the_smallest_privacy_budget_allowed_runs_finite(tmp_path):
+    from desim.study.spec.validate import MIN_EPSILON
+
+    for params in ({"variance": "sch-var-1"}, {"mechanism": "pm2", "noise": "laplace"}):
+        out = desim.run(
+            desim.Scenario(
+                "private-colme",
+                {"epsilon": MIN_EPSILON, **params},
+                data={"model": "classes", "agents": 6},
+                t_max=30,
+                checkpoints=3,
+            )
+        )
+        assert np.isfinite(out.metrics["value"]).all()
 
 
 PRICER = """

@@ -28,6 +28,7 @@ from desim.study.spec.hashing import canonical_hash
 from desim.study.spec.model import (
     CURVE_TOPOLOGY_KEY,
     GRID_ROOTS,
+    LEDGER_PREFIX,
     MAX_NAME,
     RESERVED_COLUMNS,
     CurveSpec,
@@ -300,12 +301,17 @@ def check_setups(study: Study) -> None:
 READ_TABLES = {"network": "[network]", "topology": "[topology]"}
 #: Largest magnitude of a number in [data]: squares and sums of squares over a run stay finite.
 MAX_DATA_MAGNITUDE = 1e100
+#: Smallest privacy budget ε (parameters named epsilon…): noise variances grow as 1/ε² and
+#: Sch-Var-1's variance of a variance as 1/ε⁴, which overflows below about 1e-77; a margin
+#: for PM-II's split of ε over up to 30 levels and for sums over a run.
+MIN_EPSILON = 1e-50
 
 
 def study_checks(doc: StudyDocument, v: Validated) -> list[str]:
     """Refuse a table, metric, plotted slot or [data] value that no run would use as written
     (`ConfigError`, one line each); return notes on tables some scenarios ignore."""
     check_data_values(doc)
+    check_privacy_budgets(doc)
     notes = check_tables_read(doc, v)
     check_metrics_recorded(doc, v)
     check_plot_slots(v.plots, doc.settings.t_max, doc.settings.checkpoints)
@@ -403,6 +409,11 @@ def check_plot_slots(plots: list[PlotSpec], t_max: int, checkpoints: int) -> Non
     for plot in plots:
         if plot.at is None:
             continue
+        if plot.x == "t" or plot.x.startswith(LEDGER_PREFIX):
+            raise ConfigError(
+                f"plot {plot.file!r}: at = {plot.at:g}: read only with x a grid column "
+                f"(here x = {plot.x!r}, drawn at every slot): remove at"
+            )
         slots = log_checkpoints(t_max, checkpoints) if slots is None else slots
         if plot.at in slots:
             continue
@@ -433,6 +444,26 @@ def check_data_values(doc: StudyDocument) -> None:
                     f"{where}: {key} holds {bad!r}: numbers in [data] must be finite with "
                     f"magnitude at most {MAX_DATA_MAGNITUDE:g} (squared errors must stay finite)"
                 )
+
+
+def check_privacy_budgets(doc: StudyDocument) -> None:
+    """Refuse a privacy budget (a parameter named epsilon…, in a scenario, curve, [defaults] or
+    the grid) below `MIN_EPSILON`: its noise variance overflows and the runs fail."""
+    tables = [(f"scenario {t.get('name')!r}", t) for t in doc.scenarios]
+    tables += [(f"curve {t.get('name')!r}", t) for t in doc.curves]
+    tables += [("[defaults]", doc.defaults)]
+    tables += [("[grid]", {p.partition(".")[2]: vs for p, vs in doc.grid.items()})]
+    for where, table in tables:
+        for key, value in table.items():
+            if not key.startswith("epsilon"):
+                continue
+            for x in value if isinstance(value, list) else [value]:
+                small = isinstance(x, int | float) and not isinstance(x, bool) and 0 < x
+                if small and x < MIN_EPSILON:
+                    raise ConfigError(
+                        f"{where}: {key} = {x!r}: must be at least {MIN_EPSILON:g} (the noise "
+                        "variance grows as 1/ε² and overflows for smaller budgets)"
+                    )
 
 
 def _first_huge(value: object) -> float | None:
