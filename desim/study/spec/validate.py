@@ -440,8 +440,9 @@ def check_data_values(doc: StudyDocument) -> None:
         for key, value in table.items():
             bad = _first_huge(value)
             if bad is not None:
+                shown = f"{key} = {bad!r}" if bad is value else f"{key} holds {bad!r}"
                 raise ConfigError(
-                    f"{where}: {key} holds {bad!r}: numbers in [data] must be finite with "
+                    f"{where}: {shown}: numbers in [data] must be finite with "
                     f"magnitude at most {MAX_DATA_MAGNITUDE:g} (squared errors must stay finite)"
                 )
 
