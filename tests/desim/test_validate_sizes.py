@@ -152,3 +152,15 @@ def test_the_private_colme_estimate_is_within_1_5x_of_the_measured_peak():
     peak = json.loads(done.stdout.split()[-1])
     estimate, _ = run_bytes(PROTOCOLS.get("private-colme"), Sizes(agents, 1, 0), 20, 5)
     assert peak / 1.5 <= estimate <= 1.5 * peak, (estimate / 2**20, peak / 2**20)
+
+
+def test_a_trace_file_counts_for_the_scenarios_that_read_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(limits, "_memory_bytes", lambda: limits.BASE_BYTES + 20 * 2**20)
+    folder = _folder(tmp_path, STUDY.format(agents=12))
+    assert load_study(folder).runs  # without a trace, the run fits
+    rows = "".join(f"{2 * i}.5,{2 * i + 1}.25,down,{i % 12}\n" for i in range(30_000))
+    (folder / "trace.csv").write_text("start,end,state,node\n" + rows)
+    text = STUDY.format(agents=12) + '\n[network.nodes]\nmodel = "trace"\nfile = "trace.csv"\n'
+    (folder / "study.toml").write_text(text)
+    with pytest.raises(ConfigError, match=r"needs about .* \(trace files parsed into rows\)"):
+        load_study(folder)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from desim.kernel.params import ConfigError, build, field_names
 from desim.kernel.registry import CURVES, PROTOCOLS
-from desim.study.spec.model import QUICK_FALLBACK, CurveSpec, ScenarioSpec
+from desim.study.spec.model import QUICK_FALLBACK, TRACE_TABLES, CurveSpec, ScenarioSpec
 from desim.study.spec.parse import StudyDocument
 
 
@@ -112,7 +112,10 @@ UNITS = {
     "coordinate": "M × d vectors",
     "pair-coordinate": "M² × d shares",
     "draw-agent": "draws × M class-mate subsets of the largest stratum",
+    "trace": "trace files parsed into rows",
 }
+#: Bytes a trace file takes once parsed (Python rows, then arrays), per byte of the file.
+TRACE_BYTES_PER_BYTE = 40
 
 
 @dataclass(frozen=True)
@@ -153,10 +156,12 @@ def check_memory(
     if not available:
         return
     sizes = study_sizes(h, doc)
+    traces = {"trace": float(TRACE_BYTES_PER_BYTE * _trace_file_bytes(doc))}
     for spec in scenarios:
         cls = PROTOCOLS.get(spec.protocol)
+        extra = traces if "network" in getattr(cls, "reads", {"network"}) else {}
         need, driver = max(
-            run_bytes(cls, sizes, h.t_max, h.checkpoints, per_unit=per_unit)
+            run_bytes(cls, sizes, h.t_max, h.checkpoints, per_unit=per_unit, extra=extra)
             for per_unit in _per_unit(cls, spec, doc, h.t_max)
         )
         if need > available:
@@ -207,19 +212,42 @@ def run_bytes(
     checkpoints: int,
     draws: int = 0,
     per_unit: dict[str, float] | None = None,
+    extra: dict[str, float] | None = None,
 ) -> tuple[int, str]:
     """(bytes, what drives them) of one run of protocol (or curve) class `cls` at `sizes`: its
-    `memory` per unit (or `per_unit`), the data, every agent's records and `BASE_BYTES`."""
+    `memory` per unit (or `per_unit`), the data, every agent's records, `extra` (e.g. trace
+    files) and `BASE_BYTES`."""
     units = sizes.units(draws)
     declared = getattr(cls, "memory", {}) if per_unit is None else per_unit
     parts = {unit: units.get(unit, 0) * float(b) for unit, b in declared.items()}
+    parts.update({k: v for k, v in (extra or {}).items() if v})
     if sizes.dimension > 1:
         parts["coordinate"] = parts.get("coordinate", 0.0) + DATA_COPIES * 8 * units["coordinate"]
-    base = BASE_BYTES + _agent_bytes(sizes.agents, t_max, checkpoints)
+    records = _agent_bytes(sizes.agents, t_max, checkpoints)
     driver = max(parts, key=parts.__getitem__) if parts else "agent"
-    if not parts or parts[driver] < base:
+    if not parts or parts[driver] < records:
         driver = "agent"
-    return int(base + sum(parts.values())), UNITS.get(driver, driver)
+    return int(BASE_BYTES + records + sum(parts.values())), UNITS.get(driver, driver)
+
+
+def _trace_file_bytes(doc: StudyDocument) -> int:
+    """Bytes of the largest trace file each [network] sub-table (or a grid value of it)
+    names, summed over the sub-tables; files that cannot be read count nothing (the checks of
+    the files name them)."""
+    total = 0
+    for sub in TRACE_TABLES:
+        grid = doc.grid.get(f"network.{sub}")
+        tables = [doc.network.get(sub), *(grid if isinstance(grid, list) else [])]
+        sizes = [0]
+        for table in tables:
+            name = table.get("file") if isinstance(table, dict) else None
+            if isinstance(name, str) and name:
+                try:
+                    sizes.append((doc.file.parent / name).stat().st_size)
+                except (OSError, ValueError):
+                    pass
+        total += max(sizes)
+    return total
 
 
 def study_sizes(h: Horizon, doc: StudyDocument) -> Sizes:
