@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import desim
 from desim.kernel.params import ConfigError
@@ -295,3 +297,62 @@ def test_committed_studies_with_a_table_some_scenarios_ignore_still_validate(nam
     assert out.out.startswith("ok:")
     if name != "connectivity-sweep/pricer-geometric":
         assert "ignore [topology]" in out.err and "private-colme scenario" in out.err
+
+
+# --------------------------------------------------------------------------------------------
+# the classes stay closed: whatever validate accepts runs to finite numbers
+
+HYPOTHESIS = dict(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+FLOATS = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([1e308, -1e308, 1e-300])
+
+
+def _accepted_runs_finite(folder: Path) -> None:
+    """`folder`'s study is refused in one line, or its first run records finite numbers."""
+    try:
+        study = load_study(folder)
+    except ConfigError as exc:
+        assert "\n" not in str(exc)
+        return
+    out = desim.run(study.runs[0].scenario)
+    assert np.isfinite(out.metrics["value"]).all()
+
+
+@settings(**HYPOTHESIS)
+@given(mean=FLOATS, sigma=st.floats(min_value=0.0, allow_nan=False) | FLOATS)
+def test_any_class_mean_and_sigma_is_refused_or_runs_finite(tmp_path, mean, sigma):
+    text = HEAD.format(study="", data="").replace("t_max = 20", "t_max = 8")
+    text = text.replace("agents = 12", "agents = 4")
+    text = text.replace("class_means = [0.2, 0.8]", f"class_means = [0.0, {_toml(mean)}]")
+    text = text.replace("sigma = 0.5", f"sigma = {_toml(sigma)}")
+    folder = tmp_path / "h"
+    folder.mkdir(exist_ok=True)
+    (folder / "study.toml").write_text(text + PRIVATE)
+    _accepted_runs_finite(folder)
+
+
+@settings(**HYPOTHESIS)
+@given(
+    epsilon=st.floats(min_value=0.0, max_value=1.0, exclude_min=True),
+    variance=st.sampled_from(["known", "sch-var-1", "sch-var-2"]),
+    mechanism=st.sampled_from(["pm1", "pm2"]),
+)
+def test_any_privacy_budget_is_refused_or_runs_finite(tmp_path, epsilon, variance, mechanism):
+    text = HEAD.format(study="", data="").replace("t_max = 20", "t_max = 8")
+    text = text.replace("agents = 12", "agents = 4")
+    scenario = f'epsilon = {epsilon!r}\nvariance = "{variance}"\nmechanism = "{mechanism}"\n'
+    folder = tmp_path / "h"
+    folder.mkdir(exist_ok=True)
+    (folder / "study.toml").write_text(text + PRIVATE + scenario)
+    _accepted_runs_finite(folder)
+
+
+def _toml(x: float) -> str:
+    if x != x:
+        return "nan"
+    if x in (float("inf"), float("-inf")):
+        return "inf" if x > 0 else "-inf"
+    return repr(x)
