@@ -144,6 +144,26 @@ def test_a_metric_one_scenario_records_is_accepted(tmp_path, capsys):
     assert code == 0, err
 
 
+@pytest.mark.parametrize(
+    ("metric", "scenarios", "ok"),
+    [
+        ("stale", '["local"]', False),
+        ("stale", '["PM-I", "local"]', True),
+        ("messages_query", '["local"]', False),
+        ("messages_query", '["PM-I"]', True),
+    ],
+)
+def test_a_plot_none_of_whose_scenarios_records_its_metric_is_refused(
+    tmp_path, capsys, metric, scenarios, ok
+):
+    plot = f'\n[[plot]]\nmetric = "{metric}"\nscenarios = {scenarios}\n'
+    folder = _study(tmp_path, PRIVATE + LOCAL + plot, study='metrics = ["colme-async"]')
+    code, _, err = _validate(folder, capsys)
+    assert (code == 0) is ok, err
+    if not ok:
+        assert f"metric = '{metric}': none of its scenarios (local) records it" in err
+
+
 def test_metrics_declare_their_protocols():
     names = dict(PROTOCOLS.items())
     assert [p for p in names if metric_applies(METRICS.get("links"), names[p])] == [

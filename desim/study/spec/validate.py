@@ -4,6 +4,7 @@ protocols, curves, metrics; [defaults] and [grid] keys; plots), before anything 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 import math
 import re
@@ -314,6 +315,7 @@ def study_checks(doc: StudyDocument, v: Validated) -> list[str]:
     check_privacy_budgets(doc)
     notes = check_tables_read(doc, v)
     check_metrics_recorded(doc, v)
+    check_plot_recorders(doc, v)
     check_plot_slots(v.plots, doc.settings.t_max, doc.settings.checkpoints)
     return notes
 
@@ -400,6 +402,44 @@ def check_metrics_recorded(doc: StudyDocument, v: Validated) -> None:
             f"[study]: metrics: {name!r} records something for {', '.join(who) or 'no protocol'}"
             f" scenarios; no scenario here is one (protocols here: {', '.join(here)})"
         )
+
+
+def check_plot_recorders(doc: StudyDocument, v: Validated) -> None:
+    """Refuse a plot of a metric that none of its own scenarios records: a message count of a
+    kind their protocols never send, or a name only a [study] metric records that applies to
+    none of them (`desim.kernel.registry.applies_to`); the figure would be empty."""
+    protocols = {s.name: PROTOCOLS.get(s.protocol) for s in v.scenarios}
+    outputs = [(name, METRICS.get(name)) for name in doc.settings.metrics]
+    for plot in v.plots:
+        classes = [protocols[name] for name in plot.scenarios if name in protocols]
+        if not classes:
+            continue
+        for key, metric in [("metric", plot.metric), *(("dashed", m) for m in plot.dashed)]:
+            recorders = _recorders(metric, outputs)
+            if recorders is None or any(r(cls) for r in recorders for cls in classes):
+                continue
+            raise ConfigError(
+                f"plot {plot.file!r}: {key} = {metric!r}: none of its scenarios "
+                f"({', '.join(sorted({s for s in plot.scenarios}))}) records it; "
+                "name scenarios whose protocol does"
+            )
+
+
+def _recorders(metric: str, outputs: list) -> list | None:
+    """Tests `protocol class -> bool` of who records `metric` (None: every protocol, or a name
+    this check does not know, which `figures` checks)."""
+    for what in ("messages_", "dropped_"):
+        if metric.startswith(what):
+            kind = metric[len(what) :]
+            return [lambda cls, kind=kind: kind in getattr(cls, "message_kinds", ())]
+    found = [
+        fn
+        for _, fn in outputs
+        if any(fnmatch.fnmatchcase(metric, p) for p in getattr(fn, "outputs", None) or ())
+    ]
+    if metric == "mse" or not found:
+        return None
+    return [lambda cls, fn=fn: metric_applies(fn, cls) for fn in found]
 
 
 def check_plot_slots(plots: list[PlotSpec], t_max: int, checkpoints: int) -> None:
