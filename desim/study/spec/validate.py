@@ -483,7 +483,8 @@ def check_data_values(doc: StudyDocument) -> None:
                 shown = f"{key} = {bad!r}" if bad is value else f"{key} holds {bad!r}"
                 raise ConfigError(
                     f"{where}: {shown}: numbers in [data] must be finite with "
-                    f"magnitude at most {MAX_DATA_MAGNITUDE:g} (squared errors must stay finite)"
+                    f"magnitude at most {MAX_DATA_MAGNITUDE:g} (squared errors must stay finite), "
+                    "and not -0.0"
                 )
 
 
@@ -513,7 +514,9 @@ def _first_huge(value: object) -> float | None:
         return None
     if isinstance(value, int | float):
         ok = math.isfinite(value) and abs(value) <= MAX_DATA_MAGNITUDE
-        return None if ok else value
+        # -0.0 passes a bound ≥ 0, then draws uniform(0, -0) and fails the runs
+        negative_zero = value == 0 and math.copysign(1.0, value) < 0
+        return None if ok and not negative_zero else value
     items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
     for item in items:
         bad = _first_huge(item)
