@@ -29,6 +29,7 @@ class Local(Protocol):
     """Every agent estimates its mean by its own running mean X̄_a (MSE σ²/t, Prop. 1)."""
 
     Params = NoParams
+    reads = frozenset()  # no messages, no graph: [network] and [topology] are not its
 
     def setup(self, ctx: Context) -> None:
         super().setup(ctx)

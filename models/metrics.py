@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from desim.kernel.registry import METRICS, records
+from desim.kernel.registry import METRICS, applies_to, records
 from desim.models.privacy.accounting import ledger
 
 #: Accuracy tolerance of Galante et al.'s metric: an agent is right when |μ̂_a − μ_a| ≤ 0.1.
@@ -32,6 +32,7 @@ def accuracy(protocol: Any, data: Any) -> dict[str, float]:
 
 @METRICS.register("links")
 @records("wrong_kept", "wrong_dropped")
+@applies_to("neighbour_decisions")
 def links(protocol: Any, data: Any) -> dict[str, float]:
     """Wrong neighbour decisions: links kept across classes or dropped within a class.
 
@@ -48,6 +49,7 @@ def links(protocol: Any, data: Any) -> dict[str, float]:
 
 @METRICS.register("privacy")
 @records("eps_*")
+@applies_to("privacy_spend")
 def privacy(protocol: Any, data: Any) -> dict[str, float]:
     """The privacy ledger: ε each agent has spent so far at the protocol's δ, per the accountant
     (`desim.models.privacy.accounting`), from the releases it made (lost on a link or not).

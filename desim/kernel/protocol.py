@@ -84,9 +84,25 @@ class Protocol:
     #: Whether a scenario of this protocol must have a [topology] (the graph then arrives as
     #: ``ctx.public["graph"]``); a study without one is refused before any run.
     needs_topology: ClassVar[bool] = False
+    #: The parts of a study beyond [data] this protocol reads: ``"network"`` (its messages cross
+    #: the [network] links and sub-tables) and ``"topology"`` (the [topology] graph, itself or
+    #: through its links). `desim validate` refuses a table no scenario reads and notes the
+    #: scenarios that ignore one others read. Undeclared: both (never refused for them).
+    reads: ClassVar[frozenset[str]] = frozenset({"network", "topology"})
+    #: Bytes of state per unit of what drives it, for the memory `desim validate` estimates
+    #: before any run (`desim.study.spec.limits`): ``"agent"`` (M), ``"pair"`` (M²), ``"edge"``
+    #: (directed edges of the graph), ``"coordinate"`` (M × data dimension d), ``"pair-coordinate"``
+    #: (M² × d). Undeclared units cost nothing beyond what every run holds per agent.
+    memory: ClassVar[dict[str, float]] = {}
 
     def __init__(self, params: Any) -> None:
         self.params = params
+
+    @classmethod
+    def memory_per_unit(cls, params: Any, t_max: int) -> dict[str, float]:
+        """Bytes of state per unit (the units of `memory`) of a run with `params` and horizon
+        `t_max`, for the estimate `desim validate` makes (default: the declared `memory`)."""
+        return dict(cls.memory)
 
     @property
     def uses_oracle(self) -> bool:

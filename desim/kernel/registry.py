@@ -124,3 +124,32 @@ def records(*names: str) -> Callable[[T], T]:
         return fn
 
     return mark
+
+
+def applies_to(*what: type | str) -> Callable[[T], T]:
+    """Decorator declaring the protocols a metric function records anything for: subclasses of
+    the classes given, or protocols implementing the `Protocol` hooks named (e.g.
+    ``"privacy_spend"``); `desim validate` refuses a metric no scenario of a study records."""
+
+    def mark(fn: T) -> T:
+        fn.applies_to = what  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def metric_applies(metric: object, protocol: type) -> bool:
+    """Whether `metric` (a `METRICS` function) records anything for protocol class `protocol`,
+    per its `applies_to` declaration (undeclared: every protocol)."""
+    from desim.kernel.protocol import Protocol  # here: the registries import no protocol
+
+    what = getattr(metric, "applies_to", None)
+    if not what:
+        return True
+    for item in what:
+        if isinstance(item, str):
+            if getattr(protocol, item, None) is not getattr(Protocol, item, None):
+                return True
+        elif isinstance(protocol, type) and issubclass(protocol, item):
+            return True
+    return False

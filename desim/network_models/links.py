@@ -143,6 +143,8 @@ class BernoulliLinks(LinkModel):
     have p_ij = 0. `reciprocity` ρ sets E_{i,j} between p_ij p_ji (0) and min(p_ij, p_ji) (1).
     """
 
+    reads_topology = True  # p_ij follows the [topology] graph: every protocol sending reads it
+
     p_server: float | list[float] = param(
         1.0,
         "p_i: probability that node i reaches the server in a slot (one for all, or a list)",

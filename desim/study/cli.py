@@ -409,6 +409,7 @@ def _count(study: Study) -> str:
 def _validate(args: argparse.Namespace) -> int:
     def one(study: Study) -> int:
         check_setups(study)
+        _notes(list(study.notes))
         print(_count(study))
         return EXIT_OK
 

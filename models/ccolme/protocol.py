@@ -149,6 +149,8 @@ class CColME(WindowSafe):
 
     Params = CColMEParams
     message_kinds = ("state", "decision", "size")
+    reads = frozenset({"network", "topology"})
+    memory = {"edge": 320.0, "agent": 4000.0}
     #: The scenario must have a [topology]: the graph arrives as ctx.public["graph"].
     needs_topology: ClassVar[bool] = True
 
@@ -606,6 +608,7 @@ class IdealComponent(Local):
 
     uses_oracle = True
     needs_topology: ClassVar[bool] = True
+    reads = frozenset({"topology"})
 
     def setup(self, ctx: Context) -> None:
         """Label every agent with its class component C̃_a (the true classes)."""

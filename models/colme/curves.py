@@ -61,6 +61,8 @@ class OracleCurve:
         "noise calibration: the paper's formulas, or the least noise for (ε, δ) per the "
         "PLD accountant",
     )
+    #: Bytes per draw and other agent in the largest stratum (its random keys, order, members).
+    memory = {"draw-agent": 40.0}
 
     def __post_init__(self) -> None:
         if self.agents is not None:

@@ -78,7 +78,7 @@ import numpy as np
 from desim.kernel.messages import Batch
 from desim.kernel.params import param
 from desim.kernel.protocol import Context, SlotBatched
-from desim.kernel.registry import METRICS, PROTOCOLS, records
+from desim.kernel.registry import METRICS, PROTOCOLS, applies_to, records
 from desim.models.colme.combination import CombinationSums
 from desim.models.colme.delivery import Arrivals, Asynchronous, Synchronous, query_ids
 from desim.models.colme.model import (
@@ -144,11 +144,24 @@ class PrivateColME(SlotBatched):
 
     Params = PrivateColMEParams
     message_kinds = ("query", "release")
+    reads = frozenset({"network"})  # every agent queries every other: no [topology]
+    memory = {"pair": 40.0}
     #: Populations above this size keep each agent's combination sums Σ_b T/Var[T] and
     #: Σ_b 1/Var[T] up to date at every release (`estimates` in O(M)); up to it `estimates`
     #: sums over the M × M pair state at each call, which costs little there and gives the same
     #: bits as earlier versions (committed results stay byte-identical).
     incremental_above: ClassVar[int] = 1000
+
+    @classmethod
+    def memory_per_unit(cls, params: PrivateColMEParams, t_max: int) -> dict[str, float]:
+        """Bytes per agent pair: T and its variance, beliefs and last releases, more with MoM
+        weights and estimated variances, and per dyadic level with PM-II and windowed MoM."""
+        levels = math.floor(math.log2(max(t_max, 1))) + 1
+        per_pair = cls.memory["pair"]
+        per_pair += 28.0 * (params.weights != "last") + 40.0 * (params.variance != "known")
+        per_pair += 8.0 * levels * (params.mechanism == "pm2")
+        per_pair += 10.0 * levels * (params.weights == "wmom")
+        return {"pair": per_pair}
 
     def setup(self, ctx: Context) -> None:
         """The mechanisms, the per-pair state and the strategies of this run, chosen once."""
@@ -450,6 +463,7 @@ class PrivateColMEOracle(PrivateColME):
 
 @METRICS.register("colme-async")
 @records("repeated", "stale", "timed_out")
+@applies_to(PrivateColME)
 def asynchrony(protocol: Any, data: Any) -> dict[str, float]:
     """Private-ColME's releases lost to asynchrony, totals since the start.
 

@@ -58,7 +58,7 @@ import numpy as np
 
 from desim.kernel.messages import Batch
 from desim.kernel.protocol import Context, WindowSafe
-from desim.kernel.registry import METRICS, records
+from desim.kernel.registry import METRICS, applies_to, records
 from desim.kernel.server import ParameterServer, Round, server_address
 from desim.models.eb import mechanisms as mech
 from desim.models.privacy.accounting import Spend, psum_multiplier, psum_noise, tight_multiplier
@@ -84,6 +84,7 @@ class ServerEstimation(WindowSafe):
     """
 
     message_kinds = ("upload", "broadcast")
+    reads = frozenset({"network"})  # uploads to a server: no [topology]
     broadcast_width: int = 1
 
     def on_window_end(self) -> None:
@@ -320,6 +321,7 @@ def _tagged(r: int, payload: np.ndarray) -> np.ndarray:
 
 @METRICS.register("eb")
 @records("eb_uploads")
+@applies_to(ServerEstimation)
 def eb_metrics(protocol: Any, data: Any) -> dict[str, float]:
     """``eb_uploads``: uploads the server used in its latest round (NaN before one closes)."""
     if not isinstance(protocol, ServerEstimation):

@@ -50,7 +50,7 @@ from desim.kernel.links import Connectivity
 from desim.kernel.messages import Batch
 from desim.kernel.params import param
 from desim.kernel.protocol import Context, DataSource, Protocol, WindowSafe
-from desim.kernel.registry import METRICS, PROTOCOLS, records
+from desim.kernel.registry import METRICS, PROTOCOLS, applies_to, records
 from desim.kernel.server import ParameterServer, Round, RoundCollector, tag
 from desim.models.pricer.optimiser import (
     Problem,
@@ -109,6 +109,8 @@ class Pricer(WindowSafe):
 
     Params = PricerParams
     message_kinds = ("share", "relay")
+    reads = frozenset({"network", "topology"})  # the graph through its links' probabilities
+    memory = {"pair": 200.0, "pair-coordinate": 16.0}  # a round's shares and noise: n² × d
 
     # Exact with windows: deliveries only file messages under their rounds, in delivery order
     # (a window's batch is in time order, as single instants append them), and every round
@@ -255,6 +257,7 @@ class Pricer(WindowSafe):
 
 @METRICS.register("pricer")
 @records("bound", "expected_mse", "sigma")
+@applies_to(Pricer)
 def pricer_metrics(protocol: Protocol, data: DataSource) -> dict[str, float]:
     """bound (worst-case MSE, Thm. 3.2, for the probabilities designed for), expected_mse (exact
     for these data and the run's effective probabilities: in time at its network), σ."""

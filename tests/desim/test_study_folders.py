@@ -375,6 +375,8 @@ def test_a_suite_is_validated_whole_before_anything_runs_and_has_one_progress_ba
 def test_plots_of_names_no_listed_metric_records_are_refused_by_validate(tmp_path, capsys):
     listed = 'checkpoints = 8\nmetrics = ["accuracy", "privacy"]'
     base = TOY_STUDY.replace("checkpoints = 8", listed).replace('curves = ["toy curve"]', "")
+    # a protocol that releases privately, or validate refuses "privacy" as recorded by none
+    base = base.replace('"toy-local-mean"\nnoise', '"private-colme"\nnoise')
     for metric, ok in (("outside_0.1", True), ("eps_one_max", True), ("outside_0.2", False)):
         text = base.replace('file = "toy.png"', f'file = "toy.png"\nmetric = "{metric}"')
         write_study(tmp_path / metric, text)

@@ -31,7 +31,7 @@ from desim.kernel.params import ConfigError
 from desim.study.spec.expand import expand_curves, expand_runs, grid_points
 from desim.study.spec.figures import final_plots, study_agents, study_title
 from desim.study.spec.hashing import canonical_hash, study_hash
-from desim.study.spec.limits import check_size, horizon
+from desim.study.spec.limits import check_memory, check_size, horizon
 from desim.study.spec.model import (
     LEDGER_PREFIX,
     STUDY_FILE,
@@ -52,7 +52,7 @@ from desim.study.spec.parse import (
     parse_study,
     read_study_file,
 )
-from desim.study.spec.validate import check_setups, labels, validate_study
+from desim.study.spec.validate import check_setups, labels, study_checks, validate_study
 
 __all__ = [
     "LEDGER_PREFIX",
@@ -100,8 +100,10 @@ def build_study(raw: dict, file: Path, quick: bool = False, force: bool = False)
     doc = parse_study(raw, file)
     h = horizon(doc, quick)
     v = validate_study(doc)
+    notes = study_checks(doc, v)
     if not force:  # before the grid is expanded: a grid of 10⁹ points is refused, not built
         check_size(h, doc.grid, len(v.scenarios))
+        check_memory(h, doc, v.scenarios, v.curves)
     points = grid_points(doc.grid, v.grid_columns)
     runs = expand_runs(doc, h, v, points)
     jobs = expand_curves(doc, h, v, points)
@@ -124,4 +126,5 @@ def build_study(raw: dict, file: Path, quick: bool = False, force: bool = False)
         config_hash=study_hash(doc.raw, h.replicates, h.t_max, h.checkpoints, h.data),
         agents=study_agents(h.data),
         labels=labels(v),
+        notes=tuple(notes),
     )

@@ -244,6 +244,8 @@ class Study:
     agents: int | None = None
     labels: dict[str, str] = dataclasses.field(default_factory=dict)
     """Axis label of each grid column, from its parameter's description."""
+    notes: tuple[str, ...] = ()
+    """What validation tells the user without refusing (e.g. scenarios that ignore a table)."""
 
     def label(self, column: str) -> str:
         """The axis label of a grid column (the column name when it has no description)."""

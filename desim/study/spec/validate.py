@@ -4,18 +4,32 @@ protocols, curves, metrics; [defaults] and [grid] keys; plots), before anything 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
+import math
 import re
 from dataclasses import dataclass
 
 from desim.kernel.params import ConfigError, field_names, unknown_key_message
-from desim.kernel.registry import CURVES, DATA, LINKS, PROTOCOLS, TOPOLOGIES
+from desim.kernel.protocol import Protocol
+from desim.kernel.recorder import log_checkpoints
+from desim.kernel.registry import (
+    CURVES,
+    DATA,
+    LINKS,
+    METRICS,
+    PROTOCOLS,
+    TOPOLOGIES,
+    metric_applies,
+)
 from desim.network_models.realistic import NETWORK_TABLES, table_keys, unknown_table_message
 from desim.study.scenario import check_setup
 from desim.study.spec.figures import plot_specs
 from desim.study.spec.hashing import canonical_hash
 from desim.study.spec.model import (
+    CURVE_TOPOLOGY_KEY,
     GRID_ROOTS,
+    LEDGER_PREFIX,
     MAX_NAME,
     RESERVED_COLUMNS,
     CurveSpec,
@@ -260,14 +274,252 @@ def _doc_of(cls: type | None, key: str) -> str:
 
 def check_setups(study: Study) -> None:
     """`check_setup` for every distinct data, network and topology set-up of the study's runs
-    (replicate 0): what `desim validate` and `desim run` check before any run."""
+    (replicate 0), and for every distinct protocol and parameters there when the protocol has
+    checks of its own (`Protocol.check_setup`): what `desim validate` and `desim run` check
+    before any run."""
     seen = set()
     for run in study.unique_runs:
         s = run.scenario
-        key = canonical_hash([s.data, s.network, s.topology, s.seed])
+        parts = [s.data, s.network, s.topology, s.seed]
+        cls = PROTOCOLS.get(s.protocol)
+        if getattr(cls.check_setup, "__func__", None) is not Protocol.check_setup.__func__:
+            parts += [s.protocol, s.params]  # e.g. PriCER's trusted = 100 for n = 10 nodes
+        key = canonical_hash(parts)
         if s.replicate == 0 and key not in seen:
             seen.add(key)
             try:
                 check_setup(s)
             except ConfigError as exc:
                 raise ConfigError(f"{study.file}: {at_point(run.point, str(exc))}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# every table, metric and plotted slot read by someone
+
+
+#: The study tables a protocol may declare it reads (`Protocol.reads`), as a study file names
+#: them.
+READ_TABLES = {"network": "[network]", "topology": "[topology]"}
+#: Largest magnitude of a number in [data]: squares and sums of squares over a run stay finite.
+MAX_DATA_MAGNITUDE = 1e100
+#: Smallest privacy budget ε (parameters named epsilon…): noise variances grow as 1/ε² and
+#: Sch-Var-1's variance of a variance as 1/ε⁴, which overflows below about 1e-77; a margin
+#: for PM-II's split of ε over up to 30 levels and for sums over a run.
+MIN_EPSILON = 1e-50
+
+
+def study_checks(doc: StudyDocument, v: Validated) -> list[str]:
+    """Refuse a table, metric, plotted slot or [data] value that no run would use as written
+    (`ConfigError`, one line each); return notes on tables some scenarios ignore."""
+    check_data_values(doc)
+    check_privacy_budgets(doc)
+    notes = check_tables_read(doc, v)
+    check_metrics_recorded(doc, v)
+    check_plot_recorders(doc, v)
+    check_plot_slots(v.plots, doc.settings.t_max, doc.settings.checkpoints)
+    return notes
+
+
+def reads_table(protocol: type, table: str, link_cls: type | None = None) -> bool:
+    """Whether a scenario of `protocol` reads the study's `table` ("network" or "topology"):
+    its declaration (`Protocol.reads`), or for the topology, links that follow the graph
+    (``reads_topology``) carrying its messages."""
+    declared = getattr(protocol, "reads", frozenset(READ_TABLES))
+    if table in declared:
+        return True
+    follows_graph = getattr(link_cls, "reads_topology", False)
+    return table == "topology" and "network" in declared and bool(follows_graph)
+
+
+def check_tables_read(doc: StudyDocument, v: Validated) -> list[str]:
+    """Refuse a [network] or [topology] table that no scenario (nor curve) of the study reads,
+    naming who would read it; return a note naming the scenarios that ignore a table others
+    read (baselines that read nothing, like local and ideal, are not named)."""
+    present = [t for t in READ_TABLES if t in doc.raw]
+    notes = []
+    for table in present:
+        readers = {s.name for s in v.scenarios if _reads(s, table, v)}
+        curves = [c for c in v.curves if table == "topology" and CURVE_TOPOLOGY_KEY in declared(c)]
+        if not readers and not curves:
+            raise ConfigError(_unread_message(table, v))
+        ignoring = [s for s in v.scenarios if s.name not in readers and _worth_noting(s, table)]
+        if ignoring:
+            notes.append(_ignored_note(table, ignoring))
+    return notes
+
+
+def _worth_noting(spec: ScenarioSpec, table: str) -> bool:
+    """Whether a scenario ignoring `table` is news: not for a baseline that reads no table, nor
+    for a protocol that sends no messages ignoring [network]."""
+    cls = PROTOCOLS.get(spec.protocol)
+    if table == "network" and not getattr(cls, "message_kinds", True):
+        return False
+    return bool(getattr(cls, "reads", True))
+
+
+def _reads(spec: ScenarioSpec, table: str, v: Validated) -> bool:
+    return reads_table(PROTOCOLS.get(spec.protocol), table, v.link_cls)
+
+
+def _unread_message(table: str, v: Validated) -> str:
+    """'[topology] is read by c-colme, …; no scenario here reads it' (and the curves)."""
+    who = [name for name, cls in PROTOCOLS.items() if reads_table(cls, table, v.link_cls)]
+    if table == "topology":
+        kinds = [k for k, c in CURVES.items() if CURVE_TOPOLOGY_KEY in field_names(params_class(c))]
+        if kinds:
+            who.append(f"curves {', '.join(kinds)}")
+    here = sorted({s.protocol for s in v.scenarios}) or ["none (curves only)"]
+    return (
+        f"{READ_TABLES[table]} is read by {', '.join(who) or 'no protocol'}; no scenario here "
+        f"reads it (protocols here: {', '.join(here)}): remove the table"
+    )
+
+
+def _ignored_note(table: str, ignoring: list[ScenarioSpec]) -> str:
+    """'private-colme scenarios 'A', 'B' ignore [topology] (…)' grouped by protocol."""
+    groups: dict[str, list[str]] = {}
+    for s in ignoring:
+        groups.setdefault(s.protocol, []).append(repr(s.name))
+    parts = [
+        f"{protocol} scenario{'s' if len(names) > 1 else ''} {', '.join(names)}"
+        for protocol, names in groups.items()
+    ]
+    verb = "ignores" if len(ignoring) == 1 else "ignore"
+    return f"{'; '.join(parts)} {verb} {READ_TABLES[table]} (other scenarios here read it)"
+
+
+def check_metrics_recorded(doc: StudyDocument, v: Validated) -> None:
+    """Refuse a [study] metric that records nothing for any scenario's protocol (its
+    `desim.kernel.registry.applies_to` declaration), naming the protocols it is for."""
+    protocols = [PROTOCOLS.get(s.protocol) for s in v.scenarios]
+    for name in doc.settings.metrics:
+        fn = METRICS.get(name)
+        if any(metric_applies(fn, cls) for cls in protocols):
+            continue
+        who = [p for p, cls in PROTOCOLS.items() if metric_applies(fn, cls)]
+        here = sorted({s.protocol for s in v.scenarios}) or ["none (curves only)"]
+        raise ConfigError(
+            f"[study]: metrics: {name!r} records something for {', '.join(who) or 'no protocol'}"
+            f" scenarios; no scenario here is one (protocols here: {', '.join(here)})"
+        )
+
+
+def check_plot_recorders(doc: StudyDocument, v: Validated) -> None:
+    """Refuse a plot of a metric that none of its own scenarios records: a message count of a
+    kind their protocols never send, or a name only a [study] metric records that applies to
+    none of them (`desim.kernel.registry.applies_to`); the figure would be empty."""
+    protocols = {s.name: PROTOCOLS.get(s.protocol) for s in v.scenarios}
+    outputs = [(name, METRICS.get(name)) for name in doc.settings.metrics]
+    for plot in v.plots:
+        classes = [protocols[name] for name in plot.scenarios if name in protocols]
+        if not classes:
+            continue
+        for key, metric in [("metric", plot.metric), *(("dashed", m) for m in plot.dashed)]:
+            recorders = _recorders(metric, outputs)
+            if recorders is None or any(r(cls) for r in recorders for cls in classes):
+                continue
+            raise ConfigError(
+                f"plot {plot.file!r}: {key} = {metric!r}: none of its scenarios "
+                f"({', '.join(sorted({s for s in plot.scenarios}))}) records it; "
+                "name scenarios whose protocol does"
+            )
+
+
+def _recorders(metric: str, outputs: list) -> list | None:
+    """Tests `protocol class -> bool` of who records `metric` (None: every protocol, or a name
+    this check does not know, which `figures` checks)."""
+    for what in ("messages_", "dropped_"):
+        if metric.startswith(what):
+            kind = metric[len(what) :]
+            return [lambda cls, kind=kind: kind in getattr(cls, "message_kinds", ())]
+    found = [
+        fn
+        for _, fn in outputs
+        if any(fnmatch.fnmatchcase(metric, p) for p in getattr(fn, "outputs", None) or ())
+    ]
+    if metric == "mse" or not found:
+        return None
+    return [lambda cls, fn=fn: metric_applies(fn, cls) for fn in found]
+
+
+def check_plot_slots(plots: list[PlotSpec], t_max: int, checkpoints: int) -> None:
+    """Refuse a plot's `at` that is not a measured slot of the study (beyond t_max, or between
+    two checkpoints): its figure would silently have no point."""
+    slots = None
+    for plot in plots:
+        if plot.at is None:
+            continue
+        if plot.x == "t" or plot.x.startswith(LEDGER_PREFIX):
+            raise ConfigError(
+                f"plot {plot.file!r}: at = {plot.at:g}: read only with x a grid column "
+                f"(here x = {plot.x!r}, drawn at every slot): remove at"
+            )
+        slots = log_checkpoints(t_max, checkpoints) if slots is None else slots
+        if plot.at in slots:
+            continue
+        below, above = slots[slots < plot.at], slots[slots > plot.at]
+        near = [int(x) for x in (below[-1:].tolist() + above[:1].tolist())]
+        where = (
+            f"beyond t_max = {t_max}"
+            if plot.at > t_max
+            else f"between the measured slots {near[0]} and {near[1]}"
+        )
+        raise ConfigError(
+            f"plot {plot.file!r}: at = {plot.at:g}: {where}; at must be a measured slot "
+            f"(the {len(slots)} log-spaced checkpoints in [1, {t_max}], e.g. {near[-1]})"
+        )
+
+
+def check_data_values(doc: StudyDocument) -> None:
+    """Refuse a [data] number (also under a grid) that is not finite or whose magnitude exceeds
+    `MAX_DATA_MAGNITUDE`: squared errors of such data overflow, and runs would "succeed" with
+    inf or nan."""
+    tables = [("[data]", doc.data)]
+    tables += [(f"[grid]: {p!r}", {p: vs}) for p, vs in doc.grid.items() if p.startswith("data.")]
+    for where, table in tables:
+        for key, value in table.items():
+            bad = _first_huge(value)
+            if bad is not None:
+                shown = f"{key} = {bad!r}" if bad is value else f"{key} holds {bad!r}"
+                raise ConfigError(
+                    f"{where}: {shown}: numbers in [data] must be finite with "
+                    f"magnitude at most {MAX_DATA_MAGNITUDE:g} (squared errors must stay finite), "
+                    "and not -0.0"
+                )
+
+
+def check_privacy_budgets(doc: StudyDocument) -> None:
+    """Refuse a privacy budget (a parameter named epsilon…, in a scenario, curve, [defaults] or
+    the grid) below `MIN_EPSILON`: its noise variance overflows and the runs fail."""
+    tables = [(f"scenario {t.get('name')!r}", t) for t in doc.scenarios]
+    tables += [(f"curve {t.get('name')!r}", t) for t in doc.curves]
+    tables += [("[defaults]", doc.defaults)]
+    tables += [("[grid]", {p.partition(".")[2]: vs for p, vs in doc.grid.items()})]
+    for where, table in tables:
+        for key, value in table.items():
+            if not key.startswith("epsilon"):
+                continue
+            for x in value if isinstance(value, list) else [value]:
+                small = isinstance(x, int | float) and not isinstance(x, bool) and 0 < x
+                if small and x < MIN_EPSILON:
+                    raise ConfigError(
+                        f"{where}: {key} = {x!r}: must be at least {MIN_EPSILON:g} (the noise "
+                        "variance grows as 1/ε² and overflows for smaller budgets)"
+                    )
+
+
+def _first_huge(value: object) -> float | None:
+    """The first number in `value` (nested lists and tables) beyond `MAX_DATA_MAGNITUDE`."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        ok = math.isfinite(value) and abs(value) <= MAX_DATA_MAGNITUDE
+        # -0.0 passes a bound ≥ 0, then draws uniform(0, -0) and fails the runs
+        negative_zero = value == 0 and math.copysign(1.0, value) < 0
+        return None if ok and not negative_zero else value
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    for item in items:
+        bad = _first_huge(item)
+        if bad is not None:
+            return bad
+    return None
