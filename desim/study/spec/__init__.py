@@ -135,7 +135,12 @@ def build_study(raw: dict, file: Path, quick: bool = False, force: bool = False)
         errors.raise_any()
     points = grid_points(doc.grid, v.grid_columns)
     runs = errors.attempt(expand_runs, doc, h, v, points)
-    jobs = errors.attempt(expand_curves, doc, h, v, points)
+    curve_errors = Errors()
+    jobs = curve_errors.attempt(expand_curves, doc, h, v, points)
+    said = {_fault(m) for m in errors.messages}
+    for message in curve_errors.messages:  # a bad [defaults] value is said once, not per user
+        if _fault(message) + _DEFAULTS not in said:
+            errors.add(message)
     errors.raise_any()
     return Study(
         file=file,
@@ -157,6 +162,15 @@ def build_study(raw: dict, file: Path, quick: bool = False, force: bool = False)
         agents=study_agents(h.data),
         labels=labels(v),
     )
+
+
+#: What a message about a value a scenario took from [defaults] ends with.
+_DEFAULTS = " (set in [defaults])"
+
+
+def _fault(message: str) -> str:
+    """`message` without the scenario or curve it was found in (the fault itself)."""
+    return re.sub(r"(?:scenario|curve) (?:'[^']*'|\"[^\"]*\"): ", "", message, count=1)
 
 
 def validate_each(doc: StudyDocument, errors: Errors) -> Validated | None:
