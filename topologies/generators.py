@@ -346,11 +346,27 @@ class FromFile(Topology):
         return Graph.from_edges(n, u, v)
 
 
+_NOT_TEXT = "not UTF-8 text; an edge list must be a UTF-8 text file"
+
+
 def _read_edgelist(file: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
     u: list[int] = []
     v: list[int] = []
+    try:
+        _edges(file, n, u, v)
+    except UnicodeDecodeError:  # binary, UTF-16, Latin-1: never echo the bytes
+        raise ValueError(f"{file}: {_NOT_TEXT}") from None
+    if not u:
+        raise ValueError(f"{file}: no edges (only comments or blank lines)")
+    return np.array(u, dtype=np.int64), np.array(v, dtype=np.int64)
+
+
+def _edges(file: Path, n: int, u: list[int], v: list[int]) -> None:
+    """Append the edges of edge-list `file` to `u` and `v`, each line checked."""
     with file.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
+            if "\x00" in line:  # UTF-16 text or a binary file may decode, but is no edge list
+                raise ValueError(f"{file}:{lineno}: {_NOT_TEXT}")
             text = line.split("#", 1)[0].replace(",", " ").split()
             if not text:
                 continue
@@ -367,9 +383,6 @@ def _read_edgelist(file: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
                 raise ValueError(f"{file}:{lineno}: self-loop {a}–{b}: G has none")
             u.append(a)
             v.append(b)
-    if not u:
-        raise ValueError(f"{file}: no edges (only comments or blank lines)")
-    return np.array(u, dtype=np.int64), np.array(v, dtype=np.int64)
 
 
 def _read_graphml(file: Path, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -20,6 +20,14 @@ DUE, SENT, SRC, DST, KIND, PAYLOAD = range(6)
 _INT_COLUMNS = {"src": SRC, "dst": DST, "kind": KIND}
 
 
+def undeclared_kind(kind: object, kinds: tuple[str, ...]) -> ValueError:
+    """The error for a message kind the protocol does not declare in its `message_kinds`."""
+    return ValueError(
+        f"message kind {kind!r} is not declared by the protocol; its message_kinds are "
+        f"{', '.join(map(repr, kinds)) or 'none'} (declare every kind it sends)"
+    )
+
+
 class Batch:
     """Messages delivered at one instant, as a struct of arrays (one entry per message).
 
@@ -70,7 +78,10 @@ class Batch:
 
     def of_kind(self, name: str) -> Batch:
         """The messages of kind `name`, in delivery order (possibly none)."""
-        code = self.kinds.index(name)
+        try:
+            code = self.kinds.index(name)
+        except ValueError:
+            raise undeclared_kind(name, self.kinds) from None
         if self.single_kind == code:
             return self
         if self.single_kind is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import re
 import types
@@ -146,12 +147,18 @@ def unknown_key_message(where: str, key: str, allowed: list[str]) -> str:
     return f"{where}: unknown key {key!r}{hint}; allowed: {', '.join(allowed) or 'none'}"
 
 
+@functools.cache  # evaluating string annotations costs more than the rest of `build`
+def _hints(cls: type) -> dict[str, Any]:
+    """The type hints of a params class (read-only: shared by every `build` of it)."""
+    return typing.get_type_hints(cls)
+
+
 def build(cls: type[T], table: dict[str, Any], where: str) -> T:
     """Validate `table` against the params dataclass `cls` and return an instance.
 
     `where` names the table in messages, e.g. ``scenario 'PM-I RR'``.
     """
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in table:
         if key not in fields:

@@ -42,9 +42,12 @@ the ends of each entity's next sojourns, so a question is one look-up per entity
 
 from __future__ import annotations
 
+import array
 import csv
+import functools
+import hashlib
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -777,42 +780,118 @@ def read_trace(path: Path | str, scope: Scope) -> TraceRows:
     Raises `ConfigError` (one line naming the file, line and column) for a missing file or
     column, a value that is not a number / an address / a state name, end ≤ start, start < 0,
     a self-link, or overlapping intervals of one entity. Address ranges are checked at bind.
+    A file read before with the same content is not parsed again: a study validates it, then
+    builds each set-up from it.
     """
     path = Path(path)
-    parsed = [_trace_row(path, row, line, scope) for row, line in _csv_rows(path, scope)]
-    a, b, start, end, up, lines = zip(*parsed, strict=True) if parsed else ([],) * 6
-    trace = TraceRows(
-        path,
-        np.array(a, dtype=np.int64),
-        np.array(b, dtype=np.int64),
-        np.array(start, dtype=float),
-        np.array(end, dtype=float),
-        np.array(up, dtype=bool),
-        np.array(lines, dtype=np.int64),
-    )
+    try:
+        with path.open("rb") as f:
+            digest = hashlib.file_digest(f, "blake2b").hexdigest()
+    except OSError as exc:
+        raise ConfigError(f"trace {path}: cannot be read ({exc.strerror})") from None
+    return _read_trace(path, scope, digest)
+
+
+@functools.lru_cache(maxsize=2)  # a study reads one or two traces, each many times
+def _read_trace(path: Path, scope: Scope, digest: str) -> TraceRows:
+    """`read_trace` of the file `path` whose content has the hash `digest`."""
+    columns = {name: array.array(code) for name, code in _TRACE_COLUMNS.items()}
+    append = [values.append for values in columns.values()]
+    index, rows = _csv_rows(path, scope)
+    for row, line in rows:
+        parsed = (
+            _quick_row(row, index, scope)
+            or _trace_row(path, _named(row, index, scope), line, scope)[:5]
+        )
+        try:
+            for add, x in zip(append, (*parsed, line), strict=True):
+                add(x)
+        except OverflowError:  # an address beyond 64 bits: no run has it
+            raise ConfigError(
+                f"trace {path}, line {line}: address {max(parsed[:2], key=abs)} is out of range"
+            ) from None
+    arrays = {
+        name: np.frombuffer(values, dtype=_TRACE_COLUMNS_DTYPE[name])
+        for name, values in columns.items()
+    }
+    for a in arrays.values():
+        a.flags.writeable = False  # shared by every reader of the file (the cache)
+    trace = TraceRows(path, **arrays)
     _check_overlaps(trace)
     return trace
 
 
-def _csv_rows(path: Path, scope: Scope) -> list[tuple[dict[str, str], int]]:
-    """The rows of the trace file (stripped names and values) with their line numbers, after
-    checking that the columns a `scope` trace needs are there."""
+def _quick_row(row: list[str], index: list[int], scope: Scope) -> tuple | None:
+    """(a, b, start, end, up) of a sound row, or None: `_trace_row` then says what is wrong
+    (this is its common case without the checks' messages; a trace has millions of rows).
+    `index` holds the positions of start, end, state and node (or src and dst)."""
+    try:
+        if scope == "link":
+            x, y = int(row[index[3]]), int(row[index[4]])
+            if x == y:
+                return None
+            x, y = min(x, y), max(x, y)
+        else:
+            x, y = int(row[index[3]]), -1
+        s, e = float(row[index[0]]), float(row[index[1]])
+        up = _STATES[row[index[2]].strip().lower()]
+    except (ValueError, KeyError, IndexError):
+        return None
+    return (x, y, s, e, up) if 0 <= s < e < math.inf else None
+
+
+def _named(row: list[str], index: list[int], scope: Scope) -> dict[str, str]:
+    """A row as `_trace_row` reads it: stripped values by column name ('' when missing)."""
+    names = ["start", "end", "state", "src", "dst"] if scope == "link" else _NODE_NAMES
+    return {
+        name: row[i].strip() if i < len(row) else "" for name, i in zip(names, index, strict=True)
+    }
+
+
+_NODE_NAMES = ["start", "end", "state", "node"]
+
+#: TraceRows' columns as they are gathered (array codes) and kept (numpy types).
+_TRACE_COLUMNS = {"a": "q", "b": "q", "start": "d", "end": "d", "up": "b", "line": "q"}
+_TRACE_COLUMNS_DTYPE = {
+    "a": np.int64,
+    "b": np.int64,
+    "start": float,
+    "end": float,
+    "up": bool,
+    "line": np.int64,
+}
+
+
+def _csv_rows(path: Path, scope: Scope) -> tuple[list[int], Iterator[tuple[list[str], int]]]:
+    """The positions of the columns a `scope` trace needs (start, end, state, then node or
+    src and dst), checked to be there, and the file's rows with their line numbers."""
     columns = ["src", "dst"] if scope == "link" else ["node"]
     needed = ["start", "end", "state", *columns]
     try:
         with path.open(newline="") as f:
-            reader = csv.DictReader(f, skipinitialspace=True)
-            header = [h.strip() for h in reader.fieldnames or []]
-            missing = [c for c in needed if c not in header]
-            if missing:
-                raise ConfigError(
-                    f"trace {path}: missing column(s) {', '.join(missing)}; "
-                    f"a {scope} trace needs {', '.join(needed)}"
-                )
-            return [
-                ({k.strip(): (v or "").strip() for k, v in r.items() if k}, reader.line_num)
-                for r in reader
-            ]
+            header = next(csv.reader(f, skipinitialspace=True), [])
+    except OSError as exc:
+        raise ConfigError(f"trace {path}: cannot be read ({exc.strerror})") from None
+    # as a csv.DictReader keyed by stripped names: a repeated name's last column wins
+    where = {name.strip(): i for i, name in enumerate(header) if name}
+    missing = [c for c in needed if c not in where]
+    if missing:
+        raise ConfigError(
+            f"trace {path}: missing column(s) {', '.join(missing)}; "
+            f"a {scope} trace needs {', '.join(needed)}"
+        )
+    return [where[c] for c in needed], _rows(path)
+
+
+def _rows(path: Path) -> Iterator[tuple[list[str], int]]:
+    """The rows after the header of a trace file, blank lines skipped, with line numbers."""
+    try:
+        with path.open(newline="") as f:
+            reader = csv.reader(f, skipinitialspace=True)
+            next(reader, None)
+            for r in reader:
+                if r:
+                    yield r, reader.line_num
     except OSError as exc:
         raise ConfigError(f"trace {path}: cannot be read ({exc.strerror})") from None
 

@@ -611,8 +611,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             return EXIT_CONFIG
         return args.func(args)
-    except ConfigError as exc:
-        print(f"desim: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
+    except ConfigError as exc:  # several errors at once (ConfigErrors): one line each
+        lines = str(exc).splitlines() if hasattr(exc, "messages") else [str(exc)]
+        for line in lines:
+            print(f"desim: error: {' '.join(line.split())}", file=sys.stderr)
         return EXIT_CONFIG
     except _Stop as stop:
         return stop.code

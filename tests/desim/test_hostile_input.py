@@ -13,13 +13,17 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from _toy import TOY_STUDY, write_study
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import desim
+from desim.kernel.messages import Batch
 from desim.kernel.params import ConfigError
 from desim.kernel.plugins import load_plugins
+from desim.kernel.protocol import Protocol
 from desim.kernel.registry import CURVES, DATA, LINKS, PROTOCOLS, TOPOLOGIES
 from desim.study.cli import main
 from desim.study.spec import load_study
@@ -379,3 +383,190 @@ def test_sizes_larger_than_the_population_fail_validate(tmp_path, capsys, text, 
     assert main(["validate", str(folder)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and fragment in err
+
+
+# --------------------------------------------------------------------------------------------
+# every error at once, one line each, paths relative to the study folder
+
+
+def _lines(capsys) -> list[str]:
+    return capsys.readouterr().err.splitlines()
+
+
+MANY_ERRORS = TOY_STUDY.replace('noise = "gaussian"', 'noise = "gausian"') + (
+    '\n[[scenario]]\nname = "C"\nprotocol = "toy-local-mean"\nepsilonn = 2.0\n'
+    '\n[[curve]]\nname = "bad curve"\nkind = "toy-local"\nscale = -1.0\n'
+    '\n[[plot]]\nfile = "y.png"\nylim = [1e-6, inf]\n'
+    '\n[[plot]]\nfile = "z.png"\nscenarios = ["Toy Z"]\n'
+    '\n[grid]\n"data.sigmaa" = [0.5, 1.0]\n"defaults.epsilon" = [1.0, -2.0]\n'
+)
+
+
+def test_independent_errors_are_reported_together_one_line_each(tmp_path, capsys):
+    folder = write_study(tmp_path / "s", MANY_ERRORS)
+    assert main(["validate", str(folder)]) == 2
+    lines = _lines(capsys)
+    assert all(line.startswith(f"desim: error: {folder / 'study.toml'}: ") for line in lines)
+    text = "\n".join(lines)
+    for fragment in ("ylim", "'Toy Z'", "'sigmaa'"):  # plots and the grid, each on its own
+        assert fragment in text
+    assert len(lines) == 3  # the scenarios and curves wait for the grid: they are expanded on it
+    folder = write_study(tmp_path / "t", MANY_ERRORS.split("\n[grid]")[0])
+    assert main(["validate", str(folder)]) == 2
+    text = "\n".join(_lines(capsys))
+    for fragment in ("'gausian'", "'epsilonn'", "scale = -1.0", "ylim", "'Toy Z'"):
+        assert fragment in text
+    assert not (folder / "results").exists()
+
+
+def test_the_collected_errors_are_a_config_error_with_its_messages(tmp_path):
+    from desim.study.spec import ConfigErrors
+
+    folder = write_study(tmp_path / "s", MANY_ERRORS.split("\n[grid]")[0])
+    with pytest.raises(ConfigError) as info:
+        load_study(folder)
+    assert isinstance(info.value, ConfigErrors) and len(info.value.messages) == 5
+    assert str(info.value).splitlines() == list(info.value.messages)
+    assert all("\n" not in m and m.startswith(str(folder)) for m in info.value.messages)
+
+
+def test_at_most_twenty_errors_are_shown_then_a_count(tmp_path, capsys):
+    extra = "".join(f"unknown{i} = 1\n" for i in range(25))
+    folder = write_study(tmp_path / "s", extra + TOY_STUDY)
+    assert main(["validate", str(folder)]) == 2
+    lines = _lines(capsys)
+    assert len(lines) == 21 and lines[-1] == "desim: error: … and 5 more"
+    assert "'unknown0'" in lines[0] and "'unknown19'" in lines[19]
+
+
+def test_a_check_that_depends_on_a_failed_one_is_skipped(tmp_path, capsys):
+    text = TOY_STUDY + (
+        '[[plot]]\nfile = "e.png"\nx = "epsilonn"\n\n[grid]\n"defaults.epsilonn" = [1.0, 2.0]\n'
+    )
+    folder = write_study(tmp_path / "s", text)
+    assert main(["validate", str(folder)]) == 2
+    lines = _lines(capsys)
+    assert len(lines) == 1 and "unknown key 'epsilonn'" in lines[0]
+
+
+def test_paths_in_messages_are_relative_to_the_study_folder(tmp_path, capsys, monkeypatch):
+    folder = write_study(
+        tmp_path / "s", TOY_STUDY + '[network.nodes]\nmodel = "trace"\nfile = "n.csv"\n'
+    )
+    (folder / "n.csv").write_text("node,start,end,state\n0,1,3,sideways\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", "s"]) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path) not in err
+    assert err.startswith("desim: error: s/study.toml: ") and "trace n.csv, line 2" in err
+    (folder / "n.csv").write_text("node,start,end,state\n999,1,3,down\n")  # found at set-up
+    assert main(["validate", "s"]) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path) not in err and err.count("\n") == 1
+    assert err.startswith("desim: error: s/study.toml: ") and "trace n.csv, line 2" in err
+
+
+@pytest.mark.parametrize(
+    "scenario,fragment",
+    [
+        ('protocol = "toy-local-mean"\n', "[[scenario]] #3: name is missing"),
+        ('name = 7\nprotocol = "toy-local-mean"\n', "[[scenario]] #3: name = 7"),
+        ('name = ["x"]\nprotocol = "toy-local-mean"\n', "must be a non-empty string"),
+        ('name = "C"\n', "scenario 'C': protocol is required (allowed: "),
+    ],
+)
+def test_a_scenario_without_a_proper_name_or_protocol_is_one_line(
+    tmp_path, capsys, scenario, fragment
+):
+    text = TOY_STUDY + "\n[[scenario]]\n" + scenario
+    text += '\n[[curve]]\nname = "c2"\nkind = "toy-local"\nscenario = "nope"\n'
+    folder = write_study(tmp_path / "s", text)
+    assert main(["validate", str(folder)]) == 2
+    lines = _lines(capsys)
+    assert len(lines) == 1 and fragment in lines[0]
+
+
+def test_a_misspelt_sub_table_model_reads_the_same_with_or_without_a_grid(tmp_path, capsys):
+    base = TOY_STUDY + '[network]\nlinks = "bernoulli"\n[network.outages]\nmodel = "bernouli"\n'
+    messages = []
+    for grid in ("", '[grid]\n"network.outages.p" = [0.5, 0.9]\n'):
+        folder = write_study(tmp_path / f"s{len(messages)}", base + grid)
+        assert main(["validate", str(folder)]) == 2
+        messages.append(capsys.readouterr().err.split("study.toml: ", 1)[1])
+    assert messages[0] == messages[1]
+    assert "unknown availability model 'bernouli' (did you mean 'bernoulli'?)" in messages[0]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "0 1\n1 2\n".encode("utf-16"),
+        "0 1\n1 2\n".encode("utf-16-le"),  # no byte-order mark: decodes, with NUL bytes
+        bytes(range(256)) * 4,
+        "0 1  # Kanté\n".encode("latin-1"),
+    ],
+)
+def test_an_edge_list_that_is_not_utf8_text_is_one_line_naming_it(tmp_path, capsys, content):
+    text = TOY_STUDY.replace('protocol = "toy-local-mean"', 'protocol = "c-colme"', 1)
+    text += '[topology]\nmodel = "file"\npath = "g.txt"\n'
+    folder = write_study(tmp_path / "s", text)
+    (folder / "g.txt").write_bytes(content)
+    assert main(["validate", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "g.txt" in err and str(folder / "g.txt") not in err
+    assert "must be a UTF-8 text file" in err and "codec" not in err
+
+
+# --------------------------------------------------------------------------------------------
+# a protocol sending a kind of message it did not declare
+
+
+@dataclasses.dataclass(frozen=True)
+class _NoParams:
+    """No parameters."""
+
+
+class _Undeclared(Protocol):
+    """Sends 'pong', which it does not declare."""
+
+    Params = _NoParams
+    message_kinds = ("ping",)
+
+    def on_samples(self, t, samples):
+        self.ctx.send("pong", np.array([0]), np.array([1]))
+
+    def estimates(self):
+        return np.zeros(self.ctx.n_agents)
+
+
+@pytest.mark.parametrize("links", ["ideal", "bernoulli"])
+def test_sending_an_undeclared_message_kind_names_the_kind_and_the_declared_ones(links):
+    if "test-undeclared-kind" not in PROTOCOLS:
+        PROTOCOLS.register("test-undeclared-kind")(_Undeclared)
+    s = desim.Scenario(
+        protocol="test-undeclared-kind",
+        data={"model": "classes", "agents": 4},
+        network={"links": links},
+        t_max=3,
+        checkpoints=2,
+    )
+    with pytest.raises(ValueError, match=r"message kind 'pong' is not declared .* 'ping'"):
+        desim.run(s)
+
+
+def test_asking_a_batch_for_an_undeclared_kind_names_the_declared_ones():
+    empty = np.empty(0)
+    batch = Batch(empty, empty, empty, np.empty((0, 0)), empty, ("a", "b"))
+    with pytest.raises(ValueError, match=r"'c' is not declared.*'a', 'b'"):
+        batch.of_kind("c")
+
+
+def test_a_trace_rewritten_with_the_same_size_is_read_again(tmp_path, capsys):
+    folder = write_study(
+        tmp_path / "s", TOY_STUDY + '[network.nodes]\nmodel = "trace"\nfile = "n.csv"\n'
+    )
+    (folder / "n.csv").write_text("node,start,end,state\n0,1,3,down\n")
+    assert main(["validate", str(folder)]) == 0
+    (folder / "n.csv").write_text("node,start,end,state\n9,1,3,down\n")  # same size, same second
+    assert main(["validate", str(folder)]) == 2
+    assert "address 9 is out of range" in capsys.readouterr().err

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from desim.kernel.messages import Batch
+from desim.kernel.messages import Batch, undeclared_kind
 from desim.kernel.transports.base import PRIORITY_DELIVER, At, Transport
 
 
@@ -45,7 +45,10 @@ class Instants(Transport):
         ids: np.ndarray | None = None,
     ) -> None:
         """Draw the links' answers, drop what is lost, file the rest by delivery time."""
-        code = self.kinds.index(kind)
+        try:
+            code = self.kinds.index(kind)
+        except ValueError:  # a kind the protocol does not declare: say which are
+            raise undeclared_kind(kind, self.kinds) from None
         src, dst, payload = self._columns(src, dst, payload)
         n = len(src)
         if n == 0:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from desim.kernel.messages import Batch
+from desim.kernel.messages import Batch, undeclared_kind
 from desim.kernel.transports.instants import Instants
 
 
@@ -28,7 +28,10 @@ class Synchronous(Instants):
         ids: np.ndarray | None = None,
     ) -> None:
         """File the messages whole under now: one batch, no draws (`Transport.send`)."""
-        code = self.kinds.index(kind)
+        try:
+            code = self.kinds.index(kind)
+        except ValueError:  # a kind the protocol does not declare: say which are
+            raise undeclared_kind(kind, self.kinds) from None
         src, dst, payload = self._columns(src, dst, payload)
         n = len(src)
         if n == 0:

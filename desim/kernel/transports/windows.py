@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from desim.kernel.messages import DST, DUE, KIND, PAYLOAD, SENT, SRC, Batch
+from desim.kernel.messages import DST, DUE, KIND, PAYLOAD, SENT, SRC, Batch, undeclared_kind
 from desim.kernel.transports.base import PRIORITY_DELIVER, At, Transport
 
 #: Queued blocks (one per send) merged when there are more than this many: all but the oldest,
@@ -80,7 +80,10 @@ class Windows(Transport):
         ids: np.ndarray | None = None,
     ) -> None:
         """Draw the links' answers per window, drop what is lost, queue the rest as rows."""
-        code = self.kinds.index(kind)
+        try:
+            code = self.kinds.index(kind)
+        except ValueError:  # a kind the protocol does not declare: say which are
+            raise undeclared_kind(kind, self.kinds) from None
         if ids is None and self._names_required:
             raise ValueError(
                 f"send({kind!r}, ...) without ids while the engine hands several slots at once "

@@ -2,8 +2,9 @@
 
 `load_study` reads ``study.toml``, validates every table (unknown keys, types, ranges, names of
 protocols, data models, link models, topologies, curves and metrics, references between tables)
-and expands the study into its runs, before anything is run or written: a bad file stops with one
-`ConfigError` line that names the field, the value and what is allowed.
+and expands the study into its runs, before anything is run or written: a bad file stops with
+every error found (`ConfigErrors`, at most `MAX_SHOWN` shown), each one line that names the
+field, the value and what is allowed, with paths inside the study folder relative to it.
 
 A run is one (grid point, scenario, replicate): a `desim.study.scenario.Scenario` with a
 stable, readable id and a config hash, which is what lets `desim run` resume where it stopped.
@@ -20,16 +21,29 @@ The file goes through four stages, each a module that can be used and tested alo
 (tables checked against each other and the registries, [[plot]] tables in `figures`;
 `limits` refuses a study too large
 before anything is built), `expand` (grid points, runs, curve jobs) and `hashing` (the config
-hashes results are keyed by). `load_study` runs them in that order.
+hashes results are keyed by). `load_study` runs them in that order; within a stage, independent
+checks (each table, scenario, curve, plot, grid path, file) each report their error
+(`desim.study.spec.errors`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from pathlib import Path
 
-from desim.kernel.params import ConfigError
+from desim.kernel.params import ConfigError, unknown_key_message
+from desim.study.spec.errors import (
+    MAX_SHOWN,
+    ConfigErrors,
+    Errors,
+    messages_of,
+    relative_to_folder,
+    shown_path,
+    with_file,
+)
 from desim.study.spec.expand import expand_curves, expand_runs, grid_points
-from desim.study.spec.figures import final_plots, study_agents, study_title
+from desim.study.spec.figures import final_plots, plot_specs, study_agents, study_title
 from desim.study.spec.hashing import canonical_hash, study_hash
 from desim.study.spec.limits import check_memory, check_size, horizon
 from desim.study.spec.model import (
@@ -46,18 +60,29 @@ from desim.study.spec.model import (
     slug,
 )
 from desim.study.spec.parse import (
+    StudyDocument,
     check_input_file,
     find_studies,
     find_study_file,
     parse_study,
     read_study_file,
 )
-from desim.study.spec.validate import check_setups, labels, study_checks, validate_study
+from desim.study.spec.validate import (
+    Validated,
+    declared_defaults,
+    grid_columns,
+    labels,
+    study_checks,
+    validate_study,
+)
+from desim.study.spec.validate import check_setups as _check_setups
 
 __all__ = [
     "LEDGER_PREFIX",
+    "MAX_SHOWN",
     "STUDY_FILE",
     "CurveJob",
+    "ConfigErrors",
     "CurveSpec",
     "GridPoint",
     "PlotSpec",
@@ -81,8 +106,9 @@ def load_study(path: str | Path, quick: bool = False, force: bool = False) -> St
     [defaults] reach every scenario and curve that declares the key (their own keys win).
     With `quick`, the [quick] table (or `QUICK_FALLBACK`) overrides replicates, t_max,
     data.agents and checkpoints (a [grid] on data.agents still wins), and outputs go under
-    ``<study>/quick/``. Raises `ConfigError` with one line naming the file, the field, the
-    value and what is allowed. A study larger than one machine can run (run count, work,
+    ``<study>/quick/``. Raises `ConfigErrors` (a `ConfigError`) with every error found, each
+    one line naming the file, the field, the value and what is allowed, paths inside the
+    study folder relative to it. A study larger than one machine can run (run count, work,
     memory: `desim.study.spec.limits.check_size`) is refused unless `force`.
     """
     file = find_study_file(path)
@@ -90,23 +116,39 @@ def load_study(path: str | Path, quick: bool = False, force: bool = False) -> St
     try:
         return build_study(raw, file.resolve(), quick, force)
     except ConfigError as exc:
-        message = " ".join(str(exc).split("\n"))
-        raise ConfigError(f"{file}: {message}") from None
+        raise with_file(exc, str(file), file.resolve().parent) from None
 
 
 def build_study(raw: dict, file: Path, quick: bool = False, force: bool = False) -> Study:
     """The study a study file read as `raw` from `file` describes: parsed, validated, checked
-    for size (unless `force`) and expanded; errors are not yet prefixed with the file."""
+    for size (unless `force`) and expanded; errors are not yet prefixed with the file.
+
+    Each stage reports every independent error it finds (`ConfigErrors`); a stage runs only
+    when what it builds on passed ([[plot]] tables are not built on: their errors are
+    reported with the expansion's).
+    """
     doc = parse_study(raw, file)
     h = horizon(doc, quick)
-    v = validate_study(doc)
-    notes = study_checks(doc, v)
-    if not force:  # before the grid is expanded: a grid of 10⁹ points is refused, not built
-        check_size(h, doc.grid, len(v.scenarios))
-        check_memory(h, doc, v.scenarios, v.curves)
+    errors = Errors()
+    v = validate_each(doc, errors)
+    if v is None:
+        errors.raise_any()
+    notes = errors.attempt(study_checks, doc, v) or []
+    # before the grid is expanded: a grid of 10⁹ points is refused, not built
+    if not force and not (
+        errors.passes(check_size, h, doc.grid, len(v.scenarios))
+        and errors.passes(check_memory, h, doc, v.scenarios, v.curves)
+    ):
+        errors.raise_any()
     points = grid_points(doc.grid, v.grid_columns)
-    runs = expand_runs(doc, h, v, points)
-    jobs = expand_curves(doc, h, v, points)
+    runs = errors.attempt(expand_runs, doc, h, v, points)
+    curve_errors = Errors()
+    jobs = curve_errors.attempt(expand_curves, doc, h, v, points)
+    said = {_fault(m) for m in errors.messages}
+    for message in curve_errors.messages:  # a bad [defaults] value is said once, not per user
+        if _fault(message) + _DEFAULTS not in said:
+            errors.add(message)
+    errors.raise_any()
     return Study(
         file=file,
         title=study_title(doc, h),
@@ -128,3 +170,62 @@ def build_study(raw: dict, file: Path, quick: bool = False, force: bool = False)
         labels=labels(v),
         notes=tuple(notes),
     )
+
+
+#: What a message about a value a scenario took from [defaults] ends with.
+_DEFAULTS = " (set in [defaults])"
+
+
+def _fault(message: str) -> str:
+    """`message` without the scenario or curve it was found in (the fault itself)."""
+    return re.sub(r"(?:scenario|curve) (?:'[^']*'|\"[^\"]*\"): ", "", message, count=1)
+
+
+def validate_each(doc: StudyDocument, errors: Errors) -> Validated | None:
+    """`validate_study` of `doc`, with the errors of its independent parts kept in `errors`;
+    None when the runs cannot be expanded.
+
+    The scenarios and curves are validated first (without [defaults], [grid] and [[plot]]);
+    then each [defaults] key, each grid path and each [[plot]] is checked on its own against
+    them; then the whole document goes through `validate_study`, whose checks across parts
+    (grid columns against each other, plots sharing a file, ...) need every part sound. With
+    only [[plot]] errors, the study without its plots is returned, to be expanded.
+    """
+    core = errors.attempt(validate_study, dataclasses.replace(doc, defaults={}, grid={}, plots=[]))
+    if core is None:
+        return None
+    known = declared_defaults(core.scenarios, core.curves)
+    for key in doc.defaults:
+        if key not in known:
+            errors.add(unknown_key_message("[defaults]", key, sorted(known)))
+    for path, values in doc.grid.items():
+        with errors.check():
+            grid_columns(
+                {path: values}, core.data_cls, core.link_cls, core.topo_cls, known, doc.network
+            )
+    expandable = not errors
+    # a plot's x may name any grid column, also one whose path was wrong: that is said once
+    columns = [path.rpartition(".")[2] for path in doc.grid]
+    for n, table in enumerate(doc.plots, start=1):
+        with errors.check():
+            try:
+                plot_specs([table], core.scenarios, core.curves, doc.settings.title, columns)
+            except ConfigError as exc:  # alone, the plot is #1; say which it is
+                raise ConfigError(re.sub(r"^plot #1\b", f"plot #{n}", str(exc))) from None
+    if not expandable:
+        return None
+    return errors.attempt(validate_study, dataclasses.replace(doc, plots=[]) if errors else doc)
+
+
+def check_setups(study: Study) -> None:
+    """Build each distinct set-up of the study's runs as a run would, before any run
+    (`desim.study.spec.validate.check_setups`); errors name the study file as shown from the
+    current directory and paths inside the study folder relative to it."""
+    try:
+        _check_setups(study)
+    except ConfigError as exc:
+        prefix = f"{study.file}: "
+        raise ConfigErrors(
+            f"{shown_path(study.file)}: {relative_to_folder(m.removeprefix(prefix), study.folder)}"
+            for m in messages_of(exc)
+        ) from None

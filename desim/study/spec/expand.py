@@ -3,16 +3,18 @@ replicate, each with its id and config hash) and curve jobs (curve × point)."""
 
 from __future__ import annotations
 
-import dataclasses
+import copy
+import functools
 import itertools
 import json
 from pathlib import Path
 from typing import Any
 
 from desim.kernel.params import ConfigError, build, field_names
-from desim.kernel.registry import CURVES, DATA
+from desim.kernel.registry import CURVES, DATA, PROTOCOLS
 from desim.study.scenario import Scenario, resolve
-from desim.study.spec.hashing import curve_hash, run_hash
+from desim.study.spec.errors import Errors, messages_of
+from desim.study.spec.hashing import canonical_text, curve_hash, replicate_hashes, run_template
 from desim.study.spec.limits import Horizon
 from desim.study.spec.model import (
     CURVE_TOPOLOGY_KEY,
@@ -33,30 +35,96 @@ from desim.study.spec.validate import Validated, declared
 
 def expand_runs(doc: StudyDocument, h: Horizon, v: Validated, points: list[GridPoint]) -> list[Run]:
     """Every run of the study: each scenario at each grid point and replicate, validated
-    through the registries, run ids checked to be unique."""
+    through the registries, run ids checked to be unique.
+
+    Each scenario is expanded on its own: every scenario's first error is raised together
+    (`ConfigErrors`); its later grid points are then skipped (they would repeat it).
+    """
+    errors = Errors()
     runs: list[Run] = []
+    checked: set[tuple[str, str]] = set()  # trace files found sound (the same at every point)
+    said: set[str] = set()  # faults of shared tables and files, said for one scenario only
     for i, spec in enumerate(v.scenarios):
-        reach = reaching(spec, doc.grid)
-        for point in points:
-            base = _scenario_at(spec, point, doc, h)
-            _resolve(base, point, spec, doc.defaults)
-            values = {p: val for p, val in point.values.items() if p in reach}
-            columns = {v.grid_columns[p]: point.columns[v.grid_columns[p]] for p in values}
-            for rep in range(h.replicates):
-                s = dataclasses.replace(base, replicate=rep)
-                h_run = run_hash(s, values)
-                runs.append(Run(_run_id(spec.name, columns, rep), s, i, point, h_run, columns))
+        try:
+            runs += _scenario_runs(i, spec, doc, h, v, points, checked)
+        except ConfigError as exc:
+            for message in messages_of(exc):
+                fault = message.replace(f"scenario {spec.name!r}: ", "", 1)
+                if fault not in said:
+                    said.add(fault)
+                    errors.add(message)
+    errors.raise_any()
     _check_unique_ids(runs)
     return runs
+
+
+def _scenario_runs(
+    i: int,
+    spec: ScenarioSpec,
+    doc: StudyDocument,
+    h: Horizon,
+    v: Validated,
+    points: list[GridPoint],
+    checked: set[tuple[str, str]],
+) -> list[Run]:
+    """The runs of scenario `spec` (the `i`-th): one per grid point and replicate.
+
+    A point the sweep does not reach gives the scenario it gave before: it is validated and
+    hashed once (a grid of many points costs one JSON text and `replicates` hashes a point).
+    """
+    reach = reaching(spec, doc.grid)
+    done: dict[str, list[str]] = {}  # the JSON of a point's scenario → its replicates' hashes
+    setups: set[str] = set()  # the data, network and topology tables already resolved
+    slugs: dict[tuple, str] = {}
+    runs: list[Run] = []
+    for point in points:
+        base = _scenario_at(spec, point, doc, h, checked)
+        values = {p: val for p, val in point.values.items() if p in reach}
+        key = run_template(base, values)
+        if key not in done:
+            # the tables come from constants and the point's data, network and topology values
+            setup = canonical_text(
+                [v for p, v in point.values.items() if not p.startswith(_PARAMS)]
+            )
+            _resolve(base, point, spec, doc.defaults, params_only=setup in setups)
+            setups.add(setup)
+            done[key] = replicate_hashes(base, values, h.replicates, key)
+        columns = {v.grid_columns[p]: point.columns[v.grid_columns[p]] for p in values}
+        stem = _run_stem(spec.name, columns, slugs)
+        for rep, h_run in enumerate(done[key]):
+            s = _with_replicate(base, rep)
+            runs.append(Run(f"{stem}_r{rep:03d}", s, i, point, h_run, columns))
+    return runs
+
+
+#: Grid paths that change only a scenario's protocol parameters.
+_PARAMS = "defaults."
+
+
+def _with_replicate(base: Scenario, replicate: int) -> Scenario:
+    """`base` (replicate 0, validated) at `replicate`: a copy sharing its tables, which a
+    scenario never changes (`dataclasses.replace` would copy and check them again)."""
+    if replicate == 0:
+        return base
+    s = copy.copy(base)
+    object.__setattr__(s, "replicate", replicate)
+    return s
 
 
 def expand_curves(
     doc: StudyDocument, h: Horizon, v: Validated, points: list[GridPoint]
 ) -> list[CurveJob]:
-    """Every curve job of the study: each curve at each grid point."""
-    return [
-        _curve_job(curve, j, point, doc, h) for j, curve in enumerate(v.curves) for point in points
-    ]
+    """Every curve job of the study: each curve at each grid point.
+
+    As for runs, every curve's first error is raised together (`ConfigErrors`).
+    """
+    errors = Errors()
+    jobs: list[CurveJob] = []
+    for j, curve in enumerate(v.curves):
+        with errors.check():
+            jobs += [_curve_job(curve, j, point, doc, h) for point in points]
+    errors.raise_any()
+    return jobs
 
 
 def reaching(spec: ScenarioSpec | CurveSpec, grid: dict) -> set[str]:
@@ -119,8 +187,9 @@ def _apply_point(
     return data, network, defaults, topology
 
 
-def _trace_files(network: dict, folder: Path) -> dict:
-    """`network` with the trace `file` of its outages and nodes tables checked.
+def _trace_files(network: dict, folder: Path, checked: set[tuple[str, str]]) -> dict:
+    """`network` with the trace `file` of its outages and nodes tables checked (once each:
+    `checked` holds the (table, file) pairs already found sound).
 
     A trace file is relative to the study folder and stays so in the scenario (its config hash
     holds no absolute path); the scenario resolves it against its folder when it runs.
@@ -128,18 +197,29 @@ def _trace_files(network: dict, folder: Path) -> dict:
     for sub in TRACE_TABLES:
         table = network.get(sub)
         if is_table(table) and "file" in table:
-            check_input_file(folder, table["file"], f"[network.{sub}]: file", "trace file")
+            file = table["file"]
+            if isinstance(file, str) and (sub, file) in checked:
+                continue
+            check_input_file(folder, file, f"[network.{sub}]: file", "trace file")
+            if isinstance(file, str):
+                checked.add((sub, file))
     return network
 
 
-def _scenario_at(spec: ScenarioSpec, point: GridPoint, doc: StudyDocument, h: Horizon) -> Scenario:
+def _scenario_at(
+    spec: ScenarioSpec,
+    point: GridPoint,
+    doc: StudyDocument,
+    h: Horizon,
+    checked: set[tuple[str, str]] | None = None,
+) -> Scenario:
     """The scenario `spec` at grid `point` (replicate 0): defaults first, its own keys win."""
     folder = doc.file.parent
     data, network, defaults, topology = _apply_point(
         point, h.data, doc.network, doc.defaults, doc.topology
     )
-    network = _trace_files(network, folder)
-    names = set(declared(spec))
+    network = _trace_files(network, folder, set() if checked is None else checked)
+    names = _declared(spec)
     params = {k: v for k, v in defaults.items() if k in names}
     params.update(spec.params)
     settings = doc.settings
@@ -160,10 +240,26 @@ def _scenario_at(spec: ScenarioSpec, point: GridPoint, doc: StudyDocument, h: Ho
     )
 
 
-def _resolve(s: Scenario, point: GridPoint, spec: ScenarioSpec, defaults: dict) -> None:
-    """Validate `s` through the registries, saying where a bad value came from."""
+@functools.lru_cache(maxsize=64)
+def _declared_names(protocol: str) -> frozenset[str]:
+    return frozenset(declared(ScenarioSpec("", protocol, {})))
+
+
+def _declared(spec: ScenarioSpec) -> frozenset[str]:
+    """The parameter names `spec`'s protocol declares (asked at every grid point)."""
+    return _declared_names(spec.protocol)
+
+
+def _resolve(
+    s: Scenario, point: GridPoint, spec: ScenarioSpec, defaults: dict, params_only: bool = False
+) -> None:
+    """Validate `s` through the registries, saying where a bad value came from; with
+    `params_only`, only its protocol parameters (the rest was resolved at another point)."""
     try:
-        resolve(s)
+        if params_only:  # what `resolve` checks of them, without re-reading files and tables
+            build(params_class(PROTOCOLS.get(s.protocol)), s.params, f"scenario {s.name!r}")
+        else:
+            resolve(s)
     except ConfigError as exc:
         message = str(exc)
         for key in defaults:
@@ -211,10 +307,18 @@ def _curve_table(
     return table
 
 
-def _run_id(name: str, columns: dict[str, Any], replicate: int) -> str:
+def _run_stem(name: str, columns: dict[str, Any], slugs: dict[tuple, str] | None = None) -> str:
+    """The id of a run without its replicate: the scenario's name and its grid columns
+    (`slugs` keeps the parts already made: a grid repeats each value many times)."""
     parts = [slug(name)]
-    parts += [f"{col}-{slug(v)}" for col, v in columns.items()]
-    parts.append(f"r{replicate:03d}")
+    for col, v in columns.items():
+        key = (col, type(v), repr(v))
+        part = None if slugs is None else slugs.get(key)
+        if part is None:
+            part = f"{col}-{slug(v)}"
+            if slugs is not None:
+                slugs[key] = part
+        parts.append(part)
     return "_".join(parts)
 
 

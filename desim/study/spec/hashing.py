@@ -12,10 +12,14 @@ from typing import Any
 from desim.study.scenario import Scenario
 
 
+def canonical_text(obj: Any) -> str:
+    """The canonical JSON of `obj` (sorted keys, no spaces): what config hashes hash."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
 def canonical_hash(obj: Any) -> str:
     """sha256 (hex) of the canonical JSON of `obj` (sorted keys, no spaces)."""
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(canonical_text(obj).encode()).hexdigest()
 
 
 def run_hash(scenario: Scenario, values: dict[str, Any]) -> str:
@@ -25,6 +29,55 @@ def run_hash(scenario: Scenario, values: dict[str, Any]) -> str:
     reached one keeps its old hash.
     """
     return canonical_hash({"scenario": scenario.as_dict(), "grid": values})
+
+
+class _Slot:
+    """Stands for the replicate number in a scenario's JSON (`replicate_hashes`)."""
+
+    def __str__(self) -> str:
+        return _SLOT
+
+
+#: What `_Slot` is written as (a JSON string no TOML value of a study file holds in practice;
+#: `replicate_hashes` checks it occurs once, else hashes each replicate in full).
+_SLOT = "\x00desim replicate\x00"
+
+
+def run_template(scenario: Scenario, values: dict[str, Any]) -> str:
+    """The canonical JSON `run_hash` hashes, with the replicate number left as a slot (the
+    same text for every replicate of a run)."""
+    # `Scenario.as_dict` without its deep copy (JSON reads the tables as they are); that the
+    # text is the one `run_hash` hashes is what `replicate_hashes`' tests check
+    plain = {f.name: getattr(scenario, f.name) for f in dataclasses.fields(scenario)}
+    del plain["folder"]
+    if scenario.topology is None:
+        del plain["topology"]
+    if not scenario.metrics:
+        del plain["metrics"]
+    plain["replicate"] = _Slot()
+    return canonical_text({"scenario": plain, "grid": values})
+
+
+def replicate_hashes(
+    scenario: Scenario, values: dict[str, Any], replicates: int, template: str | None = None
+) -> list[str]:
+    """`run_hash` of `scenario` at replicates 0 … `replicates` − 1, the same strings.
+
+    A study of many replicates hashes each run; the JSON of a scenario differs between its
+    replicates only in the replicate number, so it is written once (`template`, made by
+    `run_template` when not given) and the number put in.
+    """
+    text = run_template(scenario, values) if template is None else template
+    token = '"replicate":' + json.dumps(_SLOT)
+    if text.count(json.dumps(_SLOT)) != 1 or text.count(token) != 1:
+        return [
+            run_hash(dataclasses.replace(scenario, replicate=r), values) for r in range(replicates)
+        ]
+    head, tail = text.split(token)
+    return [
+        hashlib.sha256(f'{head}"replicate":{r}{tail}'.encode()).hexdigest()
+        for r in range(replicates)
+    ]
 
 
 def curve_hash(kind: str, params: Any, data: Any, t_max: int, checkpoints: int) -> str:

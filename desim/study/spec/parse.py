@@ -10,13 +10,26 @@ from typing import Any
 
 from desim.kernel.params import ConfigError, build, unknown_key_message
 from desim.kernel.plugins import load_plugins
-from desim.kernel.registry import DATA, METRICS, TOPOLOGIES
+from desim.kernel.registry import (
+    AVAILABILITY,
+    CURVES,
+    DATA,
+    DISTRIBUTIONS,
+    METRICS,
+    PROTOCOLS,
+    TOPOLOGIES,
+    Registry,
+)
+from desim.network_models.latency import SIZE_PROPORTIONAL, latency_model
 from desim.network_models.realistic import NETWORK_TABLES, unknown_table_message
+from desim.study.spec.errors import Errors
 from desim.study.spec.model import (
     MAX_DEPTH,
+    MAX_NAME,
     MAX_STUDY_BYTES,
     STUDY_FILE,
     TOP_KEYS,
+    TRACE_TABLES,
     QuickTable,
     StudyTable,
     is_table,
@@ -114,32 +127,50 @@ def read_study_file(file: Path) -> dict:
         raise ConfigError(
             f"{file}: tables or arrays nested too deep (at most {MAX_DEPTH} levels)"
         ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{file}: cannot be read: {type(exc).__name__}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{file}: not UTF-8 text (byte {exc.start}); a study file is a UTF-8 TOML file"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot be read: {exc.strerror or type(exc).__name__}") from None
     if _depth(raw, MAX_DEPTH) > MAX_DEPTH:
         raise ConfigError(f"{file}: tables or arrays nested too deep (at most {MAX_DEPTH} levels)")
     return raw
 
 
 def parse_study(raw: dict, file: Path) -> StudyDocument:
-    """The tables of a study file read as `raw` from `file`, each checked on its own."""
+    """The tables of a study file read as `raw` from `file`, each checked on its own.
+
+    Every table (and every [[scenario]], [[curve]] and [[plot]]) is checked even when another
+    is wrong: all their errors are raised together (`desim.study.spec.errors.ConfigErrors`).
+    """
     load_plugins()
+    errors = Errors()
     for key in raw:
         if key not in TOP_KEYS:
-            raise ConfigError(unknown_key_message("top level", key, list(TOP_KEYS)))
-    settings = _settings(raw)
-    quick = build(QuickTable, _table(raw, "quick", {}), "[quick]")
-    data = dict(_table(raw, "data", {"model": "classes"}))
-    network = _network_table(raw)
-    topology = _topology_table(raw, file)
-    for name in settings.metrics:
-        METRICS.lookup(name, "[study]: metrics")
-    defaults = dict(_table(raw, "defaults", {}))
-    grid = dict(_table(raw, "grid", {}))
-    if "model" not in data:
-        raise ConfigError(
-            f"[data]: model is required (a data model name; allowed: {', '.join(DATA)})"
-        )
+            errors.add(unknown_key_message("top level", key, list(TOP_KEYS)))
+    settings = errors.attempt(_settings, raw)
+    quick = errors.attempt(lambda: build(QuickTable, _table(raw, "quick", {}), "[quick]"))
+    data = errors.attempt(_data_table, raw)
+    network = errors.attempt(_network_table, raw)
+    topology = errors.attempt(_topology_table, raw, file)
+    for name in settings.metrics if settings is not None else []:
+        with errors.check():
+            METRICS.lookup(name, "[study]: metrics")
+    defaults = errors.attempt(lambda: dict(_table(raw, "defaults", {})))
+    grid = errors.attempt(lambda: dict(_table(raw, "grid", {})))
+    tables = {}
+    for key, type_key, registry in (
+        ("scenario", "protocol", PROTOCOLS),
+        ("curve", "kind", CURVES),
+        ("plot", None, None),
+    ):
+        tables[key] = errors.attempt(_table, raw, key, [])
+        for n, table in enumerate(tables[key] or [], start=1):
+            if type_key is not None:
+                with errors.check():
+                    _named_table(table, n, key, type_key, registry)
+    errors.raise_any()
     return StudyDocument(
         file=file,
         raw=raw,
@@ -150,10 +181,39 @@ def parse_study(raw: dict, file: Path) -> StudyDocument:
         topology=topology,
         defaults=defaults,
         grid=grid,
-        scenarios=_table(raw, "scenario", []),
-        curves=_table(raw, "curve", []),
-        plots=_table(raw, "plot", []),
+        scenarios=tables["scenario"],
+        curves=tables["curve"],
+        plots=tables["plot"],
     )
+
+
+def _named_table(table: dict, n: int, kind: str, type_key: str, registry: Registry) -> None:
+    """Check the name of the `n`-th [[scenario]] or [[curve]] table on its own, and that it
+    has a type (protocol, curve kind); whether names are unique and types exist is `validate`'s
+    business."""
+    where = f"[[{kind}]] #{n}"
+    name = table.get("name")
+    if not isinstance(name, str) or not name.strip():
+        shown = "is missing" if name is None else f"= {name!r}"
+        raise ConfigError(f"{where}: name {shown}: must be a non-empty string")
+    if len(name) > MAX_NAME or not name.isprintable():
+        raise ConfigError(
+            f"{where}: name = {name[:40]!r}...: must be at most {MAX_NAME} printable characters"
+        )
+    if type_key not in table:
+        raise ConfigError(
+            f"{kind} {name!r}: {type_key} is required (allowed: {', '.join(registry)})"
+        )
+
+
+def _data_table(raw: dict) -> dict:
+    """The [data] table, which names its data model (classes by default)."""
+    data = dict(_table(raw, "data", {"model": "classes"}))
+    if "model" not in data:
+        raise ConfigError(
+            f"[data]: model is required (a data model name; allowed: {', '.join(DATA)})"
+        )
+    return data
 
 
 def _settings(raw: dict) -> StudyTable:
@@ -180,13 +240,43 @@ def _table(raw: dict, key: str, default: Any) -> Any:
 
 
 def _network_table(raw: dict) -> dict:
-    """The [network] table (links = "ideal" by default), its sub-tables' names checked."""
+    """The [network] table (links = "ideal" by default), its sub-tables' names checked, and
+    the model of each sub-table the [grid] does not replace."""
     network = dict(_table(raw, "network", {}))
     network.setdefault("links", "ideal")
+    grid = raw.get("grid") if is_table(raw.get("grid")) else {}
     for key, value in network.items():
-        if is_table(value) and key not in NETWORK_TABLES:
+        if not is_table(value):
+            continue
+        if key not in NETWORK_TABLES:
             raise ConfigError(unknown_table_message(key))
+        swept = grid.get(f"network.{key}.model")
+        if f"network.{key}" in grid:
+            continue  # the grid's whole tables are checked where they are used
+        if swept is None:
+            _check_model(key, value)
+        for model in swept if isinstance(swept, list) else []:
+            try:
+                _check_model(key, {**value, "model": model})
+            except ConfigError as exc:
+                raise ConfigError(f"[grid]: 'network.{key}.model': {exc}") from None
     return network
+
+
+def _check_model(sub: str, table: dict) -> None:
+    """Refuse an unknown or missing model in sub-table [network.`sub`] with the message a run
+    would give, also when a [grid] sweeps one of its keys (whose allowed keys the model
+    decides, so a misspelt model would otherwise read as an unknown key)."""
+    where = f"[network.{sub}]"
+    if sub == "latency":
+        if table.get("model") not in [*DISTRIBUTIONS, SIZE_PROPORTIONAL]:
+            latency_model({k: v for k, v in table.items() if k == "model"}, where)
+    elif sub in TRACE_TABLES:
+        if "model" not in table:
+            raise ConfigError(
+                f"{where}: missing key 'model'; allowed models: {', '.join(AVAILABILITY)}"
+            )
+        AVAILABILITY.lookup(table["model"], f"{where}: model")
 
 
 def check_input_file(folder: Path, path: Any, field: str, what: str = "file") -> None:
