@@ -318,33 +318,6 @@ def test_runs_lost_with_their_workers_are_named_and_the_rest_kept(tmp_path, caps
     assert summary.ok and (summary.done, summary.skipped) == (len(lost), len(kept))
 
 
-def test_a_cluster_left_without_workers_stops_the_study(tmp_path, monkeypatch):
-    """A scheduler whose workers are all gone (and none comes back) would hold the study and
-    its lock for ever: after `STALL_SECONDS` the unfinished runs are named in one line."""
-    monkeypatch.setattr(desim_dask, "STALL_SECONDS", 1)
-    folder = write(tmp_path / "s")
-    with distributed.LocalCluster(
-        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
-    ) as cluster:
-        store = desim_dask.store_run
-
-        def store_and_retire(run, results_dir, out, head):
-            if cluster.workers:  # the first run written: every worker goes
-                cluster.scale(0)
-                client = distributed.default_client()
-                while client.nthreads():
-                    time.sleep(0.05)
-            return store(run, results_dir, out, head)
-
-        monkeypatch.setattr(desim_dask, "store_run", store_and_retire)
-        start = time.monotonic()
-        with pytest.raises(desim_dask.ClusterLost, match="no worker or no scheduler for 1 s"):
-            run_study(load_study(folder), progress=False, scheduler=cluster.scheduler_address)
-        assert time.monotonic() - start < 30
-    assert 1 <= len(records(folder)) < RUNS
-    assert_unlocked(folder)
-
-
 @pytest.mark.slow
 def test_workers_killed_every_1_5_s_end_in_results_or_one_line(tmp_path, capsys):
     """A worker process SIGKILLed every 1.5 s: the study either finishes or stops with one
