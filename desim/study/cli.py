@@ -56,10 +56,8 @@ class _Stop(Exception):
 
 
 def _workers(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
+    # digits only: int() would also take " 2", "+2", "2_0" and other scripts' digits
+    n = int(text) if text.isascii() and text.isdecimal() else 0
     if n < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: must be an integer ≥ 1")
     return n
@@ -130,9 +128,8 @@ def _add_run(sub) -> argparse.ArgumentParser:
     run.add_argument(
         "--workers",
         type=_workers,
-        default=1,
         metavar="N",
-        help="worker processes (default 1: run in this process)",
+        help="worker processes (default 1: run in this process; not with --scheduler)",
     )
     run.add_argument(
         "--scheduler",
@@ -291,6 +288,12 @@ def _run(args: argparse.Namespace) -> int:
         from desim.study.dask import parse_scheduler
 
         parse_scheduler(args.scheduler)  # before anything runs
+        if args.workers is not None:  # the cluster's workers compute: --workers would be ignored
+            raise ConfigError(
+                f"--workers {args.workers} with --scheduler {args.scheduler}: give one of them "
+                "(local:N starts N worker processes here)"
+            )
+    args.workers = args.workers or 1
 
     studies = _studies(args)
     for study in studies:

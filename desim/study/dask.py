@@ -5,8 +5,12 @@ Workers compute; only this process (the client) writes. A task simulates a batch
 `store_run` — the same code the local pool runs — under the study's lock, so resume, atomic
 records and the manifest work exactly as with ``--workers``. A worker that dies loses only the
 batch it was computing: the scheduler gives that task to another worker (tasks write nothing,
-so computing one twice is harmless), and a task that fails `RETRIES` more times is recorded as
-failed runs that the next ``desim run`` tries again.
+so computing one twice is harmless). A task whose workers keep dying (dask gives up after
+``distributed.scheduler.allowed-failures`` of them, 3 by default) is lost: the other runs go on
+and are written, then the study stops with one line naming the lost runs (`ClusterLost`), which
+the next ``desim run`` computes again; so does a cluster left without workers, or a scheduler
+that stops answering, for `STALL_SECONDS`. A task that raises is tried `RETRIES` more times,
+then recorded as failed runs.
 
 Batches: the first tasks hold one run each; from the CPU times they report, later tasks hold
 about `TASK_SECONDS` of work (at most `MAX_BATCH` runs, and never so many that the last tasks
@@ -15,7 +19,9 @@ runs of a second or more go one per task. At most two tasks per worker thread ar
 so the client never holds more than a few batches of unwritten results.
 
 ``--scheduler local:N`` starts a `LocalCluster` of N worker processes (one thread each) on
-this machine; any other value is the address of a running scheduler (``tcp://host:8786``).
+this machine; otherwise it is the address of a running scheduler (``tcp://host:8786``), checked
+before the study starts (`parse_scheduler`), and a server there that does not greet as a dask
+scheduler within `CONNECT_TIMEOUT` seconds is one line, not a hang with the study's lock held.
 dask is an optional dependency: ``pip install 'desim[dask]'``.
 """
 
@@ -24,9 +30,12 @@ from __future__ import annotations
 import logging
 import math
 import multiprocessing
+import re
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -34,10 +43,16 @@ from typing import Any
 import numpy as np
 
 from desim.kernel.params import ConfigError
-from desim.study.results import FAILED, compute_run, curve_value, store_run
+from desim.study.results import DONE, FAILED, compute_run, curve_value, store_run
 from desim.study.spec import CurveJob, Run
 
-LOCAL = "local:"
+#: Protocols of a scheduler's address (tls takes its certificates from dask's configuration).
+PROTOCOLS = ("tcp", "tls")
+#: What ``--scheduler`` accepts, as its messages say.
+ALLOWED = "local:N, or a running scheduler's address tcp://HOST:PORT (or tls://HOST:PORT)"
+_LOCAL = re.compile(r"local:(?P<n>.*)", re.DOTALL)
+#: A host name or IPv4 address, or an IPv6 address in brackets.
+_HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?|\[[0-9A-Fa-f:.]+\]")
 #: Work per task the batches aim at (CPU seconds of simulation: on a busy machine, wall times
 #: would shrink the batches just when the scheduler's share of the CPU is scarce).
 TASK_SECONDS = 1.0
@@ -49,6 +64,10 @@ IN_FLIGHT = 2
 RETRIES = 2
 #: Seconds to wait for a scheduler to answer, and for its first worker.
 CONNECT_TIMEOUT = 30
+#: Seconds a study waits on a cluster with no worker, or a scheduler that does not answer.
+STALL_SECONDS = 60
+#: Lost runs named in the line that stops a study (the manifest lists them all as pending).
+LOST_SHOWN = 10
 #: Dask settings of a ``local:N`` cluster. Its workers start the way the local pool's do (the
 #: platform's multiprocessing default: a fork on Linux inherits this process's imports instead
 #: of importing desim, pandas and pyarrow again), and the periodic housekeeping meant for the
@@ -56,6 +75,7 @@ CONNECT_TIMEOUT = 30
 #: that an idle scheduler and its workers leave the cores to the runs (docs/performance.md
 #: records what they cost). The start method holds only while the cluster starts: a worker the
 #: nanny restarts after a crash is spawned (dask's default), slower to start, same results.
+#: Forked workers start one after the other (see `_local_client`).
 LOCAL_CONFIG = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "1s",
@@ -77,20 +97,36 @@ def _distributed():
 def parse_scheduler(text: str) -> tuple[str, int | None]:
     """(address, None) for a scheduler address, ("local", N) for ``local:N``; a `ConfigError`
     for anything else or when dask.distributed is not installed."""
-    if not isinstance(text, str) or not text.strip() or any(c.isspace() for c in text):
-        raise ConfigError(
-            f"--scheduler {text!r}: must be a scheduler address (tcp://host:8786) or local:N"
-        )
-    n = None
-    if text.startswith(LOCAL):
-        try:
-            n = int(text[len(LOCAL) :])
-        except ValueError:
-            n = 0
+    if not isinstance(text, str):
+        raise ConfigError(f"--scheduler {text!r}: must be text; allowed: {ALLOWED}")
+    local = _LOCAL.fullmatch(text)
+    if local is not None:
+        digits = local["n"].isascii() and local["n"].isdecimal()  # not "2_0", " 2", "²", "٣"
+        n = int(local["n"]) if digits else 0
         if n < 1:
             raise ConfigError(f"--scheduler {text!r}: local:N needs a number of workers N ≥ 1")
+        _distributed()
+        return ("local", n)
+    why = _address_problem(text)
+    if why is not None:
+        raise ConfigError(f"--scheduler {text!r}: {why}; allowed: {ALLOWED}")
     _distributed()
-    return ("local", n) if n is not None else (text, None)
+    return (text, None)
+
+
+def _address_problem(text: str) -> str | None:
+    """What is wrong with a scheduler address (None when it is ``PROTOCOL://HOST:PORT``)."""
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        return "not a scheduler address (it has no PROTOCOL://)"
+    if scheme not in PROTOCOLS:
+        return f"protocol {scheme!r} is not supported"
+    host, colon, port = rest.rpartition(":")
+    if not colon or not _HOST.fullmatch(host):
+        return f"{rest!r} is not HOST:PORT"
+    if not (port.isascii() and port.isdecimal() and 1 <= int(port) <= 65535):
+        return f"port {port!r} is not a number from 1 to 65535"
+    return None
 
 
 def _start_method() -> str:
@@ -105,32 +141,11 @@ def _start_method() -> str:
 @contextmanager
 def connect(scheduler: str) -> Iterator[Any]:
     """A `distributed.Client` of `scheduler` (starting and closing a LocalCluster for
-    ``local:N``) that has at least one worker."""
-    distributed = _distributed()
+    ``local:N``) that has at least one worker; a `ConfigError` (one line) when there is none
+    within `CONNECT_TIMEOUT` seconds, or nothing there answers as a dask scheduler does."""
     address, n = parse_scheduler(scheduler)
-    cluster = None
-    if n is not None:
-        import dask
-
-        method = _start_method()
-        with dask.config.set({**LOCAL_CONFIG, "distributed.worker.multiprocessing-method": method}):
-            cluster = distributed.LocalCluster(  # no dashboard; health routes on a free port
-                n_workers=n,
-                threads_per_worker=1,
-                processes=True,
-                dashboard_address=None,
-                scheduler_kwargs={"dashboard_address": ":0"},
-                silence_logs=logging.ERROR,
-            )
-            client = distributed.Client(cluster)
-    else:
-        try:
-            client = distributed.Client(address, timeout=CONNECT_TIMEOUT)
-        except (OSError, TimeoutError) as exc:
-            raise ConfigError(
-                f"--scheduler {address}: no scheduler answers there ({' '.join(str(exc).split())})"
-            ) from None
-    try:
+    with ExitStack() as stack:
+        client = _local_client(stack, n) if n is not None else _remote_client(stack, address)
         try:
             client.wait_for_workers(1, timeout=CONNECT_TIMEOUT)
         except TimeoutError:
@@ -138,10 +153,94 @@ def connect(scheduler: str) -> Iterator[Any]:
                 f"--scheduler {scheduler}: the scheduler has no worker (waited {CONNECT_TIMEOUT} s)"
             ) from None
         yield client
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+
+
+def _why(exc: BaseException) -> str:
+    """An exception as a short line of text (its type and the start of its message)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+def _local_client(stack: ExitStack, n: int) -> Any:
+    """A client of a new LocalCluster of `n` worker processes, closed with `stack`.
+
+    Forked workers start one at a time: a fork while another thread of this process is forking
+    is refused by filelock's audit hook on some versions ("os.fork is unsafe while filelock is
+    changing descriptor ownership"), and dask starts each worker from its own thread.
+    """
+    distributed = _distributed()
+    import dask
+
+    method = _start_method()
+    first = 1 if method == "fork" else n
+    settings = {**LOCAL_CONFIG, "distributed.worker.multiprocessing-method": method}
+    try:
+        with dask.config.set(settings):
+            cluster = stack.enter_context(
+                distributed.LocalCluster(  # no dashboard; health routes on a free port
+                    n_workers=first,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    scheduler_kwargs={"dashboard_address": ":0"},
+                    silence_logs=logging.ERROR,
+                )
+            )
+            client = stack.enter_context(distributed.Client(cluster))
+            for k in range(first + 1, n + 1):
+                cluster.scale(k)
+                client.wait_for_workers(k, timeout=CONNECT_TIMEOUT)
+    except Exception as exc:
+        raise ConfigError(
+            f"--scheduler local:{n}: the local cluster did not start ({_why(exc)})"
+        ) from None
+    return client
+
+
+def _remote_client(stack: ExitStack, address: str) -> Any:
+    """A client of the scheduler at `address`, closed with `stack`; one line when nothing
+    there answers as a dask scheduler within `CONNECT_TIMEOUT` seconds."""
+    distributed = _distributed()
+    try:
+        _handshake(address, CONNECT_TIMEOUT)
+        return stack.enter_context(distributed.Client(address, timeout=CONNECT_TIMEOUT))
+    except TimeoutError:
+        raise ConfigError(
+            f"--scheduler {address}: no dask scheduler answered there within "
+            f"{2 * CONNECT_TIMEOUT} s (the connection was accepted or is still pending)"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"--scheduler {address}: no scheduler answers there ({_why(exc)})"
+        ) from None
+    except Exception as exc:  # garbage read as a message: a MemoryError, a decoding error ...
+        raise ConfigError(
+            f"--scheduler {address}: what answers there is not a dask scheduler ({_why(exc)})"
+        ) from None
+
+
+def _handshake(address: str, timeout: float) -> None:
+    """Connect to `address` (trying for `timeout` seconds) and read a dask scheduler's
+    greeting, all within twice that (dask bounds the connection but not the greeting that
+    follows, so a server that accepts and never answers would hold `desim run`, and the study's
+    lock, for ever); a `TimeoutError` when that runs out."""
+    import asyncio
+
+    from distributed.comm import connect as open_comm
+    from distributed.security import Security
+
+    args = Security().get_connection_args("client")
+
+    async def greet() -> None:
+        comm = await open_comm(address, timeout=timeout, **args)
+        await comm.close()
+
+    async def bounded() -> None:
+        await asyncio.wait_for(greet(), 2 * timeout)
+
+    # an event loop of its own, in a thread (the caller may be running one: a notebook)
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, bounded()).result()
 
 
 def _desim_version() -> str:
@@ -155,14 +254,15 @@ def check_workers(client: Any, scheduler: str) -> None:
     (their runs would be recorded with this process's provenance)."""
     import desim
 
-    try:
-        versions = client.run(_desim_version)
-    except Exception as exc:
-        raise ConfigError(
-            f"--scheduler {scheduler}: the workers cannot run desim "
-            f"({type(exc).__name__}: {' '.join(str(exc).split())}); install "
-            "desim on them"
-        ) from None
+    answers = client.run(_desim_version, on_error="return")
+    # a worker lost while answering (its connection closed) is not refused: it is gone
+    versions = {w: v for w, v in answers.items() if not isinstance(v, OSError)}
+    for exc in versions.values():
+        if isinstance(exc, BaseException):
+            raise ConfigError(
+                f"--scheduler {scheduler}: the workers cannot run desim ({_why(exc)}); "
+                "install desim on them"
+            )
     other = {w: v for w, v in versions.items() if v != desim.__version__}
     if other:
         worker, version = sorted(other.items())[0]
@@ -225,13 +325,128 @@ class Session:
             retries=RETRIES,
             key=[f"desim-curve-{tag}-{i}" for i in range(len(jobs))],
         )
-        return client.gather(futures)
+        running, watch = _distributed().as_completed(futures), _Watch(client)
+        while not running.is_empty():
+            if _next_done(running, watch) is None:
+                client.cancel(futures)
+                raise ClusterLost(
+                    f"--scheduler {self.scheduler}: {len(jobs)} curves not computed (no worker "
+                    f"or no scheduler for {STALL_SECONDS} s); run the same command again"
+                )
+        return [_curve_result(future) for future in futures]
 
     def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
+
+
+def _curve_result(future: Any) -> Any:
+    """A curve task's `curve_value`, or its loss as a line of text (the curve is recorded as
+    failed and computed again by the next ``desim run``)."""
+    distributed = _distributed()
+    try:
+        return future.result()
+    except (distributed.KilledWorker, distributed.CancelledError) as exc:
+        return f"lost with the workers that computed it ({_why(exc)}); run the study again"
+    except Exception as exc:  # the task raised `RETRIES` + 1 times (curve_value itself does not)
+        return _why(exc)
+
+
+class ClusterLost(ConfigError):
+    """Runs lost with the workers that computed them, or a cluster that stopped answering:
+    the study stops (after the other runs, which are written) with one line naming them."""
+
+
+def _lost_message(scheduler: str, lost: list[Run], done: int, why: str) -> str:
+    """The line that stops a study whose runs were lost on the cluster."""
+    shown = ", ".join(run.run_id for run in lost[:LOST_SHOWN])
+    more = f" and {len(lost) - LOST_SHOWN} more" if len(lost) > LOST_SHOWN else ""
+    return (
+        f"--scheduler {scheduler}: {len(lost)} runs lost ({why}): {shown}{more}; every "
+        f"finished run is kept ({done} this time); run the same command again for the rest"
+    )
+
+
+class _Watch:
+    """Stops a study whose cluster has had no worker, or whose scheduler has not answered,
+    for `STALL_SECONDS` (tasks would wait for ever, and the study's lock with them)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.since: float | None = None
+        self.checked = time.monotonic()
+
+    def alive(self) -> bool:
+        """Whether the scheduler answers and has a worker (asked at most once a second)."""
+        now = time.monotonic()
+        if now - self.checked < 1.0:
+            return True
+        self.checked = now
+        try:
+            healthy = self.client.status == "running" and bool(self.client.nthreads())
+        except Exception:  # a scheduler gone: its connection closed
+            healthy = False
+        if healthy:
+            self.since = None
+        elif self.since is None:
+            self.since = now
+        return healthy or now - self.since < STALL_SECONDS
+
+
+def _next_done(running: Any, watch: _Watch) -> Any:
+    """The next finished future of `running`, or None when the cluster has stalled."""
+    while not running.has_ready():
+        if not watch.alive():
+            return None
+        with running.thread_condition:  # notified as each future finishes
+            running.thread_condition.wait(timeout=0.1)
+    return next(running)
+
+
+def _outcome(future: Any, size: int) -> list[dict[str, Any]] | None:
+    """What a batch task returned, its error as failed runs, or None when it was lost with
+    its workers (dask gives up on a task after `distributed.scheduler.allowed-failures`
+    workers died running it)."""
+    distributed = _distributed()
+    try:
+        return future.result()
+    except (distributed.KilledWorker, distributed.CancelledError):
+        return None
+    except Exception as exc:  # the task itself raised, `RETRIES` + 1 times
+        return [{"status": FAILED, "wall_seconds": None, "error": _why(exc)}] * size
+
+
+class _Feed:
+    """The runs still to send to the cluster, and the batches in flight (at most `IN_FLIGHT`
+    per worker thread, so the client never holds many batches of unwritten results)."""
+
+    def __init__(self, client: Any, todo: list[Run]) -> None:
+        self.client, self.queue, self.sizer = client, deque(todo), _Sizer()
+        self.tag = uuid.uuid4().hex[:8]
+        self.slots = max(1, sum(client.nthreads().values()))
+        self.batches: dict[Any, list[Run]] = {}
+        self.running = _distributed().as_completed()
+
+    def fill(self) -> None:
+        """Send batches until `IN_FLIGHT` per worker thread are in flight (or none is left)."""
+        while self.queue and len(self.batches) < IN_FLIGHT * self.slots:
+            n = min(self.sizer.size(len(self.queue), self.slots), len(self.queue))
+            batch = [self.queue.popleft() for _ in range(n)]
+            future = self.client.submit(
+                compute_batch,
+                batch,
+                pure=False,
+                retries=RETRIES,
+                key=f"desim-{self.tag}-{batch[0].config_hash[:12]}-{n}",
+            )
+            self.batches[future] = batch
+            self.running.add(future)
+
+    def unfinished(self) -> list[Run]:
+        """The runs in flight, then those not sent yet."""
+        return [run for batch in self.batches.values() for run in batch] + list(self.queue)
 
 
 def run_on_cluster(
@@ -242,43 +457,36 @@ def run_on_cluster(
     head: dict[str, Any],
 ) -> None:
     """Compute `todo` on the session's cluster and call `finish(run, record)` as each run's
-    record is written (in this process)."""
-    distributed = _distributed()
-    queue, sizer = deque(todo), _Sizer()
-    tag = uuid.uuid4().hex[:8]
+    record is written (in this process). Runs lost with their workers are left for the next
+    ``desim run`` and named by a `ClusterLost` once the others are written; a cluster without
+    workers (or scheduler) for `STALL_SECONDS` stops the study the same way."""
     client = session.client()
-    slots = max(1, sum(client.nthreads().values()))
-    batches: dict[Any, list[Run]] = {}
-    running = distributed.as_completed()
-
-    def submit() -> None:
-        n = min(sizer.size(len(queue), slots), len(queue))
-        batch = [queue.popleft() for _ in range(n)]
-        future = client.submit(
-            compute_batch,
-            batch,
-            pure=False,
-            retries=RETRIES,
-            key=f"desim-{tag}-{batch[0].config_hash[:12]}-{n}",
-        )
-        batches[future] = batch
-        running.add(future)
-
+    feed, watch = _Feed(client, todo), _Watch(client)
+    lost: list[Run] = []
+    done = 0
     try:
-        while queue and len(batches) < IN_FLIGHT * slots:
-            submit()
-        for future in running:
-            batch = batches.pop(future)
-            try:
-                outs = future.result()
-            except Exception as exc:  # e.g. KilledWorker: lost too often
-                error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-                outs = [{"status": FAILED, "wall_seconds": None, "error": error}] * len(batch)
-            for run, out in zip(batch, outs, strict=True):
-                sizer.learn(out)
-                finish(run, store_run(run, results_dir, out, head))
-            while queue and len(batches) < IN_FLIGHT * slots:
-                submit()
+        feed.fill()
+        while feed.batches:
+            future = _next_done(feed.running, watch)
+            if future is None:
+                why = f"no worker or no scheduler for {STALL_SECONDS} s"
+                raise ClusterLost(
+                    _lost_message(session.scheduler, lost + feed.unfinished(), done, why)
+                )
+            batch = feed.batches.pop(future)
+            outs = _outcome(future, len(batch))
+            if outs is None:
+                lost += batch
+            else:
+                for run, out in zip(batch, outs, strict=True):
+                    feed.sizer.learn(out)
+                    record = store_run(run, results_dir, out, head)
+                    finish(run, record)
+                    done += record["status"] == DONE
+            feed.fill()
     finally:  # on Ctrl-C: drop what is not written; a resume computes it again
-        for future in batches:
+        for future in feed.batches:
             future.cancel()
+    if lost:
+        why = "their workers died each time they ran them"
+        raise ClusterLost(_lost_message(session.scheduler, lost, done, why))

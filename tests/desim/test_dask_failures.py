@@ -1,0 +1,382 @@
+"""`desim run --scheduler` when things go wrong: a malformed address or a contradicting
+`--workers` is one line before anything starts; a server that is not a dask scheduler (garbage,
+silence, nothing) is one line within a bounded time with the study's lock released; runs lost
+with their workers are named in one line after the others are written; a cluster left without
+workers stops the study; local workers start even where filelock refuses concurrent forks.
+
+Every server and cluster here listens on 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+distributed = pytest.importorskip("distributed")
+
+import dask  # noqa: E402
+
+import desim.study.dask as desim_dask  # noqa: E402
+from desim.kernel.params import ConfigError  # noqa: E402
+from desim.study.cli import main  # noqa: E402
+from desim.study.results import run_study  # noqa: E402
+from desim.study.spec import load_study  # noqa: E402
+from desim.study.store import StudyLock  # noqa: E402
+
+# real protocols (the test-only toy protocol is not importable in spawned dask workers)
+STUDY = """\
+[study]
+title = "dask failures"
+seed = 3
+replicates = 4
+t_max = 200
+checkpoints = 8
+
+[data]
+model = "classes"
+agents = 12
+class_means = [0.2, 0.8]
+sigma = 0.5
+
+[[scenario]]
+name = "local"
+protocol = "local"
+
+[[scenario]]
+name = "ideal"
+protocol = "ideal"
+
+[[curve]]
+name = "local (Prop. 1)"
+kind = "local"
+
+[[plot]]
+file = "mse.png"
+title = "MSE"
+"""
+RUNS = 8
+
+#: Starts `desim run --scheduler local:2` on the study folder argv[1] in a process where a fork
+#: is refused as filelock's audit hook refuses it (filelock 3.32.5 on any CPython, 4.x on
+#: ≥ 3.12): while this thread is inside a file lock's acquire or release, or while another
+#: thread is between its fork's before-hooks and after-hooks. The hooks here hold that window
+#: open for 0.2 s, so two forks from two threads at once always meet it (with filelock they
+#: meet it by chance, more often on Python ≥ 3.12, which warns between the two).
+FORK_AUDIT = """
+import os, sys, threading, time
+import filelock
+
+inside = threading.local()
+forking = set()
+
+def before():
+    forking.add(threading.get_ident())
+    time.sleep(0.2)
+
+def after_in_parent():
+    forking.discard(threading.get_ident())
+
+def after_in_child():
+    forking.clear()
+
+os.register_at_fork(before=before, after_in_parent=after_in_parent, after_in_child=after_in_child)
+
+def audit(event, args):
+    changing = getattr(inside, "depth", 0)
+    if event in ("os.fork", "os.forkpty") and (changing or forking):
+        raise RuntimeError(f"{event} is unsafe while filelock is changing descriptor ownership")
+    if event == "_posixsubprocess.fork_exec" and changing:
+        raise RuntimeError("fork_exec is unsafe while filelock is changing descriptor ownership")
+
+sys.addaudithook(audit)
+
+def tracked(method):
+    def wrapper(self, *args, **kwargs):
+        inside.depth = getattr(inside, "depth", 0) + 1
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            inside.depth -= 1
+    return wrapper
+
+for name in ("acquire", "release"):
+    setattr(filelock.BaseFileLock, name, tracked(getattr(filelock.BaseFileLock, name)))
+
+from desim.study.cli import main
+sys.exit(main(["run", sys.argv[1], "--scheduler", "local:2", "--no-progress"]))
+"""
+
+
+def write(folder: Path, text: str = STUDY) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "study.toml").write_text(text, encoding="utf-8")
+    return folder
+
+
+def records(folder: Path) -> list[Path]:
+    return sorted((folder / "results" / "runs").glob("*.json"))
+
+
+def assert_unlocked(folder: Path) -> None:
+    """The study's lock is free (another writer would get it at once)."""
+    with StudyLock(folder / "results"):
+        pass
+
+
+def one_line(err: str) -> str:
+    assert err.startswith("desim: error: ") and err.count("\n") == 1, err
+    return err
+
+
+# ---------------------------------------------------------------------------------------------
+# refused up front
+
+
+@pytest.mark.parametrize(
+    "address, says",
+    [
+        ("foo", "no PROTOCOL://"),
+        ("127.0.0.1:8786", "no PROTOCOL://"),
+        ("tcp://127.0.0.1:notaport", "port 'notaport'"),
+        ("tcp://127.0.0.1:0", "port '0'"),
+        ("tcp://127.0.0.1:65536", "port '65536'"),
+        ("tcp://:8786", "not HOST:PORT"),
+        ("tcp://127.0.0.1", "not HOST:PORT"),
+        ("tcp://bad host:8786", "not HOST:PORT"),
+        ("ucx://127.0.0.1:8786", "protocol 'ucx'"),
+        ("inproc://nothing", "protocol 'inproc'"),
+        ("local:", "N ≥ 1"),
+        ("local:2_0", "N ≥ 1"),
+        ("local: 2", "N ≥ 1"),
+        ("local:²", "N ≥ 1"),
+    ],
+)
+def test_malformed_addresses_are_refused_before_the_study_starts(tmp_path, capsys, address, says):
+    folder = write(tmp_path / "s")
+    assert main(["run", str(folder), "--scheduler", address]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert f"--scheduler {address!r}" in err and says in err
+    if not address.startswith("local:"):
+        assert "allowed: local:N" in err and "tcp://HOST:PORT" in err
+    assert not (folder / "results").exists()  # no lock taken, nothing written
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["tcp://127.0.0.1:8786", "tcp://head-node.example.org:8786", "tls://[::1]:8786", "local:3"],
+)
+def test_wellformed_addresses_are_accepted(address):
+    kind, n = desim_dask.parse_scheduler(address)
+    assert (kind, n) == (("local", 3) if address == "local:3" else (address, None))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40) | st.from_regex(r"(tcp|tls|ucx|local)://?[^ ]{0,12}:\S{0,6}"))
+def test_any_text_is_an_address_or_one_line(text):
+    try:
+        kind, n = desim_dask.parse_scheduler(text)
+    except ConfigError as exc:
+        message = str(exc)
+        assert message.startswith("--scheduler ") and "\n" not in message
+    else:
+        assert (kind == "local" and n >= 1) or (kind == text and n is None)
+
+
+def test_workers_with_a_scheduler_are_refused(tmp_path, capsys):
+    folder = write(tmp_path / "s")
+    assert main(["run", str(folder), "--workers", "2", "--scheduler", "local:2"]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert "--workers 2 with --scheduler local:2" in err
+    assert not (folder / "results").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# servers that are not dask schedulers
+
+
+@contextmanager
+def server(reply: bytes | None):
+    """A TCP server on 127.0.0.1 that accepts every connection, sends `reply` on it (None:
+    nothing) and keeps it open; yields its address."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.05)
+    held, stop = [], threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # the accept timed out
+                continue
+            held.append(conn)
+            if reply is not None:
+                conn.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()
+
+
+# What a web server (dask's dashboard on 8787, say) answers: its first 8 bytes, read as the
+# length of a dask message, ask for 3 EiB.
+HTTP = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "reply, says",
+    [
+        (HTTP, "what answers there is not a dask scheduler"),
+        (b"\x08" + b"\x00" * 7 + b"\xc1" * 8, "what answers there is not a dask scheduler"),
+        (None, "no dask scheduler answered there within 2 s"),
+    ],
+    ids=["http", "garbage-message", "silent"],
+)
+def test_a_server_that_is_not_a_scheduler_is_one_line(tmp_path, capsys, monkeypatch, reply, says):
+    monkeypatch.setattr(desim_dask, "CONNECT_TIMEOUT", 1)
+    folder = write(tmp_path / "s")
+    start = time.monotonic()
+    with server(reply) as address:
+        code = main(["run", str(folder), "--scheduler", address, "--no-progress"])
+    assert time.monotonic() - start < 10
+    assert code == 2
+    err = one_line(capsys.readouterr().err)
+    assert f"--scheduler {address}: {says}" in err
+    assert not records(folder)
+    assert_unlocked(folder)
+
+
+def test_no_server_at_all_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(desim_dask, "CONNECT_TIMEOUT", 1)
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"  # closed again: nothing there
+    folder = write(tmp_path / "s")
+    assert main(["run", str(folder), "--scheduler", address, "--no-progress"]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert f"--scheduler {address}: no scheduler answers there" in err
+    assert_unlocked(folder)
+
+
+# ---------------------------------------------------------------------------------------------
+# workers lost
+
+
+#: compute_batch as desim has it (the tests below replace it in desim.study.dask).
+COMPUTE = desim_dask.compute_batch
+
+
+def compute_or_die(poison: str, runs):
+    """compute_batch, except that the worker given the run `poison` dies (SIGKILL)."""
+    if any(run.config_hash == poison for run in runs):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return COMPUTE(runs)
+
+
+def test_runs_lost_with_their_workers_are_named_and_the_rest_kept(tmp_path, capsys, monkeypatch):
+    """A run that kills every worker it is given is lost (here at once: dask is allowed no
+    failure): the other runs are written, then one line names the lost ones (with the poison
+    run, any run queued on the same worker); the next ``desim run`` computes only those."""
+    if desim_dask._start_method() != "fork":
+        pytest.skip("the workers must inherit this module")
+    folder = write(tmp_path / "s")
+    poison = load_study(folder).unique_runs[0]
+    monkeypatch.setattr(desim_dask, "compute_batch", partial(compute_or_die, poison.config_hash))
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        code = main(["run", str(folder), "--scheduler", "local:2", "--no-progress"])
+    err = one_line(capsys.readouterr().err)
+    assert code == 2
+    assert "--scheduler local:2: " in err and "runs lost (their workers died" in err
+    lost = [run for run in load_study(folder).unique_runs if run.run_id in err]
+    kept = records(folder)
+    assert poison in lost and len(kept) + len(lost) == RUNS
+    assert {p.stem for p in kept}.isdisjoint(run.config_hash for run in lost)
+    assert f"every finished run is kept ({len(kept)} this time)" in err
+    manifest = (folder / "results" / "manifest.json").read_text()
+    assert manifest.count('"status": "pending"') == len(lost)
+    assert_unlocked(folder)
+
+    monkeypatch.setattr(desim_dask, "compute_batch", COMPUTE)
+    summary = run_study(load_study(folder), progress=False, scheduler="local:1")
+    assert summary.ok and (summary.done, summary.skipped) == (len(lost), len(kept))
+
+
+@pytest.mark.slow
+def test_workers_killed_every_1_5_s_end_in_results_or_one_line(tmp_path, capsys):
+    """A worker process SIGKILLed every 1.5 s: the study either finishes or stops with one
+    line naming the lost runs, every finished run written."""
+    psutil = pytest.importorskip("psutil")
+    longer = STUDY.replace("replicates = 4", "replicates = 20").replace(
+        "t_max = 200", "t_max = 4000"
+    )
+    folder = write(tmp_path / "s", longer)
+    stop, kills = threading.Event(), []
+
+    def kill_workers() -> None:
+        me = psutil.Process()
+        while not stop.wait(1.5):
+            try:
+                workers = [p for p in me.children() if "resource_tracker" not in p.cmdline()[-1]]
+                if workers:
+                    victim = workers[len(kills) % len(workers)]
+                    os.kill(victim.pid, signal.SIGKILL)
+                    kills.append(victim.pid)
+            except (psutil.Error, OSError, IndexError):  # gone meanwhile
+                pass
+
+    killer = threading.Thread(target=kill_workers, daemon=True)
+    killer.start()
+    try:
+        code = main(["run", str(folder), "--scheduler", "local:2", "--no-progress"])
+    finally:
+        stop.set()
+        killer.join()
+    err = capsys.readouterr().err
+    runs = len(load_study(folder).unique_runs)
+    assert kills and "Traceback" not in err
+    if code == 0:
+        assert len(records(folder)) == runs
+    else:
+        assert code == 2 and "runs lost" in one_line(err)
+        lost = int(re.search(r"(\d+) runs lost", err)[1])
+        assert len(records(folder)) + lost == runs
+    assert_unlocked(folder)
+
+
+# ---------------------------------------------------------------------------------------------
+# filelock and fork
+
+
+def test_local_workers_start_where_filelock_refuses_concurrent_forks(tmp_path):
+    """`--scheduler local:2` under a fork audit like filelock's: its workers are forked one
+    at a time, so no fork meets another one, and the study runs."""
+    folder = write(tmp_path / "s")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    out = subprocess.run(
+        [sys.executable, "-c", FORK_AUDIT, str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "unsafe" not in out.stderr
+    assert len(records(folder)) == RUNS
