@@ -10,17 +10,24 @@ With ``x`` a grid column the plot shows the values at one slot (``at``, default 
 against that column instead: one line per scenario with its band, the curves dashed, and one
 panel per value of the other grid columns. ``dashed`` metrics (e.g. a bound a protocol
 reports) are drawn dashed in their scenario's colour, on either kind of plot. A study may have
-curves only (an optimiser study): its plots then draw curves alone.
+curves only (an optimiser study): its plots then draw curves alone, solid (they are the
+subject of the plot, not a reference beside simulations).
 
-A scenario has one colour in every figure of its study, and a curve that is the closed form of
-a scenario (its ``scenario`` key, or a name that starts with the scenario's name) is drawn in
-that colour, dashed. Axes are log or linear per plot (`xscale`, `yscale`; by default the slot
-is on a log axis, a grid column on a linear one, errors on a log axis and counts or fractions
-on a linear one). Names and titles are drawn as written: a ``$`` is a dollar sign, not math.
+Every line has two channels, so that lines of close hues stay apart: a colour and a marker.
+A scenario has one colour and one marker in every figure of its study, and a curve that is the
+closed form of a scenario (its ``scenario`` key, or a name that starts with the scenario's name)
+takes both, drawn dashed with hollow markers. The legend sits outside the panels (right of a
+single panel, below a grid), so it never hides data. Axes are log or linear per plot (`xscale`,
+`yscale`; by default the slot is on a log axis, a grid column on a linear one, errors on a log
+axis and counts or fractions on a linear one); a log axis spanning few decades gets ticks at 2
+and 5 times the powers of ten (or every multiple), so it always has several labels. A metric is
+labelled by what it measures (`metric_label`). Names and titles are drawn as written: a ``$`` is
+a dollar sign, not math.
 
 `figure` returns a plot's matplotlib Figure (or draws a one-panel plot into a given ``ax``)
 without writing anything; `draw_plot` saves that same figure, so a figure drawn in a notebook
 is the file the CLI writes. Importing this module chooses no backend (the CLI chooses Agg).
+The same results give the same bytes (the SVG ids are salted and no date is written).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from pathlib import Path
 
 import matplotlib
 import matplotlib.pyplot as plt  # the backend is the caller's (the CLI chooses Agg)
+import matplotlib.ticker as mticker
 import numpy as np
 import pandas as pd
 import seaborn as sns
@@ -45,15 +53,80 @@ from desim.study.store import atomic_write
 DPI = 150
 #: Most panels in one row of a figure.
 PANELS_PER_ROW = 4
-#: Axis labels of the metrics the recorder writes (others are labelled by their name).
-Y_LABELS = {"mse": "mean squared error"}
-#: Matplotlib settings of every figure: no TeX (names and titles are escaped by `_text`).
-RC = {"text.usetex": False}
+#: Size (inches) of one panel; a figure adds its margins, title and legend around its panels.
+PANEL_SIZE = (4.6, 3.6)
+#: Palette of up to 10 lines: distinct hues ('colorblind' puts orange beside vermilion and
+#: two pinks within five lines); more lines get evenly spaced hues ('husl').
+PALETTE = "tab10"
+#: Markers of the lines in order, the channel that separates lines whatever their hue.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "*", "p")
+#: Font sizes (points) of the legend and the title of a one-panel figure; a larger figure
+#: scales both up (to at most `MAX_FONT_SCALE` times), since it is shown shrunk.
+LEGEND_PT = 9.0
+TITLE_PT = 12.0
+MAX_FONT_SCALE = 1.7
+#: Axis labels of the metrics desim records: what each measures. A name missing here is drawn
+#: with its underscores as spaces; ``messages_<kind>``, ``dropped_<kind>`` and the privacy
+#: ledger's ``eps_<who>_<stat>`` are labelled by `metric_label`.
+METRIC_LABELS = {
+    "mse": "mean squared error",
+    "within_0.1": "share of agents within 0.1 of their mean",
+    "outside_0.1": "share of agents more than 0.1 from their mean",
+    "wrong_kept": "links kept across classes (ordered pairs)",
+    "wrong_dropped": "links dropped within a class (ordered pairs)",
+    "bound": "upper bound on the MSE",
+    "expected_mse": "expected MSE (exact)",
+    "sigma": "noise standard deviation σ",
+    "cor1_rhs": "Corollary 1's bound on σ²_DP",
+    "cor1_epsilon": "ε above which Corollary 1 holds",
+    "class_components": "class components K",
+    "small_share": "share of agents with |C̃_a| ≤ 2",
+    "cor1_sigma2_dp": "noise variance σ²_DP",
+    "cor1_holds": "share of runs with σ²_DP below Corollary 1's bound",
+    "eb_uploads": "uploads in the server's latest round",
+    "stale": "releases discarded as stale (total)",
+    "timed_out": "releases discarded as timed out (total)",
+    "repeated": "answers re-sent unchanged (total)",
+}
+#: Who a privacy ledger metric ``eps_<who>_<stat>`` measures the ε against, and over what.
+LEDGER_WHO = {
+    "one": "one querier",
+    "all": "all queriers colluding",
+    "neighbour": "one neighbour",
+    "server": "the server",
+}
+LEDGER_STAT = {"max": "max over agents", "mean": "mean over agents"}
+#: Matplotlib settings of every figure: no TeX (names and titles are escaped by `_text`), and
+#: SVG element ids from a fixed salt (else random), so the same results give the same file.
+RC = {"text.usetex": False, "svg.hashsalt": "desim"}
+#: File metadata that would differ between two drawings of the same results (the date).
+_NO_DATE = {"svg": {"Date": None}, "pdf": {"CreationDate": None, "ModDate": None}}
+#: Line styles of a plot's `dashed` metrics, in order.
+_DASHES = ("--", ":", "-.")
+#: Marker size (points) of the lines: at every point of a line against a grid column, and
+#: every `_MARK_STEP` of the axes' diagonal on a line against the slot (which has many points).
+_MARKER_PT = 5.0
+_MARK_STEP = 0.1
 
 
 def _text(text: str) -> str:
     """A name or title drawn as written: a ``$`` is a dollar sign, never the start of math."""
     return text.replace("$", r"\$")
+
+
+def metric_label(metric: str) -> str:
+    """The axis label of `metric`: what it measures (its name, underscores as spaces, when
+    desim does not know it)."""
+    if metric in METRIC_LABELS:
+        return METRIC_LABELS[metric]
+    what, _, kind = metric.partition("_")
+    if what in ("messages", "dropped") and kind:
+        return f"{kind} messages {'sent' if what == 'messages' else 'dropped'} (total)"
+    if metric.startswith(LEDGER_PREFIX):
+        who, _, stat = metric[len(LEDGER_PREFIX) :].rpartition("_")
+        if who in LEDGER_WHO and stat in LEDGER_STAT:
+            return f"ε spent against {LEDGER_WHO[who]} ({LEDGER_STAT[stat]})"
+    return metric.replace("_", " ")
 
 
 def _at_point(frame: pd.DataFrame, point: GridPoint) -> pd.DataFrame:
@@ -92,7 +165,7 @@ def colours(study: Study, spec: PlotSpec | None = None) -> dict[tuple[str, str],
     if crowded and spec is not None:
         alone = [c for c in spec.curves if pairs[c] is None]
     n = len(scenarios) + (0 if crowded and scenarios else len(alone))
-    palette = sns.color_palette("colorblind", n) if n <= 10 else sns.color_palette("husl", n)
+    palette = sns.color_palette(PALETTE, n) if n <= 10 else sns.color_palette("husl", n)
     # crowded: the unpaired curves (drawn dashed) take a darker palette of their own
     extra = (
         sns.color_palette("dark", max(len(alone), 1))
@@ -108,6 +181,35 @@ def colours(study: Study, spec: PlotSpec | None = None) -> dict[tuple[str, str],
         if scenario is not None:
             out[("curve", name)] = out[("scenario", scenario)]
     return out
+
+
+def markers(study: Study) -> dict[tuple[str, str], str]:
+    """The marker of every scenario and curve of `study` (keys as in `colours`), the same in
+    all its figures: the scenarios' in order, then the unpaired curves'; a curve paired with a
+    scenario shares its marker."""
+    scenarios = [s.name for s in study.scenarios]
+    pairs = {c.name: study.curve_scenario(c) for c in study.curves}
+    out = {("scenario", name): MARKERS[i % len(MARKERS)] for i, name in enumerate(scenarios)}
+    alone = [name for name, scenario in pairs.items() if scenario is None]
+    for j, name in enumerate(alone):
+        out[("curve", name)] = MARKERS[(len(scenarios) + j) % len(MARKERS)]
+    for name, scenario in pairs.items():
+        if scenario is not None:
+            out[("curve", name)] = out[("scenario", scenario)]
+    return out
+
+
+def _looks(study: Study, spec: PlotSpec) -> dict[tuple[str, str], dict]:
+    """Colour and marker of every line of `spec`, as keyword arguments of `Axes.plot`."""
+    colour, marker = colours(study, spec), markers(study)
+    return {key: {"color": colour[key], "marker": marker[key]} for key in colour}
+
+
+def _every(k: int, along_slot: bool):
+    """Where the `k`-th line of a figure puts its markers: at every point against a grid column;
+    against the slot every `_MARK_STEP` of the axes' diagonal, from a start that differs
+    between neighbouring lines so that their markers do not pile up where the lines meet."""
+    return (_MARK_STEP * (k % 5) / 5, _MARK_STEP) if along_slot else None
 
 
 def summarise(
@@ -128,44 +230,96 @@ def summarise(
     return stats
 
 
-def _finish(study: Study, spec: PlotSpec, fig, axes, n_panels: int):
-    """Title and legend (every label once, even if a panel lacks a line); the figure."""
+def _legend_entries(axes) -> tuple[list, list[str]]:
+    """(handles, labels) of every panel, each label once (even if a panel lacks its line)."""
     legend: dict[str, object] = {}
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             legend.setdefault(label, handle)
-    handles, labels = list(legend.values()), list(legend)
-    if n_panels == 1:
-        axes.flat[0].set_title(_text(spec.title))
+    return list(legend.values()), list(legend)
+
+
+def _text_inches(chars: int, points: float) -> float:
+    """The width of `chars` characters of text at `points` (an average character is about
+    0.6 em wide): a layout estimate that needs no renderer, so every backend lays out alike."""
+    return chars * 0.6 * points / 72
+
+
+def _legend_right(ax, handles: list, labels: list[str], points: float) -> float:
+    """A legend right of `ax`, outside it; its width in inches (handle, padding and text)."""
+    ax.legend(
+        handles,
+        labels,
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        borderaxespad=0.0,
+        fontsize=points,
+    )
+    return _text_inches(max(map(len, labels)) + 6, points)
+
+
+def _legend_below(fig, handles: list, labels: list[str], points: float) -> float:
+    """A legend below the panels of `fig`, in as many columns as fit its width; its height
+    in inches."""
+    entry = _text_inches(max(map(len, labels)) + 7, points)  # text, handle and column gap
+    ncol = max(1, min(len(labels), int((fig.get_figwidth() - 0.4) // entry)))
+    nrows = math.ceil(len(labels) / ncol)
+    ncol = math.ceil(len(labels) / nrows)  # as many entries in every row as can be
+    fig.legend(handles, labels, loc="outside lower center", ncols=ncol, fontsize=points)
+    return nrows * 1.6 * points / 72 + 0.3
+
+
+def _title(title: str, width: float, points: float) -> str:
+    """`title` as drawn, wrapped to lines that fit `width` inches at `points`."""
+    fits = max(20, int(width * 72 / (0.6 * points)) - 2)
+    return textwrap.fill(_text(title), fits)
+
+
+def _finish(spec: PlotSpec, fig, axes, n_panels: int, own: bool):
+    """Title and one legend outside the panels (every label once): right of a single panel,
+    below a grid of panels; the figure grows to make room, so its panels keep their size, and
+    a larger figure gets larger fonts (it is shown shrunk). The caller's `ax` (`own` false)
+    gets its title and a legend at its right, and its figure keeps its size."""
+    handles, labels = _legend_entries(axes)
+    if not own:
+        ax = axes.flat[0]
+        ax.set_title(_title(spec.title, ax.figure.get_figwidth(), TITLE_PT), fontsize=TITLE_PT)
         if handles:
-            axes.flat[0].legend(handles, labels, fontsize="small")
-    else:
-        fig.suptitle(_text(spec.title))
-        if handles:
-            fig.legend(handles, labels, loc="outside right upper", fontsize="small")
+            _legend_right(ax, handles, labels, LEGEND_PT)
+        return fig
+    width, height = fig.get_size_inches()
+    one = PANEL_SIZE[0] + 1.0
+    scale = 1.0 if n_panels == 1 else min(MAX_FONT_SCALE, math.sqrt(width / one))
+    if handles and n_panels == 1:
+        width += _legend_right(axes.flat[0], handles, labels, LEGEND_PT)
+    elif handles:
+        height += _legend_below(fig, handles, labels, LEGEND_PT * scale)
+    fig.suptitle(_title(spec.title, width, TITLE_PT * scale), fontsize=TITLE_PT * scale)
+    fig.set_size_inches(width, height)
     return fig
 
 
 def _panels_figure(nrows: int, ncols: int, ax=None) -> tuple:
-    """A figure with a grid of panels sharing both axes, in the house style (or the caller's
-    `ax` for a one-panel plot)."""
+    """(figure, panels, own): a new figure with a grid of panels sharing both axes, in the
+    house style (`own`), or the caller's `ax` for a one-panel plot."""
     if ax is not None:
         if nrows * ncols != 1:
             raise ConfigError(
                 f"ax: this plot has {nrows * ncols} panels (one per grid point); "
                 "pass ax only for a one-panel plot, or none to get a new figure"
             )
-        return ax.figure, np.array([[ax]])
+        return ax.figure, np.array([[ax]]), False
     with sns.axes_style("whitegrid"):
-        return plt.subplots(
+        fig, axes = plt.subplots(
             nrows,
             ncols,
-            figsize=(4.6 * ncols + 2.0, 3.6 * nrows),
+            figsize=(PANEL_SIZE[0] * ncols + 1.0, PANEL_SIZE[1] * nrows + 0.6),
             squeeze=False,
             sharex=True,
             sharey=True,
             layout="constrained",
         )
+    return fig, axes, True
 
 
 def draw_figures(study: Study, loaded: Loaded | None = None) -> list[Path]:
@@ -248,13 +402,12 @@ def _draw_against_slot(
     chosen = metrics[metrics["scenario"].isin(spec.scenarios)]
     stats = summarise(chosen, spec.metric, grid, log)
     dashed = {metric: summarise(chosen, metric, grid, log) for metric in spec.dashed}
-    points = study.points
     nrows, ncols = _layout(study)
-    colour = colours(study, spec)
-    fig, axes = _panels_figure(nrows, ncols, ax)
-    for ax, point in zip(axes.flat, points, strict=False):
+    look = _looks(study, spec)
+    fig, axes, own = _panels_figure(nrows, ncols, ax)
+    for ax, point in zip(axes.flat, study.points, strict=False):
         here = _at_point(stats, point)
-        for name in spec.scenarios:
+        for k, name in enumerate(spec.scenarios):
             line = here[here["scenario"] == name]
             if line.empty:  # e.g. every replicate of it failed
                 continue
@@ -262,41 +415,56 @@ def _draw_against_slot(
             for metric in spec.dashed:
                 extra = _at_point(dashed[metric], point)
                 extras.append(extra[extra["scenario"] == name])
-            _scenario_lines(ax, spec, name, colour[("scenario", name)], line, extras, "t")
+            every = _every(k, True)
+            _scenario_lines(ax, spec, name, look[("scenario", name)], line, extras, "t", every)
         if curves is not None and spec.curves:
             here_c = _at_point(curves, point)
-            for name in spec.curves:
+            for k, name in enumerate(spec.curves, start=len(spec.scenarios)):
                 c = here_c[here_c["curve"] == name]
-                if c.empty:
-                    continue
-                ax.plot(
-                    c["t"],
-                    c["value"],
-                    ls="--",
-                    color=colour[("curve", name)],
-                    lw=1.4,
-                    label=_text(name),
-                )
+                if not c.empty:
+                    _curve_line(ax, spec, name, c, "t", look[("curve", name)], _every(k, True))
         _style_panel(ax, spec, _panel_title(study, point.columns))
-    _label_axes(axes, spec, len(points), ncols, "slot t")
-    return _finish(study, spec, fig, axes, len(points))
+    _label_axes(axes, spec, len(study.points), ncols, "slot t")
+    return _finish(spec, fig, axes, len(study.points), own)
 
 
 def _scenario_lines(
-    ax, spec: PlotSpec, name: str, color, line: pd.DataFrame, extras: list, x: str, **marker
+    ax, spec: PlotSpec, name: str, look: dict, line: pd.DataFrame, extras: list, x: str, every
 ) -> None:
-    """One scenario in a panel: its mean, its band and its dashed metrics (`extras`)."""
-    ax.plot(line[x], line["value_mean"], color=color, lw=1.6, **marker, label=_text(name))
-    ax.fill_between(line[x], line["value_low"], line["value_high"], color=color, alpha=0.2, lw=0)
+    """One scenario in a panel: its mean (solid, filled markers), its band and its dashed
+    metrics (`extras`, hollow markers)."""
+    marks = {**look, "markevery": every, "ms": _MARKER_PT}
+    ax.plot(line[x], line["value_mean"], lw=1.6, **marks, label=_text(name))
+    ax.fill_between(
+        line[x], line["value_low"], line["value_high"], color=look["color"], alpha=0.2, lw=0
+    )
     for k, (metric, extra) in enumerate(zip(spec.dashed, extras, strict=True)):
         ax.plot(
             extra[x],
             extra["value_mean"],
-            color=color,
             lw=1.2,
             ls=_DASHES[k % 3],
-            label=_text(f"{name}: {metric}"),
+            mfc="none",
+            **marks,
+            label=_text(f"{name}: {metric_label(metric)}"),
         )
+
+
+def _curve_line(ax, spec: PlotSpec, name: str, c: pd.DataFrame, x: str, look: dict, every):
+    """A closed-form curve: dashed with hollow markers beside simulated lines; solid with
+    filled markers in a plot of curves alone, whose subject it is."""
+    alone = not spec.scenarios
+    ax.plot(
+        c[x],
+        c["value"],
+        ls="-" if alone else "--",
+        lw=1.4,
+        **look,
+        markevery=every,
+        ms=_MARKER_PT,
+        mfc=look["color"] if alone else "none",
+        label=_text(name),
+    )
 
 
 def _label_axes(axes, spec: PlotSpec, n: int, ncols: int, xlabel: str) -> None:
@@ -309,17 +477,43 @@ def _label_axes(axes, spec: PlotSpec, n: int, ncols: int, xlabel: str) -> None:
             ax.xaxis.set_tick_params(labelbottom=True)
             ax.set_xlabel(xlabel)
     for ax in axes[:, 0]:
-        ax.set_ylabel(_y_label(spec.metric))
+        ax.set_ylabel(_text(metric_label(spec.metric)))
 
 
-def _y_label(metric: str) -> str:
-    return _text(Y_LABELS.get(metric, metric.replace("_", " ")))
+class _LogTicks(mticker.LogLocator):
+    """Major ticks of a log axis: the powers of ten, and also 2 and 5 times them when the axis
+    spans less than two decades, or the multiples in `fine` when it spans less than one (one
+    power of ten, or none, would be its only label)."""
+
+    def __init__(self, fine: tuple[float, ...]):
+        super().__init__(base=10.0)
+        self.fine = fine
+
+    def tick_values(self, vmin, vmax):
+        """The ticks between `vmin` and `vmax`, multiples chosen by how many decades they span."""
+        lo, hi = sorted((vmin, vmax))
+        decades = math.log10(hi / lo) if 0 < lo < hi < math.inf else math.inf
+        subs = (1.0,) if decades >= 2 else (1.0, 2.0, 5.0) if decades >= 1 else self.fine
+        self.set_params(subs=np.array(subs))
+        return super().tick_values(vmin, vmax)
+
+
+def _log_ticks(axis, fine: tuple[float, ...]) -> None:
+    """Label every major tick of a log `axis` (`_LogTicks`) and no minor one."""
+    axis.set_major_locator(_LogTicks(fine))
+    # infinite thresholds: label every major tick, not only the powers of ten
+    axis.set_major_formatter(mticker.LogFormatterSciNotation(minor_thresholds=(math.inf, 0)))
+    axis.set_minor_formatter(mticker.NullFormatter())
 
 
 def _style_panel(ax, spec: PlotSpec, title: str) -> None:
     """The plot's axis scales and limits, a light grid and the panel's title (if any)."""
     ax.set_xscale(spec.xscale)
     ax.set_yscale(spec.yscale)
+    if spec.xscale == "log":  # labels side by side: fewer multiples than on the y axis
+        _log_ticks(ax.xaxis, (1.0, 2.0, 3.0, 5.0))
+    if spec.yscale == "log":
+        _log_ticks(ax.yaxis, tuple(float(k) for k in range(1, 10)))
     if spec.xlim:
         ax.set_xlim(*spec.xlim)
     if spec.ylim:
@@ -331,15 +525,13 @@ def _style_panel(ax, spec: PlotSpec, title: str) -> None:
 
 def _save(study: Study, spec: PlotSpec, fig) -> Path:
     path = study.figures_dir / spec.file
+    kind = path.suffix[1:]
+    meta = _NO_DATE.get(kind)
     try:
-        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format=path.suffix[1:]))
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format=kind, metadata=meta))
     finally:
         plt.close(fig)
     return path
-
-
-#: Line styles of a plot's `dashed` metrics, in order.
-_DASHES = ("--", ":", "-.")
 
 
 def _panels(study: Study, x: str) -> list[dict]:
@@ -401,8 +593,8 @@ def _draw_against_column(
     panels = _panels(study, spec.x)
     ncols = min(len(panels), PANELS_PER_ROW)
     nrows = math.ceil(len(panels) / ncols)
-    colour = colours(study, spec)
-    fig, axes = _panels_figure(nrows, ncols, ax)
+    look = _looks(study, spec)
+    fig, axes, own = _panels_figure(nrows, ncols, ax)
     for ax, panel in zip(axes.flat, panels, strict=False):
         for name in spec.scenarios:
             where = {**panel, "scenario": name}
@@ -410,37 +602,22 @@ def _draw_against_column(
             if line.empty:
                 continue
             extras = [_where(stats[m], where).sort_values(spec.x) for m in spec.dashed]
-            color = colour[("scenario", name)]
-            _scenario_lines(ax, spec, name, color, line, extras, spec.x, marker="o", ms=3.5)
+            _scenario_lines(ax, spec, name, look[("scenario", name)], line, extras, spec.x, None)
         if curve_rows is not None:
-            _column_curves(ax, spec, curve_rows, panel, colour)
+            for name in spec.curves:
+                c = _where(curve_rows, {**panel, "curve": name}).sort_values(spec.x)
+                if not c.empty:
+                    _curve_line(ax, spec, name, c, spec.x, look[("curve", name)], None)
         _style_panel(ax, spec, _panel_title(study, panel))
     _label_axes(axes, spec, len(panels), ncols, _text(study.label(spec.x)))
-    return _finish(study, spec, fig, axes, len(panels))
-
-
-def _column_curves(ax, spec: PlotSpec, curve_rows: pd.DataFrame, panel: dict, colour) -> None:
-    """The curves of a panel against a grid column."""
-    for name in spec.curves:
-        c = _where(curve_rows, {**panel, "curve": name}).sort_values(spec.x)
-        if c.empty:
-            continue
-        # curves alone are the subject of the plot (an optimiser study): draw them solid
-        ax.plot(
-            c[spec.x],
-            c["value"],
-            ls="--" if spec.scenarios else "-",
-            marker=".",
-            lw=1.4,
-            color=colour[("curve", name)],
-            label=_text(name),
-        )
+    return _finish(spec, fig, axes, len(panels), own)
 
 
 def _draw_against_privacy(study: Study, spec: PlotSpec, metrics: pd.DataFrame, ax=None):
     """A [[plot]] whose x axis is a privacy ledger metric: each scenario's `spec.metric`
     against the ε it has spent, both means over replicates at every checkpoint (a line that
-    time walks along), by default on log–log axes; one panel per grid point."""
+    time walks along, a large marker where it ends), by default on log–log axes; one panel per
+    grid point."""
     if spec.x not in set(metrics["metric"]):
         raise ConfigError(
             f"plot {spec.file!r}: x = {spec.x!r}: not in the results (record it "
@@ -451,37 +628,18 @@ def _draw_against_privacy(study: Study, spec: PlotSpec, metrics: pd.DataFrame, a
     y, x = summarise(chosen, spec.metric, grid), summarise(chosen, spec.x, grid)
     both = y.merge(x, on=[*grid, "scenario", "t"], suffixes=("", "_x"))
     nrows, ncols = _layout(study)
-    colour = colours(study, spec)
-    fig, axes = _panels_figure(nrows, ncols, ax)
+    look = _looks(study, spec)
+    fig, axes, own = _panels_figure(nrows, ncols, ax)
     for ax, point in zip(axes.flat, study.points, strict=False):
         here = _at_point(both, point)
-        for name in spec.scenarios:
-            color = colour[("scenario", name)]
+        for k, name in enumerate(spec.scenarios):
             line = here[(here["scenario"] == name) & (here["value_mean_x"] > 0)].sort_values("t")
             if line.empty:
                 continue
-            ax.plot(
-                line["value_mean_x"],
-                line["value_mean"],
-                color=color,
-                lw=1.6,
-                marker=".",
-                label=_text(name),
-            )
-            ax.plot(
-                line["value_mean_x"].iloc[-1],
-                line["value_mean"].iloc[-1],
-                color=color,
-                marker="o",
-                ms=6,
-            )  # where the run ends
+            marks = {**look[("scenario", name)], "ms": _MARKER_PT}
+            xs, ys = line["value_mean_x"], line["value_mean"]
+            ax.plot(xs, ys, lw=1.6, markevery=_every(k, True), **marks, label=_text(name))
+            ax.plot(xs.iloc[-1], ys.iloc[-1], **{**marks, "ms": 2 * _MARKER_PT})  # the end
         _style_panel(ax, spec, point.label if point.columns else "")
-    for k, ax in enumerate(axes.flat):
-        if k >= len(study.points):
-            ax.set_visible(False)
-        elif k + ncols >= len(study.points):
-            ax.xaxis.set_tick_params(labelbottom=True)
-            ax.set_xlabel(f"ε spent ({spec.x})")
-    for ax in axes[:, 0]:
-        ax.set_ylabel(_y_label(spec.metric))
-    return _finish(study, spec, fig, axes, len(study.points))
+    _label_axes(axes, spec, len(study.points), ncols, _text(metric_label(spec.x)))
+    return _finish(spec, fig, axes, len(study.points), own)

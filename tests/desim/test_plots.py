@@ -1,15 +1,25 @@
-"""Figures: the 95% band, one panel per grid point, and plots of other metrics."""
+"""Figures: the 95% band, one panel per grid point, plots of other metrics, and figures a
+reader does not stumble on (legends off the data, a marker beside every colour, labelled log
+axes and metrics, titles that fit, the same bytes from the same results)."""
 
 from __future__ import annotations
 
+import colorsys
+
 import matplotlib.image as mpimg
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
 from _toy import TOY_STUDY, write_study
+from matplotlib.text import Text
 
+import desim
 from desim.kernel.params import ConfigError
-from desim.study.plots import draw_figures, summarise
+from desim.kernel.plugins import load_plugins
+from desim.kernel.registry import METRICS
+from desim.study.cli import main
+from desim.study.plots import colours, draw_figures, markers, metric_label, summarise
 from desim.study.results import run_study
 from desim.study.spec import load_study
 
@@ -44,7 +54,7 @@ def test_grid_gives_one_panel_per_point(tmp_path):
     (path,) = draw_figures(study)
     assert path == folder / "figures" / "toy.png"
     height, width, _ = mpimg.imread(path).shape
-    assert width > 2 * height  # 2 rows × 3 columns of panels
+    assert width > 1.5 * height  # 2 rows × 3 columns of panels (and a legend below)
     assert not list((folder / "figures").glob(".*.tmp"))
 
 
@@ -55,7 +65,7 @@ def test_other_metrics_and_formats_can_be_plotted(tmp_path):
     run_study(study, progress=False)
     paths = draw_figures(study)
     assert [p.name for p in paths] == ["toy.png", "pings.svg"]
-    assert "messages ping" in paths[1].read_text()  # the axis label, as words
+    assert "ping messages sent (total)" in paths[1].read_text()  # the axis label, as words
 
 
 def test_a_metric_missing_from_results_is_a_config_error(tmp_path):
@@ -108,3 +118,126 @@ def test_a_grid_column_may_share_a_name_with_a_statistic():
     )
     stats = summarise(frame, "mse", ["mean"]).set_index("mean")
     assert stats.loc[1.0, "value_mean"] == 2.0 and stats.loc[2.0, "value_mean"] == 5.0
+
+
+# --- figures a reader does not stumble on -------------------------------------------------
+
+
+def _ran(folder, text: str = TOY_STUDY):
+    """The toy study `text` written to `folder` and run: its loaded results."""
+    write_study(folder, text)
+    assert main(["run", str(folder), "--no-progress"]) == 0
+    return desim.load(folder)
+
+
+def _drawn(fig):
+    """`fig` laid out as it would be saved (no file written)."""
+    fig.draw_without_rendering()
+    return fig
+
+
+def _overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_a_legend_never_sits_on_the_data_and_a_long_title_is_wrapped_inside(tmp_path):
+    title = "A long title " + "that goes on and on " * 6 + "(end)"
+    res = _ran(tmp_path / "s", TOY_STUDY.replace('title = "Toy"', f'title = "{title}"'))
+    fig = _drawn(res.plot("toy"))
+    (ax,) = fig.axes
+    legend = ax.get_legend().get_window_extent()
+    assert legend.x0 >= ax.get_window_extent().x1  # right of the panel, outside it
+    assert fig.bbox.contains(legend.x1 - 1, legend.y0 + 1)  # and inside the figure
+    (suptitle,) = [t for t in fig.get_children() if isinstance(t, Text) and "(end)" in t.get_text()]
+    assert "\n" in suptitle.get_text()
+    box = suptitle.get_window_extent()
+    assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1  # not clipped
+    plt.close(fig)
+
+
+def test_a_grid_has_one_legend_below_its_panels_in_a_font_that_grows_with_the_figure(tmp_path):
+    single = _ran(tmp_path / "one")
+    fig = _drawn(single.plot("toy"))
+    one_pt = fig.axes[0].get_legend().get_texts()[0].get_fontsize()
+    plt.close(fig)
+    grid = '[grid]\n"defaults.epsilon" = [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]\n'
+    res = _ran(tmp_path / "grid", TOY_STUDY.replace("replicates = 2", "replicates = 1") + grid)
+    fig = _drawn(res.plot("toy"))
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(panels) == 6 and all(ax.get_legend() is None for ax in fig.axes)
+    (legend,) = fig.legends
+    box = legend.get_window_extent()
+    assert box.y1 <= min(ax.get_tightbbox().y0 for ax in panels) + 1  # below every panel
+    assert not any(_overlap(box, ax.get_window_extent()) for ax in panels)
+    assert box.y0 >= fig.bbox.y0 and box.x0 >= fig.bbox.x0 and box.x1 <= fig.bbox.x1
+    assert legend.get_texts()[0].get_fontsize() > one_pt
+    plt.close(fig)
+
+
+def test_every_line_has_a_marker_as_well_as_a_colour_and_closed_forms_are_dashed(tmp_path):
+    text = TOY_STUDY.replace('kind = "toy-local"', 'kind = "toy-local"\nscenario = "Toy B"')
+    text += '\n[[plot]]\nfile = "curves.png"\nscenarios = []\ncurves = ["toy curve"]\n'
+    res = _ran(tmp_path / "s", text)
+    fig = res.plot("toy")
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    a, b, curve = lines["Toy A"], lines["Toy B"], lines["toy curve"]
+    assert a.get_marker() != b.get_marker() and a.get_color() != b.get_color()
+    assert a.get_linestyle() == b.get_linestyle() == "-"  # simulated: solid, filled markers
+    assert a.get_markerfacecolor() == a.get_color()
+    # the closed form of Toy B: its colour and marker, dashed, hollow markers
+    assert (curve.get_color(), curve.get_marker()) == (b.get_color(), b.get_marker())
+    assert curve.get_linestyle() == "--" and curve.get_markerfacecolor() == "none"
+    plt.close(fig)
+    fig = res.plot("curves")  # a plot of curves alone: they are its subject, drawn solid
+    (alone,) = fig.axes[0].get_lines()
+    assert alone.get_linestyle() == "-" and alone.get_markerfacecolor() != "none"
+    plt.close(fig)
+
+
+def test_ten_scenarios_get_ten_markers_and_the_first_five_hues_stay_apart(tmp_path):
+    scenarios = "".join(
+        f'\n[[scenario]]\nname = "S{k}"\nprotocol = "toy-local-mean"\n' for k in range(8)
+    )
+    study = load_study(write_study(tmp_path / "s", TOY_STUDY + scenarios))
+    keys = [("scenario", s.name) for s in study.scenarios]
+    assert len(keys) == 10
+    assert len({markers(study)[k] for k in keys}) == 10
+    hues = [colorsys.rgb_to_hsv(*colours(study)[k])[0] for k in keys[:5]]
+    gaps = [min(abs(h - g), 1 - abs(h - g)) for i, h in enumerate(hues) for g in hues[:i]]
+    assert min(gaps) > 0.05  # e.g. no orange beside vermilion among the first five
+
+
+def test_a_log_axis_spanning_less_than_a_decade_has_several_labelled_ticks(tmp_path):
+    text = TOY_STUDY.replace('title = "Toy"', 'title = "Toy"\nylim = [0.006, 0.025]')
+    fig = _drawn(_ran(tmp_path / "s", text).plot("toy"))
+    ax = fig.axes[0]
+    lo, hi = ax.get_ylim()
+    labelled = [
+        t.get_text()
+        for t in ax.get_yticklabels()
+        if t.get_text() and lo <= t.get_position()[1] <= hi
+    ]
+    assert len(labelled) >= 3, labelled
+    plt.close(fig)
+
+
+def test_every_metric_desim_records_has_a_label_saying_what_it_measures():
+    load_plugins()
+    names = [n for _, fn in METRICS.items() for n in getattr(fn, "outputs", ())]
+    plain = [n for n in names if not any(c in n for c in "*?[")]
+    assert {"wrong_dropped", "outside_0.1", "bound"} <= set(plain)
+    for name in [*plain, "mse", "messages_query", "dropped_query"]:
+        assert metric_label(name) != name.replace("_", " "), name
+    assert metric_label("eps_one_max") == "ε spent against one querier (max over agents)"
+    assert metric_label("eps_server_mean") == "ε spent against the server (mean over agents)"
+    assert metric_label("my_own") == "my own"  # a plug-in's metric: its name, as words
+
+
+@pytest.mark.parametrize("suffix", ["png", "svg"])
+def test_the_same_results_draw_the_same_bytes(tmp_path, suffix):
+    text = TOY_STUDY.replace('file = "toy.png"', f'file = "toy.{suffix}"')
+    _ran(tmp_path / "s", text)
+    path = tmp_path / "s" / "figures" / f"toy.{suffix}"
+    first = path.read_bytes()
+    assert main(["plot", str(tmp_path / "s")]) == 0
+    assert path.read_bytes() == first
