@@ -282,15 +282,16 @@ def test_curves_are_the_closed_forms():
     assert np.allclose(CURVES.get("eb-local")().curve(t, gauss)[0], 0.25 / t)
     beta = BernoulliPrior(prior="beta", alpha=2.0, beta=5.0)
     assert np.allclose(
-        CURVES.get("eb-posterior")().curve(t, beta)[0], analytic.beta_bernoulli_mse(t, 2.0, 5.0)
+        CURVES.get("eb-linear-shrinkage")().curve(t, beta)[0],
+        analytic.beta_bernoulli_mse(t, 2.0, 5.0),
     )
 
 
 @pytest.mark.parametrize(
     "name, runs, curves",
     [
-        ("eb-gaussian-dp", 720, 36),
-        ("eb-bernoulli", 240, 8),
+        ("eb-gaussian-dp", 3600, 36),
+        ("eb-bernoulli", 240, 12),
         ("eb-bernoulli/private", 1000, 0),
         ("server-vs-peers", 72, 0),
         ("server-vs-peers/outages", 128, 0),
