@@ -154,6 +154,10 @@ class PosteriorMeanCurve:
         return np.array(out), np.zeros_like(tt)
 
 
+# the old name computed linear shrinkage: difflib alone would point it to eb-posterior-mean
+CURVES.renamed["eb-posterior"] = "eb-linear-shrinkage"
+
+
 def _bernoulli(data: Any, kind: str) -> None:
     if not hasattr(data, "moments"):
         raise ValueError(f"{kind} needs data model 'bernoulli-prior'")

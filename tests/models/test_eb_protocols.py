@@ -300,3 +300,18 @@ def test_curves_are_the_closed_forms():
 def test_the_bundled_eb_studies_are_valid(name, runs, curves):
     study = load_study(STUDIES / name)
     assert len(study.runs) == runs and len(study.curve_jobs) == curves
+
+
+def test_the_old_curve_name_is_refused_with_its_new_name(tmp_path, capsys):
+    """`eb-posterior` computed linear shrinkage: a study still using it is told the new name,
+    not pointed at `eb-posterior-mean` (a different quantity) by spelling alone."""
+    from desim.study.cli import main
+
+    text = (STUDIES / "eb-bernoulli" / "study.toml").read_text(encoding="utf-8")
+    (tmp_path / "study.toml").write_text(
+        text.replace('kind = "eb-linear-shrinkage"', 'kind = "eb-posterior"'), encoding="utf-8"
+    )
+    assert main(["validate", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown curve 'eb-posterior' (renamed 'eb-linear-shrinkage')" in err
+    assert len(err.strip().splitlines()) == 1
