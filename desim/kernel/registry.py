@@ -38,6 +38,9 @@ class Registry(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
+        #: Old names → current ones, so a study file using an old name is told the new one
+        #: instead of the closest-looking (possibly different) entry.
+        self.renamed: dict[str, str] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator that registers its argument under `name`.
@@ -81,6 +84,8 @@ class Registry(Generic[T]):
         """One line explaining that `name` is not a known name of this kind."""
         close = difflib.get_close_matches(str(name), list(self._items), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
+        if isinstance(name, str) and name in self.renamed:
+            hint = f" (renamed {self.renamed[name]!r})"
         allowed = ", ".join(sorted(self._items)) or "none"
         return f"unknown {self.kind} {name!r}{hint}; allowed: {allowed}"
 

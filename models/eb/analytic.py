@@ -12,6 +12,11 @@ by d for d coordinates).
 - `van_trees_prior` (46) and `van_trees_estimated` (47): the lower bounds of §5.1.3.
 - `beta_bernoulli_mse`: the posterior mean (α + Z)/(α + β + n) has MSE
   αβ/(n(α+β)(α+β+1)) · n/(α+β+n); the local mean Z/n has αβ/(n(α+β)(α+β+1)).
+- `linear_shrinkage_mse`: the best *linear* estimator a X̄ + (1 − a)μ with the prior's exact
+  moments; it is the posterior mean only under a Beta prior.
+- `discrete_posterior_mse`: the Bayes MSE of the posterior mean E[p | Z] under a prior with
+  finitely many atoms, an exact sum over Z ~ Bin(n, p) (continuous priors enter through their
+  quadrature nodes, `desim.models.eb.curves`).
 """
 
 from __future__ import annotations
@@ -99,3 +104,45 @@ def linear_shrinkage_mse(n: ArrayLike, mean: float, var: float) -> np.ndarray:
     under a Beta prior)."""
     v = bernoulli_local_mse(n, mean, var)
     return var * v / (var + v) if var > 0 else np.zeros_like(v)
+
+
+def discrete_posterior_mse(n: int, atoms: ArrayLike, weights: ArrayLike) -> float:
+    """Bayes MSE of the posterior mean E[p | Z] for Z ~ Bin(n, p), p drawn from the atoms with
+    the given weights: Σ_z Σ_k w_k P(Z = z | p_k) (p_k − E[p | Z = z])², an exact sum."""
+    if n != int(n) or n < 1:
+        raise ValueError(f"n = {n!r}: the sample count must be an integer ≥ 1")
+    n = int(n)
+    p = np.asarray(atoms, dtype=float)
+    w = np.asarray(weights, dtype=float)
+    if p.shape != w.shape or p.ndim != 1 or len(p) == 0:
+        raise ValueError("atoms and weights must be 1-D arrays of one length ≥ 1")
+    if not (np.all((p >= 0) & (p <= 1)) and np.all(w >= 0) and w.sum() > 0):
+        raise ValueError("atoms must lie in [0, 1] and weights be ≥ 0 with a positive sum")
+    w = w / w.sum()
+    j = np.arange(1, n + 1, dtype=float)
+    log_binom = np.concatenate([[0.0], np.cumsum(np.log((n - j + 1) / j))])
+    # counts in chunks: memory stays O(atoms × chunk) for large n
+    step = max(1, 2_000_000 // len(p))
+    return float(
+        sum(
+            _posterior_sq_error(n, p, w, log_binom, np.arange(lo, min(lo + step, n + 1)))
+            for lo in range(0, n + 1, step)
+        )
+    )
+
+
+def _posterior_sq_error(
+    n: int, p: np.ndarray, w: np.ndarray, log_binom: np.ndarray, counts: np.ndarray
+) -> float:
+    """Σ_{z ∈ counts} Σ_k P(p = p_k, Z = z) (p_k − E[p | Z = z])²."""
+    z = counts.astype(float)[None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # 0·log 0 = 0: an atom at 0 or 1 gives every other count probability 0, not NaN
+        log_p = np.where(z > 0, z * np.log(p[:, None]), 0.0)
+        log_q = np.where(z < n, (n - z) * np.log1p(-p[:, None]), 0.0)
+    joint = w[:, None] * np.exp(log_binom[counts][None, :] + log_p + log_q)
+    marginal = joint.sum(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        post = np.where(marginal > 0, (joint * p[:, None]).sum(axis=0) / marginal, 0.0)
+    # a sum of non-negative terms: no cancellation, unlike E p² − Σ_z P(z) E[p | z]²
+    return float(np.sum(joint * (p[:, None] - post[None, :]) ** 2))

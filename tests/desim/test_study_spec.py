@@ -39,7 +39,7 @@ QUICK_DIGESTS = {
     "connectivity-sweep/pricer-erdos-renyi": "6bb3dd3db3535176",
     "connectivity-sweep/pricer-geometric": "c5affad291059f8b",
     "eb-bernoulli/private": "d5fcda299547402c",
-    "eb-bernoulli": "6686befce56425d5",
+    "eb-bernoulli": "b44b1ab8920fc42c",  # issue 27: curves renamed and added
     "eb-gaussian-dp": "48035d002e801aaa",
     "latency-whatif": "8c96fddf9d64ba2f",
     "pricer-fig3": "34df5d77a3cdadb5",

@@ -3,6 +3,7 @@ exact identities and Monte Carlo with standard-error tolerances."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -197,3 +198,115 @@ def test_prior_moments_against_draws(prior):
     assert abs(p.mean() - mean) <= 4 * math.sqrt(var / len(p))
     # sd of a sample variance ≤ sqrt(E(p−μ)⁴/n) ≤ sqrt(var/n) for p in [0, 1]
     assert abs(p.var() - var) <= 4 * math.sqrt(var / len(p))
+
+
+# -- posterior mean against linear shrinkage (issue 27: the curve names what it computes) --------
+def test_posterior_mean_mse_by_hand():
+    # n = 1, p = 1/4 or 3/4 with equal mass: E[p | Z = 1] = 5/8, E[p | Z = 0] = 3/8,
+    # MSE = E p² − E E[p | Z]² = 5/16 − (25/64 + 9/64)/2 = 3/64
+    assert analytic.discrete_posterior_mse(1, [0.25, 0.75], [1, 1]) == pytest.approx(3 / 64)
+    # atoms at 0 and 1: one sample tells which, the posterior mean is exact
+    assert analytic.discrete_posterior_mse(2, [0.0, 1.0], [0.3, 0.7]) == 0.0
+    # a point mass: nothing to learn, nothing to lose
+    assert analytic.discrete_posterior_mse(5, [0.4], [2.0]) == 0.0
+
+
+def test_three_spike_prior_posterior_mean_gains_more_than_linear_shrinkage():
+    """The figures of issue 27: at n = 14 the posterior mean gains 32.8 % over the local mean
+    under the 3-spike prior, the best linear shrinkage 26.3 %."""
+    spikes = BernoulliPrior(prior="spikes")
+    mean, var = spikes.moments()
+    local = analytic.bernoulli_local_mse(14, mean, var)
+    post = analytic.discrete_posterior_mse(14, [0.25, 0.5, 0.75], [1, 1, 1])
+    assert 1 - post / local == pytest.approx(0.328, abs=5e-4)
+    assert 1 - analytic.linear_shrinkage_mse(14, mean, var) / local == pytest.approx(
+        0.263, abs=5e-4
+    )
+
+
+@given(
+    atoms=st.lists(st.floats(0, 1), min_size=1, max_size=6),
+    n=st.integers(1, 60),
+)
+@settings(max_examples=100, deadline=None)
+def test_posterior_mean_is_never_worse_than_linear_shrinkage(atoms, n):
+    """The Bayes estimator has the least MSE of all, linear ones included."""
+    p = np.asarray(atoms)
+    post = analytic.discrete_posterior_mse(n, p, np.ones(len(p)))
+    linear = float(analytic.linear_shrinkage_mse(n, p.mean(), p.var()))
+    assert 0.0 <= post <= linear * (1 + 1e-9) + 1e-15
+
+
+@pytest.mark.parametrize("bad", [dict(n=2.5), dict(n=0), dict(atoms=[1.5]), dict(weights=[-1])])
+def test_posterior_mean_mse_refuses_bad_arguments(bad):
+    args = dict(n=3, atoms=[0.5], weights=[1.0]) | bad
+    with pytest.raises(ValueError):
+        analytic.discrete_posterior_mse(args["n"], args["atoms"], args["weights"])
+
+
+def _monte_carlo_posterior(prior, n, posterior, draws=200_000, seed=3):
+    """(mean, standard error) of (p − E[p | Z])² over p from the prior and Z ~ Bin(n, p), with
+    `posterior(z)` the posterior mean computed independently of `analytic`."""
+    rng = np.random.default_rng(seed)
+    p = dataclasses.replace(prior, agents=draws).draw(rng)
+    z = rng.binomial(n, p)
+    err = (p - np.array([posterior(k) for k in range(n + 1)])[z]) ** 2
+    return err.mean(), err.std() / math.sqrt(draws)
+
+
+def test_posterior_mean_curve_against_monte_carlo_spikes():
+    from scipy import stats
+
+    from desim.kernel.registry import CURVES
+
+    prior = BernoulliPrior(prior="spikes", spikes=[0.1, 0.35, 0.9])
+    atoms = np.array(prior.spikes)
+
+    def posterior(z):
+        like = stats.binom.pmf(z, 6, atoms)
+        return float(like @ atoms / like.sum())
+
+    mc, se = _monte_carlo_posterior(prior, 6, posterior)
+    curve = CURVES.get("eb-posterior-mean")().curve(np.array([6.0]), prior)[0][0]
+    assert abs(curve - mc) <= 4 * se
+
+
+def test_posterior_mean_curve_against_monte_carlo_clipped_normal():
+    from scipy import integrate, stats
+
+    from desim.kernel.registry import CURVES
+
+    prior = BernoulliPrior(prior="normal", mean=0.7, sd=0.3)
+    n, z_law = 9, stats.norm(0.7, 0.3)
+
+    def posterior(z):
+        # atoms at 0 (mass below 0) and 1 (mass above 1), density in between
+        w1 = z_law.sf(1.0) * (z == n)
+        w0 = z_law.cdf(0.0) * (z == 0)
+        f = lambda p, k: p**k * stats.binom.pmf(z, n, p) * z_law.pdf(p)  # noqa: E731
+        top = integrate.quad(f, 0, 1, args=(1,))[0] + w1
+        return top / (integrate.quad(f, 0, 1, args=(0,))[0] + w0 + w1)
+
+    mc, se = _monte_carlo_posterior(prior, n, posterior)
+    curve = CURVES.get("eb-posterior-mean")().curve(np.array([float(n)]), prior)[0][0]
+    assert abs(curve - mc) <= 4 * se
+
+
+def test_posterior_mean_curve_is_exact_for_uniform_and_beta_priors():
+    """Uniform on [0, 1] is Beta(1, 1): the quadrature must give the closed form; under a Beta
+    prior the posterior mean is linear, so the two curves coincide."""
+    from desim.kernel.registry import CURVES
+
+    t = np.arange(1.0, 30.0)
+    post, linear = CURVES.get("eb-posterior-mean")(), CURVES.get("eb-linear-shrinkage")()
+    uniform = BernoulliPrior(prior="uniform", low=0.0, high=1.0)
+    np.testing.assert_allclose(
+        post.curve(t, uniform)[0], analytic.beta_bernoulli_mse(t, 1, 1), rtol=1e-10
+    )
+    beta = BernoulliPrior(prior="beta", alpha=2.0, beta=5.0)
+    np.testing.assert_allclose(post.curve(t, beta)[0], linear.curve(t, beta)[0], rtol=1e-12)
+    # a uniform prior on a sub-interval is not a Beta: there the posterior mean gains more
+    narrow = BernoulliPrior(prior="uniform", low=0.2, high=0.4)
+    assert np.all(post.curve(t, narrow)[0] < linear.curve(t, narrow)[0])
+    with pytest.raises(ValueError, match="whole sample counts"):
+        post.curve(np.array([2.5]), uniform)

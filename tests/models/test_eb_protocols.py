@@ -282,15 +282,16 @@ def test_curves_are_the_closed_forms():
     assert np.allclose(CURVES.get("eb-local")().curve(t, gauss)[0], 0.25 / t)
     beta = BernoulliPrior(prior="beta", alpha=2.0, beta=5.0)
     assert np.allclose(
-        CURVES.get("eb-posterior")().curve(t, beta)[0], analytic.beta_bernoulli_mse(t, 2.0, 5.0)
+        CURVES.get("eb-linear-shrinkage")().curve(t, beta)[0],
+        analytic.beta_bernoulli_mse(t, 2.0, 5.0),
     )
 
 
 @pytest.mark.parametrize(
     "name, runs, curves",
     [
-        ("eb-gaussian-dp", 720, 36),
-        ("eb-bernoulli", 240, 8),
+        ("eb-gaussian-dp", 3600, 36),
+        ("eb-bernoulli", 240, 12),
         ("eb-bernoulli/private", 1000, 0),
         ("server-vs-peers", 72, 0),
         ("server-vs-peers/outages", 128, 0),
@@ -299,3 +300,18 @@ def test_curves_are_the_closed_forms():
 def test_the_bundled_eb_studies_are_valid(name, runs, curves):
     study = load_study(STUDIES / name)
     assert len(study.runs) == runs and len(study.curve_jobs) == curves
+
+
+def test_the_old_curve_name_is_refused_with_its_new_name(tmp_path, capsys):
+    """`eb-posterior` computed linear shrinkage: a study still using it is told the new name,
+    not pointed at `eb-posterior-mean` (a different quantity) by spelling alone."""
+    from desim.study.cli import main
+
+    text = (STUDIES / "eb-bernoulli" / "study.toml").read_text(encoding="utf-8")
+    (tmp_path / "study.toml").write_text(
+        text.replace('kind = "eb-linear-shrinkage"', 'kind = "eb-posterior"'), encoding="utf-8"
+    )
+    assert main(["validate", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown curve 'eb-posterior' (renamed 'eb-linear-shrinkage')" in err
+    assert len(err.strip().splitlines()) == 1
