@@ -8,7 +8,15 @@ every run names each test not marked slow that took longer than `slow_seconds` (
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+# pytest put this folder on sys.path to import this file; left there, its sub-folder desim/
+# (the package's tests, no __init__.py) would shadow the installed desim as a namespace package.
+if str(Path(__file__).parent) in sys.path:
+    sys.path.remove(str(Path(__file__).parent))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
