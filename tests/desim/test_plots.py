@@ -45,6 +45,7 @@ def test_summary_is_mean_and_a_1_96_standard_error_band_kept_above_the_smallest_
     assert stats.loc["b", "value_low"] == stats.loc["b", "value_high"] == 5.0
 
 
+@pytest.mark.slow
 def test_grid_gives_one_panel_per_point(tmp_path):
     grid = '[grid]\n"data.agents" = [4, 6]\n"defaults.epsilon" = [0.5, 1.0, 2.0]\n'
     text = TOY_STUDY.replace("replicates = 2", "replicates = 1") + grid

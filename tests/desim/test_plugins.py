@@ -75,6 +75,7 @@ def _run(args: list[str], site: Path, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_desim_list_shows_the_plugin_components(installed, tmp_path):
     done = _run(["-m", "desim.study.cli", "list"], installed, tmp_path)
     assert done.returncode == 0, done.stderr
@@ -84,6 +85,7 @@ def test_desim_list_shows_the_plugin_components(installed, tmp_path):
     assert "[desim_peer_average]" in done.stdout
 
 
+@pytest.mark.slow
 def test_the_plugin_protocol_runs_and_matches_its_curve(installed, tmp_path):
     done = _run(["-c", CHECK], installed, tmp_path)
     assert done.returncode == 0, done.stderr

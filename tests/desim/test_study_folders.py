@@ -136,6 +136,7 @@ protocol = "ideal"
 """
 
 
+@pytest.mark.slow
 def test_two_concurrent_runs_leave_one_result_per_run_and_no_traceback(tmp_path):
     folder = write_study(tmp_path / "race", SLOW_STUDY)
     cmd = [sys.executable, "-m", "desim.study.cli", "run", str(folder), "--no-progress"]

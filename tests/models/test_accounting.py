@@ -55,6 +55,7 @@ def test_paper_calibration_reproduces_todays_sigma_to_the_last_bit(key):
         assert got[1] == variance_sigma2(L_FIG2, eps, delta, noise)
 
 
+@pytest.mark.slow
 def test_tight_gaussian_gains_the_ratios_the_issue_states():
     """1.57× less variance for one release at ε = 1, δ = 10⁻⁶; 28× for PM-II at t_max = 3·10⁴."""
     for mech, ratio in (("pm1", 1.573), ("pm2", 28.15)):
@@ -73,6 +74,7 @@ def test_tight_single_gaussian_matches_the_published_analytic_value(epsilon, del
     assert sigma * (1 - 1e-9) <= m <= sigma * (1 + 1e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("epsilon", [0.25, 1.0, 2.0])
 @pytest.mark.parametrize("count", [1, 15])
 def test_tight_gaussian_agrees_with_the_closed_form_of_its_composition(epsilon, count):

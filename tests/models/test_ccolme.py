@@ -132,6 +132,7 @@ def test_mixing_matrix_doubly_stochastic_and_symmetric_for_any_decisions(
 K_COPIES, N, R, T = 400, 12, 4, 2000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha_p, factor, tolerance", [(1.0, 2.0, 0.01), (0.5, 1.0, 0.05)])
 def test_consensus_reaches_2x_ideal_with_1_over_t_and_1x_with_sqrt(alpha_p, factor, tolerance):
     """Oracle neighbours, no privacy, one connected class component (many independent copies).

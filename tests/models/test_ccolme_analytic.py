@@ -100,6 +100,7 @@ def test_ideal_component_protocol_matches_the_prop2_curve():
     assert abs(sim.mean() - mean[0]) < 4 * total_se
 
 
+@pytest.mark.slow
 def test_consensus_oracle_curve_predicts_the_oracle_rule_with_fallback():
     """Private-C-ColME with oracle decisions and the fallback against Theorem 1's leading term
     (the lower-order rest is a few per cent here: the tolerance adds 5 % of the curve)."""

@@ -41,6 +41,7 @@ def assert_within_se(sim: np.ndarray, expect: np.ndarray, extra_se: np.ndarray |
     assert np.all(np.abs(mean - expect) < 4 * se), (mean, expect, se)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "params",
     [

@@ -85,6 +85,7 @@ def test_eb_gaussian_matches_theorem_1_exactly_within_standard_errors():
     assert mean < 0.8 * SX2 / N  # far below local (a = 0.286)
 
 
+@pytest.mark.slow
 def test_eb_gaussian_private_matches_theorem_2_within_standard_errors():
     """Theorem 2's Gaussian mechanism at ε₀ = 0.5, δ = 10⁻⁵: MSE = the bound at σ_q² of (41).
     b is Theorem 2's radius, so clipping happens with probability ≤ 2/(mn) (negligible)."""

@@ -48,6 +48,7 @@ def simulate(t_max=3000, network=None, seed=3, **params):
     return proto, data, np.array(proto.rounds)
 
 
+@pytest.mark.slow
 def test_pricer_is_unbiased_and_its_mse_is_its_expectation_below_the_bound():
     proto, data, est = simulate()
     assert proto.sigma > 0 and len(est) == 3000
@@ -63,6 +64,7 @@ def test_pricer_is_unbiased_and_its_mse_is_its_expectation_below_the_bound():
     assert bound == pytest.approx(proto.solution.objective, rel=1e-10)
 
 
+@pytest.mark.slow
 def test_colrel_is_unbiased_without_noise_and_naive_is_biased_as_printed():
     proto, data, est = simulate(t_max=2000, strategy="colrel")
     assert proto.sigma == 0
@@ -192,6 +194,7 @@ def simulate_late(effective: bool, t_max=2000):
     return proto, data, np.array(proto.rounds)
 
 
+@pytest.mark.slow
 def test_relays_that_miss_a_deadline_are_lost_as_the_effective_probabilities_say():
     """A share or relay arrives in time with F(1) = 1 − e^(−1) (deadlines on the 0.5 grid), so
     the effective p_ij, p_i are the nominal ones times F, and the simulated MSE is the exact

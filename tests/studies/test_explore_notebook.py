@@ -17,6 +17,7 @@ def listing(folder: Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")}
 
 
+@pytest.mark.slow
 def test_explore_notebook_runs():
     before = listing(STUDY)
     nb = nbformat.read(STUDY / "explore.ipynb", as_version=4)
