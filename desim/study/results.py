@@ -44,7 +44,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
 from desim.kernel.params import ConfigError
 from desim.kernel.recorder import log_checkpoints
