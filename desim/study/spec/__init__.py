@@ -133,7 +133,12 @@ def build_study(raw: dict, file: Path, quick: bool = False, force: bool = False)
     v = validate_each(doc, errors)
     if v is None:
         errors.raise_any()
-    notes = errors.attempt(study_checks, doc, v) or []
+    notes: list[str] = []
+    if not errors:  # the study-wide checks build on valid tables; their failure stops here
+        checked = errors.attempt(study_checks, doc, v)
+        if checked is None:
+            errors.raise_any()
+        notes = list(checked)
     # before the grid is expanded: a grid of 10⁹ points is refused, not built
     if not force and not (
         errors.passes(check_size, h, doc.grid, len(v.scenarios))
