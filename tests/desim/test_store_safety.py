@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import shutil
-import signal
 import subprocess
 import sys
 import tomllib
