@@ -204,6 +204,8 @@ def test_ctrl_c_while_the_command_imports_exits_130_in_one_line(tmp_path):
     # where a parent watching -X importtime could send the signal after the command ended.
     code = (
         "import os, signal, sys\n"
+        # a shell's background job inherits SIGINT ignored: restore what a terminal gives
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "class Interrupt:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name == 'pandas':\n"
