@@ -187,10 +187,9 @@ def parse_study(raw: dict, file: Path) -> StudyDocument:
     )
 
 
-def _named_table(table: dict, n: int, kind: str, type_key: str, registry: Registry) -> None:
-    """Check the name of the `n`-th [[scenario]] or [[curve]] table on its own, and that it
-    has a type (protocol, curve kind); whether names are unique and types exist is `validate`'s
-    business."""
+def check_name(table: dict, n: int, kind: str) -> str:
+    """The name of the `n`-th [[scenario]] or [[curve]] table, refused unless it is a non-empty
+    printable string of at most `MAX_NAME` characters."""
     where = f"[[{kind}]] #{n}"
     name = table.get("name")
     if not isinstance(name, str) or not name.strip():
@@ -200,6 +199,14 @@ def _named_table(table: dict, n: int, kind: str, type_key: str, registry: Regist
         raise ConfigError(
             f"{where}: name = {name[:40]!r}...: must be at most {MAX_NAME} printable characters"
         )
+    return name
+
+
+def _named_table(table: dict, n: int, kind: str, type_key: str, registry: Registry) -> None:
+    """Check the name of the `n`-th [[scenario]] or [[curve]] table on its own, and that it
+    has a type (protocol, curve kind); whether names are unique and types exist is `validate`'s
+    business."""
+    name = check_name(table, n, kind)
     if type_key not in table:
         raise ConfigError(
             f"{kind} {name!r}: {type_key} is required (allowed: {', '.join(registry)})"

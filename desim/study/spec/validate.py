@@ -30,7 +30,6 @@ from desim.study.spec.model import (
     CURVE_TOPOLOGY_KEY,
     GRID_ROOTS,
     LEDGER_PREFIX,
-    MAX_NAME,
     RESERVED_COLUMNS,
     CurveSpec,
     PlotSpec,
@@ -40,7 +39,7 @@ from desim.study.spec.model import (
     is_table,
     params_class,
 )
-from desim.study.spec.parse import StudyDocument
+from desim.study.spec.parse import StudyDocument, check_name
 
 
 @dataclass(frozen=True)
@@ -80,15 +79,7 @@ def _named_tables(tables: list[dict], kind: str, type_key: str) -> list[tuple[st
     out: list[tuple[str, str, dict]] = []
     seen: set[str] = set()
     for n, table in enumerate(tables, start=1):
-        where = f"[[{kind}]] #{n}"
-        name = table.get("name")
-        if not isinstance(name, str) or not name.strip():
-            shown = "is missing" if name is None else f"= {name!r}"
-            raise ConfigError(f"{where}: name {shown}: must be a non-empty string")
-        if len(name) > MAX_NAME or not name.isprintable():
-            raise ConfigError(
-                f"{where}: name = {name[:40]!r}...: must be at most {MAX_NAME} printable characters"
-            )
+        name = check_name(table, n, kind)
         if name in seen:
             raise ConfigError(f"{kind} {name!r}: name is used twice; {kind} names must be unique")
         seen.add(name)
