@@ -5,4 +5,4 @@ Online Personalized Mean Estimation"): consensus over estimated class-mates on a
 (Corollary 1 on each run's graph).
 """
 
-from desim.models.ccolme import analytic, metrics, protocol  # noqa: F401  (registration)
+from desim.models.ccolme import analytic, bcolme, metrics, protocol  # noqa: F401  (registration)

@@ -1,0 +1,271 @@
+"""B-ColME (Galante, Neglia, Leonardi): message passing of k-hop tables over a graph.
+
+Galante et al.'s second scalable algorithm (docs/papers.md §2.6; their code's
+``belief_propagation_v1``, class ``NodeB``). Where C-ColME mixes consensus estimates, B-ColME
+rebuilds, at every agent a, the sample-weighted average of the running means of every agent
+up to κ − 1 hops away over the optimistic subgraph (κ = ``up_to``; the authors use 5), counting
+each along non-backtracking paths, as belief propagation does. Every slot t, each agent a
+
+1. takes its sample (with privacy, X_a + Z_a, Z_a Laplace of variance σ_DP² = 8L²/ε²), so its
+   running mean is X̃_a^(t);
+2. tests every neighbour b it still keeps against the newest table b sent it, by the optimistic
+   distance |X̃_a^(t) − X̃_b| ≤ β(t) + β(n_b), γ = δ/(4 Σ_a deg a) (or the Bernstein test, or
+   the true classes for ``rule = "oracle"``); a dropped neighbour stays dropped
+   (``decisions = "irrevocable"``, the authors' code) or is tested again;
+3. holds, for every kept neighbour b and depth k = 0 … κ − 2, the sum S_{b→a}^(k) of the
+   running means of the agents k + 1 hops away through b, and how many they are, c_{b→a}^(k);
+   depth 0 is b itself (X̃_b, 1);
+4. estimates, with n_b the samples behind b's newest table (t − 1 on ideal links),
+
+       μ̂_a = (t X̃_a + Σ_b Σ_k (n_b − k) S_{b→a}^(k)) / (t + Σ_b Σ_k (n_b − k) c_{b→a}^(k)),
+
+   each mean at depth k being k slots older than b's and so resting on n_b − k samples;
+5. sends every neighbour b its table for b: (X̃_a^(t), t) and, for k = 1 … κ − 2,
+   S_{a→b}^(k) = Σ_{c ∈ C_a \\ {b}} S_{c→a}^(k−1) and the same sum of counts — everything a
+   holds but what came from b (non-backtracking).
+
+On ideal links this is the authors' synchronous round: agent a at round t reads its
+neighbours' means, tables and decisions of round t − 1 (their ``curr`` copies) and writes its
+own (``new``), so the estimates are the code's, up to its single precision. Under latency and
+losses (desim's extension), a keeps per edge b's newest table by its sample count n_b and
+weighs its depth-k entries by n_b − k; a message older than the one held is ignored.
+
+Privacy (seed 001's reconstruction carries over, desim's extension): with ``noise =
+"laplace"`` every sample is privatised once, and everything an agent sends — X̃_a, its sample
+count and sums of neighbours' messages — is computed from privatised samples and received
+messages, so each sample is one Laplace release (ε per sample, to one neighbour as to all
+colluding), as for Private-C-ColME. The estimate uses X̃_a as well.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from desim.kernel.messages import Batch
+from desim.kernel.params import param
+from desim.kernel.protocol import Context, WindowSafe
+from desim.kernel.registry import PROTOCOLS
+from desim.models.ccolme.edges import EdgeSlots, newest
+from desim.models.ccolme.model import NeighbourTest
+from desim.models.ccolme.params import Decisions, Noise, Rule, Threshold, _p
+from desim.models.privacy.accounting import Spend
+from desim.models.privacy.calibration import laplace_scale
+from desim.topologies.graph import Graph
+
+
+@dataclass(frozen=True)
+class BColMEParams:
+    """B-ColME as in Galante et al.'s code: optimistic distance, irrevocable, κ = 5."""
+
+    up_to: int = param(
+        5, "κ, the authors' table_up_to: tables hold depths 0 … κ−2 (up to κ−1 hops)", ge=2
+    )
+    rule: Rule = _p("rule", "optimistic")
+    noise: Noise = _p("noise", "none")
+    epsilon: float = _p("epsilon", 1.0)
+    delta: float = _p("delta", 0.1)
+    theta: float = _p("theta", 0.05)
+    threshold: Threshold = _p("threshold", "exact")
+    threshold_scale: float = _p("threshold_scale", 1.0)
+    decisions: Decisions = _p("decisions", "irrevocable")
+
+
+@dataclass(frozen=True)
+class PrivateBColMEParams(BColMEParams):
+    """Private-B-ColME: seed 001's privacy (Laplace noise per sample, the Bernstein test,
+    re-tested decisions) on B-ColME's tables."""
+
+    rule: Rule = _p("rule", "bernstein")
+    noise: Noise = _p("noise", "laplace")
+    decisions: Decisions = _p("decisions", "retest")
+
+
+def row_sums(indptr: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Σ over each agent's edges (CSR rows of `indptr`) of `values` (edges × columns)."""
+    n = len(indptr) - 1
+    out = np.zeros((n,) + values.shape[1:])
+    rows = np.flatnonzero(indptr[1:] > indptr[:-1])
+    if len(rows):
+        out[rows] = np.add.reduceat(values, indptr[:-1][rows], axis=0)
+    return out
+
+
+def outgoing_tables(
+    indptr: np.ndarray, src: np.ndarray, held_s: np.ndarray, held_c: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(S, c) a = src[e] sends over edge e = (a, b) at depths 1 … κ−2: the sums of what a holds
+    at depths 0 … κ−3 from all its kept neighbours but b (`held_*`: a's tables, zero where b is
+    not kept; column k is depth k)."""
+    s, c = held_s[:, :-1], held_c[:, :-1]
+    return row_sums(indptr, s)[src] - s, row_sums(indptr, c)[src] - c
+
+
+def table_estimate(
+    t: int,
+    mean: np.ndarray,
+    indptr: np.ndarray,
+    n_held: np.ndarray,
+    s: np.ndarray,
+    c: np.ndarray,
+) -> np.ndarray:
+    """μ̂_a = (t X̃_a + Σ_b Σ_k (n_b − k) S_{b→a}^(k)) / (t + Σ_b Σ_k (n_b − k) c_{b→a}^(k))."""
+    age = n_held[:, None] - np.arange(s.shape[1])  # samples behind a depth-k mean: n_b − k
+    num = t * mean + row_sums(indptr, (age * s).sum(axis=1))
+    den = t + row_sums(indptr, (age * c).sum(axis=1))
+    return num / den
+
+
+@PROTOCOLS.register("b-colme")
+class BColME(WindowSafe):
+    """B-ColME (Galante et al.): k-hop tables of neighbours' means, passed along the graph."""
+
+    Params = BColMEParams
+    message_kinds = ("table",)
+    reads = frozenset({"network", "topology"})
+    memory = {"edge": 360.0, "agent": 200.0}
+    #: The scenario must have a [topology]: the graph arrives as ctx.public["graph"].
+    needs_topology: ClassVar[bool] = True
+
+    @classmethod
+    def memory_per_unit(cls, params: Any, t_max: int) -> dict[str, float]:
+        """Bytes per directed edge: held and own tables (2κ floats each), the payload."""
+        depth = int(params.up_to) - 1
+        return {"edge": 8.0 * (6 * depth + 6), "agent": 200.0}
+
+    @property
+    def uses_oracle(self) -> bool:
+        """Only rule = "oracle", the explicitly named oracle variant, sees the classes."""
+        return self.params.rule == "oracle"
+
+    def on_window_end(self) -> None:
+        """Nothing to finish: a window's tables are filed per edge, newest wins, as they come."""
+
+    def setup(self, ctx: Context) -> None:
+        """Read the graph and the data's constants; empty tables, every neighbour kept."""
+        super().setup(ctx)
+        p = self.params
+        g: Graph = ctx.public["graph"]
+        if g.n != ctx.n_agents:
+            raise ValueError(f"the graph has {g.n} agents, the data {ctx.n_agents}")
+        self.graph = g
+        self.src, self.dst, self.reverse = g.src, g.dst, g.reverse
+        self._slot_of = EdgeSlots(g.n, g.src * g.n + g.dst)
+        self._L = L = float(ctx.public["L"])
+        private = p.noise == "laplace" and math.isfinite(p.epsilon)
+        #: Laplace scale b = 2L/ε of the per-sample noise (0 without privacy).
+        self.laplace_b = laplace_scale(L, p.epsilon) if private else 0.0
+        self._noise = ctx.streams.get("dp-noise")
+        sigma2 = np.broadcast_to(np.asarray(ctx.public["sigma2"], dtype=float), (g.n,))
+        distribution = ctx.public.get("distribution", "uniform")
+        sigma2_dp = 2.0 * self.laplace_b**2
+        self._test = NeighbourTest(p, sigma2, sigma2_dp, distribution, g.n_directed)
+        if self.uses_oracle:
+            cls = ctx.oracle_classes
+            self._oracle_chi = cls[g.src] == cls[g.dst]
+        # ideal links deliver every send whole, at once and in send order
+        self._in_order = ctx.links is None or ctx.links.ideal
+        e, depth = g.n_directed, p.up_to - 1
+        self.t = 0
+        self.priv_sum = np.zeros(g.n)  # Σ (X_a + Z_a): everything a shares derives from it
+        self.mean = np.zeros(g.n)  # X̃_a^(t)
+        #: b ∈ C_a, per directed edge (a, b) in a's slot: kept by the neighbour test.
+        self.kept = np.ones(e, dtype=bool)
+        #: b's newest message held by a (a's slot): X̃_b, n_b (0: none yet), S and c at
+        #: depths 1 … κ−2.
+        self.nb_mean, self.nb_n = np.zeros(e), np.zeros(e)
+        self.nb_s, self.nb_c = np.zeros((e, depth - 1)), np.zeros((e, depth - 1))
+        #: a's tables (a's slot for b; zero unless b is kept and heard): depths 0 … κ−2.
+        self.table_s, self.table_c = np.zeros((e, depth)), np.zeros((e, depth))
+        self._estimate = np.zeros(g.n)
+
+    def privatise(self, samples: np.ndarray) -> np.ndarray:
+        """X_a + Z_a with Z_a ~ Laplace(0, 2L/ε) drawn from ``dp-noise`` (X_a without privacy)."""
+        if self.laplace_b == 0.0:
+            return samples
+        return samples + self._noise.laplace(0.0, self.laplace_b, size=len(samples))
+
+    def on_samples(self, t: int, samples: np.ndarray) -> None:
+        """Slot t: the sample, the neighbour tests and tables from what was held, the
+        estimate, then every neighbour's table for the next slot."""
+        self.t = t
+        self.priv_sum += self.privatise(samples)
+        self.mean = self.priv_sum / t
+        heard = self.nb_n > 0
+        self._test_neighbours(t, heard)
+        use = self.kept & heard
+        self.table_s[:, 0] = np.where(use, self.nb_mean, 0.0)
+        self.table_c[:, 0] = use
+        self.table_s[:, 1:] = np.where(use[:, None], self.nb_s, 0.0)
+        self.table_c[:, 1:] = np.where(use[:, None], self.nb_c, 0.0)
+        g = self.graph
+        nb_n = np.where(use, self.nb_n, 0.0)
+        self._estimate = table_estimate(t, self.mean, g.indptr, nb_n, self.table_s, self.table_c)
+        self._send(t)
+
+    def _test_neighbours(self, t: int, heard: np.ndarray) -> None:
+        """χ_a(b) for the edges with a newest table held (irrevocable: the kept ones only)."""
+        tested = heard & self.kept if self.params.decisions == "irrevocable" else heard
+        e = np.flatnonzero(tested)
+        if len(e) == 0:
+            return
+        if self.uses_oracle:
+            self.kept[e] = self._oracle_chi[e]
+            return
+        a, b = self.src[e], self.dst[e]
+        diff = np.abs(self.mean[a] - self.nb_mean[e])
+        self.kept[e] = self._test.keep(diff, float(t), self.nb_n[e], a, b)
+
+    def _send(self, t: int) -> None:
+        """Message e = (a, b) carries a's table for b: X̃_a, t, then S and c at depths 1 … κ−2."""
+        g, depth = self.graph, self.params.up_to - 1
+        payload = np.empty((g.n_directed, 2 * depth))
+        payload[:, 0] = self.mean[self.src]
+        payload[:, 1] = t
+        s, c = outgoing_tables(g.indptr, self.src, self.table_s, self.table_c)
+        payload[:, 2 : depth + 1] = s
+        payload[:, depth + 1 :] = c
+        self.ctx.send("table", self.src, self.dst, payload)
+
+    def on_deliver(self, batch: Batch) -> None:
+        """File each neighbour's newest table (by its sample count) in the receiver's slot."""
+        depth = self.params.up_to - 1
+        payload = batch.payload
+        if self._in_order and len(batch) == self.graph.n_directed:
+            e = self.reverse  # a whole send, in send order: message e goes to slot reverse[e]
+            rows: np.ndarray | slice = slice(None)
+        else:
+            e = self._slot_of.find(batch.dst, batch.src)
+            e, rows, _ = newest(e, payload[:, 1], self.nb_n[e], strict=True)
+        self.nb_mean[e] = payload[rows, 0]
+        self.nb_n[e] = payload[rows, 1]
+        self.nb_s[e] = payload[rows, 2 : depth + 1]
+        self.nb_c[e] = payload[rows, depth + 1 :]
+
+    def estimates(self) -> np.ndarray:
+        """μ̂_a of the last slot (X̃_a before any table arrives)."""
+        return self._estimate.copy() if self.t else self.mean.copy()
+
+    def privacy_spend(self) -> Spend | None:
+        """The releases so far (None without noise): each sample one Laplace release of
+        sensitivity 2L (multiplier 1/ε), to one neighbour as to all colluding, once the agent
+        has sent anything; ε at δ = 10⁻¹² (the accountant needs δ > 0), as Private-C-ColME."""
+        if self.laplace_b == 0.0:
+            return None
+        shared = np.where((self.graph.degree > 0) & (self.t > 0), 1, 0)
+        m = self.laplace_b / (2.0 * self._L)
+        return Spend("laplace", 1e-12, {"one": (m, shared), "all": (m, shared)})
+
+    def neighbour_decisions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(a, b, b ∈ C_a) for every directed edge of G: the estimated same-class links."""
+        return self.src, self.dst, self.kept.copy()
+
+
+@PROTOCOLS.register("private-b-colme")
+class PrivateBColME(BColME):
+    """Private-B-ColME: Laplace noise per sample, the Bernstein test, re-tested decisions."""
+
+    Params = PrivateBColMEParams
