@@ -85,37 +85,44 @@ class PrivateBColMEParams(BColMEParams):
 
 
 def row_sums(indptr: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Σ over each agent's edges (CSR rows of `indptr`) of `values` (edges × columns)."""
+    """Σ over each agent's edges (CSR rows of `indptr`) of `values` (one per edge, along the
+    last axis: (edges,) or (columns, edges))."""
     n = len(indptr) - 1
-    out = np.zeros((n,) + values.shape[1:])
+    out = np.zeros(values.shape[:-1] + (n,))
     rows = np.flatnonzero(indptr[1:] > indptr[:-1])
     if len(rows):
-        out[rows] = np.add.reduceat(values, indptr[:-1][rows], axis=0)
+        out[..., rows] = np.add.reduceat(values, indptr[:-1][rows], axis=-1)
     return out
 
 
 def outgoing_tables(
-    indptr: np.ndarray, src: np.ndarray, held_s: np.ndarray, held_c: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(S, c) a = src[e] sends over edge e = (a, b) at depths 1 … κ−2: the sums of what a holds
-    at depths 0 … κ−3 from all its kept neighbours but b (`held_*`: a's tables, zero where b is
-    not kept; column k is depth k)."""
-    s, c = held_s[:, :-1], held_c[:, :-1]
-    return row_sums(indptr, s)[src] - s, row_sums(indptr, c)[src] - c
+    indptr: np.ndarray,
+    dst: np.ndarray,
+    reverse: np.ndarray,
+    held: np.ndarray,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """What b = dst[s] sends a = src[s] for a's slot s = (a, b): for each row k of `held`
+    (every agent's tables, one column per slot, zero where the neighbour is not kept), the sum
+    of b's entries over all its slots but the one about a (reverse[s]): non-backtracking.
+    Written into `out` (rows × slots) when given."""
+    sums = row_sums(indptr, held)
+    out = np.empty_like(held) if out is None else out
+    for k in range(len(held)):  # row by row: np.take is several times faster than [:, idx]
+        np.take(sums[k], dst, out=out[k])
+        out[k] -= np.take(held[k], reverse)
+    return out
 
 
 def table_estimate(
-    t: int,
-    mean: np.ndarray,
-    indptr: np.ndarray,
-    n_held: np.ndarray,
-    s: np.ndarray,
-    c: np.ndarray,
+    t: int, mean: np.ndarray, indptr: np.ndarray, n_held: np.ndarray, s: np.ndarray, c: np.ndarray
 ) -> np.ndarray:
-    """μ̂_a = (t X̃_a + Σ_b Σ_k (n_b − k) S_{b→a}^(k)) / (t + Σ_b Σ_k (n_b − k) c_{b→a}^(k))."""
-    age = n_held[:, None] - np.arange(s.shape[1])  # samples behind a depth-k mean: n_b − k
-    num = t * mean + row_sums(indptr, (age * s).sum(axis=1))
-    den = t + row_sums(indptr, (age * c).sum(axis=1))
+    """μ̂_a = (t X̃_a + Σ_b Σ_k (n_b − k) S_{b→a}^(k)) / (t + Σ_b Σ_k (n_b − k) c_{b→a}^(k)):
+    `s` and `c` are a's tables (depth k in row k, one column per slot), zero where b is not
+    kept, `n_held` the samples behind b's newest table."""
+    age = n_held - np.arange(len(s))[:, None]  # samples behind a depth-k mean: n_b − k
+    num = t * mean + row_sums(indptr, np.einsum("ks,ks->s", age, s))
+    den = t + row_sums(indptr, np.einsum("ks,ks->s", age, c))
     return num / den
 
 
@@ -132,9 +139,9 @@ class BColME(WindowSafe):
 
     @classmethod
     def memory_per_unit(cls, params: Any, t_max: int) -> dict[str, float]:
-        """Bytes per directed edge: held and own tables (2κ floats each), the payload."""
-        depth = int(params.up_to) - 1
-        return {"edge": 8.0 * (6 * depth + 6), "agent": 200.0}
+        """Bytes per directed edge: the held message and two payload buffers (2κ floats
+        each), the tables of the slot (2κ), flags; per agent a few vectors."""
+        return {"edge": 8.0 * 8 * int(params.up_to) + 16.0, "agent": 200.0}
 
     @property
     def uses_oracle(self) -> bool:
@@ -166,20 +173,20 @@ class BColME(WindowSafe):
         if self.uses_oracle:
             cls = ctx.oracle_classes
             self._oracle_chi = cls[g.src] == cls[g.dst]
-        # ideal links deliver every send whole, at once and in send order
+        # ideal links deliver every send whole, at once and in send order: a's slots in order
         self._in_order = ctx.links is None or ctx.links.ideal
-        e, depth = g.n_directed, p.up_to - 1
+        self.depth = p.up_to - 1  # depths 0 … κ−2
         self.t = 0
         self.priv_sum = np.zeros(g.n)  # Σ (X_a + Z_a): everything a shares derives from it
         self.mean = np.zeros(g.n)  # X̃_a^(t)
         #: b ∈ C_a, per directed edge (a, b) in a's slot: kept by the neighbour test.
-        self.kept = np.ones(e, dtype=bool)
-        #: b's newest message held by a (a's slot): X̃_b, n_b (0: none yet), S and c at
-        #: depths 1 … κ−2.
-        self.nb_mean, self.nb_n = np.zeros(e), np.zeros(e)
-        self.nb_s, self.nb_c = np.zeros((e, depth - 1)), np.zeros((e, depth - 1))
-        #: a's tables (a's slot for b; zero unless b is kept and heard): depths 0 … κ−2.
-        self.table_s, self.table_c = np.zeros((e, depth)), np.zeros((e, depth))
+        self.kept = np.ones(g.n_directed, dtype=bool)
+        #: b's newest message held by a, one column per slot (a, b): row 0 X̃_b, row 1 n_b
+        #: (0: none yet), then S at depths 1 … κ−2, then c at depths 1 … κ−2.
+        self.held = np.zeros((2 * self.depth, g.n_directed))
+        self._held_own = True  # `held` is this protocol's array (not a delivered payload)
+        self._whole_t: float | None = None  # n_b of every held message when one whole send
+        self._buffers = [np.empty_like(self.held) for _ in range(2)] if self._in_order else []
         self._estimate = np.zeros(g.n)
 
     def privatise(self, samples: np.ndarray) -> np.ndarray:
@@ -188,26 +195,34 @@ class BColME(WindowSafe):
             return samples
         return samples + self._noise.laplace(0.0, self.laplace_b, size=len(samples))
 
+    def tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """a's tables (S, c) at depths 0 … κ−2 (rows), one column per slot (a, b): b's newest
+        message where b is kept and heard from, zero elsewhere."""
+        h, d = self.held, self.depth
+        use = self.kept & (h[1] > 0)
+        s = np.empty((d, h.shape[1]))
+        c = np.empty_like(s)
+        np.multiply(h[0], use, out=s[0])
+        c[0] = use
+        np.multiply(h[2 : d + 1], use, out=s[1:])
+        np.multiply(h[d + 1 :], use, out=c[1:])
+        return s, c
+
     def on_samples(self, t: int, samples: np.ndarray) -> None:
         """Slot t: the sample, the neighbour tests and tables from what was held, the
         estimate, then every neighbour's table for the next slot."""
         self.t = t
         self.priv_sum += self.privatise(samples)
         self.mean = self.priv_sum / t
-        heard = self.nb_n > 0
-        self._test_neighbours(t, heard)
-        use = self.kept & heard
-        self.table_s[:, 0] = np.where(use, self.nb_mean, 0.0)
-        self.table_c[:, 0] = use
-        self.table_s[:, 1:] = np.where(use[:, None], self.nb_s, 0.0)
-        self.table_c[:, 1:] = np.where(use[:, None], self.nb_c, 0.0)
+        self._test_neighbours(t)
+        s, c = self.tables()
         g = self.graph
-        nb_n = np.where(use, self.nb_n, 0.0)
-        self._estimate = table_estimate(t, self.mean, g.indptr, nb_n, self.table_s, self.table_c)
-        self._send(t)
+        self._estimate = table_estimate(t, self.mean, g.indptr, self.held[1], s, c)
+        self._send(t, s[:-1], c[:-1])
 
-    def _test_neighbours(self, t: int, heard: np.ndarray) -> None:
+    def _test_neighbours(self, t: int) -> None:
         """χ_a(b) for the edges with a newest table held (irrevocable: the kept ones only)."""
+        heard = self.held[1] > 0
         tested = heard & self.kept if self.params.decisions == "irrevocable" else heard
         e = np.flatnonzero(tested)
         if len(e) == 0:
@@ -216,34 +231,43 @@ class BColME(WindowSafe):
             self.kept[e] = self._oracle_chi[e]
             return
         a, b = self.src[e], self.dst[e]
-        diff = np.abs(self.mean[a] - self.nb_mean[e])
-        self.kept[e] = self._test.keep(diff, float(t), self.nb_n[e], a, b)
+        n_b = self.held[1, e]
+        if self._whole_t is not None:  # one whole send of one slot: every n_b is its t
+            n_b = self._whole_t
+        diff = np.abs(self.mean[a] - self.held[0, e])
+        self.kept[e] = self._test.keep(diff, float(t), n_b, a, b)
 
-    def _send(self, t: int) -> None:
-        """Message e = (a, b) carries a's table for b: X̃_a, t, then S and c at depths 1 … κ−2."""
-        g, depth = self.graph, self.params.up_to - 1
-        payload = np.empty((g.n_directed, 2 * depth))
-        payload[:, 0] = self.mean[self.src]
-        payload[:, 1] = t
-        s, c = outgoing_tables(g.indptr, self.src, self.table_s, self.table_c)
-        payload[:, 2 : depth + 1] = s
-        payload[:, depth + 1 :] = c
-        self.ctx.send("table", self.src, self.dst, payload)
+    def _send(self, t: int, s: np.ndarray, c: np.ndarray) -> None:
+        """Message s = (a, b) goes from b to a, filed in a's slot s: X̃_b, t, then the sums
+        S and c at depths 1 … κ−2 of b's tables but the entry about a."""
+        g, d = self.graph, self.depth
+        if self._buffers:  # ideal links: the send before last is held by nobody now
+            self._buffers.reverse()
+            payload = self._buffers[0]
+        else:
+            payload = np.empty_like(self.held)
+        np.take(self.mean, self.dst, out=payload[0])
+        payload[1] = t
+        outgoing_tables(g.indptr, self.dst, self.reverse, s, out=payload[2 : d + 1])
+        outgoing_tables(g.indptr, self.dst, self.reverse, c, out=payload[d + 1 :])
+        self.ctx.send("table", self.dst, self.src, payload.T)
 
     def on_deliver(self, batch: Batch) -> None:
         """File each neighbour's newest table (by its sample count) in the receiver's slot."""
-        depth = self.params.up_to - 1
         payload = batch.payload
+        if len(batch) == 0:
+            return
         if self._in_order and len(batch) == self.graph.n_directed:
-            e = self.reverse  # a whole send, in send order: message e goes to slot reverse[e]
-            rows: np.ndarray | slice = slice(None)
-        else:
-            e = self._slot_of.find(batch.dst, batch.src)
-            e, rows, _ = newest(e, payload[:, 1], self.nb_n[e], strict=True)
-        self.nb_mean[e] = payload[rows, 0]
-        self.nb_n[e] = payload[rows, 1]
-        self.nb_s[e] = payload[rows, 2 : depth + 1]
-        self.nb_c[e] = payload[rows, depth + 1 :]
+            self.held = payload.T  # a whole send, in a's slot order: held as it is
+            self._held_own = False
+            self._whole_t = float(payload[0, 1])
+            return
+        if not self._held_own:
+            self.held, self._held_own = self.held.copy(), True
+        self._whole_t = None
+        e = self._slot_of.find(batch.dst, batch.src)
+        e, rows, _ = newest(e, payload[:, 1], self.held[1, e], strict=True)
+        self.held[:, e] = payload[rows].T
 
     def estimates(self) -> np.ndarray:
         """μ̂_a of the last slot (X̃_a before any table arrives)."""

@@ -85,7 +85,7 @@ def test_a_topology_no_scenario_reads_is_refused_naming_who_reads_one(tmp_path, 
     folder = _study(tmp_path, TOPOLOGY + PRIVATE + LOCAL)
     code, _, err = _validate(folder, capsys)
     assert code != 0
-    assert "[topology] is read by c-colme" in err
+    assert "[topology] is read by b-colme, c-colme" in err
     assert "pricer" in err and "private-c-colme" in err
     assert "no scenario here reads it" in err
     assert len(err.strip().splitlines()) == 1
@@ -167,7 +167,9 @@ def test_a_plot_none_of_whose_scenarios_records_its_metric_is_refused(
 def test_metrics_declare_their_protocols():
     names = dict(PROTOCOLS.items())
     assert [p for p in names if metric_applies(METRICS.get("links"), names[p])] == [
+        "b-colme",
         "c-colme",
+        "private-b-colme",
         "private-c-colme",
     ]
     assert not metric_applies(METRICS.get("privacy"), names["local"])
