@@ -199,7 +199,7 @@ class BColME(WindowSafe):
         """a's tables (S, c) at depths 0 … κ−2 (rows), one column per slot (a, b): b's newest
         message where b is kept and heard from, zero elsewhere."""
         h, d = self.held, self.depth
-        use = self.kept & (h[1] > 0)
+        use = np.logical_and(self.kept, h[1] > 0).astype(float)  # one cast, reused by rows
         s = np.empty((d, h.shape[1]))
         c = np.empty_like(s)
         np.multiply(h[0], use, out=s[0])

@@ -1,4 +1,4 @@
-"""Benchmark of the README's performance bar for C-ColME (run on demand, not by pytest).
+"""Benchmark of the performance bars for C-ColME and B-ColME (run on demand, not by pytest).
 
     python tests/benchmarks/bench_ccolme.py            # the bar: M = 10⁴, r = 10, T = 2000
     python tests/benchmarks/bench_ccolme.py --study    # also the full ccolme-scale study
@@ -23,6 +23,8 @@ SCALE = {
 }
 FIG1 = {"model": "classes", "agents": 200, "class_means": [0.2, 0.4, 0.8], "sigma": 0.5}
 BAR = 10.0  # seconds per replicate (the authors' C++ simulator: 29 s on the same machine)
+#: B-ColME: a fifth of the authors' C++ (153 s per run of B-ColME with its oracle, n = 10⁴)
+BAR_B = 153.0 / 5
 
 #: name → (protocol, parameters, data, degree, t_max, bar in seconds or None)
 WORKLOADS = {
@@ -36,6 +38,8 @@ WORKLOADS = {
         2000,
         BAR,
     ),
+    "B-ColME M=1e4 r=10 T=2000": ("b-colme", {}, SCALE, 10, 2000, BAR_B),
+    "B-ColME oracle M=1e4 r=10 T=2000": ("b-colme", {"rule": "oracle"}, SCALE, 10, 2000, BAR_B),
     "Private-C-ColME ε=2 M=200 r=10 T=3e4 (fig1 run)": (
         "private-c-colme",
         {"epsilon": 2.0},
