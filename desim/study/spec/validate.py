@@ -8,9 +8,15 @@ import fnmatch
 import json
 import math
 import re
+import typing
 from dataclasses import dataclass
 
-from desim.kernel.params import ConfigError, field_names, unknown_key_message
+from desim.kernel.params import (
+    ConfigError,
+    field_names,
+    unknown_key_message,
+    without_negative_zero,
+)
 from desim.kernel.protocol import Protocol
 from desim.kernel.recorder import log_checkpoints
 from desim.kernel.registry import (
@@ -23,7 +29,8 @@ from desim.kernel.registry import (
     metric_applies,
 )
 from desim.network_models.realistic import NETWORK_TABLES, table_keys, unknown_table_message
-from desim.study.scenario import check_setup
+from desim.study.scenario import Scenario, check_setup
+from desim.study.spec.errors import Errors, messages_of
 from desim.study.spec.figures import plot_specs
 from desim.study.spec.hashing import canonical_hash
 from desim.study.spec.model import (
@@ -162,7 +169,8 @@ def grid_columns(
             raise ConfigError(unknown_key_message(f"[grid]: {path!r}", key, allowed[root]))
         if not isinstance(values, list) or not values:
             raise ConfigError(f"[grid]: {path!r} = {values!r}: must be a non-empty list of values")
-        shown = [json.dumps(v, sort_keys=True, default=str) for v in values]
+        # -0.0 is 0.0 (`build` reads it so): two such values would be one grid point twice
+        shown = [json.dumps(without_negative_zero(v), sort_keys=True, default=str) for v in values]
         if len(set(shown)) < len(shown):
             raise ConfigError(f"[grid]: {path!r} = {values!r}: values must be distinct")
         if key in RESERVED_COLUMNS or key in columns.values():
@@ -267,21 +275,44 @@ def check_setups(study: Study) -> None:
     """`check_setup` for every distinct data, network and topology set-up of the study's runs
     (replicate 0), and for every distinct protocol and parameters there when the protocol has
     checks of its own (`Protocol.check_setup`): what `desim validate` and `desim run` check
-    before any run."""
-    seen = set()
+    before any run. Every failing set-up is reported (`ConfigErrors`), a fault found at
+    several grid points once (at the first); a set-up too large to build in memory (possible
+    only with ``--force``, which skips the size estimates) is one of them."""
+    errors = Errors()
+    seen: set[str] = set()
+    said: set[str] = set()
     for run in study.unique_runs:
         s = run.scenario
-        parts = [s.data, s.network, s.topology, s.seed]
-        cls = PROTOCOLS.get(s.protocol)
-        if getattr(cls.check_setup, "__func__", None) is not Protocol.check_setup.__func__:
-            parts += [s.protocol, s.params]  # e.g. PriCER's trusted = 100 for n = 10 nodes
-        key = canonical_hash(parts)
-        if s.replicate == 0 and key not in seen:
-            seen.add(key)
-            try:
-                check_setup(s)
-            except ConfigError as exc:
-                raise ConfigError(f"{study.file}: {at_point(run.point, str(exc))}") from None
+        if s.replicate != 0:
+            continue
+        key = _setup_key(s)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            check_setup(s)
+        except ConfigError as exc:
+            faults = messages_of(exc)
+        except MemoryError as exc:
+            label = f"scenario {s.name!r}"
+            faults = (f"{label}: {' '.join(str(exc).split()) or 'out of memory'}",)
+        else:
+            continue
+        for fault in faults:
+            if fault not in said:
+                said.add(fault)
+                errors.add(f"{study.file}: {at_point(run.point, fault)}")
+    errors.raise_any()
+
+
+def _setup_key(s: Scenario) -> str:
+    """What makes two runs' set-ups the same for `check_setup`: data, network, topology and
+    seed, and the protocol and its parameters when the protocol checks a set-up itself."""
+    parts = [s.data, s.network, s.topology, s.seed]
+    cls = PROTOCOLS.get(s.protocol)
+    if getattr(cls.check_setup, "__func__", None) is not Protocol.check_setup.__func__:
+        parts += [s.protocol, s.params]  # e.g. PriCER's trusted = 100 for n = 10 nodes
+    return canonical_hash(parts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,13 +332,16 @@ MIN_EPSILON = 1e-50
 
 def study_checks(doc: StudyDocument, v: Validated) -> list[str]:
     """Refuse a table, metric, plotted slot or [data] value that no run would use as written
-    (`ConfigError`, one line each); return notes on tables some scenarios ignore."""
-    check_data_values(doc)
-    check_privacy_budgets(doc)
-    notes = check_tables_read(doc, v)
-    check_metrics_recorded(doc, v)
-    check_plot_recorders(doc, v)
-    check_plot_slots(v.plots, doc.settings.t_max, doc.settings.checkpoints)
+    (`ConfigErrors`, one line each, every check's errors together); return notes on tables
+    some scenarios ignore."""
+    errors = Errors()
+    errors.passes(check_data_values, doc)
+    errors.passes(check_privacy_budgets, doc)
+    notes = errors.attempt(check_tables_read, doc, v) or []
+    for check in (check_data_read, check_metrics_recorded, check_plot_recorders):
+        errors.passes(check, doc, v)
+    errors.passes(check_plot_slots, v.plots, doc.settings.t_max, doc.settings.checkpoints)
+    errors.raise_any()
     return notes
 
 
@@ -377,6 +411,32 @@ def _ignored_note(table: str, ignoring: list[ScenarioSpec]) -> str:
     ]
     verb = "ignores" if len(ignoring) == 1 else "ignore"
     return f"{'; '.join(parts)} {verb} {READ_TABLES[table]} (other scenarios here read it)"
+
+
+def check_data_read(doc: StudyDocument, v: Validated) -> None:
+    """Refuse a [data] key, set or swept by the grid, that the data model reads only under
+    settings of another key (its ``read_only_when`` declaration: key -> (setting, values that
+    read it)) which no grid point of the study has, naming the settings that would read it."""
+    declared = getattr(v.data_cls, "read_only_when", {})
+    grid = {p[len("data.") :]: vs for p, vs in doc.grid.items() if p.startswith("data.")}
+    hints = typing.get_type_hints(v.data_cls)
+    defaults = {f.name: f.default for f in dataclasses.fields(v.data_cls)}
+    for key in dict.fromkeys([*doc.data, *grid]):
+        if key not in declared:
+            continue
+        setting, readers = declared[key]
+        values = grid.get(setting, [doc.data.get(setting, defaults.get(setting))])
+        known = typing.get_args(hints[setting])
+        if not isinstance(values, list) or not all(x in known for x in values):
+            continue  # a bad setting is its own error (the data model's check names it)
+        if any(x in readers for x in values):
+            continue
+        where = f"[grid]: 'data.{key}'" if key in grid else f"[data]: {key} = {doc.data[key]!r}"
+        here = f"{setting} = {values[0]!r}" if len(values) == 1 else f"{setting} in {values!r}"
+        raise ConfigError(
+            f"{where}: {doc.data['model']} data read {key} only with {setting} = "
+            f"{' or '.join(map(repr, readers))} (here {here}); remove {key}"
+        )
 
 
 def check_metrics_recorded(doc: StudyDocument, v: Validated) -> None:
@@ -474,8 +534,7 @@ def check_data_values(doc: StudyDocument) -> None:
                 shown = f"{key} = {bad!r}" if bad is value else f"{key} holds {bad!r}"
                 raise ConfigError(
                     f"{where}: {shown}: numbers in [data] must be finite with "
-                    f"magnitude at most {MAX_DATA_MAGNITUDE:g} (squared errors must stay finite), "
-                    "and not -0.0"
+                    f"magnitude at most {MAX_DATA_MAGNITUDE:g} (squared errors must stay finite)"
                 )
 
 
@@ -505,9 +564,7 @@ def _first_huge(value: object) -> float | None:
         return None
     if isinstance(value, int | float):
         ok = math.isfinite(value) and abs(value) <= MAX_DATA_MAGNITUDE
-        # -0.0 passes a bound ≥ 0, then draws uniform(0, -0) and fails the runs
-        negative_zero = value == 0 and math.copysign(1.0, value) < 0
-        return None if ok and not negative_zero else value
+        return None if ok else value
     items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
     for item in items:
         bad = _first_huge(item)
