@@ -84,6 +84,32 @@ def test_a_fault_shared_by_grid_points_is_said_once(tmp_path, capsys):
     assert all("grid point delta = 0.1: " in e for e in errors)
 
 
+def test_every_study_wide_check_reports_together(tmp_path, capsys):
+    # a [topology] no scenario reads and a metric no scenario records: both said at once
+    text = """
+[study]
+title = "w"
+t_max = 10
+checkpoints = 3
+metrics = ["pricer"]
+
+[data]
+model = "classes"
+agents = 6
+
+[topology]
+model = "regular"
+degree = 2
+
+[[scenario]]
+name = "local"
+protocol = "local"
+"""
+    errors = _errors(write_study(tmp_path / "w", text), capsys)
+    assert len(errors) == 2, errors
+    assert "[topology] is read by " in errors[0] and "metrics: 'pricer'" in errors[1]
+
+
 # --------------------------------------------------------------------------------------------
 # a table with several bad fields
 
