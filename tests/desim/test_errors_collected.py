@@ -110,6 +110,20 @@ protocol = "local"
     assert "[topology] is read by " in errors[0] and "metrics: 'pricer'" in errors[1]
 
 
+def test_each_check_reports_every_fault_it_finds(tmp_path, capsys):
+    text = TOY_STUDY.replace("class_means = [0.2, 0.8]", "class_means = [1e300, 0.8]")
+    text = text.replace("sigma = 0.5", "sigma = 1e200")
+    text += '\n[[plot]]\nfile = "a.png"\nat = 7\n\n[[plot]]\nfile = "b.png"\nat = 9\n'
+    errors = _errors(write_study(tmp_path / "s", text), capsys)
+    for fault in (
+        "class_means holds 1e+300",
+        "sigma = 1e+200",
+        "'a.png': at = 7",
+        "'b.png': at = 9",
+    ):
+        assert sum(fault in e for e in errors) == 1, (fault, errors)
+
+
 # --------------------------------------------------------------------------------------------
 # a table with several bad fields
 

@@ -332,13 +332,14 @@ MIN_EPSILON = 1e-50
 
 def study_checks(doc: StudyDocument, v: Validated) -> list[str]:
     """Refuse a table, metric, plotted slot or [data] value that no run would use as written
-    (`ConfigErrors`, one line each, every check's errors together); return notes on tables
-    some scenarios ignore."""
+    (`ConfigErrors`, one line each: every check reports every fault it finds, and all checks
+    run); return notes on tables some scenarios ignore."""
     errors = Errors()
-    errors.passes(check_data_values, doc)
+    if errors.passes(check_data_values, doc):  # (a value refused there is not also unread)
+        errors.passes(check_data_read, doc, v)
     errors.passes(check_privacy_budgets, doc)
     notes = errors.attempt(check_tables_read, doc, v) or []
-    for check in (check_data_read, check_metrics_recorded, check_plot_recorders):
+    for check in (check_metrics_recorded, check_plot_recorders):
         errors.passes(check, doc, v)
     errors.passes(check_plot_slots, v.plots, doc.settings.t_max, doc.settings.checkpoints)
     errors.raise_any()
@@ -362,14 +363,17 @@ def check_tables_read(doc: StudyDocument, v: Validated) -> list[str]:
     read (baselines that read nothing, like local and ideal, are not named)."""
     present = [t for t in READ_TABLES if t in doc.raw]
     notes = []
+    errors = Errors()
     for table in present:
         readers = {s.name for s in v.scenarios if _reads(s, table, v)}
         curves = [c for c in v.curves if table == "topology" and CURVE_TOPOLOGY_KEY in declared(c)]
         if not readers and not curves:
-            raise ConfigError(_unread_message(table, v))
+            errors.add(_unread_message(table, v))
+            continue
         ignoring = [s for s in v.scenarios if s.name not in readers and _worth_noting(s, table)]
         if ignoring:
             notes.append(_ignored_note(table, ignoring))
+    errors.raise_any()
     return notes
 
 
@@ -421,6 +425,7 @@ def check_data_read(doc: StudyDocument, v: Validated) -> None:
     grid = {p[len("data.") :]: vs for p, vs in doc.grid.items() if p.startswith("data.")}
     hints = typing.get_type_hints(v.data_cls)
     defaults = {f.name: f.default for f in dataclasses.fields(v.data_cls)}
+    errors = Errors()
     for key in dict.fromkeys([*doc.data, *grid]):
         if key not in declared:
             continue
@@ -433,26 +438,29 @@ def check_data_read(doc: StudyDocument, v: Validated) -> None:
             continue
         where = f"[grid]: 'data.{key}'" if key in grid else f"[data]: {key} = {doc.data[key]!r}"
         here = f"{setting} = {values[0]!r}" if len(values) == 1 else f"{setting} in {values!r}"
-        raise ConfigError(
+        errors.add(
             f"{where}: {doc.data['model']} data read {key} only with {setting} = "
             f"{' or '.join(map(repr, readers))} (here {here}); remove {key}"
         )
+    errors.raise_any()
 
 
 def check_metrics_recorded(doc: StudyDocument, v: Validated) -> None:
     """Refuse a [study] metric that records nothing for any scenario's protocol (its
     `desim.kernel.registry.applies_to` declaration), naming the protocols it is for."""
     protocols = [PROTOCOLS.get(s.protocol) for s in v.scenarios]
+    errors = Errors()
     for name in doc.settings.metrics:
         fn = METRICS.get(name)
         if any(metric_applies(fn, cls) for cls in protocols):
             continue
         who = [p for p, cls in PROTOCOLS.items() if metric_applies(fn, cls)]
         here = sorted({s.protocol for s in v.scenarios}) or ["none (curves only)"]
-        raise ConfigError(
+        errors.add(
             f"[study]: metrics: {name!r} records something for {', '.join(who) or 'no protocol'}"
             f" scenarios; no scenario here is one (protocols here: {', '.join(here)})"
         )
+    errors.raise_any()
 
 
 def check_plot_recorders(doc: StudyDocument, v: Validated) -> None:
@@ -461,6 +469,7 @@ def check_plot_recorders(doc: StudyDocument, v: Validated) -> None:
     none of them (`desim.kernel.registry.applies_to`); the figure would be empty."""
     protocols = {s.name: PROTOCOLS.get(s.protocol) for s in v.scenarios}
     outputs = [(name, METRICS.get(name)) for name in doc.settings.metrics]
+    errors = Errors()
     for plot in v.plots:
         classes = [protocols[name] for name in plot.scenarios if name in protocols]
         if not classes:
@@ -469,11 +478,12 @@ def check_plot_recorders(doc: StudyDocument, v: Validated) -> None:
             recorders = _recorders(metric, outputs)
             if recorders is None or any(r(cls) for r in recorders for cls in classes):
                 continue
-            raise ConfigError(
+            errors.add(
                 f"plot {plot.file!r}: {key} = {metric!r}: none of its scenarios "
                 f"({', '.join(sorted({s for s in plot.scenarios}))}) records it; "
                 "name scenarios whose protocol does"
             )
+    errors.raise_any()
 
 
 def _recorders(metric: str, outputs: list) -> list | None:
@@ -497,14 +507,16 @@ def check_plot_slots(plots: list[PlotSpec], t_max: int, checkpoints: int) -> Non
     """Refuse a plot's `at` that is not a measured slot of the study (beyond t_max, or between
     two checkpoints): its figure would silently have no point."""
     slots = None
+    errors = Errors()
     for plot in plots:
         if plot.at is None:
             continue
         if plot.x == "t" or plot.x.startswith(LEDGER_PREFIX):
-            raise ConfigError(
+            errors.add(
                 f"plot {plot.file!r}: at = {plot.at:g}: read only with x a grid column "
                 f"(here x = {plot.x!r}, drawn at every slot): remove at"
             )
+            continue
         slots = log_checkpoints(t_max, checkpoints) if slots is None else slots
         if plot.at in slots:
             continue
@@ -515,10 +527,11 @@ def check_plot_slots(plots: list[PlotSpec], t_max: int, checkpoints: int) -> Non
             if plot.at > t_max
             else f"between the measured slots {near[0]} and {near[1]}"
         )
-        raise ConfigError(
+        errors.add(
             f"plot {plot.file!r}: at = {plot.at:g}: {where}; at must be a measured slot "
             f"(the {len(slots)} log-spaced checkpoints in [1, {t_max}], e.g. {near[-1]})"
         )
+    errors.raise_any()
 
 
 def check_data_values(doc: StudyDocument) -> None:
@@ -527,15 +540,17 @@ def check_data_values(doc: StudyDocument) -> None:
     inf or nan."""
     tables = [("[data]", doc.data)]
     tables += [(f"[grid]: {p!r}", {p: vs}) for p, vs in doc.grid.items() if p.startswith("data.")]
+    errors = Errors()
     for where, table in tables:
         for key, value in table.items():
             bad = _first_huge(value)
             if bad is not None:
                 shown = f"{key} = {bad!r}" if bad is value else f"{key} holds {bad!r}"
-                raise ConfigError(
+                errors.add(
                     f"{where}: {shown}: numbers in [data] must be finite with "
                     f"magnitude at most {MAX_DATA_MAGNITUDE:g} (squared errors must stay finite)"
                 )
+    errors.raise_any()
 
 
 def check_privacy_budgets(doc: StudyDocument) -> None:
@@ -545,6 +560,7 @@ def check_privacy_budgets(doc: StudyDocument) -> None:
     tables += [(f"curve {t.get('name')!r}", t) for t in doc.curves]
     tables += [("[defaults]", doc.defaults)]
     tables += [("[grid]", {p.partition(".")[2]: vs for p, vs in doc.grid.items()})]
+    errors = Errors()
     for where, table in tables:
         for key, value in table.items():
             if not key.startswith("epsilon"):
@@ -552,10 +568,11 @@ def check_privacy_budgets(doc: StudyDocument) -> None:
             for x in value if isinstance(value, list) else [value]:
                 small = isinstance(x, int | float) and not isinstance(x, bool) and 0 < x
                 if small and x < MIN_EPSILON:
-                    raise ConfigError(
+                    errors.add(
                         f"{where}: {key} = {x!r}: must be at least {MIN_EPSILON:g} (the noise "
                         "variance grows as 1/ε² and overflows for smaller budgets)"
                     )
+    errors.raise_any()
 
 
 def _first_huge(value: object) -> float | None:
