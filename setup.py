@@ -1,9 +1,17 @@
 """The package list, discovered: every sub-package (a folder with an ``__init__.py``) of desim/,
 models/ and topologies/ installs, the last two as `desim.models` and `desim.topologies` (the
 mapping is ``[tool.setuptools.package-dir]`` in pyproject.toml). A new protocol family is a new
-folder under models/; nothing else needs listing."""
+folder under models/; nothing else needs listing.
+
+``pip install -e .`` installs through setuptools' import finder, which Python asks only after
+the folders on ``sys.path``; the current directory is the first of them, so in the folder that
+holds a clone named ``desim/`` the clone itself (a folder without ``__init__.py``) would be
+imported as an empty namespace package and ``import desim`` would break. `EditableFirst` adds a
+``.pth`` line that puts the finder first (setuptools issue 3557).
+"""
 
 from setuptools import find_packages, setup
+from setuptools.command.editable_wheel import editable_wheel
 
 #: Import name → repository folder (the same mapping as pyproject.toml's package-dir).
 ROOTS = {"desim": "desim", "desim.models": "models", "desim.topologies": "topologies"}
@@ -18,4 +26,59 @@ def packages() -> list[str]:
     return sorted(set(found))
 
 
-setup(packages=packages())
+#: The ``.pth`` line that imports a setuptools finder module, installs it (idempotent, so the
+#: order in which site reads .pth files does not matter) and moves it before every other finder.
+#: site runs it with exec() inside a function: no lambda or comprehension could see its names.
+FIRST_LINE = (
+    "import sys, {finder}; {finder}.install(); "
+    'first = getattr({finder}, "_EditableFinder", None); '
+    "first in sys.meta_path and (sys.meta_path.remove(first), sys.meta_path.insert(0, first))\n"
+)
+
+
+class EditableFirst(editable_wheel):
+    """setuptools' editable install, with its import finder asked before ``sys.path``."""
+
+    def _select_strategy(self, name, tag, build_lib):
+        return _FinderFirst(super()._select_strategy(name, tag, build_lib))
+
+
+class _FinderFirst:
+    """An editable strategy that adds `FIRST_LINE` for every finder module the strategy it
+    wraps writes (none for a strategy of plain ``.pth`` paths or links)."""
+
+    def __init__(self, strategy) -> None:
+        self.strategy = strategy
+
+    def __enter__(self):
+        self.strategy.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.strategy.__exit__(*exc)
+
+    def __call__(self, wheel, files, mapping) -> None:
+        recording = _Recording(wheel)
+        self.strategy(recording, files, mapping)
+        for name in recording.names:
+            if name.endswith("_finder.py") and "/" not in name:
+                finder = name.removesuffix(".py")
+                wheel.writestr(f"{finder}_first.pth", FIRST_LINE.format(finder=finder).encode())
+
+
+class _Recording:
+    """A wheel being written that remembers the names of the files written into it."""
+
+    def __init__(self, wheel) -> None:
+        self.wheel = wheel
+        self.names: list[str] = []
+
+    def writestr(self, name, data, *args, **kwargs):
+        self.names.append(str(name))
+        return self.wheel.writestr(name, data, *args, **kwargs)
+
+    def __getattr__(self, attr):
+        return getattr(self.wheel, attr)
+
+
+setup(packages=packages(), cmdclass={"editable_wheel": EditableFirst})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -37,6 +37,8 @@ class ClassData:
     assignment: Literal["random", "balanced"] = param(
         "random", "random: each agent picks a class uniformly; balanced: sizes differ by ≤ 1"
     )
+    #: Parameters read only under some settings (`desim validate` refuses them otherwise).
+    read_only_when: ClassVar = {"sigma": ("distribution", ("uniform", "gaussian"))}
 
     def __post_init__(self) -> None:
         if self.distribution == "bernoulli" and not all(0 <= m <= 1 for m in self.class_means):

@@ -15,6 +15,7 @@ import math
 import re
 import types
 import typing
+from collections.abc import Iterable
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 T = TypeVar("T")
@@ -22,6 +23,30 @@ T = TypeVar("T")
 
 class ConfigError(ValueError):
     """A study file or argument that cannot be run; the message is one line for a person."""
+
+
+#: Errors shown at most; the rest are counted (``… and N more``).
+MAX_SHOWN = 20
+
+
+class ConfigErrors(ConfigError):
+    """Several independent errors of one study file: `messages` holds each, one line apiece.
+
+    Its text is the first `MAX_SHOWN` messages, one per line, then ``… and N more`` when
+    there are more; with one message it is that message, as a plain `ConfigError` would be.
+    """
+
+    def __init__(self, messages: Iterable[str]) -> None:
+        self.messages: tuple[str, ...] = tuple(messages)
+        super().__init__("\n".join(shown_lines(self.messages)))
+
+
+def shown_lines(messages: tuple[str, ...] | list[str]) -> list[str]:
+    """The lines a person is shown for `messages`: at most `MAX_SHOWN`, then a count."""
+    lines = list(messages[:MAX_SHOWN])
+    if len(messages) > MAX_SHOWN:
+        lines.append(f"… and {len(messages) - MAX_SHOWN} more")
+    return lines
 
 
 def param(
@@ -156,37 +181,61 @@ def _hints(cls: type) -> dict[str, Any]:
 def build(cls: type[T], table: dict[str, Any], where: str) -> T:
     """Validate `table` against the params dataclass `cls` and return an instance.
 
-    `where` names the table in messages, e.g. ``scenario 'PM-I RR'``.
+    `where` names the table in messages, e.g. ``scenario 'PM-I RR'``. Every bad field is
+    reported: one `ConfigError`, or a `ConfigErrors` when several fields are bad. A negative
+    zero is the number 0 (its checks, its messages and the value built are those of 0.0).
     """
     hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    for key in table:
-        if key not in fields:
-            raise ConfigError(unknown_key_message(where, key, list(fields)))
+    problems = [unknown_key_message(where, key, list(fields)) for key in table if key not in fields]
     values = {}
     for name, value in table.items():
-        f = fields[name]
-        tp = hints[name]
-        ok, v = _coerce(value, tp)
-        if not ok:
-            raise ConfigError(f"{where}: {name} = {value!r}: must be {_type_name(tp)}")
-        meta = f.metadata
-        if not _finite_ok(v, f):
-            allowed = " (or inf)" if _allows_inf(f) else ""
-            raise ConfigError(f"{where}: {name} = {value!r}: must be a finite number{allowed}")
-        if meta.get("nonempty") and isinstance(v, list) and not v:
-            raise ConfigError(f"{where}: {name} = []: must not be empty")
-        bounds = _bounds_text(meta)
-        if bounds:
-            numbers = v if isinstance(v, list) else [v]
-            for x in numbers:
-                if isinstance(x, int | float) and not _check_bounds(x, meta):
-                    raise ConfigError(f"{where}: {name} = {value!r}: must be {bounds}")
-        values[name] = v
+        if name not in fields:
+            continue
+        value = without_negative_zero(value)
+        ok, v, problem = _field_value(fields[name], hints[name], value)
+        if ok:
+            values[name] = v
+        else:
+            problems.append(f"{where}: {name} = {value!r}: {problem}")
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        raise ConfigErrors(problems)
     try:
         return cls(**values)
     except (TypeError, ValueError, ArithmeticError) as exc:  # cross-field checks
         raise ConfigError(f"{where}: {' '.join(str(exc).split())}") from None
+
+
+def _field_value(f: dataclasses.Field, tp: Any, value: Any) -> tuple[bool, Any, str]:
+    """(ok, the value converted to the field's type, what is allowed when not ok)."""
+    ok, v = _coerce(value, tp)
+    if not ok:
+        return False, value, f"must be {_type_name(tp)}"
+    meta = f.metadata
+    if not _finite_ok(v, f):
+        return False, value, f"must be a finite number{' (or inf)' if _allows_inf(f) else ''}"
+    if meta.get("nonempty") and isinstance(v, list) and not v:
+        return False, value, "must not be empty"
+    bounds = _bounds_text(meta)
+    numbers = v if isinstance(v, list) else [v]
+    if bounds and not all(_check_bounds(x, meta) for x in numbers if isinstance(x, int | float)):
+        return False, value, f"must be {bounds}"
+    return True, v, ""
+
+
+def without_negative_zero(value: Any) -> Any:
+    """`value` with every -0.0 in it (also inside lists and tables) as 0.0: a study file's
+    -0.0 is the number 0, and a sign bit must not reach a run (1/-0.0 is -inf, and
+    uniform(0, -0.0) draws from an empty interval)."""
+    if isinstance(value, float):
+        return value + 0.0  # -0.0 + 0.0 is 0.0; every other float is unchanged
+    if isinstance(value, list):
+        return [without_negative_zero(v) for v in value]
+    if isinstance(value, dict):
+        return {k: without_negative_zero(v) for k, v in value.items()}
+    return value
 
 
 def _allows_inf(f: dataclasses.Field) -> bool:

@@ -43,6 +43,8 @@ import matplotlib.ticker as mticker
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.font_manager import FontProperties
+from matplotlib.textpath import text_to_path
 
 from desim.kernel.params import ConfigError
 from desim.study.results import Loaded, load_results
@@ -261,12 +263,29 @@ def _legend_right(ax, handles: list, labels: list[str], points: float) -> float:
 def _legend_below(fig, handles: list, labels: list[str], points: float) -> float:
     """A legend below the panels of `fig`, in as many columns as fit its width; its height
     in inches."""
-    entry = _text_inches(max(map(len, labels)) + 7, points)  # text, handle and column gap
-    ncol = max(1, min(len(labels), int((fig.get_figwidth() - 0.4) // entry)))
-    nrows = math.ceil(len(labels) / ncol)
-    ncol = math.ceil(len(labels) / nrows)  # as many entries in every row as can be
+    ncol = _legend_columns(labels, points, fig.get_figwidth() - 0.4)
     fig.legend(handles, labels, loc="outside lower center", ncols=ncol, fontsize=points)
-    return nrows * 1.6 * points / 72 + 0.3
+    return math.ceil(len(labels) / ncol) * 1.6 * points / 72 + 0.3
+
+
+def _legend_columns(labels: list[str], points: float, width: float) -> int:
+    """The most columns in which a legend of `labels` at `points` fits `width` inches, every
+    row as full as the others. Each column is as wide as its own longest label (measured from
+    the font, which needs no renderer), as matplotlib fills a legend column by column."""
+    font = FontProperties(size=points)
+    texts = [text_to_path.get_text_width_height_descent(x, font, ismath=False)[0] for x in labels]
+    em, n = points, len(labels)
+    for most in range(n, 1, -1):
+        ncol = math.ceil(n / math.ceil(n / most))  # the same rows in fewer, fuller columns
+        rows, longer = divmod(n, ncol)  # matplotlib's split: the first columns one longer
+        sizes = [rows + 1] * longer + [rows] * (ncol - longer)
+        starts = np.cumsum([0, *sizes[:-1]])
+        columns = [max(texts[a : a + k]) for a, k in zip(starts, sizes, strict=True)]
+        # legend padding 2 × 0.4 em, handle 2 em and its gap 0.8 em, 2 em between columns
+        need = sum(columns) + em * (0.8 + 2.8 * ncol + 2.0 * (ncol - 1))
+        if need <= width * 72:
+            return ncol
+    return 1
 
 
 def _title(title: str, width: float, points: float) -> str:

@@ -14,16 +14,15 @@ from __future__ import annotations
 import json
 import random
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
 
 from desim.kernel.params import ConfigError
+from desim.study.progress import progress_bar
 from desim.study.results import (
     AGENTS_FILE,
     CURVES_FILE,
@@ -406,10 +405,13 @@ def verify_study(
         drawn = random.Random(out.seed).sample(runs, sample)
         runs = sorted(drawn, key=lambda r: order[r.config_hash])
     here = provenance()
-    for run in tqdm(
-        runs, desc="verify", unit="run", file=sys.stderr, disable=not (progress and runs)
-    ):
-        _rerun(study, run, check.intact[run.config_hash], here, out)
+    bar = progress_bar(len(runs), "verify", "run", disable=not (progress and runs))
+    try:
+        for run in runs:
+            _rerun(study, run, check.intact[run.config_hash], here, out)
+            bar.update(1)
+    finally:
+        bar.close()
     return out
 
 

@@ -18,7 +18,7 @@ Bernoulli samples). The Bernoulli agents' variances p_i(1 − p_i) are not publi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -67,6 +67,13 @@ class BernoulliPrior:
     spikes: list[float] = param(
         [0.25, 0.5, 0.75], "atoms of equal mass (the 3-spike prior)", ge=0, le=1, nonempty=True
     )
+    #: Parameters read only under some priors (`desim validate` refuses them otherwise).
+    read_only_when: ClassVar = {
+        **dict.fromkeys(("alpha", "beta"), ("prior", ("beta",))),
+        **dict.fromkeys(("mean", "sd"), ("prior", ("normal",))),
+        **dict.fromkeys(("low", "high"), ("prior", ("uniform",))),
+        "spikes": ("prior", ("spikes",)),
+    }
 
     def __post_init__(self) -> None:
         if self.high < self.low:

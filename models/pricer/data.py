@@ -10,7 +10,7 @@ for every agent.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -38,16 +38,28 @@ class VectorData:
     normalise: Literal["max", "each"] = param(
         "max", "max: one factor, largest norm R; each: every norm R"
     )
+    #: Parameters read only under some settings (`desim validate` refuses them otherwise).
+    read_only_when: ClassVar = {"normalise": ("distribution", ("cubed-normal", "normal"))}
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
-        """The n × d matrix whose rows are x_1, …, x_n."""
-        x = rng.standard_normal((self.agents, self.dimension))
-        if self.distribution == "cubed-normal":
-            x = x**3
-        norms = np.linalg.norm(x, axis=1)
-        if self.distribution == "sphere" or self.normalise == "each":
-            return self.radius * x / norms[:, None]
-        return self.radius * x / norms.max()
+        """The n × d matrix whose rows are x_1, …, x_n; a `MemoryError` naming `dimension` and
+        the bytes it needs when it does not fit (``desim run --force`` skips the estimate that
+        would have refused it)."""
+        try:
+            x = rng.standard_normal((self.agents, self.dimension))
+            if self.distribution == "cubed-normal":
+                x = x**3
+            norms = np.linalg.norm(x, axis=1)
+            if self.distribution == "sphere" or self.normalise == "each":
+                return self.radius * x / norms[:, None]
+            return self.radius * x / norms.max()
+        except MemoryError:
+            need = self.agents * self.dimension * 8  # float64 coordinates, for every copy
+            raise MemoryError(
+                f"[data]: dimension = {self.dimension}: the vectors of agents = {self.agents} "
+                f"nodes need {need / 2**30:.3g} GiB per copy, more than this machine could "
+                "allocate; lower dimension"
+            ) from None
 
     def make(self, rng: np.random.Generator) -> VectorSamples:
         """Draw the vectors and return the data source."""

@@ -4,15 +4,21 @@
 noise of standard deviation 1/(ε t) from the run's ``dp-noise`` stream; agent 0 pings agent 1
 every slot (so results hold a message metric). `fail_replicate` makes one replicate raise, to
 test how a study survives a failing run. `toy-local`: the curve σ²/t (times `scale`).
+
+`TOY_STUDY` is a small study of both; the fixtures ``stored`` (the study run once per test
+module) and ``copy`` (a fresh copy of it per test) serve the tests that damage or export a
+results folder: a module imports `stored_toy` and `toy_copy` to use them.
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import pytest
 
 from desim.kernel.params import param
 from desim.kernel.protocol import Context, Protocol
@@ -127,3 +133,20 @@ def write_study(folder: Path, text: str = TOY_STUDY) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "study.toml").write_text(text, encoding="utf-8")
     return folder
+
+
+@pytest.fixture(scope="module", name="stored")
+def stored_toy(tmp_path_factory) -> Path:
+    """The toy study, run once (4 runs) per test module; each test works on its own copy."""
+    from desim.study.results import run_study  # here: importing the toy loads no study layer
+    from desim.study.spec import load_study
+
+    folder = write_study(tmp_path_factory.mktemp("stored") / "toy")
+    run_study(load_study(folder), progress=False)
+    return folder
+
+
+@pytest.fixture(name="copy")
+def toy_copy(stored: Path, tmp_path: Path) -> Path:
+    """A copy of the stored toy study for one test to change."""
+    return Path(shutil.copytree(stored, tmp_path / "toy"))

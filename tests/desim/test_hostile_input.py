@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -570,3 +572,22 @@ def test_a_trace_rewritten_with_the_same_size_is_read_again(tmp_path, capsys):
     (folder / "n.csv").write_text("node,start,end,state\n9,1,3,down\n")  # same size, same second
     assert main(["validate", str(folder)]) == 2
     assert "address 9 is out of range" in capsys.readouterr().err
+
+
+def test_import_desim_works_in_the_folder_holding_a_clone_named_desim(tmp_path):
+    # the clone's root has no __init__.py: Python would import it as an empty namespace package
+    # unless the editable install's finder comes first (setup.py's EditableFirst)
+    clone = tmp_path / "desim"
+    (clone / "desim").mkdir(parents=True)
+    (clone / "models").mkdir()
+    (clone / "pyproject.toml").write_text('[project]\nname = "desim"\n')
+    (clone / "desim" / "__init__.py").write_text("raise ImportError('the clone, not desim')\n")
+    code = "import desim; from desim import ConfigError; print(desim.__file__)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, (
+        f"{done.stderr[-500:]}\n(an editable install made before setup.py's EditableFirst: "
+        "run `pip install -e .` again)"
+    )
+    assert Path(done.stdout.strip()) == Path(desim.__file__)

@@ -5,6 +5,7 @@ axes and metrics, titles that fit, the same bytes from the same results)."""
 from __future__ import annotations
 
 import colorsys
+import math
 
 import matplotlib.image as mpimg
 import matplotlib.pyplot as plt
@@ -172,6 +173,40 @@ def test_a_grid_has_one_legend_below_its_panels_in_a_font_that_grows_with_the_fi
     assert not any(_overlap(box, ax.get_window_extent()) for ax in panels)
     assert box.y0 >= fig.bbox.y0 and box.x0 >= fig.bbox.x0 and box.x1 <= fig.bbox.x1
     assert legend.get_texts()[0].get_fontsize() > one_pt
+    plt.close(fig)
+
+
+@pytest.mark.slow  # 18 panels take seconds to draw; the 6-panel legend test runs by default
+def test_an_18_panel_grid_has_a_legend_that_fits_in_as_many_columns_as_fit(tmp_path):
+    # a grid over a key only the curve reads: 18 panels from one run per scenario
+    scales = ", ".join(str(1 + k) for k in range(18))
+    names = "".join(
+        f'\n[[scenario]]\nname = "a scenario with a long name, number {k}"\n'
+        'protocol = "toy-local-mean"\n'
+        for k in range(8)
+    )
+    text = TOY_STUDY.replace("replicates = 2", "replicates = 1") + names
+    folder = write_study(tmp_path / "s", f'{text}\n[grid]\n"defaults.scale" = [{scales}]\n')
+    run_study(load_study(folder), progress=False)
+    fig = _drawn(desim.load(folder).plot("toy"))
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(panels) == 18
+    (legend,) = fig.legends
+    box = legend.get_window_extent()
+    assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0
+    texts = legend.get_texts()
+    ticks = [t.get_fontsize() for ax in panels for t in ax.get_xticklabels()]
+    assert texts[0].get_fontsize() >= max(ticks)
+    # as many columns as fit: the legend in one row fewer would not fit the figure
+    rows = len({round(t.get_window_extent().y0) for t in texts})
+    assert rows > 1  # (11 long entries do not fit one row)
+    wider = fig.legend(
+        legend.legend_handles,
+        [t.get_text() for t in texts],
+        ncols=math.ceil(len(texts) / (rows - 1)),
+        fontsize=texts[0].get_fontsize(),
+    )
+    assert wider.get_window_extent(fig.canvas.get_renderer()).width > fig.bbox.width
     plt.close(fig)
 
 

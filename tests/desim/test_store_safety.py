@@ -5,14 +5,13 @@ errors name the real file, and Ctrl-C at any moment is one line and status 130."
 from __future__ import annotations
 
 import errno
-import shutil
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
-from _toy import TOY_STUDY, write_study
+from _toy import TOY_STUDY, stored_toy, toy_copy, write_study  # noqa: F401 (fixtures)
 
 from desim.study.cli import main
 from desim.study.results import run_study
@@ -21,19 +20,6 @@ from desim.study.store import atomic_write
 
 ROOT = Path(__file__).resolve().parents[2]
 PRECIOUS = "someone else's file\n"
-
-
-@pytest.fixture(scope="module")
-def stored(tmp_path_factory):
-    """The toy study, run once; each test works on its own copy."""
-    folder = write_study(tmp_path_factory.mktemp("stored") / "toy")
-    run_study(load_study(folder), progress=False)
-    return folder
-
-
-@pytest.fixture
-def copy(stored, tmp_path):
-    return shutil.copytree(stored, tmp_path / "toy")
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:

@@ -207,7 +207,7 @@ def test_a_plot_at_a_slot_between_checkpoints_is_refused_and_one_measured_is_not
 
 @pytest.mark.parametrize(
     "data",
-    ["class_means = [1e308, -1e308]", "class_means = [0.5, nan]", "sigma = 1e200", "sigma = -0.0"],
+    ["class_means = [1e308, -1e308]", "class_means = [0.5, nan]", "sigma = 1e200"],
 )
 def test_data_whose_squares_overflow_is_refused(tmp_path, capsys, data):
     text = HEAD.replace("class_means = [0.2, 0.8]\n", "").replace("sigma = 0.5\n", "")
@@ -333,11 +333,12 @@ FLOATS = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([1e308
 
 
 def _accepted_runs_finite(folder: Path) -> None:
-    """`folder`'s study is refused in one line, or its first run records finite numbers."""
+    """`folder`'s study is refused, one line per fault, or its first run records finite
+    numbers."""
     try:
         study = load_study(folder)
-    except ConfigError as exc:
-        assert "\n" not in str(exc)
+    except ConfigError as exc:  # every fault found, each one line
+        assert all("\n" not in m for m in getattr(exc, "messages", [str(exc)]))
         return
     out = desim.run(study.runs[0].scenario)
     assert np.isfinite(out.metrics["value"]).all()

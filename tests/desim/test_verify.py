@@ -12,26 +12,13 @@ import sys
 
 import pandas as pd
 import pytest
-from _toy import TOY_STUDY, write_study
+from _toy import TOY_STUDY, stored_toy, toy_copy, write_study  # noqa: F401 (fixtures)
 
 import desim.study.verify as verify
 from desim.study.cli import main
 from desim.study.results import run_study
 from desim.study.spec import load_study
 from desim.study.store import parquet_bytes
-
-
-@pytest.fixture(scope="module")
-def stored(tmp_path_factory):
-    """The toy study, run once (4 runs); each test damages its own copy."""
-    folder = write_study(tmp_path_factory.mktemp("stored") / "toy")
-    run_study(load_study(folder), progress=False)
-    return folder
-
-
-@pytest.fixture
-def copy(stored, tmp_path):
-    return shutil.copytree(stored, tmp_path / "toy")
 
 
 def _runs(folder):
@@ -210,3 +197,14 @@ def test_clean_through_a_linked_study_file_touches_nothing(tmp_path, capsys, mon
     assert sorted(p.name for p in (target / "results" / "runs").iterdir()) == before
     assert main(["clean", str(target), "--yes"]) == 0  # named itself, it is cleaned
     assert "removed 8 files" in capsys.readouterr().out
+
+
+def test_verify_progress_in_a_log_is_a_few_plain_lines(copy, capsys):
+    # stderr is not a terminal here: no bar redrawn frame by frame, a line at start and end
+    capsys.readouterr()
+    assert main(["verify", str(copy)]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err and "\x1b" not in err
+    lines = [line for line in err.splitlines() if line.startswith("verify: ")]
+    assert lines[0].startswith("verify: 0/4 runs") and lines[-1].startswith("verify: 4/4 runs")
+    assert len(lines) <= 12

@@ -216,7 +216,9 @@ def validate_each(doc: StudyDocument, errors: Errors) -> Validated | None:
             try:
                 plot_specs([table], core.scenarios, core.curves, doc.settings.title, columns)
             except ConfigError as exc:  # alone, the plot is #1; say which it is
-                raise ConfigError(re.sub(r"^plot #1\b", f"plot #{n}", str(exc))) from None
+                raise ConfigErrors(
+                    re.sub(r"^plot #1\b", f"plot #{n}", m) for m in messages_of(exc)
+                ) from None
     if not expandable:
         return None
     return errors.attempt(validate_study, dataclasses.replace(doc, plots=[]) if errors else doc)

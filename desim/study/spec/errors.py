@@ -5,43 +5,32 @@ A study file is checked in stages (`desim.study.spec`); within a stage, the chec
 depend on each other (each table, each scenario, each curve, each plot, each grid path, each
 file) each report their own error, so that one `desim validate` names everything wrong with a
 file, not just the first thing. A check that needs an earlier one to have passed is skipped
-when it did not: its error would only repeat the first one.
+when it did not: its error would only repeat the first one. (`ConfigErrors` itself is
+`desim.kernel.params`'s, where `build` raises it for a table with several bad fields.)
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from desim.kernel.params import ConfigError
+from desim.kernel.params import MAX_SHOWN, ConfigError, ConfigErrors, shown_lines
+
+__all__ = [
+    "MAX_SHOWN",
+    "ConfigErrors",
+    "Errors",
+    "messages_of",
+    "relative_to_folder",
+    "shown_lines",
+    "shown_path",
+    "with_file",
+]
 
 T = TypeVar("T")
-
-#: Errors shown at most; the rest are counted (``… and N more``).
-MAX_SHOWN = 20
-
-
-class ConfigErrors(ConfigError):
-    """Several independent errors of one study file: `messages` holds each, one line apiece.
-
-    Its text is the first `MAX_SHOWN` messages, one per line, then ``… and N more`` when
-    there are more; with one message it is that message, as a plain `ConfigError` would be.
-    """
-
-    def __init__(self, messages: Iterable[str]) -> None:
-        self.messages: tuple[str, ...] = tuple(messages)
-        super().__init__("\n".join(shown_lines(self.messages)))
-
-
-def shown_lines(messages: tuple[str, ...] | list[str]) -> list[str]:
-    """The lines a person is shown for `messages`: at most `MAX_SHOWN`, then a count."""
-    lines = list(messages[:MAX_SHOWN])
-    if len(messages) > MAX_SHOWN:
-        lines.append(f"… and {len(messages) - MAX_SHOWN} more")
-    return lines
 
 
 def messages_of(exc: ConfigError) -> tuple[str, ...]:

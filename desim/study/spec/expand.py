@@ -13,7 +13,7 @@ from typing import Any
 from desim.kernel.params import ConfigError, build, field_names
 from desim.kernel.registry import CURVES, DATA, PROTOCOLS
 from desim.study.scenario import Scenario, resolve
-from desim.study.spec.errors import Errors, messages_of
+from desim.study.spec.errors import ConfigErrors, Errors, messages_of
 from desim.study.spec.hashing import canonical_text, curve_hash, replicate_hashes, run_template
 from desim.study.spec.limits import Horizon
 from desim.study.spec.model import (
@@ -260,13 +260,18 @@ def _resolve(
             build(params_class(PROTOCOLS.get(s.protocol)), s.params, f"scenario {s.name!r}")
         else:
             resolve(s)
-    except ConfigError as exc:
-        message = str(exc)
-        for key in defaults:
-            if key not in spec.params and f": {key} = " in message:
-                message += " (set in [defaults])"
-                break
-        raise ConfigError(at_point(point, message)) from None
+    except ConfigError as exc:  # each bad field of a table is its own message
+        raise ConfigErrors(
+            at_point(point, _from_defaults(m, spec, defaults)) for m in messages_of(exc)
+        ) from None
+
+
+def _from_defaults(message: str, spec: ScenarioSpec, defaults: dict) -> str:
+    """`message` saying so when the bad value came from [defaults], not the scenario."""
+    for key in defaults:
+        if key not in spec.params and f": {key} = " in message:
+            return message + " (set in [defaults])"
+    return message
 
 
 def _curve_job(
@@ -287,7 +292,7 @@ def _curve_job(
             except ValueError as exc:
                 raise ConfigError(f"curve {curve.name!r}: {exc}") from None
     except ConfigError as exc:
-        raise ConfigError(at_point(point, str(exc))) from None
+        raise ConfigErrors(at_point(point, m) for m in messages_of(exc)) from None
     h_curve = curve_hash(curve.kind, params, data_params, h.t_max, h.checkpoints)
     return CurveJob(curve, index, point, params, data_params, h_curve)
 

@@ -22,7 +22,7 @@ from desim.kernel.registry import (
 )
 from desim.network_models.latency import SIZE_PROPORTIONAL, latency_model
 from desim.network_models.realistic import NETWORK_TABLES, unknown_table_message
-from desim.study.spec.errors import Errors
+from desim.study.spec.errors import ConfigErrors, Errors, messages_of
 from desim.study.spec.model import (
     MAX_DEPTH,
     MAX_NAME,
@@ -266,7 +266,9 @@ def _network_table(raw: dict) -> dict:
             try:
                 _check_model(key, {**value, "model": model})
             except ConfigError as exc:
-                raise ConfigError(f"[grid]: 'network.{key}.model': {exc}") from None
+                raise ConfigErrors(
+                    f"[grid]: 'network.{key}.model': {m}" for m in messages_of(exc)
+                ) from None
     return network
 
 

@@ -8,9 +8,15 @@ import fnmatch
 import json
 import math
 import re
+import typing
 from dataclasses import dataclass
 
-from desim.kernel.params import ConfigError, field_names, unknown_key_message
+from desim.kernel.params import (
+    ConfigError,
+    field_names,
+    unknown_key_message,
+    without_negative_zero,
+)
 from desim.kernel.protocol import Protocol
 from desim.kernel.recorder import log_checkpoints
 from desim.kernel.registry import (
@@ -23,7 +29,8 @@ from desim.kernel.registry import (
     metric_applies,
 )
 from desim.network_models.realistic import NETWORK_TABLES, table_keys, unknown_table_message
-from desim.study.scenario import check_setup
+from desim.study.scenario import Scenario, check_setup
+from desim.study.spec.errors import Errors, messages_of
 from desim.study.spec.figures import plot_specs
 from desim.study.spec.hashing import canonical_hash
 from desim.study.spec.model import (
@@ -162,7 +169,8 @@ def grid_columns(
             raise ConfigError(unknown_key_message(f"[grid]: {path!r}", key, allowed[root]))
         if not isinstance(values, list) or not values:
             raise ConfigError(f"[grid]: {path!r} = {values!r}: must be a non-empty list of values")
-        shown = [json.dumps(v, sort_keys=True, default=str) for v in values]
+        # -0.0 is 0.0 (`build` reads it so): two such values would be one grid point twice
+        shown = [json.dumps(without_negative_zero(v), sort_keys=True, default=str) for v in values]
         if len(set(shown)) < len(shown):
             raise ConfigError(f"[grid]: {path!r} = {values!r}: values must be distinct")
         if key in RESERVED_COLUMNS or key in columns.values():
@@ -267,21 +275,44 @@ def check_setups(study: Study) -> None:
     """`check_setup` for every distinct data, network and topology set-up of the study's runs
     (replicate 0), and for every distinct protocol and parameters there when the protocol has
     checks of its own (`Protocol.check_setup`): what `desim validate` and `desim run` check
-    before any run."""
-    seen = set()
+    before any run. Every failing set-up is reported (`ConfigErrors`), a fault found at
+    several grid points once (at the first); a set-up too large to build in memory (possible
+    only with ``--force``, which skips the size estimates) is one of them."""
+    errors = Errors()
+    seen: set[str] = set()
+    said: set[str] = set()
     for run in study.unique_runs:
         s = run.scenario
-        parts = [s.data, s.network, s.topology, s.seed]
-        cls = PROTOCOLS.get(s.protocol)
-        if getattr(cls.check_setup, "__func__", None) is not Protocol.check_setup.__func__:
-            parts += [s.protocol, s.params]  # e.g. PriCER's trusted = 100 for n = 10 nodes
-        key = canonical_hash(parts)
-        if s.replicate == 0 and key not in seen:
-            seen.add(key)
-            try:
-                check_setup(s)
-            except ConfigError as exc:
-                raise ConfigError(f"{study.file}: {at_point(run.point, str(exc))}") from None
+        if s.replicate != 0:
+            continue
+        key = _setup_key(s)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            check_setup(s)
+        except ConfigError as exc:
+            faults = messages_of(exc)
+        except MemoryError as exc:
+            label = f"scenario {s.name!r}"
+            faults = (f"{label}: {' '.join(str(exc).split()) or 'out of memory'}",)
+        else:
+            continue
+        for fault in faults:
+            if fault not in said:
+                said.add(fault)
+                errors.add(f"{study.file}: {at_point(run.point, fault)}")
+    errors.raise_any()
+
+
+def _setup_key(s: Scenario) -> str:
+    """What makes two runs' set-ups the same for `check_setup`: data, network, topology and
+    seed, and the protocol and its parameters when the protocol checks a set-up itself."""
+    parts = [s.data, s.network, s.topology, s.seed]
+    cls = PROTOCOLS.get(s.protocol)
+    if getattr(cls.check_setup, "__func__", None) is not Protocol.check_setup.__func__:
+        parts += [s.protocol, s.params]  # e.g. PriCER's trusted = 100 for n = 10 nodes
+    return canonical_hash(parts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,13 +332,17 @@ MIN_EPSILON = 1e-50
 
 def study_checks(doc: StudyDocument, v: Validated) -> list[str]:
     """Refuse a table, metric, plotted slot or [data] value that no run would use as written
-    (`ConfigError`, one line each); return notes on tables some scenarios ignore."""
-    check_data_values(doc)
-    check_privacy_budgets(doc)
-    notes = check_tables_read(doc, v)
-    check_metrics_recorded(doc, v)
-    check_plot_recorders(doc, v)
-    check_plot_slots(v.plots, doc.settings.t_max, doc.settings.checkpoints)
+    (`ConfigErrors`, one line each: every check reports every fault it finds, and all checks
+    run); return notes on tables some scenarios ignore."""
+    errors = Errors()
+    if errors.passes(check_data_values, doc):  # (a value refused there is not also unread)
+        errors.passes(check_data_read, doc, v)
+    errors.passes(check_privacy_budgets, doc)
+    notes = errors.attempt(check_tables_read, doc, v) or []
+    for check in (check_metrics_recorded, check_plot_recorders):
+        errors.passes(check, doc, v)
+    errors.passes(check_plot_slots, v.plots, doc.settings.t_max, doc.settings.checkpoints)
+    errors.raise_any()
     return notes
 
 
@@ -328,14 +363,17 @@ def check_tables_read(doc: StudyDocument, v: Validated) -> list[str]:
     read (baselines that read nothing, like local and ideal, are not named)."""
     present = [t for t in READ_TABLES if t in doc.raw]
     notes = []
+    errors = Errors()
     for table in present:
         readers = {s.name for s in v.scenarios if _reads(s, table, v)}
         curves = [c for c in v.curves if table == "topology" and CURVE_TOPOLOGY_KEY in declared(c)]
         if not readers and not curves:
-            raise ConfigError(_unread_message(table, v))
+            errors.add(_unread_message(table, v))
+            continue
         ignoring = [s for s in v.scenarios if s.name not in readers and _worth_noting(s, table)]
         if ignoring:
             notes.append(_ignored_note(table, ignoring))
+    errors.raise_any()
     return notes
 
 
@@ -379,20 +417,50 @@ def _ignored_note(table: str, ignoring: list[ScenarioSpec]) -> str:
     return f"{'; '.join(parts)} {verb} {READ_TABLES[table]} (other scenarios here read it)"
 
 
+def check_data_read(doc: StudyDocument, v: Validated) -> None:
+    """Refuse a [data] key, set or swept by the grid, that the data model reads only under
+    settings of another key (its ``read_only_when`` declaration: key -> (setting, values that
+    read it)) which no grid point of the study has, naming the settings that would read it."""
+    declared = getattr(v.data_cls, "read_only_when", {})
+    grid = {p[len("data.") :]: vs for p, vs in doc.grid.items() if p.startswith("data.")}
+    hints = typing.get_type_hints(v.data_cls)
+    defaults = {f.name: f.default for f in dataclasses.fields(v.data_cls)}
+    errors = Errors()
+    for key in dict.fromkeys([*doc.data, *grid]):
+        if key not in declared:
+            continue
+        setting, readers = declared[key]
+        values = grid.get(setting, [doc.data.get(setting, defaults.get(setting))])
+        known = typing.get_args(hints[setting])
+        if not isinstance(values, list) or not all(x in known for x in values):
+            continue  # a bad setting is its own error (the data model's check names it)
+        if any(x in readers for x in values):
+            continue
+        where = f"[grid]: 'data.{key}'" if key in grid else f"[data]: {key} = {doc.data[key]!r}"
+        here = f"{setting} = {values[0]!r}" if len(values) == 1 else f"{setting} in {values!r}"
+        errors.add(
+            f"{where}: {doc.data['model']} data read {key} only with {setting} = "
+            f"{' or '.join(map(repr, readers))} (here {here}); remove {key}"
+        )
+    errors.raise_any()
+
+
 def check_metrics_recorded(doc: StudyDocument, v: Validated) -> None:
     """Refuse a [study] metric that records nothing for any scenario's protocol (its
     `desim.kernel.registry.applies_to` declaration), naming the protocols it is for."""
     protocols = [PROTOCOLS.get(s.protocol) for s in v.scenarios]
+    errors = Errors()
     for name in doc.settings.metrics:
         fn = METRICS.get(name)
         if any(metric_applies(fn, cls) for cls in protocols):
             continue
         who = [p for p, cls in PROTOCOLS.items() if metric_applies(fn, cls)]
         here = sorted({s.protocol for s in v.scenarios}) or ["none (curves only)"]
-        raise ConfigError(
+        errors.add(
             f"[study]: metrics: {name!r} records something for {', '.join(who) or 'no protocol'}"
             f" scenarios; no scenario here is one (protocols here: {', '.join(here)})"
         )
+    errors.raise_any()
 
 
 def check_plot_recorders(doc: StudyDocument, v: Validated) -> None:
@@ -401,6 +469,7 @@ def check_plot_recorders(doc: StudyDocument, v: Validated) -> None:
     none of them (`desim.kernel.registry.applies_to`); the figure would be empty."""
     protocols = {s.name: PROTOCOLS.get(s.protocol) for s in v.scenarios}
     outputs = [(name, METRICS.get(name)) for name in doc.settings.metrics]
+    errors = Errors()
     for plot in v.plots:
         classes = [protocols[name] for name in plot.scenarios if name in protocols]
         if not classes:
@@ -409,11 +478,12 @@ def check_plot_recorders(doc: StudyDocument, v: Validated) -> None:
             recorders = _recorders(metric, outputs)
             if recorders is None or any(r(cls) for r in recorders for cls in classes):
                 continue
-            raise ConfigError(
+            errors.add(
                 f"plot {plot.file!r}: {key} = {metric!r}: none of its scenarios "
                 f"({', '.join(sorted({s for s in plot.scenarios}))}) records it; "
                 "name scenarios whose protocol does"
             )
+    errors.raise_any()
 
 
 def _recorders(metric: str, outputs: list) -> list | None:
@@ -437,14 +507,16 @@ def check_plot_slots(plots: list[PlotSpec], t_max: int, checkpoints: int) -> Non
     """Refuse a plot's `at` that is not a measured slot of the study (beyond t_max, or between
     two checkpoints): its figure would silently have no point."""
     slots = None
+    errors = Errors()
     for plot in plots:
         if plot.at is None:
             continue
         if plot.x == "t" or plot.x.startswith(LEDGER_PREFIX):
-            raise ConfigError(
+            errors.add(
                 f"plot {plot.file!r}: at = {plot.at:g}: read only with x a grid column "
                 f"(here x = {plot.x!r}, drawn at every slot): remove at"
             )
+            continue
         slots = log_checkpoints(t_max, checkpoints) if slots is None else slots
         if plot.at in slots:
             continue
@@ -455,10 +527,11 @@ def check_plot_slots(plots: list[PlotSpec], t_max: int, checkpoints: int) -> Non
             if plot.at > t_max
             else f"between the measured slots {near[0]} and {near[1]}"
         )
-        raise ConfigError(
+        errors.add(
             f"plot {plot.file!r}: at = {plot.at:g}: {where}; at must be a measured slot "
             f"(the {len(slots)} log-spaced checkpoints in [1, {t_max}], e.g. {near[-1]})"
         )
+    errors.raise_any()
 
 
 def check_data_values(doc: StudyDocument) -> None:
@@ -467,16 +540,17 @@ def check_data_values(doc: StudyDocument) -> None:
     inf or nan."""
     tables = [("[data]", doc.data)]
     tables += [(f"[grid]: {p!r}", {p: vs}) for p, vs in doc.grid.items() if p.startswith("data.")]
+    errors = Errors()
     for where, table in tables:
         for key, value in table.items():
             bad = _first_huge(value)
             if bad is not None:
                 shown = f"{key} = {bad!r}" if bad is value else f"{key} holds {bad!r}"
-                raise ConfigError(
+                errors.add(
                     f"{where}: {shown}: numbers in [data] must be finite with "
-                    f"magnitude at most {MAX_DATA_MAGNITUDE:g} (squared errors must stay finite), "
-                    "and not -0.0"
+                    f"magnitude at most {MAX_DATA_MAGNITUDE:g} (squared errors must stay finite)"
                 )
+    errors.raise_any()
 
 
 def check_privacy_budgets(doc: StudyDocument) -> None:
@@ -486,6 +560,7 @@ def check_privacy_budgets(doc: StudyDocument) -> None:
     tables += [(f"curve {t.get('name')!r}", t) for t in doc.curves]
     tables += [("[defaults]", doc.defaults)]
     tables += [("[grid]", {p.partition(".")[2]: vs for p, vs in doc.grid.items()})]
+    errors = Errors()
     for where, table in tables:
         for key, value in table.items():
             if not key.startswith("epsilon"):
@@ -493,10 +568,11 @@ def check_privacy_budgets(doc: StudyDocument) -> None:
             for x in value if isinstance(value, list) else [value]:
                 small = isinstance(x, int | float) and not isinstance(x, bool) and 0 < x
                 if small and x < MIN_EPSILON:
-                    raise ConfigError(
+                    errors.add(
                         f"{where}: {key} = {x!r}: must be at least {MIN_EPSILON:g} (the noise "
                         "variance grows as 1/ε² and overflows for smaller budgets)"
                     )
+    errors.raise_any()
 
 
 def _first_huge(value: object) -> float | None:
@@ -505,9 +581,7 @@ def _first_huge(value: object) -> float | None:
         return None
     if isinstance(value, int | float):
         ok = math.isfinite(value) and abs(value) <= MAX_DATA_MAGNITUDE
-        # -0.0 passes a bound ≥ 0, then draws uniform(0, -0) and fails the runs
-        negative_zero = value == 0 and math.copysign(1.0, value) < 0
-        return None if ok and not negative_zero else value
+        return None if ok else value
     items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
     for item in items:
         bad = _first_huge(item)
