@@ -271,12 +271,14 @@ def check_setups(study: Study) -> None:
     seen = set()
     for run in study.unique_runs:
         s = run.scenario
+        if s.replicate != 0:
+            continue
         parts = [s.data, s.network, s.topology, s.seed]
         cls = PROTOCOLS.get(s.protocol)
         if getattr(cls.check_setup, "__func__", None) is not Protocol.check_setup.__func__:
             parts += [s.protocol, s.params]  # e.g. PriCER's trusted = 100 for n = 10 nodes
         key = canonical_hash(parts)
-        if s.replicate == 0 and key not in seen:
+        if key not in seen:
             seen.add(key)
             try:
                 check_setup(s)
