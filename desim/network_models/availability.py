@@ -787,13 +787,15 @@ def read_trace(path: Path | str, scope: Scope) -> TraceRows:
     """
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:  # (in pieces: a file parsed before is not held whole)
+            key = (path, scope, hashlib.file_digest(f, "blake2b").hexdigest())
+        with _TRACES_LOCK:
+            trace = _TRACES.get(key)
+        data = path.read_bytes() if trace is None else b""
     except OSError as exc:
         raise ConfigError(f"trace {path}: cannot be read ({exc.strerror})") from None
-    key = (path, scope, hashlib.blake2b(data).hexdigest())
-    with _TRACES_LOCK:
-        trace = _TRACES.get(key)
     if trace is None:
+        key = (path, scope, hashlib.blake2b(data).hexdigest())  # what is parsed, if it changed
         index, rows = _csv_rows(path, scope)
         arrays = plain_rows(data, index, scope) if len(data) >= PLAIN_TRACE_BYTES else None
         del data  # the overlap check's sorted copies take its place
@@ -962,29 +964,46 @@ def _number(path: Path, row: dict[str, str], line: int, col: str, kind: type) ->
 
 
 def _check_overlaps(trace: TraceRows) -> None:
-    order = _entity_order(trace)
-    a, b = trace.a[order], trace.b[order]
-    same = (a[1:] == a[:-1]) & (b[1:] == b[:-1])
-    overlap = same & (trace.start[order][1:] < trace.end[order][:-1])
-    if overlap.any():
-        i = int(np.flatnonzero(overlap)[0])
-        first, second = trace.line[order][i], trace.line[order][i + 1]
-        who = f"node {a[i]}" if b[i] < 0 else f"link {a[i]}–{b[i]}"
+    # rows sorted by entity, then start (ties in file order); an entity's interval overlaps
+    # the next one of the same entity when it ends after that one starts
+    key = _entity_key(trace)
+    if key is None:
+        order = np.lexsort((trace.start, trace.b, trace.a))
+        a, b = trace.a[order], trace.b[order]
+        same = (a[1:] == a[:-1]) & (b[1:] == b[:-1])
+        del a, b
+    else:
+        order = np.lexsort((trace.start, key))
+        key = key[order]
+        same = key[1:] == key[:-1]
+        del key
+    same &= trace.start[order][1:] < trace.end[order][:-1]
+    if same.any():
+        i = int(np.flatnonzero(same)[0])
+        first, second = order[i], order[i + 1]
+        a, b = trace.a[first], trace.b[first]
+        who = f"node {a}" if b < 0 else f"link {a}–{b}"
         raise ConfigError(
-            f"trace {trace.path}: lines {first} and {second} overlap (intervals of {who})"
+            f"trace {trace.path}: lines {trace.line[first]} and {trace.line[second]} overlap "
+            f"(intervals of {who})"
         )
 
 
-def _entity_order(trace: TraceRows) -> np.ndarray:
-    """The rows sorted by entity (a, then b), then start, rows that tie in file order: as
-    ``np.lexsort((start, b, a))``, with (a, b) as one key when it fits 62 bits (one sort less)."""
+def _entity_key(trace: TraceRows) -> np.ndarray | None:
+    """One integer per row, ordered as the rows' entities (a, then b), when it fits 62 bits
+    (sorting by it is one sort less than by a and b); None when it does not."""
     a, b = trace.a, trace.b
-    if len(a):
-        low_a, low_b = int(a.min()), int(b.min())
-        span_b = int(b.max()) - low_b + 1
-        if (int(a.max()) - low_a + 1) * span_b < 2**62:
-            return np.lexsort((trace.start, (a - low_a) * span_b + (b - low_b)))
-    return np.lexsort((trace.start, b, a))
+    if not len(a):
+        return None
+    low_a, low_b = int(a.min()), int(b.min())
+    span_b = int(b.max()) - low_b + 1
+    if (int(a.max()) - low_a + 1) * span_b >= 2**62:
+        return None
+    key = a - low_a
+    key *= span_b
+    key += b
+    key -= low_b
+    return key
 
 
 class TraceBound(BoundAvailability):

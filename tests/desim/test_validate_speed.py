@@ -13,6 +13,7 @@ from _toy import write_study
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from desim.kernel.params import ConfigError
 from desim.network_models import availability
 from desim.network_models.availability import Trace, read_trace
 from desim.study.cli import EXIT_OK, main
@@ -230,3 +231,15 @@ def test_a_grid_expands_into_the_runs_and_hashes_it_always_did(tmp_path):
             run.scenario, {p: v for p, v in run.point.values.items() if p in reach}
         )
     assert main(["validate", str(tmp_path / "s")]) == EXIT_OK
+
+
+@pytest.mark.parametrize("far", [7, 2**62])
+def test_overlapping_intervals_are_named_by_their_lines_whatever_the_addresses(tmp_path, far):
+    # far apart addresses do not fit one sort key: sorted by each address then
+    text = f"start,end,state,src,dst\n0,5,up,{-far},{far}\n6,8,up,1,2\n4,6,down,{far},{-far}\n"
+    (tmp_path / "t.csv").write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        read_trace(tmp_path / "t.csv", "link")
+    assert str(exc.value) == (
+        f"trace {tmp_path / 't.csv'}: lines 2 and 4 overlap (intervals of link {-far}–{far})"
+    )
