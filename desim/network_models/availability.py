@@ -47,6 +47,7 @@ import csv
 import functools
 import hashlib
 import math
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,7 @@ from desim.kernel.params import ConfigError, build, param
 from desim.kernel.registry import AVAILABILITY
 from desim.kernel.rowindex import RowIndex
 from desim.network_models.distributions import Distribution, Geometric, distribution
+from desim.network_models.tracefile import plain_rows
 
 Scope = Literal["link", "node"]
 
@@ -785,19 +787,48 @@ def read_trace(path: Path | str, scope: Scope) -> TraceRows:
     """
     path = Path(path)
     try:
-        with path.open("rb") as f:
-            digest = hashlib.file_digest(f, "blake2b").hexdigest()
+        with path.open("rb") as f:  # (in pieces: a file parsed before is not held whole)
+            key = (path, scope, hashlib.file_digest(f, "blake2b").hexdigest())
+        with _TRACES_LOCK:
+            trace = _TRACES.get(key)
+        data = path.read_bytes() if trace is None else b""
     except OSError as exc:
         raise ConfigError(f"trace {path}: cannot be read ({exc.strerror})") from None
-    return _read_trace(path, scope, digest)
+    if trace is None:
+        key = (path, scope, hashlib.blake2b(data).hexdigest())  # what is parsed, if it changed
+        index, rows = _csv_rows(path, scope)
+        arrays = plain_rows(data, index, scope) if len(data) >= PLAIN_TRACE_BYTES else None
+        del data  # the overlap check's sorted copies take its place
+        if arrays is None:  # not plain: row by row, which names what is wrong
+            arrays = _parse_rows(path, scope, index, rows)
+        trace = TraceRows(path, **arrays)
+        _check_overlaps(trace)
+    with _TRACES_LOCK:  # the most recent read last; the oldest forgotten
+        _TRACES.pop(key, None)
+        _TRACES[key] = trace
+        while len(_TRACES) > _TRACES_KEPT:
+            del _TRACES[next(iter(_TRACES))]
+    return trace
 
 
-@functools.lru_cache(maxsize=2)  # a study reads one or two traces, each many times
-def _read_trace(path: Path, scope: Scope, digest: str) -> TraceRows:
-    """`read_trace` of the file `path` whose content has the hash `digest`."""
+#: Traces parsed (by path, scope and hash of the content), the most recently read last.
+_TRACES: dict[tuple[Path, str, str], TraceRows] = {}
+_TRACES_LOCK = threading.Lock()
+#: How many parsed traces are kept: a study reads one or two traces, each many times.
+_TRACES_KEPT = 2
+
+
+#: Smallest trace file read in bulk (smaller ones are read row by row, as fast as pyarrow's
+#: import).
+PLAIN_TRACE_BYTES = 1 << 20
+
+
+def _parse_rows(
+    path: Path, scope: Scope, index: list[int], rows: Iterator[tuple[list[str], int]]
+) -> dict[str, np.ndarray]:
+    """The `TraceRows` columns of a trace file read row by row, each row checked."""
     columns = {name: array.array(code) for name, code in _TRACE_COLUMNS.items()}
     append = [values.append for values in columns.values()]
-    index, rows = _csv_rows(path, scope)
     for row, line in rows:
         parsed = (
             _quick_row(row, index, scope)
@@ -816,9 +847,7 @@ def _read_trace(path: Path, scope: Scope, digest: str) -> TraceRows:
     }
     for a in arrays.values():
         a.flags.writeable = False  # shared by every reader of the file (the cache)
-    trace = TraceRows(path, **arrays)
-    _check_overlaps(trace)
-    return trace
+    return arrays
 
 
 def _quick_row(row: list[str], index: list[int], scope: Scope) -> tuple | None:
@@ -935,17 +964,46 @@ def _number(path: Path, row: dict[str, str], line: int, col: str, kind: type) ->
 
 
 def _check_overlaps(trace: TraceRows) -> None:
-    order = np.lexsort((trace.start, trace.b, trace.a))
-    a, b = trace.a[order], trace.b[order]
-    same = (a[1:] == a[:-1]) & (b[1:] == b[:-1])
-    overlap = same & (trace.start[order][1:] < trace.end[order][:-1])
-    if overlap.any():
-        i = int(np.flatnonzero(overlap)[0])
-        first, second = trace.line[order][i], trace.line[order][i + 1]
-        who = f"node {a[i]}" if b[i] < 0 else f"link {a[i]}–{b[i]}"
+    # rows sorted by entity, then start (ties in file order); an entity's interval overlaps
+    # the next one of the same entity when it ends after that one starts
+    key = _entity_key(trace)
+    if key is None:
+        order = np.lexsort((trace.start, trace.b, trace.a))
+        a, b = trace.a[order], trace.b[order]
+        same = (a[1:] == a[:-1]) & (b[1:] == b[:-1])
+        del a, b
+    else:
+        order = np.lexsort((trace.start, key))
+        key = key[order]
+        same = key[1:] == key[:-1]
+        del key
+    same &= trace.start[order][1:] < trace.end[order][:-1]
+    if same.any():
+        i = int(np.flatnonzero(same)[0])
+        first, second = order[i], order[i + 1]
+        a, b = trace.a[first], trace.b[first]
+        who = f"node {a}" if b < 0 else f"link {a}–{b}"
         raise ConfigError(
-            f"trace {trace.path}: lines {first} and {second} overlap (intervals of {who})"
+            f"trace {trace.path}: lines {trace.line[first]} and {trace.line[second]} overlap "
+            f"(intervals of {who})"
         )
+
+
+def _entity_key(trace: TraceRows) -> np.ndarray | None:
+    """One integer per row, ordered as the rows' entities (a, then b), when it fits 62 bits
+    (sorting by it is one sort less than by a and b); None when it does not."""
+    a, b = trace.a, trace.b
+    if not len(a):
+        return None
+    low_a, low_b = int(a.min()), int(b.min())
+    span_b = int(b.max()) - low_b + 1
+    if (int(a.max()) - low_a + 1) * span_b >= 2**62:
+        return None
+    key = a - low_a
+    key *= span_b
+    key += b
+    key -= low_b
+    return key
 
 
 class TraceBound(BoundAvailability):
@@ -961,26 +1019,50 @@ class TraceBound(BoundAvailability):
 
     def __init__(self, entity: np.ndarray, trace: TraceRows, default_up: bool) -> None:
         self.default_up = default_up
-        self._ids, row_of = np.unique(entity, return_inverse=True)
+        self._entity, self._trace = entity, trace
         # long-run P(up): the fraction of [0, horizon] up, horizon = the trace's last end
-        horizon = float(trace.end.max()) if len(trace.end) else 0.0
-        length = trace.end - trace.start
-        up_time = np.bincount(row_of, length * trace.up, minlength=len(self._ids))
-        covered = np.bincount(row_of, length, minlength=len(self._ids))
-        if horizon > 0:
-            self._stationary = (up_time + default_up * (horizon - covered)) / horizon
-        else:
-            self._stationary = np.empty(0)
-        self.horizon = horizon
-        times = np.concatenate([trace.start, trace.end])
-        is_start = np.concatenate([np.ones(len(entity), bool), np.zeros(len(entity), bool)])
-        order = np.lexsort((is_start, times))
-        self._times = times[order]
-        self._row = np.concatenate([row_of, row_of])[order]
-        self._value = np.concatenate([trace.up, np.full(len(entity), default_up)])[order]
-        self._state = np.full(len(self._ids), default_up)
+        self.horizon = float(trace.end.max()) if len(trace.end) else 0.0
         self._applied = 0  # events applied so far
         self._t = -math.inf
+
+    # The entity index, the long-run P(up) and the events are made when first asked: a study
+    # binds each set-up to check it (`desim validate`) and asks nothing of most of them.
+
+    @functools.cached_property
+    def _index(self) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct entities and the position of each row's entity among them."""
+        return np.unique(self._entity, return_inverse=True)
+
+    @property
+    def _ids(self) -> np.ndarray:
+        return self._index[0]
+
+    @functools.cached_property
+    def _stationary(self) -> np.ndarray:
+        """Each entity's fraction of [0, horizon] up."""
+        trace, (ids, row_of), horizon = self._trace, self._index, self.horizon
+        if horizon <= 0:
+            return np.empty(0)
+        length = trace.end - trace.start
+        up_time = np.bincount(row_of, length * trace.up, minlength=len(ids))
+        covered = np.bincount(row_of, length, minlength=len(ids))
+        return (up_time + self.default_up * (horizon - covered)) / horizon
+
+    @functools.cached_property
+    def _events(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(times, entity positions, states) of every interval's start and end, time-sorted."""
+        trace, row_of, n = self._trace, self._index[1], len(self._entity)
+        times = np.concatenate([trace.start, trace.end])
+        is_start = np.concatenate([np.ones(n, bool), np.zeros(n, bool)])
+        order = np.lexsort((is_start, times))
+        rows = np.concatenate([row_of, row_of])[order]
+        values = np.concatenate([trace.up, np.full(n, self.default_up)])[order]
+        return times[order], rows, values
+
+    @functools.cached_property
+    def _state(self) -> np.ndarray:
+        """Each entity's state at the time last asked."""
+        return np.full(len(self._ids), self.default_up)
 
     def up(self, t: float | np.ndarray, entity: np.ndarray) -> np.ndarray:
         """Whether each entity is up at t (one time, or one per entity), as the trace says."""
@@ -991,10 +1073,11 @@ class TraceBound(BoundAvailability):
             self._state[:] = self.default_up
             self._applied = 0
         self._t = t
-        upto = int(np.searchsorted(self._times, t, side="right"))
+        times, row, value = self._events
+        upto = int(np.searchsorted(times, t, side="right"))
         if upto > self._applied:
-            rows = self._row[self._applied : upto]
-            values = self._value[self._applied : upto]
+            rows = row[self._applied : upto]
+            values = value[self._applied : upto]
             # the last event of each entity decides its state
             _, last_from_end = np.unique(rows[::-1], return_index=True)
             last = len(rows) - 1 - last_from_end

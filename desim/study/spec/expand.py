@@ -3,7 +3,6 @@ replicate, each with its id and config hash) and curve jobs (curve × point)."""
 
 from __future__ import annotations
 
-import copy
 import functools
 import itertools
 import json
@@ -70,11 +69,13 @@ def _scenario_runs(
     """The runs of scenario `spec` (the `i`-th): one per grid point and replicate.
 
     A point the sweep does not reach gives the scenario it gave before: it is validated and
-    hashed once (a grid of many points costs one JSON text and `replicates` hashes a point).
+    hashed once (a grid of many points costs one JSON text and `replicates` hashes a point);
+    tables and protocol parameters already found sound at another point are not checked again.
     """
     reach = reaching(spec, doc.grid)
     done: dict[str, list[str]] = {}  # the JSON of a point's scenario → its replicates' hashes
     setups: set[str] = set()  # the data, network and topology tables already resolved
+    sound: set[str] = set()  # the protocol parameters (JSON) already found sound
     slugs: dict[tuple, str] = {}
     runs: list[Run] = []
     for point in points:
@@ -86,8 +87,11 @@ def _scenario_runs(
             setup = canonical_text(
                 [v for p, v in point.values.items() if not p.startswith(_PARAMS)]
             )
-            _resolve(base, point, spec, doc.defaults, params_only=setup in setups)
+            params = canonical_text(base.params)
+            if setup not in setups or params not in sound:
+                _resolve(base, point, spec, doc.defaults, params_only=setup in setups)
             setups.add(setup)
+            sound.add(params)
             done[key] = replicate_hashes(base, values, h.replicates, key)
         columns = {v.grid_columns[p]: point.columns[v.grid_columns[p]] for p in values}
         stem = _run_stem(spec.name, columns, slugs)
@@ -106,8 +110,9 @@ def _with_replicate(base: Scenario, replicate: int) -> Scenario:
     scenario never changes (`dataclasses.replace` would copy and check them again)."""
     if replicate == 0:
         return base
-    s = copy.copy(base)
-    object.__setattr__(s, "replicate", replicate)
+    s = object.__new__(Scenario)  # what `copy.copy` makes, without its generic machinery
+    s.__dict__.update(base.__dict__)
+    s.__dict__["replicate"] = replicate
     return s
 
 

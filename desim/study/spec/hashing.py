@@ -74,10 +74,15 @@ def replicate_hashes(
             run_hash(dataclasses.replace(scenario, replicate=r), values) for r in range(replicates)
         ]
     head, tail = text.split(token)
-    return [
-        hashlib.sha256(f'{head}"replicate":{r}{tail}'.encode()).hexdigest()
-        for r in range(replicates)
-    ]
+    # the text up to the number is hashed once, each replicate's hash goes on from a copy
+    # (sha256 of a text hashed in pieces is that of the whole text)
+    start = hashlib.sha256(f'{head}"replicate":'.encode())
+    out = []
+    for r in range(replicates):
+        one = start.copy()
+        one.update(f"{r}{tail}".encode())
+        out.append(one.hexdigest())
+    return out
 
 
 def curve_hash(kind: str, params: Any, data: Any, t_max: int, checkpoints: int) -> str:
