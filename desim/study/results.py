@@ -328,6 +328,8 @@ def _reusable_curves(
     grid = [c for c in cached.columns if c != "curve" and c not in CURVE_VALUES]
     for key, rows in cached.groupby(["curve", *grid], sort=False, dropna=False):
         name, *values = key if isinstance(key, tuple) else (key,)
+        # as Python numbers: older pandas (2.1) gives numpy integers, which JSON writes as text
+        values = [v.item() if isinstance(v, np.generic) else v for v in values]
         h = cached_hashes.get(_curve_key(name, dict(zip(grid, values, strict=True))))
         if h is not None:
             reuse.setdefault(h, tuple(rows[c].to_numpy(float) for c in ("t", "value", "stderr")))

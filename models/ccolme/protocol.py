@@ -561,7 +561,9 @@ class CColME(WindowSafe):
         idx, m = self._mixed_idx, self.graph.n
         w = np.broadcast_to(self._w, idx.shape)
         off = sp.csr_array((w, (self.src[idx], self.dst[idx])), shape=(m, m))
-        return (off + sp.diags_array(1.0 - off.sum(axis=1))).tocsr()
+        diagonal = (1.0 - off.sum(axis=1))[np.newaxis, :]
+        # dia_array, not diags_array (which builds the same array): scipy 1.11 lacks the latter
+        return (off + sp.dia_array((diagonal, [0]), shape=(m, m))).tocsr()
 
     # -- what the recorder reads -------------------------------------------------------------
     def estimates(self) -> np.ndarray:

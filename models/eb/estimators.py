@@ -167,9 +167,12 @@ def cluster(
     if start is None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # an empty cluster: handled below (p_l = 0)
+            # as a column: before scipy 1.13, k-means++ seeding fails on 1-D data (the same
+            # draws and Lloyd steps as scipy's own 1-D path)
             centres, labels = kmeans2(
-                y, k, iter=iterations, minit="++", seed=rng, check_finite=False
+                y[:, np.newaxis], k, iter=iterations, minit="++", seed=rng, check_finite=False
             )
+            centres = centres[:, 0]
     else:
         start = np.asarray(start, float)
         try:  # the usual case, without the cost of catching warnings every round

@@ -1,10 +1,11 @@
 """What CI runs: the default test set (`pytest` with no arguments) leaves out the tests marked
-slow; `.ci/run` runs the README's test command, then the slow tests, then ruff; `.ci/lowest` runs
-the default set against the lowest versions the dependencies allow (`.ci/lowest.txt` pins
-every floor of pyproject.toml)."""
+slow; `.ci/run` runs the README's test command, then the slow tests, then ruff, then `.ci/lowest`:
+the default set against the lowest versions the dependencies allow (`.ci/lowest.txt` pins every
+floor of pyproject.toml)."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -113,7 +114,7 @@ def _commands() -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip() and line[0] != "#"]
 
 
-def test_ci_runs_the_default_set_then_the_slow_tests_then_ruff():
+def test_ci_runs_the_default_set_then_the_slow_tests_then_ruff_then_the_lowest_versions():
     commands = _commands()
 
     def first(pattern: str) -> int:
@@ -124,12 +125,16 @@ def test_ci_runs_the_default_set_then_the_slow_tests_then_ruff():
     readme = first(r"^python3 -m venv \.venv && .*\.venv/bin/pytest$")
     slow = first(r"^\.venv/bin/pytest .*-m slow")
     ruff = first(r"^\.venv/bin/ruff check")
-    assert readme < slow < ruff, commands
+    lowest = first(r"^\.ci/lowest$")
+    assert readme < slow < ruff < lowest, commands
 
 
 def test_the_lowest_versions_script_installs_the_floors_and_runs_the_default_set():
-    text = (ROOT / ".ci" / "lowest").read_text()
-    assert re.search(r"\.venv-lowest/bin/pip install .*-c \.ci/lowest\.txt", text)
+    script = ROOT / ".ci" / "lowest"
+    assert os.access(script, os.X_OK)  # .ci/run runs it as a command
+    text = script.read_text()
+    assert re.search(r"^set -euo pipefail$", text, re.M)  # a failed install fails CI
+    assert re.search(r"^\.venv-lowest/bin/pip install .*-c \.ci/lowest\.txt", text, re.M)
     assert re.search(r"^\.venv-lowest/bin/pytest$", text, re.M)
 
 
