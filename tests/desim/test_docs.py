@@ -10,6 +10,8 @@ holding copies of the studies they name, so committed results are never touched:
   ``.venv/bin/`` of its commands map onto the environment running this test.
 - ``toml`` blocks must parse; ``text`` blocks (console output) and other languages are shown,
   not run.
+- A shell block that runs a study (``desim run``) runs whole in the slow set (``pytest -m
+  slow``); the default set runs it up to that command, which becomes ``desim validate``.
 - A block that cannot run here (a real cluster address, the test suite itself) carries
   ``<!-- not run: reason -->`` on the line before its fence; the test lists every such block.
 
@@ -127,11 +129,37 @@ def _run(args: list[str], cwd: Path, what: str) -> None:
 
 SHELL_BLOCKS = [b for b in ALL if b.lang in SHELL and b.not_run is None]
 PYTHON_PAGES = sorted({b.page for b in ALL if b.lang == "python" and b.not_run is None})
+# A block that runs a study simulates (the README's quick Fig. 2 is the longest test there is):
+# it runs whole in the slow set, and the default set runs it up to that command, validating.
+RUN = re.compile(r"^\s*desim run (?P<study>\S+)(?P<options>.*)$", re.MULTILINE)
 
 
-@pytest.mark.parametrize("block", SHELL_BLOCKS, ids=lambda b: b.where)
+def _slow(block: Block):
+    """A shell block as a test parameter, marked slow when it runs a study."""
+    marks = [pytest.mark.slow] if RUN.search(_shell(block.code)) else []
+    return pytest.param(block, id=block.where, marks=marks)
+
+
+def _validated(code: str) -> str:
+    """A shell block up to its first `desim run`, which becomes `desim validate` of that study
+    (`--quick` kept, the options only `run` takes dropped), unless the block validated it."""
+    m = RUN.search(code)
+    quick = " --quick" if "--quick" in m["options"].split() else ""
+    validate = f"desim validate {m['study']}{quick}\n"
+    return code[: m.start()] + ("" if validate in code[: m.start()] else validate)
+
+
+@pytest.mark.parametrize("block", [_slow(b) for b in SHELL_BLOCKS])
 def test_shell_block_runs(block, tmp_path):
     code = _shell(block.code)
+    _run(["bash", "-e", "-c", code], _workspace(tmp_path, code), block.where)
+
+
+@pytest.mark.parametrize(
+    "block", [b for b in SHELL_BLOCKS if RUN.search(_shell(b.code))], ids=lambda b: b.where
+)
+def test_a_block_that_runs_a_study_validates_it(block, tmp_path):
+    code = _validated(_shell(block.code))
     _run(["bash", "-e", "-c", code], _workspace(tmp_path, code), block.where)
 
 

@@ -20,7 +20,14 @@ def _run(folder, *flags) -> int:
     return main(["run", str(folder), "--no-progress", *flags])
 
 
-@pytest.mark.parametrize("grid", [EPSILON_GRID, AGENTS_GRID], ids=["epsilon", "agents"])
+@pytest.mark.parametrize(
+    "grid",
+    [
+        pytest.param(EPSILON_GRID, id="epsilon"),
+        # the slow set (a grid over agents added in the default set: ..._runs_with_quick)
+        pytest.param(AGENTS_GRID, id="agents", marks=pytest.mark.slow),
+    ],
+)
 def test_a_grid_added_to_a_study_with_results_runs_summarises_and_plots(tmp_path, capsys, grid):
     folder = write_study(tmp_path / "s")
     assert _run(folder) == 0

@@ -60,7 +60,15 @@ def test_windows_reproduce_one_message_per_instant_bit_for_bit(params):
 
 
 @pytest.mark.parametrize(
-    "params", [{}, {"weights": "wmom", "schedule": "rrr", "variance": "sch-var-2", "timeout": 5.5}]
+    "params",
+    [
+        {},
+        # the slow set: RRR's exclusions and Sch-Var-2 on the same networks
+        pytest.param(
+            {"weights": "wmom", "schedule": "rrr", "variance": "sch-var-2", "timeout": 5.5},
+            marks=pytest.mark.slow,
+        ),
+    ],
 )
 def test_windows_are_exact_on_realistic_networks(params):
     results = check_modes(COLME, params, t_max=150, state=COLME_STATE)
@@ -109,9 +117,26 @@ def run_batched(
     "params",
     [
         {},
-        {"mechanism": "pm2", "weights": "wmom", "variance": "sch-var-2-bayes", "timeout": 4.25},
-        {"mechanism": "pm2", "weights": "mom", "variance": "sch-var-1", "welch_df": "kappa"},
-        {"mechanism": "pm1", "weights": "mom", "variance": "sch-var-2", "timeout": 3.5},
+        # the slow set: batches under the other weights and variance schemes (the default set
+        # checks each of them in windows, above)
+        *(
+            pytest.param(params, marks=pytest.mark.slow)
+            for params in (
+                {
+                    "mechanism": "pm2",
+                    "weights": "wmom",
+                    "variance": "sch-var-2-bayes",
+                    "timeout": 4.25,
+                },
+                {
+                    "mechanism": "pm2",
+                    "weights": "mom",
+                    "variance": "sch-var-1",
+                    "welch_df": "kappa",
+                },
+                {"mechanism": "pm1", "weights": "mom", "variance": "sch-var-2", "timeout": 3.5},
+            )
+        ),
     ],
 )
 def test_batches_of_slots_reproduce_one_message_per_instant_bit_for_bit(params):
@@ -152,17 +177,9 @@ def test_slots_are_batched_only_under_rr_on_counter_based_links(params, links, b
     assert bool(proto.batch_sizes) == batches
 
 
-@settings(max_examples=12, deadline=None)
-@given(
-    seed=st.integers(0, 2**31),
-    network=st.integers(0, len(WINDOW_NETWORKS) - 1),
-    block=st.sampled_from([5, 37, 1024]),
-    checkpoints=st.lists(st.integers(1, 130), min_size=1, max_size=6),
-)
-def test_batches_end_at_any_measurement_and_data_block_alike(seed, network, block, checkpoints):
+def batches_end_at_any_measurement_and_data_block_alike(seed, network, block, checkpoints):
     """Whatever the measurement times and data-block size (a batch also ends at a block's end),
     batched and one-slot-at-a-time runs measure the same bytes."""
-
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(engine, "DATA_BLOCK", block)
         (runs,) = check_modes(
@@ -175,6 +192,23 @@ def test_batches_end_at_any_measurement_and_data_block_alike(seed, network, bloc
             checkpoints=np.unique(checkpoints),
         )
     assert sum(runs["slot batches"].protocol.batch_sizes) == 130
+
+
+BATCH_CASES = given(
+    seed=st.integers(0, 2**31),
+    network=st.integers(0, len(WINDOW_NETWORKS) - 1),
+    block=st.sampled_from([5, 37, 1024]),
+    checkpoints=st.lists(st.integers(1, 130), min_size=1, max_size=6),
+)
+# A few cases in the default set, more in the slow set: each case is three full runs.
+test_batches_end_at_any_measurement_and_data_block_alike = settings(max_examples=4, deadline=None)(
+    BATCH_CASES(batches_end_at_any_measurement_and_data_block_alike)
+)
+test_batches_end_at_any_measurement_and_data_block_alike_more_cases = pytest.mark.slow(
+    settings(max_examples=12, deadline=None)(
+        BATCH_CASES(batches_end_at_any_measurement_and_data_block_alike)
+    )
+)
 
 
 # ---- contracts the kernel enforces -----------------------------------------------------------

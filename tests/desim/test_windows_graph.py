@@ -123,16 +123,33 @@ CCOLME_STATE = (
 GRID = {**REALISTIC, "latency": {"model": "exponential", "mean": 2.0, "resolution": 0.25}}
 
 
-@pytest.mark.parametrize(
-    "links",
-    [
-        scripted,
-        tied,
-        lambda: realistic_links(IdealLinks(), REALISTIC),
-        lambda: realistic_links(IdealLinks(), GRID),
-    ],
-)
-@pytest.mark.parametrize(("protocol", "params"), CCOLME)
+def realistic():
+    """Realistic links: exponential latency, Markov outages, stragglers."""
+    return realistic_links(IdealLinks(), REALISTIC)
+
+
+def grid():
+    """The realistic links with deliveries on a quarter-slot grid."""
+    return realistic_links(IdealLinks(), GRID)
+
+
+LINKS = [scripted, tied, realistic, grid]
+# Every parameter set and every kind of links in the default set (a Latin square's diagonal);
+# the other pairs in the slow set.
+CCOLME_CASES = [
+    pytest.param(
+        protocol,
+        params,
+        links,
+        id=f"{protocol}-params{i}-{links.__name__}",
+        marks=[] if i == j else [pytest.mark.slow],
+    )
+    for i, (protocol, params) in enumerate(CCOLME)
+    for j, links in enumerate(LINKS)
+]
+
+
+@pytest.mark.parametrize(("protocol", "params", "links"), CCOLME_CASES)
 def test_ccolme_windows_reproduce_one_message_per_instant_bit_for_bit(protocol, params, links):
     one = run(protocol, params, links(), windows=False)
     win = run(protocol, params, links(), windows=True)

@@ -117,23 +117,10 @@ def random_graph(n: int, p: float, rng: np.random.Generator) -> Graph:
     return Graph.from_edges(n, u[pick], v[pick])
 
 
-@given(
-    n=st.integers(4, 40),
-    p=st.floats(0.1, 0.9),
-    k=st.integers(1, 3),
-    name=st.sampled_from(["c-colme", "private-c-colme"]),
-    rule=st.sampled_from(["optimistic", "bernstein", "oracle"]),
-    symmetric=st.booleans(),
-    values=st.sampled_from(["fresh", "stale"]),
-    weights=st.sampled_from(["metropolis", "max-degree"]),
-    fallback=st.sampled_from(["none", "local"]),
-    epsilon=st.sampled_from([float("inf"), 8.0]),
-    seed=st.integers(0, 10**6),
-)
-@settings(max_examples=60, deadline=None)
-def test_live_first_sends_reproduce_the_per_edge_path_bit_for_bit(
+def live_first_sends_reproduce_the_per_edge_path_bit_for_bit(
     n, p, k, name, rule, symmetric, values, weights, fallback, epsilon, seed
 ):
+    """On a random graph and any parameter set, live-first sends give the per-edge path's bytes."""
     rng = np.random.default_rng(seed)
     g = random_graph(n, p, rng)
     # classes far apart (in σ): cross-class links are dropped within the run
@@ -149,6 +136,30 @@ def test_live_first_sends_reproduce_the_per_edge_path_bit_for_bit(
         "epsilon": epsilon,
     }
     assert_same_run(params, data, 40, seed, name)
+
+
+LIVE_FIRST_CASES = given(
+    n=st.integers(4, 40),
+    p=st.floats(0.1, 0.9),
+    k=st.integers(1, 3),
+    name=st.sampled_from(["c-colme", "private-c-colme"]),
+    rule=st.sampled_from(["optimistic", "bernstein", "oracle"]),
+    symmetric=st.booleans(),
+    values=st.sampled_from(["fresh", "stale"]),
+    weights=st.sampled_from(["metropolis", "max-degree"]),
+    fallback=st.sampled_from(["none", "local"]),
+    epsilon=st.sampled_from([float("inf"), 8.0]),
+    seed=st.integers(0, 10**6),
+)
+# A few cases in the default set, the full count in the slow set.
+test_live_first_sends_reproduce_the_per_edge_path_bit_for_bit = settings(
+    max_examples=15, deadline=None
+)(LIVE_FIRST_CASES(live_first_sends_reproduce_the_per_edge_path_bit_for_bit))
+test_live_first_sends_reproduce_the_per_edge_path_bit_for_bit_more_cases = pytest.mark.slow(
+    settings(max_examples=60, deadline=None)(
+        LIVE_FIRST_CASES(live_first_sends_reproduce_the_per_edge_path_bit_for_bit)
+    )
+)
 
 
 def test_live_first_compacts_and_stays_exact_on_a_large_regular_graph():
