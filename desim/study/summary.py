@@ -18,10 +18,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from desim.study.spec.model import LEDGER_PREFIX
+
 #: The quantiles over agents of the per-agent ε that `summarise_runs` reports.
 QUANTILES = (0.05, 0.5, 0.95)
-#: The prefix of the privacy ledger's names (``eps_<who>_max`` per run, ``eps_<who>`` per agent).
-LEDGER_PREFIX = "eps_"
 
 
 def first_crossing(t: np.ndarray, value: np.ndarray, target: float) -> float:
