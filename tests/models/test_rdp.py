@@ -112,3 +112,15 @@ def test_privacy_rdp_ledger_is_recorded_beside_pld_and_above_it():
         "eps_rdp_all",
     ]
     assert (out.agents["eps_rdp_all"] >= out.agents["eps_all"]).all()
+
+
+def test_rdp_and_per_agent_ledger_names_are_labelled():
+    from desim.study.plots import metric_label
+
+    assert (
+        metric_label("eps_rdp_all_max")
+        == "ε spent against all queriers colluding (max over agents, RDP)"
+    )
+    assert metric_label("eps_server") == "ε spent against the server (per agent)"
+    assert metric_label("eps_rdp_one") == "ε spent against one querier (per agent, RDP)"
+    assert metric_label("eps_nobody_max") == "eps nobody max"
