@@ -1,11 +1,14 @@
 """Metrics beyond the MSE, registered in `desim.kernel.registry.METRICS` and named in a study's
 ``[study] metrics``. Each is a function (protocol, data source) → {name: value} that reads state
 a protocol exposes and compares it with the truth the data source holds; it returns {} when the
-protocol exposes nothing it can measure (so one study can mix protocols).
+protocol exposes nothing it can measure (so one study can mix protocols). A value may also be
+an array of one value per agent: the recorder keeps it as a column of agents.parquet when the
+study keeps per-agent results (`per_agent = true`) and drops it otherwise.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -50,14 +53,28 @@ def links(protocol: Any, data: Any) -> dict[str, float]:
 @METRICS.register("privacy")
 @records("eps_*")
 @applies_to("privacy_spend")
-def privacy(protocol: Any, data: Any) -> dict[str, float]:
+def privacy(protocol: Any, data: Any) -> dict[str, Any]:
     """The privacy ledger: ε each agent has spent so far at the protocol's δ, per the accountant
     (`desim.models.privacy.accounting`), from the releases it made (lost on a link or not).
 
     ``eps_<who>_mean`` / ``eps_<who>_max`` over agents, for each recipient set the protocol
     names: Private-ColME ``one`` (the most informed single querier, the papers' threat model)
     and ``all`` (every querier colluding); Private-C-ColME ``one`` and ``all``; PriCER
-    ``neighbour`` (the most informed neighbour) and ``server``.
+    ``neighbour`` (the most informed neighbour) and ``server``; the empirical-Bayes uploads
+    ``server``. Every agent's own ε, ``eps_<who>``, goes to agents.parquet (`per_agent`).
     """
     spend = protocol.privacy_spend()
-    return ledger(spend) if spend is not None else {}
+    return ledger(spend, per_agent=True) if spend is not None else {}
+
+
+@METRICS.register("privacy-rdp")
+@records("eps_rdp_*")
+@applies_to("privacy_spend")
+def privacy_rdp(protocol: Any, data: Any) -> dict[str, Any]:
+    """The `privacy` ledger per the RDP accountant instead of PLD, a cross-check beside it:
+    ``eps_rdp_<who>_mean`` / ``eps_rdp_<who>_max`` (and ``eps_rdp_<who>`` per agent), never
+    below the PLD ledger's ε for the same releases."""
+    spend = protocol.privacy_spend()
+    if spend is None:
+        return {}
+    return ledger(dataclasses.replace(spend, accountant="rdp"), per_agent=True, prefix="eps_rdp_")

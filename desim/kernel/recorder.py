@@ -3,7 +3,8 @@
 At each checkpoint it asks the protocol for its estimates and scores them against the truth
 (`mse`: the mean over agents of the squared error), and reads the network's message counters
 (`messages_<kind>`, and `dropped_<kind>` when links can fail). Per-agent squared errors are
-kept on request.
+kept on request, with every per-agent value a metric returns (an array of one value per agent,
+e.g. the privacy ledger's ``eps_<who>``) as a column beside them.
 
 Further metrics are functions `(protocol, data_source) -> {name: value}` registered in
 `desim.kernel.registry.METRICS` and chosen by name (a study's ``[study] metrics``): protocols expose
@@ -54,6 +55,8 @@ class Recorder:
         self._rows: list[tuple[float, str, float]] = []
         self._agents: list[np.ndarray] = []
         self._agent_t: list[float] = []
+        #: Per-agent metric values by name, then by checkpoint index (`_agent_t`'s).
+        self._agent_values: dict[str, dict[int, np.ndarray]] = {}
 
     def measure(self, t: float) -> None:
         """Record every metric at time `t`."""
@@ -69,7 +72,11 @@ class Recorder:
                 self._rows.append((t, f"dropped_{kind}", float(dropped)))
         for fn in self.metric_fns:
             for name, value in fn(self.protocol, self.data).items():
-                self._rows.append((t, name, float(value)))
+                if np.ndim(value) == 0:
+                    self._rows.append((t, name, float(value)))
+                elif self.per_agent:  # one value per agent: a column of agents()
+                    column = self._agent_values.setdefault(name, {})
+                    column[len(self._agent_t)] = np.asarray(value, dtype=float)
         if self.per_agent:
             self._agents.append(err2)
             self._agent_t.append(t)
@@ -80,14 +87,19 @@ class Recorder:
         return pd.DataFrame({"t": np.asarray(t, float), "metric": list(metric), "value": value})
 
     def agents(self) -> pd.DataFrame | None:
-        """Per-agent squared errors (columns t, agent, value), or None if not kept."""
+        """Per-agent squared errors (columns t, agent, value) and a column per per-agent metric
+        (NaN at checkpoints where it recorded nothing), or None if not kept."""
         if not self.per_agent:
             return None
-        n = len(self.truth)
-        return pd.DataFrame(
-            {
-                "t": np.repeat(self._agent_t, n),
-                "agent": np.tile(np.arange(n), len(self._agent_t)),
-                "value": np.concatenate(self._agents) if self._agents else [],
-            }
-        )
+        n, k = len(self.truth), len(self._agent_t)
+        columns = {
+            "t": np.repeat(self._agent_t, n),
+            "agent": np.tile(np.arange(n), k),
+            "value": np.concatenate(self._agents) if self._agents else [],
+        }
+        for name, values in self._agent_values.items():
+            column = np.full((k, n), np.nan)
+            for i, v in values.items():
+                column[i] = v
+            columns[name] = column.ravel()
+        return pd.DataFrame(columns)

@@ -420,7 +420,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from desim.study.results import load_results
+    from desim.study.results import load_agents, load_results
     from desim.study.summary import ledger_maxima, summarise_runs
 
     def one(study: Study) -> int:
@@ -450,6 +450,7 @@ def _summary(args: argparse.Namespace) -> int:
             args.at,
             args.target,
             beside=ledger_maxima(metrics),
+            agents=load_agents(study, loaded.state),
         )
         if args.csv is not None:
             table.to_csv(args.csv, index=False)

@@ -47,9 +47,11 @@ from matplotlib.font_manager import FontProperties
 from matplotlib.textpath import text_to_path
 
 from desim.kernel.params import ConfigError
-from desim.study.results import Loaded, load_results
+from desim.study.results import Loaded, load_agents, load_results
 from desim.study.spec import LEDGER_PREFIX, GridPoint, PlotSpec, Study
+from desim.study.spec.figures import agent_ledger_metric
 from desim.study.store import atomic_write
+from desim.study.summary import QUANTILES
 
 #: Resolution of written figures.
 DPI = 150
@@ -125,10 +127,22 @@ def metric_label(metric: str) -> str:
     if what in ("messages", "dropped") and kind:
         return f"{kind} messages {'sent' if what == 'messages' else 'dropped'} (total)"
     if metric.startswith(LEDGER_PREFIX):
-        who, _, stat = metric[len(LEDGER_PREFIX) :].rpartition("_")
-        if who in LEDGER_WHO and stat in LEDGER_STAT:
-            return f"ε spent against {LEDGER_WHO[who]} ({LEDGER_STAT[stat]})"
+        return _ledger_label(metric[len(LEDGER_PREFIX) :]) or metric.replace("_", " ")
     return metric.replace("_", " ")
+
+
+def _ledger_label(name: str) -> str | None:
+    """The label of a privacy ledger name after ``eps_``: ``<who>_<stat>`` over agents,
+    ``<who>`` per agent, either after ``rdp_`` for the RDP accountant's (None: not one)."""
+    rdp = name.startswith("rdp_")
+    name = name[4:] if rdp else name
+    who, _, stat = name.rpartition("_")
+    if stat not in LEDGER_STAT:
+        who, stat = name, ""
+    if who not in LEDGER_WHO:
+        return None
+    over = LEDGER_STAT.get(stat, "per agent") + (", RDP" if rdp else "")
+    return f"ε spent against {LEDGER_WHO[who]} ({over})"
 
 
 def _at_point(frame: pd.DataFrame, point: GridPoint) -> pd.DataFrame:
@@ -368,7 +382,8 @@ def figure(
 ):
     """The matplotlib `Figure` of one [[plot]] of `study` (by spec, file name or index), drawn
     from `metrics` and `curves` exactly as `desim plot` draws its file; into `ax` when given
-    (one-panel plots only). Nothing is written and no backend is chosen."""
+    (one-panel plots only). A plot of every agent's ε (``eps_<who>``) reads the study's
+    per-agent results instead. Nothing is written and no backend is chosen."""
     if not isinstance(spec, PlotSpec):
         spec = plot_spec(study, spec)
     with matplotlib.rc_context(RC):
@@ -392,6 +407,8 @@ def _figure(
     study: Study, spec: PlotSpec, metrics: pd.DataFrame, curves: pd.DataFrame | None, ax=None
 ):
     """Draw `spec` with the x axis it names: the slot, a grid column or the ε spent."""
+    if agent_ledger_metric(spec.metric):  # every agent's ε: from the per-agent results
+        return _draw_agent_spread(study, spec, load_agents(study), ax)
     _check_metrics_stored(spec, metrics)
     if spec.x.startswith(LEDGER_PREFIX):
         return _draw_against_privacy(study, spec, metrics, ax)
@@ -662,3 +679,83 @@ def _draw_against_privacy(study: Study, spec: PlotSpec, metrics: pd.DataFrame, a
         _style_panel(ax, spec, point.label if point.columns else "")
     _label_axes(axes, spec, len(study.points), ncols, _text(metric_label(spec.x)))
     return _finish(spec, fig, axes, len(study.points), own)
+
+
+def _draw_agent_spread(study: Study, spec: PlotSpec, agents: pd.DataFrame | None, ax=None):
+    """A [[plot]] of a per-agent ε (``eps_<who>``): per grid point a row of two panels, the
+    median over agents against the slot t with a band from the 5 to the 95 % quantile, and the
+    histogram over agents at the last checkpoint (t_max); the agents of every replicate are
+    pooled, and each scenario keeps its colour and marker."""
+    if ax is not None:
+        raise ConfigError(
+            f"ax: plot {spec.file!r} draws two panels per grid point (the spread against t and "
+            "the histogram at t_max); pass no ax to get a new figure"
+        )
+    if agents is None or spec.metric not in agents.columns:
+        raise ConfigError(
+            f"plot {spec.file!r}: metric = {spec.metric!r}: not in the per-agent results "
+            '(agents.parquet); record it with [study] per_agent = true and metrics = ["privacy"]'
+        )
+    grid = list(study.grid_columns.values())
+    keep = agents["scenario"].isin(spec.scenarios) & agents[spec.metric].notna()
+    chosen = agents.loc[keep, [*grid, "scenario", "replicate", "t", spec.metric]]
+    if chosen.empty:
+        raise ConfigError(
+            f"plot {spec.file!r}: metric = {spec.metric!r}: no agent of its scenarios has a "
+            "value (their protocols release nothing private, or no run has finished)"
+        )
+    spread = (
+        chosen.groupby([*grid, "scenario", "t"], sort=False)[spec.metric]
+        .quantile(list(QUANTILES))
+        .unstack()
+        .reset_index()
+    )
+    last = chosen.groupby([*grid, "scenario", "replicate"], sort=False)["t"].transform("max")
+    final = chosen[chosen["t"] == last]
+    look = _looks(study, spec)
+    with sns.axes_style("whitegrid"):
+        fig, axes = plt.subplots(
+            len(study.points),
+            2,
+            figsize=(PANEL_SIZE[0] * 2 + 1.0, PANEL_SIZE[1] * len(study.points) + 0.6),
+            squeeze=False,
+            layout="constrained",
+        )
+    for (band, hist), point in zip(axes, study.points, strict=True):
+        here, at_end = _at_point(spread, point), _at_point(final, point)
+        for k, name in enumerate(spec.scenarios):
+            line = here[here["scenario"] == name].sort_values("t")
+            if line.empty:
+                continue
+            marks = {**look[("scenario", name)], "ms": _MARKER_PT}
+            every = _every(k, True)
+            band.plot(line["t"], line[0.5], lw=1.6, markevery=every, **marks, label=_text(name))
+            band.fill_between(
+                line["t"], line[0.05], line[0.95], color=marks["color"], alpha=0.2, lw=0
+            )
+        _style_panel(band, spec, _panel_title(study, point.columns))
+        band.set_xlabel("slot t")
+        band.set_ylabel(_text(metric_label(spec.metric)) + "\nmedian, 5–95 % of agents")
+        _agent_histogram(hist, spec, at_end, look)
+    return _finish(spec, fig, axes, 2 * len(study.points), True)
+
+
+def _agent_histogram(ax, spec: PlotSpec, final: pd.DataFrame, look: dict) -> None:
+    """The share of agents per bin of their ε at the last checkpoint, one outline per
+    scenario (bins shared within the panel)."""
+    values = final[spec.metric].to_numpy(float)
+    edges = np.histogram_bin_edges(values, bins=20) if len(values) else 20
+    for name in spec.scenarios:
+        mine = final.loc[final["scenario"] == name, spec.metric].to_numpy(float)
+        if len(mine):
+            colour = look[("scenario", name)]["color"]
+            weights = np.full(len(mine), 1.0 / len(mine))
+            ax.hist(mine, bins=edges, weights=weights, histtype="step", lw=1.6, color=colour)
+    ax.set_xscale(spec.yscale)
+    if spec.ylim:
+        ax.set_xlim(*spec.ylim)
+    ax.grid(True, alpha=0.3)
+    t_end = final["t"].max() if len(final) else float("nan")
+    ax.set_title(f"at t = {t_end:g}", fontsize="medium")
+    ax.set_xlabel(_text(metric_label(spec.metric)))
+    ax.set_ylabel("share of agents")

@@ -11,7 +11,8 @@ A results folder belongs to one study file (``results/`` for ``study.toml``,
   reach appears at every grid point);
 - ``curves.parquet``: the closed-form curves ``curve, t, metric, value, stderr`` (+ grid),
   each kept while its config hash stays the same (a resume recomputes none of them);
-- ``agents.parquet``: per-agent squared errors, when the study keeps them;
+- ``agents.parquet``: per-agent squared errors, when the study keeps them, with a column per
+  per-agent metric (the privacy ledger's ε of every agent, ``eps_<who>``);
 - ``manifest.json``: the study's config hash and seed, every run's status, config hash, spawn
   keys and wall time, the curves, the checksums of the tables above, warnings raised by runs
   (e.g. a disconnected graph), and one entry per invocation that changed anything (desim
@@ -466,10 +467,13 @@ def read_record(
 def _gather(
     study: Study, results_dir: Path, sidecars: dict[str, dict[str, Any]], agents: bool
 ) -> tuple[pd.DataFrame, list[str]]:
-    """The table of every current run with a record, in study order, and the damaged ones."""
+    """The table of every current run with a record, in study order, and the damaged ones.
+
+    Per-agent tables (`agents`) also get every per-agent metric column a record has after
+    ``value`` (e.g. the privacy ledger's ``eps_<who>``), in order of first appearance; NaN in
+    the rows of runs that lack it."""
     grid = list(study.grid_columns.values())
     last = ["t", "agent", "value"] if agents else ["t", "metric", "value"]
-    columns = ["scenario", "replicate", *grid, *last]
     records: dict[str, pd.DataFrame | None] = {}
     frames, damaged = [], []
     for run in study.runs:  # (scenario, grid point, replicate) order; records sorted by t
@@ -480,8 +484,15 @@ def _gather(
             records[h] = read_record(results_dir, sidecars[h], agents)
             if records[h] is None:
                 damaged.append(record_path(results_dir, h, agents).name)
-        if records[h] is not None:
-            frames.append(_with_keys(records[h][last], run, run.point.columns))
+        record = records[h]
+        if record is not None:
+            own = last
+            if agents:
+                extra = list(record.columns[list(record.columns).index("value") + 1 :])
+                last = last + [c for c in extra if c not in last]
+                own = ["t", "agent", "value", *extra]
+            frames.append(_with_keys(record[own], run, run.point.columns))
+    columns = ["scenario", "replicate", *grid, *last]
     if not frames:
         return pd.DataFrame(columns=columns), damaged
     return pd.concat(frames, ignore_index=True)[columns], damaged
@@ -673,6 +684,24 @@ def load_metrics(study: Study) -> pd.DataFrame:
 def load_curves(study: Study) -> pd.DataFrame | None:
     """The current curves of `study`, or None when it has none."""
     return load_results(study).curves
+
+
+def load_agents(study: Study, state: State | None = None) -> pd.DataFrame | None:
+    """The per-agent table of `study`'s current runs (agents.parquet when it matches their
+    records, else rebuilt in memory from the records), or None when the study keeps none
+    (``per_agent`` false). `state` is a `scan` already made (e.g. `Loaded.state`)."""
+    if not study.per_agent:
+        return None
+    state = state or scan(study)
+    manifest = read_manifest(study) or {}
+    tables = manifest.get("tables") if isinstance(manifest.get("tables"), dict) else {}
+    path = study.results_dir / AGENTS_FILE
+    if _table_valid(path, tables.get(AGENTS_FILE), _contents_key(study, state.sidecars)):
+        try:
+            return pd.read_parquet(path)
+        except (OSError, pa.ArrowException):
+            pass
+    return _gather(study, study.results_dir, state.sidecars, True)[0]
 
 
 # --------------------------------------------------------------------------------------------

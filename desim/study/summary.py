@@ -7,12 +7,21 @@ value) — the scale on which error curves are straight. A run that never reache
 no time (NaN); the summary reports how many replicates reached it and the median over all of
 them (unreached runs count as later than every reached one, so the median is finite only when
 more than half reached).
+
+With per-agent results (`per_agent = true`) and the privacy ledger, the summary also gives the
+spread of the ε spent over agents: the 5, 50 and 95 % quantiles of every agent's ε at the slot
+(`agent_quantiles`), the agents of all replicates pooled.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+from desim.study.spec.model import LEDGER_PREFIX
+
+#: The quantiles over agents of the per-agent ε that `summarise_runs` reports.
+QUANTILES = (0.05, 0.5, 0.95)
 
 
 def first_crossing(t: np.ndarray, value: np.ndarray, target: float) -> float:
@@ -54,11 +63,14 @@ def summarise_runs(
     at: float | None = None,
     target: float | None = None,
     beside: list[str] | None = None,
+    agents: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per grid point and scenario: `metric` at slot `at` (default: each run's last
     checkpoint) as its mean over replicates (``value``) and standard error (``stderr``), and,
     with a target, how many replicates reached it and their median time to it; a column with
-    the mean of each metric `beside` at the same slot (e.g. the privacy ledger's ε spent)."""
+    the mean of each metric `beside` at the same slot (e.g. the privacy ledger's ε spent); with
+    the per-agent table `agents`, the quantiles over agents of each per-agent ε at that slot
+    (`agent_quantiles`)."""
     grid = list(grid or [])
     keys = [*grid, "scenario"]
     rows = metrics[metrics["metric"] == metric]
@@ -82,10 +94,49 @@ def summarise_runs(
     for other in beside or []:  # e.g. the privacy spent, next to the MSE
         if other != metric:
             out[other] = summarise_runs(metrics, other, grid, at).set_index(keys)["value"]
+    if agents is not None:
+        spread = agent_quantiles(agents, grid, at).set_index(keys)
+        for column in spread.columns:
+            out[column] = spread[column]
     return out.reset_index()
+
+
+def agent_ledger(agents: pd.DataFrame) -> list[str]:
+    """The per-agent ε columns of a per-agent table (``eps_<who>``, after ``value``)."""
+    if "value" not in agents.columns:
+        return []
+    after = list(agents.columns[list(agents.columns).index("value") + 1 :])
+    return [c for c in after if c.startswith(LEDGER_PREFIX)]
+
+
+def agent_quantiles(
+    agents: pd.DataFrame, grid: list[str] | None = None, at: float | None = None
+) -> pd.DataFrame:
+    """Per grid point and scenario: the 5, 50 and 95 % quantiles over agents (those of every
+    replicate pooled) of each per-agent ε at slot `at` (default: each run's last checkpoint,
+    t_max), as columns ``eps_<who>_p5``, ``_p50``, ``_p95``; agents without a value (a protocol
+    with no such recipient set) are left out."""
+    keys = [*(grid or []), "scenario"]
+    columns = agent_ledger(agents)
+    if not columns or agents.empty:
+        return pd.DataFrame(columns=keys)
+    if at is None:
+        last = agents.groupby([*keys, "replicate"], sort=False)["t"].transform("max")
+        rows = agents[agents["t"] == last]
+    else:
+        rows = agents[agents["t"] == at]
+    if rows.empty:
+        return pd.DataFrame(columns=keys)
+    groups = rows.groupby(keys, sort=False)
+    table = {
+        f"{column}_p{100 * q:g}": groups[column].quantile(q)
+        for column in columns
+        for q in QUANTILES
+    }
+    return pd.DataFrame(table).reset_index()
 
 
 def ledger_maxima(metrics: pd.DataFrame) -> list[str]:
     """The privacy ledger's per-run maxima recorded in `metrics` (eps_…_max), sorted."""
     names = metrics["metric"].unique()
-    return sorted(n for n in names if n.startswith("eps_") and n.endswith("_max"))
+    return sorted(n for n in names if n.startswith(LEDGER_PREFIX) and n.endswith("_max"))

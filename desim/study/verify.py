@@ -355,6 +355,13 @@ def _rerun(
         out.problems.append((DAMAGED, f"{where}: changed while being verified"))
         return
     out.checked.append(run.run_id)
+    # the ε of the privacy ledger and the tight calibrations are dp-accounting's numbers
+    then = side.get("provenance") if isinstance(side.get("provenance"), dict) else {}
+    old_dp, new_dp = then.get("dp_accounting"), here.get("dp_accounting")
+    dp = f"computed with dp-accounting {old_dp}, this machine has {new_dp}"
+    dp = dp if old_dp and old_dp != new_dp else ""
+    if dp and f"stored runs {dp}" not in out.notes:
+        out.notes.append(f"stored runs {dp}")
     if fingerprint(stored) != side["fingerprint"]:
         out.problems.append((GARBLED, f"{sidecar}: its fingerprint is not its record's trajectory"))
     try:
@@ -367,7 +374,8 @@ def _rerun(
             (
                 run.run_id,
                 f"{run.run_id} ({where}): the re-run's trajectory differs from the stored one "
-                f"({_difference(stored, metrics)}); {machines(side, here)}",
+                f"({_difference(stored, metrics)}); {machines(side, here)}"
+                + (f"; {dp}" if dp else ""),
             )
         )
 

@@ -23,6 +23,11 @@ Two things are computed, both by the PLD (privacy loss distribution) accountant 
   dp-accounting's closed-form ε of the Gaussian mechanism (fast, exact); Laplace compositions
   use the PLD accountant.
 
+A second accountant, RDP (Rényi DP; Mironov 2017, dp-accounting's `RdpAccountant`), is there as
+a cross-check (`accountant = "rdp"` in `tight_multiplier`, `epsilon_spent` and `Spend`; the
+``privacy-rdp`` ledger metric): it is never tighter than PLD on these mechanisms, so an RDP ε
+bounds the PLD one from above. PLD stays the default everywhere.
+
 `calibration = "paper"` keeps each paper's formulas (`desim.models.privacy.calibration`);
 `calibration = "tight"` asks for the least noise per the accountant. `psum_noise` gives both
 for the p-sum mechanisms of Private-ColME; any other family calibrates a Gaussian or Laplace
@@ -56,12 +61,15 @@ def _dp() -> Any:
     import dp_accounting
     import dp_accounting.pld.pld_privacy_accountant  # noqa: F401  (_accountant)
     import dp_accounting.pld.privacy_loss_distribution  # noqa: F401  (rr_epsilon)
+    import dp_accounting.rdp.rdp_privacy_accountant  # noqa: F401  (rdp_epsilon)
 
     return dp_accounting
 
 
 Calibration = Literal["paper", "tight"]
 CALIBRATIONS: tuple[str, ...] = ("paper", "tight")
+#: The accountants: privacy loss distributions (the default) and Rényi DP (a cross-check).
+ACCOUNTANTS: tuple[str, ...] = ("pld", "rdp")
 #: Width of the PLD's privacy-loss grid: the accountant's ε is an upper bound within about this.
 PLD_INTERVAL = 1e-4
 #: Above this ε a Gaussian is calibrated by dp-accounting's exact closed form alone (the PLD of
@@ -75,6 +83,12 @@ def check_calibration(calibration: str) -> None:
     """ValueError unless `calibration` is "paper" or "tight"."""
     if calibration not in CALIBRATIONS:
         raise ValueError(f"calibration = {calibration!r}: must be one of {', '.join(CALIBRATIONS)}")
+
+
+def check_accountant(accountant: str) -> None:
+    """ValueError unless `accountant` is "pld" or "rdp"."""
+    if accountant not in ACCOUNTANTS:
+        raise ValueError(f"accountant = {accountant!r}: must be one of {', '.join(ACCOUNTANTS)}")
 
 
 def _check_noise(noise: str) -> None:
@@ -105,9 +119,59 @@ def pld_epsilon(
     return float(_accountant(interval).compose(_event(noise, multiplier, count)).get_epsilon(delta))
 
 
+def rdp_epsilon(noise: str, multiplier: float, count: int, delta: float) -> float:
+    """ε at δ of `count` compositions of the mechanism, per the RDP accountant (no cache): its
+    default orders, the Gaussian's and Laplace's exact Rényi divergences, and dp-accounting's
+    conversion to (ε, δ). ``rr``: binary randomised response of ε₀ = `multiplier` (replace-one
+    neighbours, as the PLD of `rr_epsilon`)."""
+    if count == 0:
+        return 0.0
+    if noise == "rr":
+        dp = _dp()
+        acc = dp.rdp.RdpAccountant(neighboring_relation=dp.NeighboringRelation.REPLACE_ONE)
+        one = dp.RandomizedResponseDpEvent(2.0 / (math.exp(multiplier) + 1.0), 2)
+        event = one if count == 1 else dp.SelfComposedDpEvent(one, int(count))
+        return float(acc.compose(event).get_epsilon(delta))
+    _check_noise(noise)
+    acc = _dp().rdp.RdpAccountant()
+    return float(acc.compose(_event(noise, multiplier, count)).get_epsilon(delta))
+
+
+def _tight_rdp(noise: str, epsilon: float, delta: float, count: int) -> float:
+    """`tight_multiplier` per the RDP accountant: a bracket grown from the PLD-free first guess
+    (the exact Gaussian, or basic composition for Laplace), Brent's bisection, a nudge up."""
+    if noise == "gaussian":
+        hi = float(_dp().get_sigma_gaussian(epsilon, delta)) * math.sqrt(count)
+    else:
+        hi = count / epsilon
+    while rdp_epsilon(noise, hi, count, delta) > epsilon:  # RDP needs more than the exact noise
+        hi *= 2.0
+    lo = hi / 2.0
+    while rdp_epsilon(noise, lo, count, delta) <= epsilon:
+        hi, lo = lo, lo / 2.0
+    m = float(
+        _dp().calibrate_dp_mechanism(
+            _dp().rdp.RdpAccountant,
+            lambda x: _event(noise, x, count),
+            epsilon,
+            delta,
+            _dp().ExplicitBracketInterval(lo, hi),
+            tol=hi * REL_TOL,
+        )
+    )
+    step = REL_TOL
+    while rdp_epsilon(noise, m, count, delta) > epsilon:
+        m *= 1.0 + step
+        step *= 2.0
+    return m
+
+
 @cache
-def tight_multiplier(noise: str, epsilon: float, delta: float, count: int = 1) -> float:
-    """Least noise multiplier m for which `count` compositions are (ε, δ)-DP (PLD accountant).
+def tight_multiplier(
+    noise: str, epsilon: float, delta: float, count: int = 1, accountant: str = "pld"
+) -> float:
+    """Least noise multiplier m for which `count` compositions are (ε, δ)-DP (PLD accountant,
+    or RDP with `accountant` = "rdp").
 
     Brent's bisection on the accountant (`dp_accounting.calibrate_dp_mechanism`), then the
     result is nudged up until the accountant confirms (ε, δ), so the returned m is valid and
@@ -123,6 +187,9 @@ def tight_multiplier(noise: str, epsilon: float, delta: float, count: int = 1) -
     if int(count) != count or count < 1:
         raise ValueError(f"count = {count!r}: must be an integer ≥ 1")
     count = int(count)
+    check_accountant(accountant)
+    if accountant == "rdp":
+        return _tight_rdp(noise, epsilon, delta, count)
     # bracket the root: a multiplier that is certainly enough (the exact Gaussian value, which
     # the accountant's pessimistic grid needs a hair more than; basic composition for Laplace),
     # halved until it is not
@@ -153,13 +220,19 @@ def tight_multiplier(noise: str, epsilon: float, delta: float, count: int = 1) -
 
 
 def tight_sigma(
-    noise: str, sensitivity: float, epsilon: float, delta: float, count: int = 1
+    noise: str,
+    sensitivity: float,
+    epsilon: float,
+    delta: float,
+    count: int = 1,
+    accountant: str = "pld",
 ) -> float:
     """Noise std (Gaussian) or Laplace scale b for `count` releases of sensitivity Δ to be
     (ε, δ)-DP together: Δ · `tight_multiplier`. The calibration API for any family."""
     if not (sensitivity >= 0 and math.isfinite(sensitivity)):
         raise ValueError(f"sensitivity = {sensitivity!r}: must be a finite number ≥ 0")
-    return sensitivity * tight_multiplier(noise, float(epsilon), float(delta), int(count))
+    m = tight_multiplier(noise, float(epsilon), float(delta), int(count), accountant)
+    return sensitivity * m
 
 
 def noise_variance(noise: str, scale: float) -> float:
@@ -218,13 +291,21 @@ def psum_multiplier(noise: str, sigma2: float, L: float) -> float:
 
 
 @lru_cache(maxsize=100_000)
-def epsilon_spent(noise: str, multiplier: float, count: int, delta: float) -> float:
+def epsilon_spent(
+    noise: str, multiplier: float, count: int, delta: float, accountant: str = "pld"
+) -> float:
     """ε at δ spent by `count` releases of one sample with noise multiplier m (0 if none).
 
     Gaussian: k releases are exactly one with multiplier m/√k, whose ε dp-accounting computes
     in closed form (Balle & Wang's formula). Laplace: the PLD accountant (an upper bound), on a
-    grid whose width grows with √k up to 10⁻³.
+    grid whose width grows with √k up to 10⁻³. With `accountant` = "rdp": the RDP accountant
+    for every mechanism (`rdp_epsilon`).
     """
+    if accountant != "pld":
+        check_accountant(accountant)
+        if multiplier == 0 and count:
+            return math.inf
+        return rdp_epsilon(noise, float(multiplier), int(count), float(delta))
     if noise == "rr":  # binary randomised response, `multiplier` = its ε₀ per release
         return rr_epsilon(float(multiplier), int(count), float(delta))
     _check_noise(noise)
@@ -266,12 +347,14 @@ class Spend:
     recipient, "all": every recipient colluding): for every agent, k releases containing its
     most exposed sample reached that set, each with noise multiplier m (a scalar, or one per
     agent; several Gaussian releases of different multipliers are given as one, of multiplier
-    (Σ 1/m_i²)^(-1/2), which they compose to exactly).
+    (Σ 1/m_i²)^(-1/2), which they compose to exactly). `accountant` turns the releases into ε
+    ("pld", the default, or "rdp").
     """
 
     noise: str
     delta: float
     against: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    accountant: str = "pld"
 
     def epsilons(self) -> dict[str, np.ndarray]:
         """ε at δ spent by every agent against each recipient set."""
@@ -281,18 +364,25 @@ class Spend:
             mult = np.broadcast_to(np.asarray(multiplier, dtype=float), count.shape)
             keys, inverse = np.unique(np.stack([mult, count]), axis=1, return_inverse=True)
             eps = np.array(
-                [epsilon_spent(self.noise, float(m), int(k), self.delta) for m, k in keys.T]
+                [
+                    epsilon_spent(self.noise, float(m), int(k), self.delta, self.accountant)
+                    for m, k in keys.T
+                ]
             )
             out[name] = eps[inverse.ravel()]
         return out
 
 
-def ledger(spend: Spend | None) -> dict[str, float]:
-    """Mean and maximum over agents of the ε spent against each recipient set."""
+def ledger(spend: Spend | None, per_agent: bool = False, prefix: str = "eps_") -> dict[str, Any]:
+    """Mean and maximum over agents of the ε spent against each recipient set
+    (``eps_<who>_mean``, ``eps_<who>_max``), and with `per_agent` every agent's ε as an array
+    (``eps_<who>``: what the recorder keeps in agents.parquet)."""
     if spend is None:
         return {}
-    out = {}
+    out: dict[str, Any] = {}
     for name, eps in spend.epsilons().items():
-        out[f"eps_{name}_mean"] = float(eps.mean())
-        out[f"eps_{name}_max"] = float(eps.max())
+        out[f"{prefix}{name}_mean"] = float(eps.mean())
+        out[f"{prefix}{name}_max"] = float(eps.max())
+        if per_agent:
+            out[f"{prefix}{name}"] = eps
     return out

@@ -28,10 +28,39 @@ def study_agents(data: dict) -> int | None:
     return data.get("agents") if isinstance(data.get("agents"), int) else None
 
 
+#: The statistics over agents of the privacy ledger's per-run names (``eps_<who>_<stat>``).
+LEDGER_STATS = ("mean", "max")
+
+
+def agent_ledger_metric(metric: str) -> bool:
+    """Whether `metric` names the privacy ledger's per-agent ε (``eps_<who>``, no statistic
+    over agents after it), which a plot draws as its distribution over agents."""
+    return metric.startswith(LEDGER_PREFIX) and metric.rpartition("_")[2] not in LEDGER_STATS
+
+
+def check_agent_plots(plots: list[PlotSpec], per_agent: bool) -> None:
+    """Refuse a plot of a per-agent ε (`agent_ledger_metric`) that cannot be drawn: without
+    per-agent results, against another x than the slot, or with dashed metrics."""
+    for plot in plots:
+        if not agent_ledger_metric(plot.metric):
+            continue
+        where = f"plot {plot.file!r}: metric = {plot.metric!r}"
+        if not per_agent:
+            raise ConfigError(
+                f"{where}: every agent's ε is kept only with [study] per_agent = true "
+                f"(or plot {plot.metric}_max / {plot.metric}_mean)"
+            )
+        if plot.x != "t":
+            raise ConfigError(f"{where}: the spread over agents is drawn against x = 't' only")
+        if plot.dashed:
+            raise ConfigError(f"{where}: dashed: not drawn beside the spread over agents")
+
+
 def final_plots(
     plots: list[PlotSpec], scenarios: list[ScenarioSpec], doc: StudyDocument, h: Horizon
 ) -> list[PlotSpec]:
     """The plots with their titles filled in, each plotted metric checked to be recorded."""
+    check_agent_plots(plots, doc.settings.per_agent)
     fields = _title_fields(doc, h)
     plots = [
         dataclasses.replace(q, title=_fill_title(q.title, fields, f"plot {q.file!r}"))
