@@ -65,7 +65,8 @@ class Synchronous:
         payload[:, ASKED] = queries.sent_at
         if p.gate is not None:  # releases withheld by a budget are not sent
             made = payload[:, INDEX] > 0
-            b, a, payload = b[made], a[made], payload[made]
+            if not made.all():
+                b, a, payload = b[made], a[made], payload[made]
         p.ctx.send("release", b, a, payload)
 
     def receive(self, releases: Batch) -> None:
@@ -103,8 +104,9 @@ class Asynchronous(Synchronous):
         at = queries.delivered_at
         if p.gate is not None:  # releases withheld by a budget (j = 0) are not sent
             made = payload[:, INDEX] > 0
-            b, a, payload, ids = b[made], a[made], payload[made], ids[made]
-            at = None if at is None else at[made]
+            if not made.all():
+                b, a, payload, ids = b[made], a[made], payload[made], ids[made]
+                at = None if at is None else at[made]
         p.ctx.send("release", b, a, payload, at=at, ids=ids)
 
     def _answer(self, b: np.ndarray, a: np.ndarray, slot: np.ndarray) -> np.ndarray:

@@ -120,28 +120,51 @@ class StopGate:
         #: Releases each agent withheld, and the time of its first (+∞: none).
         self.withheld = np.zeros(n_agents, dtype=np.int64)
         self.hit_at = np.full(n_agents, math.inf)
+        self._psums = np.zeros(0, dtype=np.int64)
 
     def admit(self, b: np.ndarray, kappa: np.ndarray, now: Any) -> np.ndarray:
         """Which of the next releases of agents b (to distinct recipients, each with κ releases
         so far) fit the budget, in order; counts them, and records the others at time `now`."""
-        before = first_sample_psums(self.mechanism, kappa) * self.per_release
-        after = first_sample_psums(self.mechanism, kappa + 1) * self.per_release
+        psums = self._table(kappa)
+        after = psums[kappa + 1]
         if self.budget.against == "one":
             ok = after <= self.capacity
-            np.maximum.at(self.exposure, b[ok], after[ok])
+            # the count grows only at a recipient's first release (PM-I) or a power of two
+            grows = ok & (after > self.exposure[b])
+            if grows.any():
+                np.maximum.at(self.exposure, b[grows], after[grows])
         else:
-            # every positive increment is one release's p-sums: the r-th positive one of an
-            # agent in this call fits iff r of them do
-            grows = after > before
-            rank = np.zeros(len(b), dtype=np.int64)
-            rank[grows] = _rank_in_group(b[grows])
-            ok = ~grows | (self.exposure[b] + rank * self.per_release <= self.capacity)
-            np.add.at(self.exposure, b[ok], (after - before)[ok])
-        refused = b[~ok]
-        if len(refused):
+            ok = self._admit_colluding(b, after > psums[kappa])
+        if not ok.all():
+            refused = b[~ok]
             self.withheld += np.bincount(refused, minlength=len(self.withheld))
             when = np.broadcast_to(np.asarray(now, dtype=float), b.shape)[~ok]
             np.minimum.at(self.hit_at, refused, when)
+        return ok
+
+    def _table(self, kappa: np.ndarray) -> np.ndarray:
+        """P-sums holding the first sample after 0, 1, … releases to one recipient, at least
+        up to max(κ) + 1 (a look-up is cheaper than computing them at every release)."""
+        top = int(kappa.max(initial=0)) + 1
+        if top >= len(self._psums):
+            count = np.arange(2 * top + 2)
+            self._psums = first_sample_psums(self.mechanism, count) * self.per_release
+        return self._psums
+
+    def _admit_colluding(self, b: np.ndarray, grows: np.ndarray) -> np.ndarray:
+        """`admit` against all recipients colluding: a release that `grows` the count adds
+        `per_release` p-sums holding the agent's first sample (one more recipient's, or one
+        more tree level's), so the r-th such release of an agent in this call fits iff its
+        count plus r·`per_release` stays within k*."""
+        ok = np.ones(len(b), dtype=bool)
+        if not grows.any():  # (most calls: counts grow at powers of two only)
+            return ok
+        bg = b[grows]
+        # under RR each agent answers one querier per slot: no agent twice, every rank 1
+        rank = 1 if np.bincount(bg).max() == 1 else _rank_in_group(bg)
+        fits = self.exposure[bg] + rank * self.per_release <= self.capacity
+        ok[grows] = fits
+        np.add.at(self.exposure, bg[fits], self.per_release)
         return ok
 
 

@@ -90,7 +90,7 @@ def test_capacity_of_laplace_uses_the_pld_accountant():
     lossy=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)
 def test_a_stop_agent_never_exceeds_and_stops_only_when_full(
     mechanism, against, variance, m, t_max, budget, lossy, seed
 ):
