@@ -145,7 +145,13 @@ class Asynchronous(Synchronous):
             payload = p.release(b[new], a[new], slot[new])
             made = payload[:, INDEX] > 0
             self.last.keep(pair[new[made]], payload[made])
-            withheld[new[~made]] = True
+            if not made.all():
+                # the pair's other queries of this slot find the same count and the same (or a
+                # fuller) budget: one at a time, each would be withheld too
+                withheld = np.isin(pair, pair[new[~made]])
+                others = withheld.copy()
+                others[new] = False
+                p.gate.withhold(b[others])
         again = ~withheld
         again[new] = False
         p.repeated += np.bincount(b[again], minlength=m)

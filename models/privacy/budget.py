@@ -142,6 +142,12 @@ class StopGate:
             np.minimum.at(self.hit_at, refused, when)
         return ok
 
+    def withhold(self, b: np.ndarray) -> None:
+        """Count releases of agents b withheld again (a query repeating one this gate refused
+        in the same slot, with the same count: the decision cannot change)."""
+        if len(b):
+            self.withheld += np.bincount(b, minlength=len(self.withheld))
+
     def _table(self, kappa: np.ndarray) -> np.ndarray:
         """P-sums holding the first sample after 0, 1, … releases to one recipient, at least
         up to max(κ) + 1 (a look-up is cheaper than computing them at every release)."""

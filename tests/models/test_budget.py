@@ -20,7 +20,7 @@ from desim.kernel.registry import DATA, METRICS, PROTOCOLS
 from desim.models.privacy.accounting import epsilon_spent, psum_multiplier
 from desim.models.privacy.budget import capacity, first_sample_psums
 from desim.network_models.links import FixedLatency
-from desim.testing import ScriptedLinks
+from desim.testing import ScriptedLinks, check_modes
 
 DELTA = 1e-6
 L_FIG2 = math.sqrt(3) / 2  # σ = 1/2 uniform data: L = σ√3
@@ -171,6 +171,36 @@ def test_zero_latency_with_a_binding_budget_reproduces_ideal_links():
     np.testing.assert_array_equal(ideal.mech.count, general.mech.count)
     np.testing.assert_array_equal(ideal.gate.hit_at, general.gate.hit_at)
     np.testing.assert_array_equal(ideal.estimates(), general.estimates())
+
+
+@pytest.mark.parametrize(
+    ("schedule", "mechanism", "against", "epsilon"),
+    [
+        ("rr", "pm2", "colluding", 0.4),  # k* = 15 tree nodes over all queriers
+        pytest.param("rr", "pm1", "colluding", 2.0, marks=pytest.mark.slow),  # k* = 5 queriers
+        pytest.param("rrr", "pm2", "colluding", 0.4, marks=pytest.mark.slow),
+        pytest.param("rrr", "pm2", "one", 0.15, marks=pytest.mark.slow),
+    ],
+)
+def test_a_binding_budget_gives_the_same_bytes_in_every_delivery_mode(
+    schedule, mechanism, against, epsilon
+):
+    """Windows and slot batches on outages, churn and stragglers withhold exactly the releases
+    one message per instant does (`desim.testing.check_modes`)."""
+    params = {
+        "schedule": schedule,
+        "mechanism": mechanism,
+        "budget": {"epsilon": epsilon, "against": against},
+    }
+    for runs in check_modes(
+        PROTOCOLS.get("private-colme"),
+        params,
+        t_max=80,
+        metrics=("budget",),
+        state=("gate.withheld", "gate.hit_at", "gate.exposure", "mech.count"),
+    ):
+        gate = runs["instants"].protocol.gate
+        assert 0 < gate.capacity and gate.withheld.sum() > 0
 
 
 # -- the study-file route and its messages --------------------------------------------------------
