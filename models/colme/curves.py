@@ -18,7 +18,8 @@ from desim.kernel.params import param
 from desim.kernel.registry import CURVES
 from desim.models.baselines import class_variances
 from desim.models.colme.analytic import MAX_EXACT_OTHERS, oracle_mse, oracle_mse_rrr
-from desim.models.privacy.accounting import psum_noise
+from desim.models.colme.schedule import max_pair_releases
+from desim.models.privacy.tree import calibrated_psum_noise
 
 
 @CURVES.register("oracle")
@@ -28,8 +29,8 @@ class OracleCurve:
 
     Every other agent is a class-mate with probability p = 1/Γ; the noise variance is the
     paper's calibration for the data's L and (ε, δ), split by ⌊log₂ t_max⌋+1 for PM-II, or with
-    ``calibration = "tight"`` the least noise the PLD accountant allows (the same σ_DP² the
-    protocol uses).
+    ``calibration = "tight"`` / ``"tight-tree"`` the least noise the PLD accountant allows (the
+    same σ_DP² the protocol uses).
     """
 
     mechanism: Literal["pm1", "pm2"] = param("pm1", "p-sum mechanism: PM-I or PM-II")
@@ -56,10 +57,11 @@ class OracleCurve:
     formula: Literal["exact", "eq21"] = param(
         "exact", "PM-II noise variance: exact dyadic-node sum, or eq. (21) as printed"
     )
-    calibration: Literal["paper", "tight"] = param(
+    calibration: Literal["paper", "tight", "tight-tree"] = param(
         "paper",
         "noise calibration: the paper's formulas, or the least noise for (ε, δ) per the "
-        "PLD accountant",
+        "PLD accountant for ⌊log₂ t_max⌋+1 PM-II levels (tight) or for the tree nodes one "
+        "querier really gets (tight-tree)",
     )
     #: Bytes per draw and other agent in the largest stratum (its random keys, order, members).
     memory = {"draw-agent": 40.0}
@@ -82,8 +84,9 @@ class OracleCurve:
 
     def sigma2_dp(self, data: Any, t_max: int) -> float:
         """σ_DP² of Lemma 1 or 2 at this curve's budget (split for PM-II as in §VII), or the
-        tight σ_DP² (`desim.models.privacy.accounting.psum_noise`)."""
-        return psum_noise(
+        tight σ_DP² (`desim.models.privacy.tree.calibrated_psum_noise`)."""
+        agents = int(self.agents if self.agents is not None else data.agents)
+        return calibrated_psum_noise(
             self.noise,
             data.support_half_width(),
             self.mechanism,
@@ -91,6 +94,7 @@ class OracleCurve:
             self.delta,
             t_max,
             self.calibration,
+            max_pair_releases(self.schedule, agents, t_max),
         )[0]
 
     def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:

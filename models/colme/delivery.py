@@ -63,6 +63,10 @@ class Synchronous:
         b, a = queries.dst, queries.src
         payload = p.release(b, a, p.view.slots(None, len(b)))
         payload[:, ASKED] = queries.sent_at
+        if p.gate is not None:  # releases withheld by a budget are not sent
+            made = payload[:, INDEX] > 0
+            if not made.all():
+                b, a, payload = b[made], a[made], payload[made]
         p.ctx.send("release", b, a, payload)
 
     def receive(self, releases: Batch) -> None:
@@ -97,14 +101,21 @@ class Asynchronous(Synchronous):
         payload = self._answer(b, a, p.view.slots(queries.delivered_at, len(b)))
         payload[:, ASKED] = queries.sent_at
         ids = query_ids(queries.sent_at, a, b, p.ctx.n_agents)
-        p.ctx.send("release", b, a, payload, at=queries.delivered_at, ids=ids)
+        at = queries.delivered_at
+        if p.gate is not None:  # releases withheld by a budget (j = 0) are not sent
+            made = payload[:, INDEX] > 0
+            if not made.all():
+                b, a, payload, ids = b[made], a[made], payload[made], ids[made]
+                at = None if at is None else at[made]
+        p.ctx.send("release", b, a, payload, at=at, ids=ids)
 
     def _answer(self, b: np.ndarray, a: np.ndarray, slot: np.ndarray) -> np.ndarray:
         """Payloads answering queries a → b that may repeat a pair or find no new sample, with
         b's state after the slot each query arrives in (`slot`, ascending).
 
         A pair's first query in a slot gets a new release if b has a sample its last release to
-        a lacked; every other query gets that last release again (`repeated`).
+        a lacked; every other query gets that last release again (`repeated`). A new release a
+        budget withholds keeps j = 0: nothing is sent for it.
         """
         p, m = self.p, self.p.ctx.n_agents
         pair = b * m + a
@@ -122,19 +133,32 @@ class Asynchronous(Synchronous):
         if not repeats:
             if (counts > self.last.count[pair]).all():  # the usual case
                 payload = p.release(b, a, slot)
-                self.last.keep(pair, payload)
+                made = payload[:, INDEX] > 0
+                self.last.keep(pair[made], payload[made])
                 return payload
             first = np.arange(len(pair))
         else:
             first = np.sort(np.unique(pair, return_index=True)[1])  # send order: noise draws
         new = first[counts[first] > self.last.count[pair[first]]]
+        withheld = np.zeros(len(b), dtype=bool)
         if len(new):
-            self.last.keep(pair[new], p.release(b[new], a[new], slot[new]))
-        again = np.ones(len(b), dtype=bool)
+            payload = p.release(b[new], a[new], slot[new])
+            made = payload[:, INDEX] > 0
+            self.last.keep(pair[new[made]], payload[made])
+            if not made.all():
+                # the pair's other queries of this slot find the same count and the same (or a
+                # fuller) budget: one at a time, each would be withheld too
+                withheld = np.isin(pair, pair[new[~made]])
+                others = withheld.copy()
+                others[new] = False
+                p.gate.withhold(b[others])
+        again = ~withheld
         again[new] = False
         p.repeated += np.bincount(b[again], minlength=m)
         # b's last releases to a (ASKED unset); no release since: j is still the count
-        return self.last.payload(pair, p.mech.count.ravel()[pair], p.release_width)
+        payload = self.last.payload(pair, p.mech.count.ravel()[pair], p.release_width)
+        payload[withheld, INDEX] = 0
+        return payload
 
     def receive(self, releases: Batch) -> None:
         """Take releases as they arrive, or keep a window's until its end."""

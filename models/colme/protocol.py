@@ -89,12 +89,14 @@ from desim.models.colme.model import (
     z_accepts,
 )
 from desim.models.colme.pairs import COUNT, INDEX, VALUE, VARIANCE, ClassBeliefs
-from desim.models.colme.schedule import RestrictedRoundRobin, RoundRobin
+from desim.models.colme.schedule import RestrictedRoundRobin, RoundRobin, max_pair_releases
 from desim.models.colme.statistic import PairStatistic, SchVar2
 from desim.models.colme.variance import sample_variance, welch_accepts
 from desim.models.colme.view import OneSlot, SlotBatch
-from desim.models.privacy.accounting import Spend, psum_multiplier, psum_noise
+from desim.models.privacy.accounting import Spend, psum_multiplier
+from desim.models.privacy.budget import Budget, StopGate, capacity, first_sample_psums
 from desim.models.privacy.release import PSumRelease, SampleVarianceRelease, levels_for
+from desim.models.privacy.tree import calibrated_psum_noise
 
 
 @dataclass(frozen=True)
@@ -127,11 +129,24 @@ class PrivateColMEParams:
     timeout: float = param(
         math.inf, "slots after sending a query beyond which its answer is discarded", gt=0
     )
-    calibration: Literal["paper", "tight"] = param(
+    calibration: Literal["paper", "tight", "tight-tree"] = param(
         "paper",
         "noise calibration: the paper's formulas, or the least noise for (ε, δ) per the "
-        "PLD accountant (`desim.models.privacy.accounting`)",
+        "PLD accountant (`desim.models.privacy.accounting`) for ⌊log₂ t_max⌋+1 PM-II levels "
+        "(tight) or for the tree nodes one querier really gets (tight-tree)",
     )
+    budget: dict | None = param(
+        None,
+        "per-agent privacy budget {epsilon, delta, against = one | colluding, action = stop}: "
+        "a release that would exceed it is not made (`desim.models.privacy.budget`)",
+    )
+
+    def __post_init__(self) -> None:
+        if self.budget is not None and not isinstance(self.budget, Budget):
+            # the study's table, checked, kept as a (hashable) Budget
+            object.__setattr__(self, "budget", Budget.from_table(self.budget, self.delta))
+        if self.budget is not None and self.noise == "none":
+            raise ValueError("budget: needs noise = 'gaussian' or 'laplace' (noise = 'none')")
 
 
 # Indices of the message kinds (`PrivateColME.message_kinds`), as `Batch.single_kind` holds them.
@@ -212,20 +227,23 @@ class PrivateColME(SlotBatched):
         p = self.params
         m, L = ctx.n_agents, ctx.public["L"]
         #: σ_DP², the noise variance of every p-sum (and σ_{2,DP}², Sch-Var-1's variance p-sums)
-        self.sigma2_dp, sigma2_var = psum_noise(
+        horizon = p.budget_t_max or ctx.t_max
+        self.sigma2_dp, sigma2_var = calibrated_psum_noise(
             p.noise,
             L,
             p.mechanism,
             p.epsilon,
             p.delta,
-            p.budget_t_max or ctx.t_max,
+            horizon,
             p.calibration,
+            max_pair_releases(p.schedule, m, horizon),
             p.variance == "sch-var-1",
         )
         self._multiplier = psum_multiplier(p.noise, self.sigma2_dp, L) if L > 0 else 0.0
         self.mech = PSumRelease(
             m, p.mechanism, p.noise, self.sigma2_dp, ctx.streams.get("dp-noise"), ctx.t_max
         )
+        self.gate = self._budget_gate(ctx) if p.budget is not None else None
         if p.variance == "sch-var-1":
             self.var_release = SampleVarianceRelease(
                 m,
@@ -236,6 +254,22 @@ class PrivateColME(SlotBatched):
                 ctx.streams.get("dp-noise-variance"),
                 ctx.t_max,
             )
+
+    def _budget_gate(self, ctx: Context) -> StopGate:
+        """The per-agent budget's gate: k* found once by the accountant, for counts up to the
+        most this run can make (every querier's κ_max releases)."""
+        p, m = self.params, ctx.n_agents
+        per_release = 2 if p.variance == "sch-var-1" else 1
+        kappa = np.array([max_pair_releases(p.schedule, m, ctx.t_max)])
+        most = int(first_sample_psums(p.mechanism, kappa)[0]) * per_release
+        if p.budget.against == "colluding":
+            most *= m - 1
+        k_star = capacity(p.noise, self._multiplier, p.budget.epsilon, p.budget.delta, most)
+        return StopGate(p.budget, p.mechanism, per_release, m, k_star)
+
+    def budget_gate(self) -> StopGate | None:
+        """The per-agent budget's state (None without a budget), for the `budget` metric."""
+        return self.gate
 
     def _initially_included(self, ctx: Context) -> np.ndarray:
         """C_a^{(0)}: everyone."""
@@ -288,7 +322,20 @@ class PrivateColME(SlotBatched):
 
     def release(self, b: np.ndarray, a: np.ndarray, slot: np.ndarray) -> np.ndarray:
         """Payloads of new releases of agents b to agents a (distinct pairs; ASKED unset), with
-        b's state after `slot` of the view."""
+        b's state after `slot` of the view. Under a budget, a release it does not admit is not
+        made: its row has j = 0 (`withheld`), and the delivery sends nothing for it."""
+        if self.gate is None:
+            return self._release(b, a, slot)
+        ok = self.gate.admit(b, self.mech.count[b, a], self.view.clock(slot))
+        if ok.all():
+            return self._release(b, a, slot)
+        payload = np.zeros((len(b), self.release_width))
+        if ok.any():
+            payload[ok] = self._release(b[ok], a[ok], slot[ok])
+        return payload
+
+    def _release(self, b: np.ndarray, a: np.ndarray, slot: np.ndarray) -> np.ndarray:
+        """Payloads of releases b → a that are made (`release`)."""
         sums, sumsq, counts = self.view.own(b, slot)
         values, j, fresh = self.mech.release(b, a, sums, counts)
         payload = np.empty((len(b), self.release_width))
@@ -426,8 +473,7 @@ class PrivateColME(SlotBatched):
         """
         if self.params.noise == "none":
             return None
-        kappa = self.mech.count
-        per = (kappa > 0) if self.params.mechanism == "pm1" else np.frexp(kappa)[1]  # bit length
+        per = first_sample_psums(self.params.mechanism, self.mech.count)
         if self.params.variance == "sch-var-1":
             per = 2 * per
         m = self._multiplier

@@ -62,3 +62,17 @@ class RestrictedRoundRobin:
             todo = todo[~found]
         self.offset[agents] = offset
         return agents, (agents + offset) % m
+
+
+def max_pair_releases(schedule: str, n_agents: int, t_max: int) -> int:
+    """κ_max: the most releases one responder can make to one querier in slots 1…t_max.
+
+    Under RR, agent a queries b only in the slots where `rr_offset` is b − a (mod M), one in
+    M − 1, so at most ⌈t_max/(M − 1)⌉ times (offset 1 is queried from slot 1). Under rRR a may
+    exclude every agent but b and query b every slot, so t_max — the schedule's worst case,
+    which does not depend on the data. Every release answers a query of its querier, so links
+    (losses, latency, repeats) never make more.
+    """
+    if schedule == "rr" and n_agents > 1:
+        return -(-int(t_max) // (n_agents - 1))
+    return int(t_max)

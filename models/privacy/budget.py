@@ -1,0 +1,201 @@
+"""Per-agent privacy budgets: an agent whose next release would take its ε past its budget
+does not make it (``action = "stop"``).
+
+A study gives a private protocol ``budget = {epsilon = …, delta = …, against = "one" |
+"colluding", action = "stop"}``: every agent may spend at most (ε, δ) against the recipient set
+named — the most informed single recipient ("one"), or all recipients colluding
+("colluding", the ledger's ``all``). The `privacy` ledger's accountant decides: the spend of k
+releases of the most exposed sample at the run's noise multiplier m is ε(m, k) at δ
+(`desim.models.privacy.accounting.epsilon_spent`), increasing in k, so the budget is one
+number per run, the capacity k* = max{k : ε(m, k) ≤ ε_budget}, found once by bisection on the
+accountant (`capacity`). Each release then costs an integer comparison: it is made iff the
+count of releases holding the agent's most exposed sample stays ≤ k* (`StopGate.admit`). The
+ledger counts the same releases, so an agent's ε never exceeds its budget, and an agent that
+withheld a release had no room for it.
+
+The `budget` metric records at every checkpoint the fraction of agents that have withheld a
+release (``budget_exhausted``) and the releases withheld so far (``budget_withheld``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from desim.kernel.registry import METRICS, applies_to, records
+from desim.models.privacy.accounting import epsilon_spent
+
+#: The budget's recipient sets, as the ledger names them.
+AGAINST: dict[str, str] = {"one": "one", "colluding": "all"}
+#: What an agent does when its next release would exceed its budget.
+ACTIONS: tuple[str, ...] = ("stop",)
+_KEYS = ("epsilon", "delta", "against", "action")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A per-agent privacy budget (ε, δ) against a recipient set, and the action at its end."""
+
+    epsilon: float
+    delta: float
+    against: str = "one"
+    action: str = "stop"
+
+    @classmethod
+    def from_table(cls, table: Any, default_delta: float) -> Budget:
+        """The budget of a study's ``budget = {…}`` table (δ defaults to the protocol's);
+        ValueError with one line naming the key, its value and what is allowed."""
+        if not isinstance(table, dict):
+            raise ValueError(f"budget = {table!r}: must be a table {{epsilon = …, …}}")
+        for key in table:
+            if key not in _KEYS:
+                raise ValueError(f"budget.{key}: unknown key; allowed: {', '.join(_KEYS)}")
+        eps = table.get("epsilon")
+        if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < math.inf:
+            raise ValueError(f"budget.epsilon = {eps!r}: must be a finite number > 0")
+        delta = table.get("delta", default_delta)
+        if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0 < delta < 1:
+            raise ValueError(f"budget.delta = {delta!r}: must lie in (0, 1)")
+        against = table.get("against", "one")
+        if against not in AGAINST:
+            raise ValueError(f"budget.against = {against!r}: must be one of one, colluding")
+        action = table.get("action", "stop")
+        if action not in ACTIONS:
+            raise ValueError(f"budget.action = {action!r}: must be one of {', '.join(ACTIONS)}")
+        return cls(float(eps), float(delta), against, action)
+
+
+def capacity(noise: str, multiplier: float, epsilon: float, delta: float, cap: int) -> int:
+    """k* = the most releases of one sample at noise multiplier m whose ε at δ, per the ledger's
+    accountant, stays ≤ `epsilon` (0 if one release is too many), searched up to `cap`."""
+
+    def fits(k: int) -> bool:
+        return epsilon_spent(noise, float(multiplier), int(k), float(delta)) <= epsilon
+
+    if cap <= 0 or not fits(1):
+        return 0
+    lo, hi = 1, 2  # fits(lo); grow hi until it does not fit or passes cap
+    while hi <= cap and fits(hi):
+        lo, hi = hi, 2 * hi
+    if hi > cap:
+        if fits(cap):
+            return cap
+        hi = cap
+    while hi - lo > 1:  # fits(lo), not fits(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def first_sample_psums(mechanism: str, kappa: np.ndarray) -> np.ndarray:
+    """P-sums holding a responder's first (most exposed) sample after κ releases to one
+    recipient: 1 once it released at all (PM-I), one tree node per level ⌊log₂ κ⌋+1 (PM-II)."""
+    kappa = np.asarray(kappa)
+    if mechanism == "pm1":
+        return (kappa > 0).astype(np.int64)
+    return np.frexp(kappa)[1].astype(np.int64)  # the bit length of every κ ≥ 0
+
+
+class StopGate:
+    """``action = "stop"``: admits a release only if the agent's count stays within k*.
+
+    `per_release` p-sums go out with each release (2 under Sch-Var-1: mean and variance).
+    `exposure[b]` is the count the ledger gives agent b against the budget's recipient set:
+    the most p-sums holding its first sample that one recipient got ("one"), or their sum over
+    recipients ("colluding").
+    """
+
+    def __init__(
+        self, budget: Budget, mechanism: str, per_release: int, n_agents: int, k_star: int
+    ) -> None:
+        self.budget = budget
+        self.mechanism = mechanism
+        self.per_release = per_release
+        #: k*, the budget as a count of releases of the most exposed sample.
+        self.capacity = k_star
+        self.exposure = np.zeros(n_agents, dtype=np.int64)
+        #: Releases each agent withheld, and the time of its first (+∞: none).
+        self.withheld = np.zeros(n_agents, dtype=np.int64)
+        self.hit_at = np.full(n_agents, math.inf)
+        self._psums = np.zeros(0, dtype=np.int64)
+
+    def admit(self, b: np.ndarray, kappa: np.ndarray, now: Any) -> np.ndarray:
+        """Which of the next releases of agents b (to distinct recipients, each with κ releases
+        so far) fit the budget, in order; counts them, and records the others at time `now`."""
+        psums = self._table(kappa)
+        after = psums[kappa + 1]
+        if self.budget.against == "one":
+            ok = after <= self.capacity
+            # the count grows only at a recipient's first release (PM-I) or a power of two
+            grows = ok & (after > self.exposure[b])
+            if grows.any():
+                np.maximum.at(self.exposure, b[grows], after[grows])
+        else:
+            ok = self._admit_colluding(b, after > psums[kappa])
+        if not ok.all():
+            refused = b[~ok]
+            self.withheld += np.bincount(refused, minlength=len(self.withheld))
+            when = np.broadcast_to(np.asarray(now, dtype=float), b.shape)[~ok]
+            np.minimum.at(self.hit_at, refused, when)
+        return ok
+
+    def withhold(self, b: np.ndarray) -> None:
+        """Count releases of agents b withheld again (a query repeating one this gate refused
+        in the same slot, with the same count: the decision cannot change)."""
+        if len(b):
+            self.withheld += np.bincount(b, minlength=len(self.withheld))
+
+    def _table(self, kappa: np.ndarray) -> np.ndarray:
+        """P-sums holding the first sample after 0, 1, … releases to one recipient, at least
+        up to max(κ) + 1 (a look-up is cheaper than computing them at every release)."""
+        top = int(kappa.max(initial=0)) + 1
+        if top >= len(self._psums):
+            count = np.arange(2 * top + 2)
+            self._psums = first_sample_psums(self.mechanism, count) * self.per_release
+        return self._psums
+
+    def _admit_colluding(self, b: np.ndarray, grows: np.ndarray) -> np.ndarray:
+        """`admit` against all recipients colluding: a release that `grows` the count adds
+        `per_release` p-sums holding the agent's first sample (one more recipient's, or one
+        more tree level's), so the r-th such release of an agent in this call fits iff its
+        count plus r·`per_release` stays within k*."""
+        ok = np.ones(len(b), dtype=bool)
+        if not grows.any():  # (most calls: counts grow at powers of two only)
+            return ok
+        bg = b[grows]
+        # under RR each agent answers one querier per slot: no agent twice, every rank 1
+        rank = 1 if np.bincount(bg).max() == 1 else _rank_in_group(bg)
+        fits = self.exposure[bg] + rank * self.per_release <= self.capacity
+        ok[grows] = fits
+        np.add.at(self.exposure, bg[fits], self.per_release)
+        return ok
+
+
+def _rank_in_group(keys: np.ndarray) -> np.ndarray:
+    """1, 2, … for the occurrences of each key, in order of appearance."""
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    starts = np.r_[0, np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1]
+    run_start = np.repeat(starts, np.diff(np.r_[starts, len(keys)]))
+    rank = np.empty(len(keys), dtype=np.int64)
+    rank[order] = np.arange(len(keys)) - run_start + 1
+    return rank
+
+
+@METRICS.register("budget")
+@records("budget_exhausted", "budget_withheld")
+@applies_to("budget_gate")
+def budget_use(protocol: Any, data: Any) -> dict[str, float]:
+    """Per-agent budgets: ``budget_exhausted``, the fraction of agents that have withheld a
+    release because it would exceed their budget, and ``budget_withheld``, the releases withheld
+    so far (nothing without a ``budget``)."""
+    gate = protocol.budget_gate()
+    if gate is None:
+        return {}
+    return {
+        "budget_exhausted": float(np.mean(gate.withheld > 0)),
+        "budget_withheld": float(gate.withheld.sum()),
+    }
