@@ -30,6 +30,7 @@ class Local(Protocol):
 
     Params = NoParams
     reads = frozenset()  # no messages, no graph: [network] and [topology] are not its
+    reads_exact = True  # no draws of its own: one trajectory whatever the network and graph
 
     def setup(self, ctx: Context) -> None:
         super().setup(ctx)
@@ -52,6 +53,7 @@ class Ideal(Local):
     """
 
     uses_oracle = True
+    reads_exact = True  # the true classes and the data only
 
     def estimates(self) -> np.ndarray:
         classes = self.ctx.oracle_classes

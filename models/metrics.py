@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from desim.kernel.registry import METRICS, applies_to, records
+from desim.kernel.registry import METRICS, applies_to, reads_tables, records
 from desim.models.privacy.accounting import ledger
 
 #: Accuracy tolerance of Galante et al.'s metric: an agent is right when |μ̂_a − μ_a| ≤ 0.1.
@@ -22,6 +22,7 @@ TOLERANCE = 0.1
 
 @METRICS.register("accuracy")
 @records("within_0.1", "outside_0.1")
+@reads_tables()
 def accuracy(protocol: Any, data: Any) -> dict[str, float]:
     """Share of agents within 0.1 of their true mean (Galante et al.'s metric).
 

@@ -89,6 +89,14 @@ class Protocol:
     #: through its links). `desim validate` refuses a table no scenario reads and notes the
     #: scenarios that ignore one others read. Undeclared: both (never refused for them).
     reads: ClassVar[frozenset[str]] = frozenset({"network", "topology"})
+    #: Whether `reads` is exact: a run's trajectory depends on the [network] and [topology]
+    #: tables only through the ones `reads` names. That fails for a protocol drawing from the
+    #: run's own streams (their key holds both tables: `Scenario.run_key`) unless the draws
+    #: cannot change its output. Runs of a study that differ only in tables such a protocol does
+    #: not read are then simulated once, each written as its own run would have been
+    #: (`desim.study.sharing`); tests/desim/test_shared_runs.py checks every declaration.
+    #: Undeclared: False (every run simulated).
+    reads_exact: ClassVar[bool] = False
     #: Bytes of state per unit of what drives it, for the memory `desim validate` estimates
     #: before any run (`desim.study.spec.limits`): ``"agent"`` (M), ``"pair"`` (M²), ``"edge"``
     #: (directed edges of the graph), ``"coordinate"`` (M × data dimension d), ``"pair-coordinate"``

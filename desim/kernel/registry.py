@@ -143,6 +143,18 @@ def applies_to(*what: type | str) -> Callable[[T], T]:
     return mark
 
 
+def reads_tables(*tables: str) -> Callable[[T], T]:
+    """Decorator declaring the study tables beyond [data] a metric function reads, as
+    `desim.kernel.protocol.Protocol.reads` names them (undeclared: ``network`` and ``topology``):
+    runs whose protocol and metrics read neither are simulated once for a whole network sweep."""
+
+    def mark(fn: T) -> T:
+        fn.reads = frozenset(tables)  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
 def metric_applies(metric: object, protocol: type) -> bool:
     """Whether `metric` (a `METRICS` function) records anything for protocol class `protocol`,
     per its `applies_to` declaration (undeclared: every protocol)."""

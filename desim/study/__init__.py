@@ -1,2 +1,3 @@
 """The study layer: study files (`spec`), scenarios (`scenario`), results folders and runs
-(`results`), summaries (`summary`), figures (`plots`) and the command line (`cli`)."""
+(`results`; runs of one trajectory simulated once: `sharing`), summaries (`summary`), figures
+(`plots`) and the command line (`cli`)."""

@@ -352,9 +352,13 @@ def _report_run(args: argparse.Namespace, study: Study, summary, figures: list[P
         workers = f"dask scheduler {args.scheduler}"
     dedup = len(study.runs) - len(study.unique_runs)
     shared = f" ({dedup} shown at other grid points)" if dedup else ""
+    done = f"{summary.done} done"
+    if summary.shared:  # runs written from an identical run's trajectory (desim.study.sharing)
+        done += f" ({summary.done - summary.shared} computed, {summary.shared} shared with an "
+        done += "identical run)"
     print(
-        f"desim: {study.title}: {len(study.unique_runs)} runs{shared}: {summary.done} "
-        f"done, {summary.skipped} skipped (already done), {summary.failed} failed "
+        f"desim: {study.title}: {len(study.unique_runs)} runs{shared}: {done}, "
+        f"{summary.skipped} skipped (already done), {summary.failed} failed "
         f"in {_seconds(summary.wall_seconds)} with {workers}"
     )
     print(f"results: {_where(summary.results_dir)}")

@@ -44,6 +44,7 @@ import numpy as np
 
 from desim.kernel.params import ConfigError
 from desim.study.results import DONE, FAILED, compute_run, curve_value, store_run
+from desim.study.sharing import members
 from desim.study.spec import CurveJob, Run
 
 #: Protocols of a scheduler's address (tls takes its certificates from dask's configuration).
@@ -361,6 +362,7 @@ class ClusterLost(ConfigError):
 
 def _lost_message(scheduler: str, lost: list[Run], done: int, why: str) -> str:
     """The line that stops a study whose runs were lost on the cluster."""
+    lost = [member for run in lost for member in members(run)]  # a lead's followers with it
     shown = ", ".join(run.run_id for run in lost[:LOST_SHOWN])
     more = f" and {len(lost) - LOST_SHOWN} more" if len(lost) > LOST_SHOWN else ""
     return (

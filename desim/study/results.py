@@ -50,6 +50,7 @@ from desim.kernel.params import ConfigError
 from desim.kernel.recorder import log_checkpoints
 from desim.study.progress import progress_bar
 from desim.study.scenario import run as run_scenario
+from desim.study.sharing import follower_notes, share_runs, warning_texts
 from desim.study.spec import CurveJob, Run, Study, canonical_hash
 from desim.study.store import (
     DAMAGED_DIR,
@@ -93,7 +94,9 @@ DONE, FAILED, PENDING = "done", "failed", "pending"
 class Summary:
     """What `run_study` did: run counts by outcome, wall time, where results are, failures.
 
-    `failures` lists (what, error) for every failed run (by run id) and every failed curve;
+    `shared` counts the runs done that were written from another run's trajectory
+    (`desim.study.sharing`); `failures` lists (what, error) for every failed run (by run id)
+    and every failed curve;
     `warnings` the distinct warnings runs raised; `damaged` the records set aside; `stale` the
     stored runs of older versions of the study file.
     """
@@ -108,6 +111,7 @@ class Summary:
     warnings: list[str] = field(default_factory=list)
     damaged: list[str] = field(default_factory=list)
     stale: int = 0
+    shared: int = 0
 
     @property
     def ok(self) -> bool:
@@ -172,8 +176,7 @@ def simulate(run: Run) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
         out = run_scenario(run.scenario)
     metrics = out.metrics.sort_values(["t", "metric"], kind="stable").reset_index(drop=True)
     agents = out.agents if run.scenario.per_agent else None
-    notes = sorted({f"{w.category.__name__}: {' '.join(str(w.message).split())}" for w in caught})
-    return metrics, agents, notes
+    return metrics, agents, sorted(warning_texts(caught))
 
 
 def execute_run(run: Run, results_dir: Path, head: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -191,24 +194,56 @@ def compute_run(run: Run) -> dict[str, Any]:
     "computed", "record" (`encode_record`), "notes", "wall_seconds", "cpu_seconds"}``, or the
     failed status fields (see `execute_run`). What a worker (pool or cluster) hands to the one
     process that writes (`store_run`); the CPU time, unlike the wall time, does not depend on
-    what else the machine runs (it sizes a cluster's batches)."""
+    what else the machine runs (it sizes a cluster's batches). For a `Lead`, ``"shared"`` holds
+    the same fields for each of its followers (``"shared_with"``: the lead's run id)."""
     start, cpu = time.perf_counter(), time.thread_time()
     try:
         metrics, agents, notes = simulate(run)
-        record = encode_record(
-            run.config_hash,
-            _with_keys(metrics, run, run.columns),
-            None if agents is None else _with_keys(agents, run, run.columns),
-        )
+        record = _encode(run, metrics, agents)
+        wall = round(time.perf_counter() - start, 3)
+        shared = _shared(run, metrics, agents, notes)
     except Exception:  # recorded in the manifest; the study goes on
         return _failed(start)
-    return {
+    out = {
         "status": "computed",
         "record": record,
         "notes": notes,
-        "wall_seconds": round(time.perf_counter() - start, 3),
+        "wall_seconds": wall,
         "cpu_seconds": time.thread_time() - cpu,
     }
+    if shared:
+        out["shared"] = shared
+    return out
+
+
+def _encode(run: Run, metrics: pd.DataFrame, agents: pd.DataFrame | None) -> dict[str, Any]:
+    """The record(s) of `run` from its trajectory: `encode_record` behind the run's keys."""
+    return encode_record(
+        run.config_hash,
+        _with_keys(metrics, run, run.columns),
+        None if agents is None else _with_keys(agents, run, run.columns),
+    )
+
+
+def _shared(
+    lead: Run, metrics: pd.DataFrame, agents: pd.DataFrame | None, notes: list[str]
+) -> list[dict[str, Any]]:
+    """What `compute_run` gives each follower of `lead` (none for another run): the lead's
+    trajectory behind the follower's keys, with the warnings of its own set-up."""
+    followers: tuple[Run, ...] = getattr(lead, "followers", ())
+    out = []
+    for follower, own in zip(followers, follower_notes(lead, notes), strict=True):
+        start = time.perf_counter()
+        out.append(
+            {
+                "status": "computed",
+                "record": _encode(follower, metrics, agents),
+                "notes": own,
+                "wall_seconds": round(time.perf_counter() - start, 3),
+                "shared_with": lead.run_id,
+            }
+        )
+    return out
 
 
 def _failed(start: float) -> dict[str, Any]:
@@ -225,7 +260,8 @@ def store_run(
     run: Run, results_dir: Path, computed: dict[str, Any], head: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Write the record(s) and sidecar of a run `compute_run` computed; return its status
-    fields (a failed computation is returned as it is)."""
+    fields (a failed computation is returned as it is), for a `Lead` with ``"shared"``: the
+    status fields of each follower, written after it."""
     if computed["status"] != "computed":
         return computed
     start = time.perf_counter()
@@ -243,10 +279,19 @@ def store_run(
             },
             "warnings": computed["notes"],
         }
+        if "shared_with" in computed:  # written from the trajectory of that run
+            side_head["shared_with"] = computed["shared_with"]
         side = write_record(results_dir, computed["record"], side_head)
     except Exception:  # recorded in the manifest; the study goes on
         return _failed(start)
-    return {"status": DONE, "sidecar": side}
+    out: dict[str, Any] = {"status": DONE, "sidecar": side}
+    followers: tuple[Run, ...] = getattr(run, "followers", ())
+    if followers:  # a `Lead`: each follower written as its own run, after the lead
+        out["shared"] = [
+            store_run(follower, results_dir, c, head)
+            for follower, c in zip(followers, computed["shared"], strict=True)
+        ]
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -753,6 +798,7 @@ class _Manifest:
             **head,
             "workers": workers,
             "ran": 0,
+            "shared": 0,
             "failed": 0,
             "curves_computed": 0,
             "interrupted": False,
@@ -911,7 +957,12 @@ def _run_with(
         bar = progress_bar(len(todo), study.title[:40], "run", disable=not (progress and todo))
     try:
         _run_todo(
-            todo, study.results_dir, workers, session, head, _finisher(sidecars, manifest, bar)
+            share_runs(todo),
+            study.results_dir,
+            workers,
+            session,
+            head,
+            _finisher(sidecars, manifest, bar),
         )
     except KeyboardInterrupt:
         manifest.invocation["interrupted"] = True
@@ -959,17 +1010,26 @@ def _finisher(
     """What is done with each finished run: recorded in `sidecars` and the manifest (written
     at once), the progress bar advanced."""
 
-    def finish(run: Run, record: dict[str, Any]) -> None:
+    def one(run: Run, record: dict[str, Any]) -> None:
         if record["status"] == DONE:
             sidecars[run.config_hash] = record["sidecar"]
             manifest.done(run.config_hash, record["sidecar"])
             manifest.invocation["ran"] += 1
+            manifest.invocation["shared"] += "shared_with" in record["sidecar"]
         else:
             manifest.runs[run.config_hash].update(
-                {k: v for k, v in record.items() if k != "sidecar"}
+                {k: v for k, v in record.items() if k not in ("sidecar", "shared")}
             )
             manifest.invocation["failed"] += 1
         bar.update(1)
+
+    def finish(run: Run, record: dict[str, Any]) -> None:
+        one(run, record)
+        followers: tuple[Run, ...] = getattr(run, "followers", ())
+        # a lead that failed (or whose worker died) fails its followers with its error
+        shared = record.get("shared") or [record] * len(followers)
+        for follower, status in zip(followers, shared, strict=True):
+            one(follower, status)
         manifest.write()
 
     return finish
@@ -1015,6 +1075,7 @@ def _summary(
         warnings=manifest.body()["warnings"],
         damaged=damaged,
         stale=stale,
+        shared=manifest.invocation["shared"],
     )
 
 

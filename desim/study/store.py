@@ -9,7 +9,9 @@ its scenario name, which may be long or hold any character):
   config hash, the sha256 of each of its files, the *fingerprint* of its trajectory (a hash of
   its metrics: what `desim verify` compares after an upgrade) and its provenance (desim version,
   git commit and dirty flag, versions of numpy, scipy, simpy, pandas, pyarrow, dp-accounting,
-  networkx, platform, CPU and numpy's SIMD level, wall time, warnings raised while it ran).
+  networkx, platform, CPU and numpy's SIMD level, wall time, warnings raised while it ran),
+  and ``shared_with``, the id of the run simulated, for a run written from the trajectory of
+  an identical one (`desim.study.sharing`).
 
 A record is trusted only when its files hash to what its sidecar says; a damaged one is moved
 to ``runs/damaged/`` (named in one line) and run again. No write in a results or figures

@@ -9,12 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from desim.kernel.registry import METRICS, records
+from desim.kernel.registry import METRICS, reads_tables, records
 from desim.models.ccolme.analytic import corollary1_rhs, privacy_threshold
 from desim.topologies.graph import component_sizes
 
 
 @METRICS.register("corollary1")
+@reads_tables("topology")
 @records(
     "cor1_rhs", "cor1_epsilon", "class_components", "small_share", "cor1_sigma2_dp", "cor1_holds"
 )

@@ -611,6 +611,7 @@ class IdealComponent(Local):
     uses_oracle = True
     needs_topology: ClassVar[bool] = True
     reads = frozenset({"topology"})
+    reads_exact = True  # no draws of its own: the graph, the true classes and the data only
 
     def setup(self, ctx: Context) -> None:
         """Label every agent with its class component C̃_a (the true classes)."""
