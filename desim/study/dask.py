@@ -9,8 +9,8 @@ so computing one twice is harmless). A task whose workers keep dying (dask gives
 ``distributed.scheduler.allowed-failures`` of them, 3 by default) is lost: the other runs go on
 and are written, then the study stops with one line naming the lost runs (`ClusterLost`), which
 the next ``desim run`` computes again; so does a cluster left without workers, or a scheduler
-that stops answering, for `STALL_SECONDS`. A task that raises is tried `RETRIES` more times,
-then recorded as failed runs.
+that stops answering, for `STALL_SECONDS` (or dask's setting `STALL_SETTING`). A task that
+raises is tried `RETRIES` more times, then recorded as failed runs.
 
 Batches: the first tasks hold one run each; from the CPU times they report, later tasks hold
 about `TASK_SECONDS` of work (at most `MAX_BATCH` runs, and never so many that the last tasks
@@ -67,6 +67,13 @@ RETRIES = 2
 CONNECT_TIMEOUT = 30
 #: Seconds a study waits on a cluster with no worker, or a scheduler that does not answer.
 STALL_SECONDS = 60
+#: The dask setting that replaces `STALL_SECONDS` (in dask's configuration, or as the variable
+#: DASK_DESIM__STALL_TIMEOUT): seconds, or a time such as "90s" or "5m".
+STALL_SETTING = "desim.stall-timeout"
+#: Most seconds one health check, or one hand-over of a finished task's result, waits for the
+#: scheduler before the watch asks again (dask bounds neither: a scheduler that stops
+#: answering would hold the study, and its lock, for ever).
+ASK_SECONDS = 10
 #: Lost runs named in the line that stops a study (the manifest lists them all as pending).
 LOST_SHOWN = 10
 #: Dask settings of a ``local:N`` cluster. Its workers start the way the local pool's do (the
@@ -97,7 +104,8 @@ def _distributed():
 
 def parse_scheduler(text: str) -> tuple[str, int | None]:
     """(address, None) for a scheduler address, ("local", N) for ``local:N``; a `ConfigError`
-    for anything else or when dask.distributed is not installed."""
+    for anything else, when dask.distributed is not installed, or for a `STALL_SETTING` that
+    is not a time."""
     if not isinstance(text, str):
         raise ConfigError(f"--scheduler {text!r}: must be text; allowed: {ALLOWED}")
     local = _LOCAL.fullmatch(text)
@@ -107,12 +115,33 @@ def parse_scheduler(text: str) -> tuple[str, int | None]:
         if n < 1:
             raise ConfigError(f"--scheduler {text!r}: local:N needs a number of workers N ≥ 1")
         _distributed()
+        stall_seconds()
         return ("local", n)
     why = _address_problem(text)
     if why is not None:
         raise ConfigError(f"--scheduler {text!r}: {why}; allowed: {ALLOWED}")
     _distributed()
+    stall_seconds()
     return (text, None)
+
+
+def stall_seconds() -> float:
+    """Seconds a study waits on a stalled cluster: dask's `STALL_SETTING`, else
+    `STALL_SECONDS`; a `ConfigError` for a setting that is not a time > 0."""
+    import dask
+    from dask.utils import parse_timedelta
+
+    value = dask.config.get(STALL_SETTING, STALL_SECONDS)
+    try:
+        seconds = float(parse_timedelta(value))
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+        seconds = math.nan
+    if isinstance(value, bool) or not (math.isfinite(seconds) and seconds > 0):
+        raise ConfigError(
+            f"dask setting {STALL_SETTING} = {value!r}: must be a time > 0 "
+            "(seconds, or text such as '90s' or '5m')"
+        )
+    return seconds
 
 
 def _address_problem(text: str) -> str | None:
@@ -187,7 +216,7 @@ def _local_client(stack: ExitStack, n: int) -> Any:
                     silence_logs=logging.ERROR,
                 )
             )
-            client = stack.enter_context(distributed.Client(cluster))
+            client = _closed_with(stack, distributed.Client(cluster))
             for k in range(first + 1, n + 1):
                 cluster.scale(k)
                 client.wait_for_workers(k, timeout=CONNECT_TIMEOUT)
@@ -204,7 +233,7 @@ def _remote_client(stack: ExitStack, address: str) -> Any:
     distributed = _distributed()
     try:
         _handshake(address, CONNECT_TIMEOUT)
-        return stack.enter_context(distributed.Client(address, timeout=CONNECT_TIMEOUT))
+        return _closed_with(stack, distributed.Client(address, timeout=CONNECT_TIMEOUT))
     except TimeoutError:
         raise ConfigError(
             f"--scheduler {address}: no dask scheduler answered there within "
@@ -218,6 +247,42 @@ def _remote_client(stack: ExitStack, address: str) -> Any:
         raise ConfigError(
             f"--scheduler {address}: what answers there is not a dask scheduler ({_why(exc)})"
         ) from None
+
+
+def _closed_with(stack: ExitStack, client: Any) -> Any:
+    """`client`, closed with `stack` within `CONNECT_TIMEOUT` seconds whatever its scheduler
+    does: a close that fails (the client's connection broke on garbage) leaves the rest to the
+    end of this process, instead of replacing the study's one line with a traceback."""
+
+    def close() -> None:
+        try:
+            client.close(timeout=CONNECT_TIMEOUT)
+        except Exception:
+            client.status = "closed"  # not closed again at exit (a minute's wait, in vain)
+
+    stack.callback(close)
+    return client
+
+
+@contextmanager
+def _quiet_logs() -> Iterator[None]:
+    """distributed's and tornado's log handlers print only critical records while a study
+    runs on a cluster: a scheduler that stops answering or answers garbage makes the client's
+    background tasks log tracebacks, and the study's one line says it instead."""
+    handlers = [
+        handler
+        for name in ("distributed", "tornado")
+        for handler in logging.getLogger(name).handlers
+        if isinstance(handler, logging.StreamHandler)
+    ]
+    levels = [handler.level for handler in handlers]
+    for handler in handlers:
+        handler.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for handler, level in zip(handlers, levels, strict=True):
+            handler.setLevel(level)
 
 
 def _handshake(address: str, timeout: float) -> None:
@@ -310,6 +375,7 @@ class Session:
     def client(self) -> Any:
         """The `distributed.Client`, connected (and its workers checked) on first use."""
         if self._client is None:
+            self._stack.enter_context(_quiet_logs())
             self._client = self._stack.enter_context(connect(self.scheduler))
             check_workers(self._client, self.scheduler)
         return self._client
@@ -327,14 +393,16 @@ class Session:
             key=[f"desim-curve-{tag}-{i}" for i in range(len(jobs))],
         )
         running, watch = _distributed().as_completed(futures), _Watch(client)
-        while not running.is_empty():
-            if _next_done(running, watch) is None:
-                client.cancel(futures)
-                raise ClusterLost(
-                    f"--scheduler {self.scheduler}: {len(jobs)} curves not computed (no worker "
-                    f"or no scheduler for {STALL_SECONDS} s); run the same command again"
-                )
-        return [_curve_result(future) for future in futures]
+        try:
+            while not running.is_empty():
+                _next_done(running, watch)
+            return [_curve_result(future, watch) for future in futures]
+        except _Stalled:
+            client.cancel(futures)
+            raise ClusterLost(
+                f"--scheduler {self.scheduler}: {len(jobs)} curves not computed "
+                f"({watch.why()}); run the same command again"
+            ) from None
 
     def __enter__(self) -> Session:
         return self
@@ -343,12 +411,14 @@ class Session:
         self._stack.close()
 
 
-def _curve_result(future: Any) -> Any:
+def _curve_result(future: Any, watch: _Watch) -> Any:
     """A curve task's `curve_value`, or its loss as a line of text (the curve is recorded as
     failed and computed again by the next ``desim run``)."""
     distributed = _distributed()
     try:
-        return future.result()
+        return _fetch(future, watch)
+    except _Stalled:
+        raise
     except (distributed.KilledWorker, distributed.CancelledError) as exc:
         return f"lost with the workers that computed it ({_why(exc)}); run the study again"
     except Exception as exc:  # the task raised `RETRIES` + 1 times (curve_value itself does not)
@@ -371,49 +441,85 @@ def _lost_message(scheduler: str, lost: list[Run], done: int, why: str) -> str:
     )
 
 
+class _Stalled(Exception):
+    """The cluster has had no worker, or its scheduler has not answered, for the watch's time."""
+
+
 class _Watch:
     """Stops a study whose cluster has had no worker, or whose scheduler has not answered,
-    for `STALL_SECONDS` (tasks would wait for ever, and the study's lock with them)."""
+    for `stall_seconds` (tasks would wait for ever, and the study's lock with them)."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        self.seconds = stall_seconds()
+        self.ask = min(ASK_SECONDS, self.seconds)
         self.since: float | None = None
         self.checked = time.monotonic()
 
-    def alive(self) -> bool:
-        """Whether the scheduler answers and has a worker (asked at most once a second)."""
-        now = time.monotonic()
-        if now - self.checked < 1.0:
-            return True
-        self.checked = now
+    def check(self, now: bool = False) -> bool:
+        """Whether the scheduler answers and has a worker (asked at most once a second unless
+        `now`, each time waiting at most `ask` seconds); `_Stalled` once it has not, for
+        `seconds`."""
+        start = time.monotonic()
+        if not now and start - self.checked < 1.0:
+            return self.since is None
         try:
-            healthy = self.client.status == "running" and bool(self.client.nthreads())
-        except Exception:  # a scheduler gone: its connection closed
+            healthy = self.client.status == "running" and bool(
+                self.client.nthreads(callback_timeout=self.ask)
+            )
+        except Exception:  # no answer in time, a scheduler gone (connection closed), garbage
             healthy = False
+        self.checked = time.monotonic()
         if healthy:
             self.since = None
         elif self.since is None:
-            self.since = now
-        return healthy or now - self.since < STALL_SECONDS
+            self.since = start
+        if self.since is not None and self.checked - self.since >= self.seconds:
+            raise _Stalled
+        return healthy
+
+    def why(self) -> str:
+        """The stall, as the line that stops the study says it."""
+        return f"no worker or no answer from the scheduler for {self.seconds:g} s"
 
 
 def _next_done(running: Any, watch: _Watch) -> Any:
-    """The next finished future of `running`, or None when the cluster has stalled."""
+    """The next finished future of `running` (`_Stalled` when the cluster has stalled)."""
     while not running.has_ready():
-        if not watch.alive():
-            return None
+        watch.check()
         with running.thread_condition:  # notified as each future finishes
             running.thread_condition.wait(timeout=0.1)
     return next(running)
 
 
-def _outcome(future: Any, size: int) -> list[dict[str, Any]] | None:
+def _fetch(future: Any, watch: _Watch) -> Any:
+    """`future.result()` of a finished future, handed over by the scheduler: asked again while
+    the scheduler does not answer (`_Stalled` once the watch's time is up), at most `RETRIES`
+    more times when it answers but the hand-over fails; the task's own error raised as is."""
+    failures = 0
+    while True:
+        try:
+            return future.result(timeout=watch.ask)
+        except Exception as exc:
+            if future.status in ("error", "cancelled"):  # the task's outcome, not the hand-over's
+                raise
+            if watch.check(now=True) and not isinstance(exc, TimeoutError):
+                failures += 1
+                if failures > RETRIES:
+                    raise
+            if not isinstance(exc, TimeoutError):
+                time.sleep(0.1)  # a failure at once (garbage) is not asked again at once
+
+
+def _outcome(future: Any, size: int, watch: _Watch) -> list[dict[str, Any]] | None:
     """What a batch task returned, its error as failed runs, or None when it was lost with
     its workers (dask gives up on a task after `distributed.scheduler.allowed-failures`
     workers died running it)."""
     distributed = _distributed()
     try:
-        return future.result()
+        return _fetch(future, watch)
+    except _Stalled:
+        raise
     except (distributed.KilledWorker, distributed.CancelledError):
         return None
     except Exception as exc:  # the task itself raised, `RETRIES` + 1 times
@@ -461,7 +567,7 @@ def run_on_cluster(
     """Compute `todo` on the session's cluster and call `finish(run, record)` as each run's
     record is written (in this process). Runs lost with their workers are left for the next
     ``desim run`` and named by a `ClusterLost` once the others are written; a cluster without
-    workers (or scheduler) for `STALL_SECONDS` stops the study the same way."""
+    workers (or scheduler) for `stall_seconds` stops the study the same way."""
     client = session.client()
     feed, watch = _Feed(client, todo), _Watch(client)
     lost: list[Run] = []
@@ -470,13 +576,9 @@ def run_on_cluster(
         feed.fill()
         while feed.batches:
             future = _next_done(feed.running, watch)
-            if future is None:
-                why = f"no worker or no scheduler for {STALL_SECONDS} s"
-                raise ClusterLost(
-                    _lost_message(session.scheduler, lost + feed.unfinished(), done, why)
-                )
-            batch = feed.batches.pop(future)
-            outs = _outcome(future, len(batch))
+            batch = feed.batches[future]  # in flight until its outcome is in hand
+            outs = _outcome(future, len(batch), watch)
+            del feed.batches[future]
             if outs is None:
                 lost += batch
             else:
@@ -486,6 +588,9 @@ def run_on_cluster(
                     finish(run, record)
                     done += record["status"] == DONE
             feed.fill()
+    except _Stalled:
+        unfinished = lost + feed.unfinished()
+        raise ClusterLost(_lost_message(session.scheduler, unfinished, done, watch.why())) from None
     finally:  # on Ctrl-C: drop what is not written; a resume computes it again
         for future in feed.batches:
             future.cancel()

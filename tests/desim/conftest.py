@@ -1,4 +1,4 @@
-"""Fixtures of the desim tests: the toy plug-ins and a small toy study folder."""
+"""Fixtures of the desim tests: the toy plug-ins, a small toy study folder and a dask cluster."""
 
 from __future__ import annotations
 
@@ -12,3 +12,14 @@ from _toy import write_study  # importing _toy registers the toy protocol and cu
 def toy_study(tmp_path: Path) -> Path:
     """A fresh folder holding the toy study."""
     return write_study(tmp_path / "toy")
+
+
+@pytest.fixture(scope="session")
+def dask_cluster():
+    """A client of desim's own ``local:2`` cluster (two forked worker processes, 127.0.0.1
+    only), shared by the dask tests; they pass its address to desim as a remote one's."""
+    pytest.importorskip("distributed")
+    from desim.study.dask import connect
+
+    with connect("local:2") as client:
+        yield client

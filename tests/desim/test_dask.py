@@ -87,15 +87,6 @@ def reference(tmp_path_factory):
     return tables(folder)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """A LocalCluster of 2 worker processes, reached by its address (as a remote one is)."""
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-    ) as cluster:
-        yield cluster
-
-
 def test_local_cluster_gives_the_pool_bytes(tmp_path, reference, capsys):
     folder = write(tmp_path / "s")
     assert main(["run", str(folder), "--scheduler", "local:2", "--no-progress"]) == 0
@@ -110,7 +101,7 @@ def test_local_cluster_gives_the_pool_bytes(tmp_path, reference, capsys):
     assert {p.name: p.stat().st_mtime_ns for p in (folder / "results").rglob("*")} == before
 
 
-def test_curves_are_computed_on_the_cluster(tmp_path, cluster, monkeypatch):
+def test_curves_are_computed_on_the_cluster(tmp_path, dask_cluster, monkeypatch):
     import desim.study.results as results
 
     def here(job, t):
@@ -118,14 +109,15 @@ def test_curves_are_computed_on_the_cluster(tmp_path, cluster, monkeypatch):
 
     monkeypatch.setattr(results, "curve_value", here)  # the client's copy only
     folder = write(tmp_path / "s")
-    summary = run_study(load_study(folder), progress=False, scheduler=cluster.scheduler_address)
+    address = dask_cluster.scheduler.address
+    summary = run_study(load_study(folder), progress=False, scheduler=address)
     assert summary.ok and not summary.failures
 
 
-def test_killed_worker_loses_nothing(tmp_path, reference, cluster, monkeypatch):
+def test_killed_worker_loses_nothing(tmp_path, reference, dask_cluster, monkeypatch):
     """SIGKILL one busy worker after the first run is written: its tasks go to the other
     worker (the nanny restarts the killed one) and the results are the same bytes."""
-    client = distributed.Client(cluster)
+    client = dask_cluster
     pids = client.run(os.getpid)
     killed = []
     store = desim_dask.store_run
@@ -139,7 +131,7 @@ def test_killed_worker_loses_nothing(tmp_path, reference, cluster, monkeypatch):
 
     monkeypatch.setattr(desim_dask, "store_run", store_and_kill)
     folder = write(tmp_path / "s")
-    summary = run_study(load_study(folder), progress=False, scheduler=cluster.scheduler_address)
+    summary = run_study(load_study(folder), progress=False, scheduler=client.scheduler.address)
     assert killed and summary.ok and summary.done == 10
     assert tables(folder) == reference
     deadline = time.monotonic() + 30  # the nanny brings a new worker process up
@@ -149,16 +141,15 @@ def test_killed_worker_loses_nothing(tmp_path, reference, cluster, monkeypatch):
             break
         time.sleep(0.2)
     assert pids[killed[0]] not in client.run(os.getpid).values()
-    client.close()
 
 
-def test_workers_of_another_desim_version_are_refused(tmp_path, cluster, monkeypatch):
+def test_workers_of_another_desim_version_are_refused(tmp_path, dask_cluster, monkeypatch):
     import desim
 
     monkeypatch.setattr(desim, "__version__", "0.0.0-client")
     folder = write(tmp_path / "s")
     with pytest.raises(desim.ConfigError, match="runs desim .*, this process desim 0.0.0"):
-        run_study(load_study(folder), progress=False, scheduler=cluster.scheduler_address)
+        run_study(load_study(folder), progress=False, scheduler=dask_cluster.scheduler.address)
     assert not list((folder / "results" / "runs").glob("*.parquet"))  # nothing ran
 
 

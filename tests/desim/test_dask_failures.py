@@ -1,8 +1,9 @@
 """`desim run --scheduler` when things go wrong: a malformed address or a contradicting
 `--workers` is one line before anything starts; a server that is not a dask scheduler (garbage,
 silence, nothing) is one line within a bounded time with the study's lock released; runs lost
-with their workers are named in one line after the others are written; a cluster left without
-workers stops the study; local workers start even where filelock refuses concurrent forks.
+with their workers are named in one line after the others are written; a scheduler that stops
+answering mid-study (silence, garbage) stops it within a bounded time; local workers start even
+where filelock refuses concurrent forks.
 
 Every server and cluster here listens on 127.0.0.1 only."""
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import selectors
 import signal
 import socket
 import subprocess
@@ -202,6 +204,24 @@ def test_workers_with_a_scheduler_are_refused(tmp_path, capsys):
     assert not (folder / "results").exists()
 
 
+def test_the_stall_timeout_is_a_dask_setting():
+    assert desim_dask.stall_seconds() == desim_dask.STALL_SECONDS
+    with dask.config.set({desim_dask.STALL_SETTING: "5m"}):
+        assert desim_dask.stall_seconds() == 300
+    with dask.config.set({"desim.stall_timeout": 2}):  # as DASK_DESIM__STALL_TIMEOUT=2 sets it
+        assert desim_dask.stall_seconds() == 2
+
+
+@pytest.mark.parametrize("value", ["soon", "", -1, 0, float("inf"), True, [60]])
+def test_a_stall_timeout_that_is_not_a_time_is_refused_up_front(tmp_path, capsys, value):
+    folder = write(tmp_path / "s")
+    with dask.config.set({desim_dask.STALL_SETTING: value}):
+        assert main(["run", str(folder), "--scheduler", "local:2"]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert f"dask setting desim.stall-timeout = {value!r}: must be a time > 0" in err
+    assert not (folder / "results").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # servers that are not dask schedulers
 
@@ -276,6 +296,142 @@ def test_no_server_at_all_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
+# a scheduler that stops answering mid-study
+
+
+class Relay:
+    """A TCP relay on 127.0.0.1 to a scheduler (the client's only way to it) that can `turn`
+    silent (it keeps every connection, and accepts new ones, but passes nothing on) or
+    garbage (it sends `HTTP` on every connection instead of the scheduler's answers)."""
+
+    def __init__(self, upstream: str) -> None:
+        host, port = upstream.removeprefix("tcp://").rsplit(":", 1)
+        self.upstream = (host, int(port))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"tcp://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.mode, self.sent = "relay", False
+        self.peer: dict[socket.socket, socket.socket | None] = {}
+        self.clients: list[socket.socket] = []
+        self.selector = selectors.DefaultSelector()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+
+    def __enter__(self) -> Relay:
+        self.selector.register(self.listener, selectors.EVENT_READ)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        for sock in [*self.peer, self.listener]:
+            sock.close()
+
+    def turn(self, mode: str) -> None:
+        """From now on, be `mode` ("silent" or "garbage")."""
+        self.mode = mode
+
+    def serve(self) -> None:
+        while not self.stop.is_set():
+            if self.mode == "garbage" and not self.sent:
+                self.sent = True
+                for conn in self.clients:
+                    self.send(conn, HTTP)
+            for key, _ in self.selector.select(timeout=0.02):
+                if key.fileobj is self.listener:
+                    self.accept()
+                else:
+                    self.pass_on(key.fileobj)
+
+    def accept(self) -> None:
+        conn, _ = self.listener.accept()
+        up = socket.create_connection(self.upstream) if self.mode == "relay" else None
+        for a, b in ((conn, up), (up, conn)):
+            if a is not None:
+                self.peer[a] = b
+                self.selector.register(a, selectors.EVENT_READ)
+        self.clients.append(conn)
+        if self.mode == "garbage":
+            self.send(conn, HTTP)
+
+    def pass_on(self, sock: socket.socket) -> None:
+        try:
+            data = sock.recv(1 << 16)
+        except OSError:
+            data = b""
+        peer = self.peer.get(sock)
+        if not data:  # closed: close its other end too
+            for end in (sock, peer):
+                if end in self.peer:
+                    del self.peer[end]
+                    self.selector.unregister(end)
+                    end.close()
+        elif self.mode == "relay" and peer is not None:
+            self.send(peer, data)
+
+    @staticmethod
+    def send(sock: socket.socket, data: bytes) -> None:
+        try:
+            sock.sendall(data)
+        except OSError:  # closed meanwhile
+            pass
+
+
+#: `desim run` on the study folder argv[1] with the scheduler argv[2]; once it returns, the
+#: study's lock must be free in this very process.
+RUN_THEN_LOCK = """
+import sys
+from pathlib import Path
+from desim.study.cli import main
+from desim.study.store import StudyLock
+code = main(["run", sys.argv[1], "--scheduler", sys.argv[2], "--no-progress"])
+with StudyLock(Path(sys.argv[1]) / "results"):
+    pass
+sys.exit(code)
+"""
+
+#: Seconds the watch waits, in the tests, for a scheduler that stopped answering.
+STALL = 2
+LONG = STUDY.replace("replicates = 4", "replicates = 20").replace("t_max = 200", "t_max = 4000")
+
+
+@pytest.mark.slow  # a `desim run` process of its own, and the watch's wait
+@pytest.mark.parametrize("mode", ["silent", "garbage"])
+def test_a_scheduler_that_stops_answering_stops_the_study(tmp_path, dask_cluster, mode):
+    """The relay to the scheduler turns silent or garbage once the first run is written:
+    `desim run` stops within the watch's time (and a check's) with one line naming the runs
+    not written, keeps those written, and gives the study's lock back. A subprocess with a
+    timeout, so that a regression fails instead of hanging the suite."""
+    folder = write(tmp_path / "s", LONG)
+    runs = len(load_study(folder).unique_runs)
+    env = {**os.environ, "DASK_DESIM__STALL_TIMEOUT": str(STALL)}
+    with Relay(dask_cluster.scheduler.address) as relay:
+        command = [sys.executable, "-c", RUN_THEN_LOCK, str(folder), relay.address]
+        proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            deadline = time.monotonic() + 120
+            while not records(folder) and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            relay.turn(mode)
+            turned = time.monotonic()
+            _, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+            proc.wait()
+        took = time.monotonic() - turned
+    assert proc.returncode == 2, err[-3000:]
+    line = one_line(err)
+    assert f"runs lost (no worker or no answer from the scheduler for {STALL} s)" in line
+    lost = int(re.search(r"(\d+) runs lost", line)[1])
+    kept = len(records(folder))
+    assert kept >= 1 and kept + lost == runs
+    assert f"every finished run is kept ({kept} this time)" in line
+    # the watch waits STALL s from a check's start; a check waits at most STALL s (and comes
+    # once a second); the rest is writing the manifest and closing the client
+    assert took < 3 * STALL + 1 + 15, took
+
+
+# ---------------------------------------------------------------------------------------------
 # workers lost
 
 
@@ -328,15 +484,19 @@ def test_workers_killed_every_1_5_s_end_in_results_or_one_line(tmp_path, capsys)
     )
     folder = write(tmp_path / "s", longer)
     stop, kills = threading.Event(), []
+    before = {child.pid for child in psutil.Process().children()}
 
     def live_workers() -> list:
         """This process's live children but multiprocessing's resource tracker; a child
-        that is a zombie (left by an earlier test in this process) or gone is skipped."""
+        that is a zombie (left by an earlier test in this process), gone, or there before
+        this study (the workers of the tests' shared cluster) is skipped."""
         workers = []
         for child in psutil.Process().children():
             try:
-                if child.status() != psutil.STATUS_ZOMBIE and not any(
-                    "resource_tracker" in part for part in child.cmdline()
+                if (
+                    child.pid not in before
+                    and child.status() != psutil.STATUS_ZOMBIE
+                    and not any("resource_tracker" in part for part in child.cmdline())
                 ):
                     workers.append(child)
             except psutil.Error:
@@ -381,6 +541,7 @@ def test_workers_killed_every_1_5_s_end_in_results_or_one_line(tmp_path, capsys)
 # filelock and fork
 
 
+@pytest.mark.slow  # every audit event of that process, and of its workers, runs Python code
 def test_local_workers_start_where_filelock_refuses_concurrent_forks(tmp_path):
     """`--scheduler local:2` under a fork audit like filelock's: its workers are forked one
     at a time, so no fork meets another one, and the study runs."""
