@@ -235,9 +235,7 @@ def test_look_ahead_gives_the_floats_of_fresh_draws(seed, churn, extend, data):
         assert np.array_equal(ahead.next_switch(t, e), plain.next_switch(t, e))
 
 
-@settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), which=st.integers(0, 3), data=st.data())
-def test_one_time_per_entity_answers_as_one_question_per_time(seed, which, data):
+def one_time_per_entity_answers_as_one_question_per_time(seed, which, data):
     """`up(times, entity)` (the network asks once per window) gives what asking each entity at
     its own time gives, also for entities asked at several times, spans of many sojourns and
     times before earlier questions."""
@@ -276,6 +274,18 @@ def test_one_time_per_entity_answers_as_one_question_per_time(seed, which, data)
             want = [one.next_switch(float(t), entity[i : i + 1])[0] for i, t in enumerate(times)]
             assert np.array_equal(asked.next_switch(times, entity), want)
             assert np.array_equal(stepped.next_switch(times, entity), want)
+
+
+ONE_TIME_CASES = given(seed=st.integers(0, 2**32 - 1), which=st.integers(0, 3), data=st.data())
+# A few cases in the default set, more in the slow set.
+test_one_time_per_entity_answers_as_one_question_per_time = settings(
+    max_examples=10, deadline=None
+)(ONE_TIME_CASES(one_time_per_entity_answers_as_one_question_per_time))
+test_one_time_per_entity_answers_as_one_question_per_time_more_cases = pytest.mark.slow(
+    settings(max_examples=30, deadline=None)(
+        ONE_TIME_CASES(one_time_per_entity_answers_as_one_question_per_time)
+    )
+)
 
 
 def test_different_seeds_differ_and_the_same_seed_repeats():

@@ -504,10 +504,14 @@ def test_bundled_results_load_as_current_without_absolute_paths(folder):
         assert len(loaded.curves) > 0
 
 
-SMALL = [p for p in BUNDLED if p.name in ("colme-fig2", "latency-whatif")]
+SMALL = [
+    pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.name == "latency-whatif" else [])
+    for p in BUNDLED
+    if p.name in ("colme-fig2", "latency-whatif")
+]
 
 
-@pytest.mark.parametrize("folder", SMALL, ids=[p.name for p in SMALL])
+@pytest.mark.parametrize("folder", SMALL)
 def test_migrated_records_rebuild_metrics_byte_identical(folder, tmp_path):
     """The one-off migration renamed records and added sidecars; the metrics table the current
     code builds from them equals the committed metrics.parquet byte for byte (the migration
