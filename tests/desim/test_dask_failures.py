@@ -333,6 +333,7 @@ class Relay:
         self.mode = mode
 
     def serve(self) -> None:
+        """Pass bytes on (or not) until stopped: the relay's thread."""
         while not self.stop.is_set():
             if self.mode == "garbage" and not self.sent:
                 self.sent = True
@@ -345,6 +346,7 @@ class Relay:
                     self.pass_on(key.fileobj)
 
     def accept(self) -> None:
+        """Take a new connection (joined to the scheduler while relaying)."""
         conn, _ = self.listener.accept()
         up = socket.create_connection(self.upstream) if self.mode == "relay" else None
         for a, b in ((conn, up), (up, conn)):
@@ -356,6 +358,7 @@ class Relay:
             self.send(conn, HTTP)
 
     def pass_on(self, sock: socket.socket) -> None:
+        """Read what came on `sock` and pass it to its other end while relaying."""
         try:
             data = sock.recv(1 << 16)
         except OSError:
@@ -372,6 +375,7 @@ class Relay:
 
     @staticmethod
     def send(sock: socket.socket, data: bytes) -> None:
+        """Send `data` on `sock` unless it has closed."""
         try:
             sock.sendall(data)
         except OSError:  # closed meanwhile
