@@ -213,7 +213,7 @@ def _local_client(stack: ExitStack, n: int) -> Any:
                     processes=True,
                     dashboard_address=None,
                     scheduler_kwargs={"dashboard_address": ":0"},
-                    silence_logs=logging.ERROR,
+                    silence_logs=logging.CRITICAL,  # failures are said in desim's one line
                 )
             )
             client = _closed_with(stack, distributed.Client(cluster))

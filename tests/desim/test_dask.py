@@ -3,6 +3,7 @@ the same bytes as the local pool, even when a worker is killed mid-study."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -87,9 +88,17 @@ def reference(tmp_path_factory):
     return tables(folder)
 
 
+def handler_levels() -> list[int]:
+    """The levels of the log handlers of distributed and tornado (where they print)."""
+    names = ("distributed", "tornado")
+    return [h.level for name in names for h in logging.getLogger(name).handlers]
+
+
 def test_local_cluster_gives_the_pool_bytes(tmp_path, reference, capsys):
     folder = write(tmp_path / "s")
+    levels = handler_levels()
     assert main(["run", str(folder), "--scheduler", "local:2", "--no-progress"]) == 0
+    assert handler_levels() == levels  # held back during the run only
     assert "dask scheduler local:2" in capsys.readouterr().out
     assert tables(folder) == reference
     manifest = (folder / "results" / "manifest.json").read_text()

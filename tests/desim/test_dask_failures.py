@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -332,6 +333,7 @@ class Relay:
         self.mode = mode
 
     def serve(self) -> None:
+        """Pass bytes on (or not) until stopped: the relay's thread."""
         while not self.stop.is_set():
             if self.mode == "garbage" and not self.sent:
                 self.sent = True
@@ -344,6 +346,7 @@ class Relay:
                     self.pass_on(key.fileobj)
 
     def accept(self) -> None:
+        """Take a new connection (joined to the scheduler while relaying)."""
         conn, _ = self.listener.accept()
         up = socket.create_connection(self.upstream) if self.mode == "relay" else None
         for a, b in ((conn, up), (up, conn)):
@@ -355,6 +358,7 @@ class Relay:
             self.send(conn, HTTP)
 
     def pass_on(self, sock: socket.socket) -> None:
+        """Read what came on `sock` and pass it to its other end while relaying."""
         try:
             data = sock.recv(1 << 16)
         except OSError:
@@ -371,6 +375,7 @@ class Relay:
 
     @staticmethod
     def send(sock: socket.socket, data: bytes) -> None:
+        """Send `data` on `sock` unless it has closed."""
         try:
             sock.sendall(data)
         except OSError:  # closed meanwhile
@@ -395,30 +400,27 @@ STALL = 2
 LONG = STUDY.replace("replicates = 4", "replicates = 20").replace("t_max = 200", "t_max = 4000")
 
 
-@pytest.mark.slow  # a `desim run` process of its own, and the watch's wait
-@pytest.mark.parametrize("mode", ["silent", "garbage"])
-def test_a_scheduler_that_stops_answering_stops_the_study(tmp_path, dask_cluster, mode):
-    """The relay to the scheduler turns silent or garbage once the first run is written:
-    `desim run` stops within the watch's time (and a check's) with one line naming the runs
-    not written, keeps those written, and gives the study's lock back. A subprocess with a
-    timeout, so that a regression fails instead of hanging the suite."""
-    folder = write(tmp_path / "s", LONG)
+def run_and_stall(folder: Path, address: str, stall: Callable[[], None]) -> None:
+    """`desim run` of `folder` on the scheduler at `address` in a process of its own (a
+    timeout, so that a regression fails instead of hanging the suite), the watch's time
+    `STALL` s; `stall()` once the first run is written. It must stop within the watch's time
+    (and a check's) with one line naming the runs not written, keep those written, and give
+    the study's lock back."""
     runs = len(load_study(folder).unique_runs)
     env = {**os.environ, "DASK_DESIM__STALL_TIMEOUT": str(STALL)}
-    with Relay(dask_cluster.scheduler.address) as relay:
-        command = [sys.executable, "-c", RUN_THEN_LOCK, str(folder), relay.address]
-        proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
-        try:
-            deadline = time.monotonic() + 120
-            while not records(folder) and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.01)
-            relay.turn(mode)
-            turned = time.monotonic()
-            _, err = proc.communicate(timeout=60)
-        finally:
-            proc.kill()
-            proc.wait()
-        took = time.monotonic() - turned
+    command = [sys.executable, "-c", RUN_THEN_LOCK, str(folder), address]
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not records(folder) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stall()
+        stalled = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    took = time.monotonic() - stalled
     assert proc.returncode == 2, err[-3000:]
     line = one_line(err)
     assert f"runs lost (no worker or no answer from the scheduler for {STALL} s)" in line
@@ -429,6 +431,24 @@ def test_a_scheduler_that_stops_answering_stops_the_study(tmp_path, dask_cluster
     # the watch waits STALL s from a check's start; a check waits at most STALL s (and comes
     # once a second); the rest is writing the manifest and closing the client
     assert took < 3 * STALL + 1 + 15, took
+
+
+@pytest.mark.slow  # a `desim run` process of its own, and the watch's wait
+@pytest.mark.parametrize("mode", ["silent", "garbage"])
+def test_a_scheduler_that_stops_answering_stops_the_study(tmp_path, dask_cluster, mode):
+    """The relay to the scheduler turns silent or garbage once the first run is written."""
+    folder = write(tmp_path / "s", LONG)
+    with Relay(dask_cluster.scheduler.address) as relay:
+        run_and_stall(folder, relay.address, partial(relay.turn, mode))
+
+
+@pytest.mark.slow  # a `desim run` process of its own, and the watch's wait
+def test_a_cluster_left_without_workers_stops_the_study(tmp_path):
+    """The cluster scales to no worker once the first run is written."""
+    folder = write(tmp_path / "s", LONG)
+    with desim_dask.connect("local:1") as client:
+        run_and_stall(folder, client.scheduler.address, partial(client.cluster.scale, 0))
+        assert not client.nthreads()
 
 
 # ---------------------------------------------------------------------------------------------
