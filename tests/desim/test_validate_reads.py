@@ -207,18 +207,25 @@ def test_a_plot_at_a_slot_between_checkpoints_is_refused_and_one_measured_is_not
 
 @pytest.mark.parametrize(
     "data",
-    ["class_means = [1e308, -1e308]", "class_means = [0.5, nan]", "sigma = 1e200"],
+    [
+        "class_means = [1e308, -1e308]",
+        "class_means = [0.5, nan]",
+        "sigma = 1e200",
+        # precision weights 1/σ² times the data overflow Private-ColME's combination
+        "class_means = [0.0, 2.6198662883850947e+57]\nsigma = 3.491637494131078e-127",
+        "sigma = 1e-60",
+    ],
 )
 def test_data_whose_squares_overflow_is_refused(tmp_path, capsys, data):
     text = HEAD.replace("class_means = [0.2, 0.8]\n", "").replace("sigma = 0.5\n", "")
     folder = tmp_path / "s"
     folder.mkdir()
     defaults = {"class_means": "class_means = [0.2, 0.8]", "sigma": "sigma = 0.5"}
-    rest = "\n".join(v for k, v in defaults.items() if not data.startswith(k))
+    rest = "\n".join(v for k, v in defaults.items() if f"{k} =" not in data)
     (folder / "study.toml").write_text(text.format(study="", data=data + "\n" + rest) + PRIVATE)
     code, _, err = _validate(folder, capsys)
     assert code != 0
-    assert "numbers in [data] must be finite with magnitude at most 1e+100" in err
+    assert "numbers in [data] must be finite, 0 or of magnitude in [1e-50, 1e+50]" in err
 
 
 def test_data_overflowing_under_a_grid_is_refused(tmp_path):

@@ -322,8 +322,11 @@ def _setup_key(s: Scenario) -> str:
 #: The study tables a protocol may declare it reads (`Protocol.reads`), as a study file names
 #: them.
 READ_TABLES = {"network": "[network]", "topology": "[topology]"}
-#: Largest magnitude of a number in [data]: squares and sums of squares over a run stay finite.
-MAX_DATA_MAGNITUDE = 1e100
+#: Largest magnitude of a number in [data], and the smallest of one that is not 0: squares,
+#: precision weights 1/σ² and their products with the data (Private-ColME's combination)
+#: stay finite over a run.
+MAX_DATA_MAGNITUDE = 1e50
+MIN_DATA_MAGNITUDE = 1e-50
 #: Smallest privacy budget ε (parameters named epsilon…): noise variances grow as 1/ε² and
 #: Sch-Var-1's variance of a variance as 1/ε⁴, which overflows below about 1e-77; a margin
 #: for PM-II's split of ε over up to 30 levels and for sums over a run.
@@ -535,9 +538,9 @@ def check_plot_slots(plots: list[PlotSpec], t_max: int, checkpoints: int) -> Non
 
 
 def check_data_values(doc: StudyDocument) -> None:
-    """Refuse a [data] number (also under a grid) that is not finite or whose magnitude exceeds
-    `MAX_DATA_MAGNITUDE`: squared errors of such data overflow, and runs would "succeed" with
-    inf or nan."""
+    """Refuse a [data] number (also under a grid) that is not finite, or whose magnitude exceeds
+    `MAX_DATA_MAGNITUDE` or, not being 0, is below `MIN_DATA_MAGNITUDE`: squared errors and
+    precision-weighted sums of such data overflow, and runs would "succeed" with inf or nan."""
     tables = [("[data]", doc.data)]
     tables += [(f"[grid]: {p!r}", {p: vs}) for p, vs in doc.grid.items() if p.startswith("data.")]
     errors = Errors()
@@ -547,8 +550,9 @@ def check_data_values(doc: StudyDocument) -> None:
             if bad is not None:
                 shown = f"{key} = {bad!r}" if bad is value else f"{key} holds {bad!r}"
                 errors.add(
-                    f"{where}: {shown}: numbers in [data] must be finite with "
-                    f"magnitude at most {MAX_DATA_MAGNITUDE:g} (squared errors must stay finite)"
+                    f"{where}: {shown}: numbers in [data] must be finite, 0 or of magnitude "
+                    f"in [{MIN_DATA_MAGNITUDE:g}, {MAX_DATA_MAGNITUDE:g}] (squared errors and "
+                    "precision weights 1/σ² must stay finite)"
                 )
     errors.raise_any()
 
@@ -576,11 +580,15 @@ def check_privacy_budgets(doc: StudyDocument) -> None:
 
 
 def _first_huge(value: object) -> float | None:
-    """The first number in `value` (nested lists and tables) beyond `MAX_DATA_MAGNITUDE`."""
+    """The first number in `value` (nested lists and tables) not finite, 0 or of magnitude in
+    [`MIN_DATA_MAGNITUDE`, `MAX_DATA_MAGNITUDE`]."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        ok = math.isfinite(value) and abs(value) <= MAX_DATA_MAGNITUDE
+        size = abs(value)
+        ok = math.isfinite(value) and (
+            size == 0 or MIN_DATA_MAGNITUDE <= size <= MAX_DATA_MAGNITUDE
+        )
         return None if ok else value
     items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
     for item in items:
