@@ -258,7 +258,7 @@ def _closed_with(stack: ExitStack, client: Any) -> Any:
         try:
             client.close(timeout=CONNECT_TIMEOUT)
         except Exception:
-            client.status = "closed"  # not closed again at exit (a minute's wait, in vain)
+            client.status = "closed"  # not closed again at exit (its timeout spent in vain)
 
     stack.callback(close)
     return client
