@@ -7,7 +7,8 @@ folder under models/; nothing else needs listing.
 the folders on ``sys.path``; the current directory is the first of them, so in the folder that
 holds a clone named ``desim/`` the clone itself (a folder without ``__init__.py``) would be
 imported as an empty namespace package and ``import desim`` would break. `EditableFirst` adds a
-``.pth`` line that puts the finder first (setuptools issue 3557).
+finder asked first that takes a regular package from ``sys.path`` and otherwise the
+repository, never such a namespace package (setuptools issue 3557).
 """
 
 from setuptools import find_packages, setup
@@ -26,14 +27,35 @@ def packages() -> list[str]:
     return sorted(set(found))
 
 
-#: The ``.pth`` line that imports a setuptools finder module, installs it (idempotent, so the
-#: order in which site reads .pth files does not matter) and moves it before every other finder.
-#: site runs it with exec() inside a function: no lambda or comprehension could see its names.
-FIRST_LINE = (
-    "import sys, {finder}; {finder}.install(); "
-    'first = getattr({finder}, "_EditableFinder", None); '
-    "first in sys.meta_path and (sys.meta_path.remove(first), sys.meta_path.insert(0, first))\n"
-)
+#: A module beside setuptools' finder module: a meta-path finder asked first that returns a
+#: regular package sys.path holds (an installed wheel on PYTHONPATH keeps its precedence) and
+#: otherwise setuptools' answer (the repository), never the namespace package a folder named
+#: like the package would make. Its ``.pth`` line imports it.
+FIRST_MODULE = '''"""desim's editable install: sys.path's regular package first, else the repo."""
+import sys
+from importlib.machinery import PathFinder
+
+import {finder} as editable
+
+
+class RegularFirst:
+    """Finds a top-level package of the editable install: sys.path's regular one, else the
+    repository's (not the empty namespace package a folder named like it would give)."""
+
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname not in editable.MAPPING or "." in fullname:
+            return None
+        spec = PathFinder.find_spec(fullname, path)
+        if spec is not None and spec.origin is not None:
+            return spec
+        return editable._EditableFinder.find_spec(fullname, path, target)
+
+
+editable.install()
+if RegularFirst not in sys.meta_path:
+    sys.meta_path.insert(0, RegularFirst)
+'''
 
 
 class EditableFirst(editable_wheel):
@@ -44,7 +66,7 @@ class EditableFirst(editable_wheel):
 
 
 class _FinderFirst:
-    """An editable strategy that adds `FIRST_LINE` for every finder module the strategy it
+    """An editable strategy that adds `FIRST_MODULE` for every finder module the strategy it
     wraps writes (none for a strategy of plain ``.pth`` paths or links)."""
 
     def __init__(self, strategy) -> None:
@@ -63,7 +85,9 @@ class _FinderFirst:
         for name in recording.names:
             if name.endswith("_finder.py") and "/" not in name:
                 finder = name.removesuffix(".py")
-                wheel.writestr(f"{finder}_first.pth", FIRST_LINE.format(finder=finder).encode())
+                module = FIRST_MODULE.format(finder=finder)
+                wheel.writestr(f"{finder}_first.py", module.encode())
+                wheel.writestr(f"{finder}_first.pth", f"import {finder}_first\n".encode())
 
 
 class _Recording:
