@@ -1,7 +1,7 @@
 """What CI runs: the default test set (`pytest` with no arguments) leaves out the tests marked
-slow; `.ci/run` runs the README's test command, then the slow tests, then ruff, then `.ci/lowest`:
-the default set against the lowest versions the dependencies allow (`.ci/lowest.txt` pins every
-floor of pyproject.toml)."""
+slow; `.ci/run` runs the README's test command, then the slow tests and ruff while `.ci/lowest`
+runs beside them: the default set against the lowest versions the dependencies allow
+(`.ci/lowest.txt` pins every floor of pyproject.toml); its status ends the run."""
 
 from __future__ import annotations
 
@@ -125,8 +125,10 @@ def test_ci_runs_the_default_set_then_the_slow_tests_then_ruff_then_the_lowest_v
     readme = first(r"^python3 -m venv \.venv && .*\.venv/bin/pytest$")
     slow = first(r"^\.venv/bin/pytest .*-m slow")
     ruff = first(r"^\.venv/bin/ruff check")
-    lowest = first(r"^\.ci/lowest$")
-    assert readme < slow < ruff < lowest, commands
+    lowest = first(r"^\.ci/lowest\b.*&$")  # started in the background, beside the slow tests
+    waited = first(r"^wait \"\$lowest\"")
+    ends = first(r"^exit \"\$status\"$")
+    assert readme < lowest < slow < ruff < waited < ends, commands
 
 
 def test_the_lowest_versions_script_installs_the_floors_and_runs_the_default_set():
