@@ -27,6 +27,7 @@ dask is an optional dependency: ``pip install 'desim[dask]'``.
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import multiprocessing
@@ -266,9 +267,10 @@ def _closed_with(stack: ExitStack, client: Any) -> Any:
 
 @contextmanager
 def _quiet_logs() -> Iterator[None]:
-    """distributed's and tornado's log handlers print only critical records while a study
-    runs on a cluster: a scheduler that stops answering or answers garbage makes the client's
-    background tasks log tracebacks, and the study's one line says it instead."""
+    """distributed's and tornado's log handlers, and the asyncio logger, print only critical
+    records while a study runs on a cluster: a scheduler that stops answering or answers
+    garbage makes the client's background tasks log tracebacks (asyncio's "Task exception was
+    never retrieved" when a gather is abandoned), and the study's one line says it instead."""
     handlers = [
         handler
         for name in ("distributed", "tornado")
@@ -278,9 +280,14 @@ def _quiet_logs() -> Iterator[None]:
     levels = [handler.level for handler in handlers]
     for handler in handlers:
         handler.setLevel(logging.CRITICAL)
+    loop_log = logging.getLogger("asyncio")  # no handler of its own: its records reach stderr
+    loop_level = loop_log.level
+    loop_log.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
+        gc.collect()  # abandoned tasks report when collected: while their records are held back
+        loop_log.setLevel(loop_level)
         for handler, level in zip(handlers, levels, strict=True):
             handler.setLevel(level)
 
