@@ -101,8 +101,9 @@ def beta_bernoulli_mse(n: ArrayLike, alpha: float, beta: float) -> np.ndarray:
 def linear_shrinkage_mse(n: ArrayLike, mean: float, var: float) -> np.ndarray:
     """MSE of the best linear shrinkage a X̄ + (1 − a) μ with exact moments (any prior):
     with v = (μ(1−μ) − σ²)/n, a = σ²/(σ² + v) and the MSE is a·v (= the Beta posterior mean's
-    under a Beta prior)."""
-    v = bernoulli_local_mse(n, mean, var)
+    under a Beta prior). v ≥ 0 since σ² ≤ μ(1−μ) on [0, 1]; rounding can make μ(1−μ) − σ²
+    slightly negative (atoms 1 and 1 − 2⁻⁵³), so v is clamped at 0 (MSE 0, not −inf)."""
+    v = np.maximum(bernoulli_local_mse(n, mean, var), 0.0)
     return var * v / (var + v) if var > 0 else np.zeros_like(v)
 
 
