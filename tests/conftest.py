@@ -4,6 +4,9 @@ The default run (`pytest`) leaves out the tests marked slow so that it stays wit
 minutes; a test that grows slow without its mark would quietly eat that budget, so the end of
 every run names each test not marked slow that took longer than `slow_seconds` (5 by default,
 `-o slow_seconds=N` to change it). It is a note, not a failure: timings depend on the machine.
+
+Property tests are derandomised by default (the "reproducible" Hypothesis profile);
+`pytest --hypothesis-profile explore` searches with fresh random examples.
 """
 
 from __future__ import annotations
@@ -12,6 +15,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run (a CI run is reproducible, and a failure in
+# it is a failure on every machine); `--hypothesis-profile explore` draws fresh ones on every
+# run, to look for new counter-examples (each then becomes an @example of its test).
+settings.register_profile("reproducible", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile("reproducible")
 
 # pytest put this folder on sys.path to import this file; left there, its sub-folder desim/
 # (the package's tests, no __init__.py) would shadow the installed desim as a namespace package.

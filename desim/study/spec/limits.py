@@ -277,10 +277,10 @@ def _edges(doc: StudyDocument, agents: int) -> int:
         return 4 * agents
     p = _largest_in(topology, doc.grid, "topology", "p", number=True)
     if p is not None:
-        return int(min(1.0, p) * dense)
+        return int(min(1.0, max(0.0, p)) * dense)
     r = _largest_in(topology, doc.grid, "topology", "radius", number=True)
     if r is not None:
-        return int(min(1.0, math.pi * r * r) * dense)
+        return int(min(1.0, max(0.0, math.pi * r * r)) * dense)
     return dense
 
 
@@ -290,7 +290,12 @@ def _largest_in(
     """The largest value of `key` in `table` and in the grid path ``<root>.<key>``."""
     values = [table.get(key), *grid.get(f"{root}.{key}", [])]
     kinds = (int, float) if number else (int,)
-    found = [v for v in values if isinstance(v, kinds) and not isinstance(v, bool)]
+    # an out-of-range value is refused by the table's own check; sizes only skip it
+    found = [
+        v
+        for v in values
+        if isinstance(v, kinds) and not isinstance(v, bool) and math.isfinite(v)
+    ]
     return max(found) if found else None
 
 
