@@ -292,9 +292,7 @@ def _largest_in(
     kinds = (int, float) if number else (int,)
     # an out-of-range value is refused by the table's own check; sizes only skip it
     found = [
-        v
-        for v in values
-        if isinstance(v, kinds) and not isinstance(v, bool) and math.isfinite(v)
+        v for v in values if isinstance(v, kinds) and not isinstance(v, bool) and math.isfinite(v)
     ]
     return max(found) if found else None
 
