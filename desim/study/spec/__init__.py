@@ -196,7 +196,15 @@ def validate_each(doc: StudyDocument, errors: Errors) -> Validated | None:
     (grid columns against each other, plots sharing a file, ...) need every part sound. With
     only [[plot]] errors, the study without its plots is returned, to be expanded.
     """
-    core = errors.attempt(validate_study, dataclasses.replace(doc, defaults={}, grid={}, plots=[]))
+    # alone, the scenarios are checked without their `where` (it names the grid's values)
+    scenarios = [
+        {k: v for k, v in t.items() if k != "where"} if isinstance(t, dict) else t
+        for t in doc.scenarios
+    ]
+    core = errors.attempt(
+        validate_study,
+        dataclasses.replace(doc, defaults={}, grid={}, plots=[], scenarios=scenarios),
+    )
     if core is None:
         return None
     known = declared_defaults(core.scenarios, core.curves)

@@ -79,6 +79,8 @@ def _scenario_runs(
     slugs: dict[tuple, str] = {}
     runs: list[Run] = []
     for point in points:
+        if not spec.runs_at(point):
+            continue
         base = _scenario_at(spec, point, doc, h, checked)
         values = {p: val for p, val in point.values.items() if p in reach}
         key = run_template(base, values)

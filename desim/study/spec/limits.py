@@ -159,15 +159,18 @@ def check_memory(
     traces = {"trace": float(TRACE_BYTES_PER_BYTE * _trace_file_bytes(doc))}
     for spec in scenarios:
         cls = PROTOCOLS.get(spec.protocol)
+        # the sizes of the grid points the scenario runs at
+        own = dataclasses.replace(doc, grid={**doc.grid, **spec.where}) if spec.where else None
+        at = sizes if own is None else study_sizes(h, own)
         extra = traces if "network" in getattr(cls, "reads", {"network"}) else {}
         need, driver = max(
-            run_bytes(cls, sizes, h.t_max, h.checkpoints, per_unit=per_unit, extra=extra)
+            run_bytes(cls, at, h.t_max, h.checkpoints, per_unit=per_unit, extra=extra)
             for per_unit in _per_unit(cls, spec, doc, h.t_max)
         )
         if need > available:
             raise ConfigError(
-                f"scenario {spec.name!r}: {spec.protocol} with agents = {sizes.agents}"
-                f"{_dimension(sizes, driver)} needs about {_gib(need)} ({driver}); "
+                f"scenario {spec.name!r}: {spec.protocol} with agents = {at.agents}"
+                f"{_dimension(at, driver)} needs about {_gib(need)} ({driver}); "
                 f"this machine has {_gib(available)} (--force to run it anyway)"
             )
     for curve in curves:

@@ -136,6 +136,14 @@ class ScenarioSpec:
     name: str
     protocol: str
     params: dict[str, Any]
+    where: dict[str, list] = dataclasses.field(default_factory=dict)
+    """The grid values this scenario runs at (``{"data.agents": [100, 1000]}``), by grid
+    path; a path it does not name runs at all its values (empty: every grid point)."""
+
+    def runs_at(self, point: GridPoint) -> bool:
+        """Whether the scenario runs at grid `point` (each path it restricts has a value
+        it lists there)."""
+        return all(point.values[path] in allowed for path, allowed in self.where.items())
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,8 @@ def validate_study(doc: StudyDocument) -> Validated:
             raise ConfigError(unknown_key_message("[defaults]", key, sorted(known)))
     columns = grid_columns(doc.grid, data_cls, link_cls, topo_cls, known, doc.network)
     _check_grid_reaches(doc.grid, [*scenarios, *curves])
+    for spec in scenarios:
+        check_where(spec, doc.grid)
     plots = plot_specs(doc.plots, scenarios, curves, doc.settings.title, list(columns.values()))
     return Validated(scenarios, curves, plots, columns, data_cls, link_cls, topo_cls)
 
@@ -103,8 +105,36 @@ def _scenarios(tables: list[dict], has_curves: bool = False) -> list[ScenarioSpe
     out = []
     for name, protocol, params in _named_tables(tables, "scenario", "protocol"):
         PROTOCOLS.lookup(protocol, f"scenario {name!r}: protocol")
-        out.append(ScenarioSpec(name, protocol, params))
+        where = params.pop("where", {})
+        if not is_table(where) or not all(
+            isinstance(v, list) and v and not any(isinstance(x, bool) for x in v)
+            for v in where.values()
+        ):
+            raise ConfigError(
+                f"scenario {name!r}: where = {where!r}: must be a table of grid paths, each "
+                'with the list of its values the scenario runs at (where = {"data.agents" = '
+                "[100, 1000]})"
+            )
+        out.append(ScenarioSpec(name, protocol, params, dict(where)))
     return out
+
+
+def check_where(spec: ScenarioSpec, grid: dict) -> None:
+    """Refuse a scenario's `where` that names a path the [grid] does not sweep, or a value
+    the grid does not take there (the scenario would silently never run)."""
+    for path, allowed in spec.where.items():
+        if path not in grid:
+            raise ConfigError(
+                f"scenario {spec.name!r}: where: {path!r} is not swept by the [grid]; allowed: "
+                + (", ".join(repr(p) for p in grid) or "none (the study has no [grid])")
+            )
+        values = grid[path] if isinstance(grid[path], list) else []
+        for value in allowed:
+            if value not in values:
+                raise ConfigError(
+                    f"scenario {spec.name!r}: where: {path!r} = {value!r} is not a value of "
+                    f"the grid there; allowed: {', '.join(repr(v) for v in values)}"
+                )
 
 
 def _curves(tables: list[dict], scenarios: list[str] | None = None) -> list[CurveSpec]:
