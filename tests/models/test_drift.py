@@ -18,12 +18,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from desim.kernel.engine import Simulation
 from desim.kernel.params import ConfigError, build
 from desim.kernel.plugins import load_plugins
 from desim.kernel.randomness import Streams
-from desim.kernel.registry import DATA, METRICS
+from desim.kernel.registry import CURVES, DATA, METRICS
 from desim.models.baselines import Ideal, Local, LocalCurve, NoParams, ideal_mse
 from desim.study.cli import main
 from desim.study.scenario import Scenario, check_setup, resolve, run
@@ -241,6 +243,89 @@ def test_local_mse_under_a_random_walk_adds_the_walks_variance():
     assert abs(_mse(metrics, t) - expected) < 4 * se
 
 
+# ---------------------------------------------------------------------------- curves
+
+
+def _curve(kind, drift, t, **data):
+    spec = build(DATA.get("classes"), {"sigma": SIGMA, "drift": drift, **data}, "data")
+    return CURVES.get(kind)().curve(np.asarray(t, dtype=float), spec)[0]
+
+
+def test_local_and_ideal_curves_add_the_squared_bias_of_linear_drift_and_a_walk():
+    t = np.array([1.0, 5.0, 50.0])
+    fixed = build(DATA.get("classes"), {"sigma": SIGMA}, "data")
+    for kind in ("local", "ideal"):
+        base = CURVES.get(kind)().curve(t, fixed)[0]
+        linear = _curve(kind, {"model": "linear", "rate": 0.1}, t)
+        np.testing.assert_allclose(linear - base, (0.1 * (t - 1) / 2) ** 2, rtol=1e-12)
+        walk = _curve(kind, {"model": "random-walk", "step": 0.1}, t)
+        np.testing.assert_allclose(walk - base, 0.01 * (t - 1) * (2 * t - 1) / (6 * t))
+
+
+def test_local_curve_after_a_switch_matches_the_simulated_mse():
+    tau, t, agents, means = 11, 40, 2000, [0.0, 1.0, 3.0]
+    drift = {"model": "switch", "fraction": 0.5, "at": tau}
+    curve = _curve("local", drift, [tau - 1, t], agents=agents, class_means=means)
+    assert curve[0] == pytest.approx(SIGMA**2 / (tau - 1), rel=1e-12)  # nothing moved yet
+    source = _source(drift, agents, class_means=means)
+    metrics = _simulate(Local(NoParams()), source, t, [t])
+    # SE: the noise, and which classes the switched agents come from (uniform over 3)
+    jump2 = (np.roll(means, -1) - np.asarray(means)) ** 2 * ((tau - 1) / t) ** 2
+    n_sw = len(source.switched)
+    se_classes = math.sqrt(n_sw * jump2.var()) / agents
+    v = SIGMA**2 / t
+    se_noise = math.sqrt((2 * v**2 + 4 * jump2.mean() * v * n_sw / agents) / agents)
+    assert abs(_mse(metrics, t) - curve[1]) < 4 * math.hypot(se_classes, se_noise)
+
+
+CURVE_STUDY = """
+[study]
+title = "drift"
+replicates = 1
+t_max = 20
+checkpoints = 4
+
+[data]
+model = "classes"
+agents = 12
+
+[data.drift]
+model = "{model}"
+{extra}
+
+[[scenario]]
+name = "local"
+protocol = "local"
+
+[[curve]]
+name = "c"
+kind = "{kind}"
+"""
+
+
+@pytest.mark.parametrize(
+    ("model", "extra", "kind", "fragment"),
+    [
+        ("linear", "rate = 0.1", "oracle", "kind 'oracle' assumes means that never move"),
+        ("switch", "fraction = 0.5\nat = 3", "ideal", "no closed form under drift"),
+        ("linear", "rate = 0.1", "local", None),
+    ],
+)
+def test_curves_without_a_closed_form_under_drift_are_refused(
+    tmp_path: Path, capsys, model, extra, kind, fragment
+):
+    folder = tmp_path / "s"
+    folder.mkdir()
+    text = CURVE_STUDY.format(model=model, extra=extra, kind=kind)
+    (folder / "study.toml").write_text(text)
+    code = main(["validate", str(folder)])
+    err = capsys.readouterr().err
+    if fragment is None:
+        assert code == 0, err
+    else:
+        assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1, err
+
+
 # ---------------------------------------------------------------------------- no drift
 
 
@@ -257,6 +342,35 @@ def test_without_drift_the_recorder_reads_the_fixed_means_and_curve_hashes_keep(
 
 
 # ---------------------------------------------------------------------------- refused
+
+#: What a study file may hold ([data] numbers of magnitude ≤ 1e50: `validate` refuses the
+#: rest, see test_validate_refuses_hostile_drift_in_one_line), and NaN and ±inf.
+NUMBERS = (
+    st.floats(min_value=-1e50, max_value=1e50)
+    | st.sampled_from([math.nan, math.inf, -math.inf])
+    | st.integers(-5, 50)
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    model=st.sampled_from(["switch", "linear", "random-walk", "other"]),
+    values=st.fixed_dictionaries(
+        {}, optional={k: NUMBERS for k in ("fraction", "at", "rate", "step")}
+    ),
+)
+def test_any_drift_table_is_refused_in_one_line_or_draws_finite_samples(model, values):
+    table = {"agents": 6, "class_means": [0.0, 1.0], "drift": {"model": model, **values}}
+    try:
+        spec = build(DATA.get("classes"), table, "data")
+        resolve(Scenario(protocol="local", data={"model": "classes", **table}, t_max=40))
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith(("data: drift:", "scenario: data:"))
+        return
+    source = spec.make(np.random.default_rng(0))
+    x = source.sample(np.random.default_rng(1), 40)
+    assert x.shape == (40, 6) and np.isfinite(x).all()
+    assert np.isfinite(source.at(40).means).all()
 
 
 @pytest.mark.parametrize(
@@ -334,7 +448,8 @@ protocol = "local"
     [
         ('model = "switch"\nfraction = 0.5\nat = 21', "at = 21: beyond t_max = 20"),
         ('model = "switch"\nfraction = 2\nat = 3', "fraction = 2: must be > 0 and ≤ 1"),
-        ('model = "random-walk"\nstep = nan', "nan"),
+        ('model = "random-walk"\nstep = nan', "drift holds nan"),
+        ('model = "linear"\nrate = 1e300', "drift holds 1e+300"),
     ],
 )
 def test_validate_refuses_hostile_drift_in_one_line(tmp_path: Path, capsys, drift, fragment):
