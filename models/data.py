@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -116,16 +116,16 @@ class ClassData:
         """The validated [data.drift] table, or None when the means never move."""
         return None if self.drift is None else build(Drift, self.drift, "drift")
 
-    def check_run(self, t_max: int, oracle: bool) -> None:
-        """Raise `ValueError` (one line) for a drift a run of `t_max` slots cannot have: a
-        switch after the last slot, or a switch with a protocol told the true classes once at
-        set-up (`oracle`), which would then keep the classes before the switch."""
+    def check_run(self, t_max: int, protocol: type, params: Any) -> None:
+        """Raise `ValueError` (one line) for a drift a run of `t_max` slots of `protocol` cannot
+        have: a switch after the last slot, or a switch with a protocol told the true classes
+        once at set-up (`Protocol.uses_oracle`), which would keep the classes before it."""
         drift = self.drift_model
         if drift is None or drift.model != "switch":
             return
         if drift.at > t_max:
             raise ValueError(f"drift: at = {drift.at}: beyond t_max = {t_max} (allowed: 1 … t_max)")
-        if oracle:
+        if protocol(params).uses_oracle:
             raise ValueError(
                 "drift: model = 'switch' changes classes, and this protocol is told the true "
                 "classes at set-up only (allowed: linear or random-walk drift, which keep them)"
@@ -259,6 +259,8 @@ class DriftingSamples(ClassSamples):
 
     def at(self, t: int) -> SourceAt:
         """The means and classes at slot `t` (≥ 1)."""
+        if t < 1:
+            raise ValueError(f"t = {t}: slots start at 1")
         model = self.drift.model
         classes = self.classes
         if model == "linear":

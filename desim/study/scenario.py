@@ -151,7 +151,7 @@ def resolve(s: Scenario) -> Resolved:
     check_run = getattr(data_params, "check_run", None)  # limits given the horizon (drift)
     if check_run is not None:
         try:
-            check_run(s.t_max, cls(params).uses_oracle)
+            check_run(s.t_max, cls, params)
         except ValueError as exc:
             raise ConfigError(f"{label}: data: {exc}") from None
     try:  # trace and graph files are read here: their trouble is one line, never their content

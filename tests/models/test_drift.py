@@ -418,6 +418,8 @@ def test_a_switch_beyond_t_max_or_with_an_oracle_is_refused_before_a_run():
         resolve(Scenario(protocol="local", data=SWITCH, t_max=49))
     with pytest.raises(ConfigError, match="told the true classes at set-up only"):
         resolve(Scenario(protocol="ideal", data=SWITCH, t_max=60))
+    with pytest.raises(ConfigError, match="told the true classes at set-up only"):
+        resolve(Scenario(protocol="private-colme-oracle", data=SWITCH, t_max=60))
     linear = {"model": "classes", "drift": {"model": "linear", "rate": 0.01}}
     check_setup(Scenario(protocol="ideal", data=linear, t_max=60))  # classes stay classes
     assert len(run(Scenario(protocol="local", data=SWITCH, t_max=50)).metrics)
