@@ -254,7 +254,8 @@ class DriftingSamples(ClassSamples):
             x[k:] += self.means_after
         else:
             self._extend_walk(first + n_slots - 1)
-            x += self._walk[first - 1 : first - 1 + n_slots][:, self.classes]
+            # (np.take: a gather along the agents, several times faster than [:, classes])
+            x += np.take(self._walk[first - 1 : first - 1 + n_slots], self.classes, axis=1)
         return x
 
     def at(self, t: int) -> SourceAt:
