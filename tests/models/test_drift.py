@@ -464,6 +464,20 @@ def test_validate_refuses_hostile_drift_in_one_line(tmp_path: Path, capsys, drif
     assert len(err.strip().splitlines()) == 1, err
 
 
+def test_a_grid_sweeps_whole_drift_tables_and_names_the_point_it_refuses(tmp_path: Path, capsys):
+    folder = tmp_path / "s"
+    folder.mkdir()
+    grid = (
+        '\n[grid]\n"data.drift" = [{model = "linear", rate = 0.01}, '
+        '{model = "switch", fraction = 0.5, at = 30}]\n'
+    )
+    (folder / "study.toml").write_text(STUDY.format(drift='model = "linear"\nrate = 0.01') + grid)
+    assert main(["validate", str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\"at\": 30}: scenario 'local': data: drift: at = 30: beyond t_max = 20" in err
+    assert len(err.splitlines()) == 1
+
+
 def test_validate_accepts_a_drifting_study(tmp_path: Path):
     folder = tmp_path / "s"
     folder.mkdir()
