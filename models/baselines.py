@@ -9,7 +9,7 @@ are registered in `desim.kernel.registry.CURVES` as ``local`` and ``ideal``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -91,6 +91,36 @@ def expected_inverse_class_size(M: int, n_classes: int) -> float:
     return float(-np.expm1(M * np.log1p(-q)) / (M * q)) if q < 1 else 1.0 / M
 
 
+def drift_mse(t: ArrayLike, data: Any) -> np.ndarray:
+    """What a `[data.drift]` adds to the MSE of a running mean over every slot so far (the
+    local baseline's, and the ideal one's for drift that keeps classes), against the means at
+    t: its squared bias, in expectation over the drift's draws (0 without drift).
+
+    Linear: r²(t − 1)²/4. Random walk: step²(t − 1)(2t − 1)/(6t), the variance of
+    (1/t) Σ_{j=2..t} (j − 1) z_j. Switch at τ (local only): from t = τ on, the switched share
+    times E[(μ_c − μ_{c+1})²] times ((τ − 1)/t)², the class c of a switched agent drawn like
+    the agents' classes.
+    """
+    tt = np.asarray(t, dtype=float)
+    drift = getattr(data, "drift_model", None)
+    if drift is None:
+        return np.zeros_like(tt)
+    if drift.model == "linear":
+        return (drift.rate * (tt - 1)) ** 2 / 4
+    if drift.model == "random-walk":
+        return drift.step**2 * (tt - 1) * (2 * tt - 1) / (6 * tt)
+    means = np.asarray(data.class_means, dtype=float)
+    jump2 = (np.roll(means, -1) - means) ** 2  # class c to c + 1 (the last to the first)
+    M = int(data.agents)
+    if data.assignment == "balanced":
+        weights = np.bincount(np.arange(M) % len(means), minlength=len(means)) / M
+    else:
+        weights = np.full(len(means), 1 / len(means))
+    share = max(1, round(drift.fraction * M)) / M
+    after = tt >= drift.at
+    return np.where(after, share * float(weights @ jump2) * ((drift.at - 1) / tt) ** 2, 0.0)
+
+
 # ------------------------------------------------------------------ curves
 
 
@@ -113,13 +143,20 @@ def time_grid(t: np.ndarray) -> np.ndarray:
 @CURVES.register("local")
 @dataclass(frozen=True)
 class LocalCurve:
-    """Prop. 1: every agent keeps its own running mean, MSE = mean_a σ_a² / t."""
+    """Prop. 1: every agent keeps its own running mean, MSE = mean_a σ_a² / t (plus the squared
+    bias a [data.drift] gives, `drift_mse`)."""
+
+    #: Whether the curve is the closed form under [data.drift] too (others are refused then).
+    follows_drift: ClassVar[bool] = True
 
     def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:
         """(mean, zeros) of Prop. 1 on the grid `t`."""
         tt = time_grid(t)
         # Classes are equally likely, so the agent average of σ_a² is the class average.
-        return local_mse(tt, class_variances(data)), np.zeros_like(tt)
+        mse = local_mse(tt, class_variances(data))
+        if getattr(data, "drift", None) is not None:
+            mse = mse + drift_mse(tt, data)
+        return mse, np.zeros_like(tt)
 
 
 @CURVES.register("ideal")
@@ -133,15 +170,29 @@ class IdealCurve:
     """
 
     agents: int | None = param(None, "number of agents M (default: the study's data.agents)", ge=2)
+    #: Whether the curve is the closed form under [data.drift] too (a switch is refused).
+    follows_drift: ClassVar[bool] = True
+
+    def check(self, data: Any) -> None:
+        """Refuse a switch: the ideal baseline knows the classes of slot 1 only."""
+        drift = getattr(data, "drift_model", None)
+        if drift is not None and drift.model == "switch":
+            raise ValueError(
+                "kind 'ideal' knows the classes of slot 1 only: no closed form under "
+                "drift model = 'switch' (allowed: linear, random-walk)"
+            )
 
     def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(mean, zeros) of Prop. 2 on the grid `t`."""
+        """(mean, zeros) of Prop. 2 on the grid `t` (plus `drift_mse` under [data.drift])."""
         tt = time_grid(t)
         s2 = class_variances(data)
         M, n_classes = int(self.agents or data.agents), len(s2)
         if getattr(data, "assignment", "random") == "balanced":
             classes = np.arange(M) % n_classes
             sizes = np.bincount(classes, minlength=n_classes)
-            return ideal_mse(tt, s2[classes], sizes[classes]), np.zeros_like(tt)
-        scale = float(np.mean(s2)) * expected_inverse_class_size(M, n_classes)
-        return scale / tt, np.zeros_like(tt)
+            mse = ideal_mse(tt, s2[classes], sizes[classes])
+        else:
+            mse = float(np.mean(s2)) * expected_inverse_class_size(M, n_classes) / tt
+        if getattr(data, "drift", None) is not None:
+            mse = mse + drift_mse(tt, data)
+        return mse, np.zeros_like(tt)

@@ -3,7 +3,10 @@
 a protocol exposes and compares it with the truth the data source holds; it returns {} when the
 protocol exposes nothing it can measure (so one study can mix protocols). A value may also be
 an array of one value per agent: the recorder keeps it as a column of agents.parquet when the
-study keeps per-agent results (`per_agent = true`) and drops it otherwise.
+study keeps per-agent results (`per_agent = true`) and drops it otherwise. When the means move
+(`[data.drift]`), the source a metric receives is the one at the checkpoint's slot
+(`desim.kernel.protocol.DataSource.at`): `accuracy` scores against the means then and `links`
+against the classes then.
 """
 
 from __future__ import annotations

@@ -33,6 +33,16 @@ class DataSource:
     means: np.ndarray
     classes: np.ndarray
     public: dict[str, Any]
+    #: Whether the means (or classes) move over a run; then `at` says them at each slot.
+    drifts: ClassVar[bool] = False
+
+    def at(self, t: int) -> DataSource:
+        """The source as it is at slot `t`: its `means` and `classes` then (what metrics score).
+
+        A source whose means never move is itself: the recorder then reads the arrays it was
+        built with, at no cost.
+        """
+        return self
 
     def sample(self, rng: np.random.Generator, n_slots: int) -> np.ndarray:
         """`n_slots` consecutive slots of samples, shape (n_slots, n_agents).

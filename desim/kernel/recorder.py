@@ -8,7 +8,9 @@ e.g. the privacy ledger's ``eps_<who>``) as a column beside them.
 
 Further metrics are functions `(protocol, data_source) -> {name: value}` registered in
 `desim.kernel.registry.METRICS` and chosen by name (a study's ``[study] metrics``): protocols expose
-state, these functions compare it with the truth the data source holds.
+state, these functions compare it with the truth the data source holds. When the source's means
+move (`DataSource.drifts`), every score is against the truth at the checkpoint's slot: the MSE
+against each agent's mean then, and metrics receive the source as it is then (`DataSource.at`).
 A function returns an empty dict when the protocol has no state it can measure.
 """
 
@@ -59,8 +61,13 @@ class Recorder:
         self._agent_values: dict[str, dict[int, np.ndarray]] = {}
 
     def measure(self, t: float) -> None:
-        """Record every metric at time `t`."""
-        err2 = (np.asarray(self.protocol.estimates(), dtype=float) - self.truth) ** 2
+        """Record every metric at time `t`, scored against the truth at slot `t` (the means of
+        a drifting source then, `DataSource.at`)."""
+        data, truth = self.data, self.truth
+        if getattr(data, "drifts", False):
+            data = data.at(int(t))
+            truth = data.means
+        err2 = (np.asarray(self.protocol.estimates(), dtype=float) - truth) ** 2
         if err2.ndim > 1:  # vector estimates: squared Euclidean error per agent
             err2 = err2.sum(axis=tuple(range(1, err2.ndim)))
         self._rows.append((t, "mse", float(err2.mean())))
@@ -71,7 +78,7 @@ class Recorder:
             if not self.network.links.ideal:
                 self._rows.append((t, f"dropped_{kind}", float(dropped)))
         for fn in self.metric_fns:
-            for name, value in fn(self.protocol, self.data).items():
+            for name, value in fn(self.protocol, data).items():
                 if np.ndim(value) == 0:
                     self._rows.append((t, name, float(value)))
                 elif self.per_agent:  # one value per agent: a column of agents()

@@ -148,6 +148,12 @@ def resolve(s: Scenario) -> Resolved:
     data = _plain_numbers(dict(s.data))
     data_cls = DATA.lookup(data.pop("model", None), "data.model")
     data_params = build(data_cls, data, "data")
+    check_run = getattr(data_params, "check_run", None)  # limits given the horizon (drift)
+    if check_run is not None:
+        try:
+            check_run(s.t_max, cls, params)
+        except ValueError as exc:
+            raise ConfigError(f"{label}: data: {exc}") from None
     try:  # trace and graph files are read here: their trouble is one line, never their content
         links = _resolve_links(_with_folder(s.network, s.folder, "network"))
         topology = _resolve_topology(s, data_params)

@@ -281,6 +281,11 @@ def _from_defaults(message: str, spec: ScenarioSpec, defaults: dict) -> str:
     return message
 
 
+def _drift_curves() -> list[str]:
+    """The curve kinds whose closed forms hold under [data.drift] (`follows_drift`)."""
+    return [k for k, c in CURVES.items() if getattr(params_class(c), "follows_drift", False)]
+
+
 def _curve_job(
     curve: CurveSpec, index: int, point: GridPoint, doc: StudyDocument, h: Horizon
 ) -> CurveJob:
@@ -292,6 +297,13 @@ def _curve_job(
         data_cls = params_class(DATA.get(data["model"]))
         data_params = build(data_cls, {k: v for k, v in data.items() if k != "model"}, "data")
         params = build(cls, table, f"curve {curve.name!r}")
+        if getattr(data_params, "drift", None) is not None and not getattr(
+            cls, "follows_drift", False
+        ):  # a closed form for means that never move would be silently wrong
+            raise ConfigError(
+                f"curve {curve.name!r}: kind {curve.kind!r} assumes means that never move, and "
+                f"[data.drift] is set (kinds that follow drift: {', '.join(_drift_curves())})"
+            )
         check = getattr(params, "check", None)  # a curve's own limits, given the data
         if check is not None:
             try:

@@ -119,5 +119,12 @@ def study_hash(raw: dict, replicates: int, t_max: int, checkpoints: int, data: d
 
 
 def _plain(obj: Any) -> Any:
-    """A params dataclass as plain data (other objects as they are)."""
-    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
+    """A params dataclass as plain data (other objects as they are), without the fields it
+    names in ``hash_omits_absent`` while they are None (hashes made before they existed)."""
+    if not dataclasses.is_dataclass(obj):
+        return obj
+    out = dataclasses.asdict(obj)
+    for name in getattr(obj, "hash_omits_absent", ()):
+        if out.get(name) is None:
+            out.pop(name, None)
+    return out
