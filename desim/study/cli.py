@@ -4,6 +4,7 @@
               [--scheduler ADDRESS|local:N]   ... with the runs computed on a dask cluster
     desim plot STUDY [--quick]                redraw figures from results/
     desim validate STUDY [--quick]            check the study file, run nothing
+              [--memory SIZE] [--force]       ... (and run:) memory one run may use; no estimates
     desim summary STUDY [--target X] [--at T] a metric per scenario and grid point, as a table
     desim verify STUDY [--sample N [--seed S]] check stored files, re-run runs, name changes
     desim clean STUDY [--yes]                 remove results of older versions of the study file
@@ -42,6 +43,7 @@ from desim.kernel.registry import (
     Registry,
 )
 from desim.study.spec import Study, check_setups, find_studies, load_study
+from desim.study.spec.limits import parse_size
 
 #: Exit status: success, failed runs, bad input, interrupted (as a shell reports Ctrl-C).
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -91,6 +93,13 @@ def _parser() -> argparse.ArgumentParser:
             "--force",
             action="store_true",
             help="accept a study larger than this machine can run (run count, work, memory)",
+        )
+        p.add_argument(
+            "--memory",
+            type=_size,
+            metavar="SIZE",
+            help="memory one run may use, e.g. 2G or 512M (default: what this machine has "
+            "available); a run estimated above it is refused before anything runs",
         )
     _add_summary(sub)
     _add_verify(sub)
@@ -230,6 +239,13 @@ def _positive(text: str) -> float:
     return x
 
 
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _where(path: Path) -> str:
     """`path` relative to the working directory when it is below it (shorter to read)."""
     try:
@@ -249,8 +265,11 @@ def _seconds(s: float) -> str:
 def _studies(args: argparse.Namespace) -> list[Study]:
     """The study (or every sub-study of the suite) STUDY names, all validated before any of
     them is acted on: a bad sub-study stops a suite before anything runs."""
-    force = getattr(args, "force", False)
-    return [load_study(file, quick=args.quick, force=force) for file in find_studies(args.study)]
+    force, memory = getattr(args, "force", False), getattr(args, "memory", None)
+    return [
+        load_study(file, quick=args.quick, force=force, memory=memory)
+        for file in find_studies(args.study)
+    ]
 
 
 def _each(args: argparse.Namespace, act, studies: list[Study] | None = None) -> int:

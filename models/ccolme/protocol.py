@@ -150,7 +150,7 @@ class CColME(WindowSafe):
     Params = CColMEParams
     message_kinds = ("state", "decision", "size")
     reads = frozenset({"network", "topology"})
-    memory = {"edge": 320.0, "agent": 4000.0}
+    memory = {"edge": 256.0, "agent": 400.0}
     #: The scenario must have a [topology]: the graph arrives as ctx.public["graph"].
     needs_topology: ClassVar[bool] = True
 

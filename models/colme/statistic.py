@@ -70,6 +70,9 @@ class PairStatistic:
         )
         self._flat = np.zeros((n_agents * n_agents, len(self._stored)))  # one row per pair
         self._state = self._flat.reshape(n_agents, n_agents, -1)
+        # ``last`` under PM-I: the block sum and D of pair p at 2p and 2p + 1 (a 1-D index is
+        # far cheaper than a (pairs, column) one)
+        self._cells = self._flat.reshape(-1)
         if self.compact:
             self._kappa = np.zeros(n_agents * n_agents, dtype=np.int32)
         if mechanism == "pm2":
@@ -144,6 +147,8 @@ class PairStatistic:
 
     def terms(self, pair: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """T_{b→a}, D, A and n of the flat pairs a·n_agents + b (T = 0 before a release)."""
+        if self.compact and self.mechanism == "pm1":
+            return self._terms_last_pm1(pair)
         rows = self._rows(pair)
         n, total = rows[:, 1], rows[:, 2]
         return (
@@ -152,6 +157,17 @@ class PairStatistic:
             rows[:, 4],
             n,
         )
+
+    def _terms_last_pm1(
+        self, pair: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """`terms` for ``last`` weights under PM-I: the floats `_rows` forms, read column by
+        column (n = [κ > 0], A = κ·D·D)."""
+        kappa = self._kappa.take(pair).astype(float)
+        total, data = self._flat.take(pair, axis=0).T  # (one pass: a pair's cells are adjacent)
+        n = (kappa > 0).astype(float)
+        value = np.divide(total, n, out=np.zeros_like(total), where=n > 0)
+        return value, data, kappa * data * data, n
 
     def last_index(self, pair: np.ndarray) -> np.ndarray:
         """κ of the flat pairs a·n_agents + b: the index j of the last release a took from b."""
@@ -212,8 +228,9 @@ class PairStatistic:
         u = 1.0 / t
         total = values + 0.0  # 0 + R as `_take` forms it (a −0.0 becomes +0.0 there too)
         self._kappa[pair] = j.astype(np.int32)  # (a cast before the scatter is cheaper)
-        self._flat[pair, 0] = total
-        self._flat[pair, 1] = u
+        cell = 2 * pair
+        self._cells[cell] = total
+        self._cells[cell + 1] = u
         return total, u, j * u * u, 1.0
 
     def _take(

@@ -46,7 +46,13 @@ class HierarchicalGaussian:
             "sigma2": np.full(self.agents, self.sigma_x**2),
             "distribution": "gaussian",
         }
-        return AgentSamples(theta, public, lambda r, shape: self.sigma_x * r.standard_normal(shape))
+        return AgentSamples(theta, public, self._deviations)
+
+    def _deviations(self, rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+        """σ_x·z for a block of slots, scaled in place (one array of the block's size)."""
+        z = rng.standard_normal(shape)
+        z *= self.sigma_x
+        return z
 
 
 @DATA.register("bernoulli-prior")
@@ -132,4 +138,6 @@ class AgentSamples(DataSource):
         shape = (n_slots, self.n_agents)
         if self._noise is None:
             return (rng.random(shape) < self.means).astype(float)
-        return self.means + self._noise(rng, shape)
+        x = self._noise(rng, shape)  # in place: the same floats as means + noise
+        x += self.means
+        return x

@@ -164,3 +164,25 @@ def test_replacing_terms_of_repeated_agents_at_once_is_replacing_them_one_by_one
         one_by_one.replace(a[i : i + 1], *zero, *terms[2:, i : i + 1])
     for name in ("sums", "carry", "terms", "dirty"):
         np.testing.assert_array_equal(getattr(at_once, name), getattr(one_by_one, name))
+
+
+@given(seed=st.integers(0, 10**6), m=st.integers(1, 30))
+@settings(max_examples=50, deadline=None)
+def test_replacing_every_agent_in_order_is_the_indexed_replacement(seed, m):
+    """A synchronous slot replaces every agent's terms once, in order, without index arrays:
+    every sum, carry and count is the float the indexed path (agents in another order) gives."""
+    rng = np.random.default_rng(seed)
+    terms = rng.standard_normal((4, m)) * 10.0 ** rng.integers(-8, 9, (4, m))
+    terms[[1, 3]] = np.abs(terms[[1, 3]])
+    terms[:, rng.random(m) < 0.2] = 0.0
+    terms[3, rng.random(m) < 0.1] = np.inf  # Var[T] = 0: the agent is recomputed later
+    start = np.abs(rng.standard_normal((2, m))) * 1e3
+    in_order, indexed = CombinationSums(m), CombinationSums(m)
+    backwards = np.arange(m)[::-1].copy()
+    for sums in (in_order, indexed):
+        sums.replace(np.arange(m), *np.zeros((2, m)), *start)
+    with np.errstate(invalid="ignore"):  # an infinite term makes its sums NaN until recomputed
+        in_order.replace(np.arange(m), *terms)
+        indexed.replace(backwards, *terms[:, backwards])
+    for name in ("sums", "carry", "terms", "dirty"):
+        np.testing.assert_array_equal(getattr(in_order, name), getattr(indexed, name))

@@ -100,7 +100,9 @@ __all__ = [
 ]
 
 
-def load_study(path: str | Path, quick: bool = False, force: bool = False) -> Study:
+def load_study(
+    path: str | Path, quick: bool = False, force: bool = False, memory: int | None = None
+) -> Study:
     """Read, validate and expand the study at `path` (folder or study.toml).
 
     [defaults] reach every scenario and curve that declares the key (their own keys win).
@@ -109,17 +111,20 @@ def load_study(path: str | Path, quick: bool = False, force: bool = False) -> St
     ``<study>/quick/``. Raises `ConfigErrors` (a `ConfigError`) with every error found, each
     one line naming the file, the field, the value and what is allowed, paths inside the
     study folder relative to it. A study larger than one machine can run (run count, work,
-    memory: `desim.study.spec.limits.check_size`) is refused unless `force`.
+    memory: `desim.study.spec.limits.check_size`) is refused unless `force`; `memory` caps
+    the bytes one run may use below what this machine has available (`--memory`).
     """
     file = find_study_file(path)
     raw = read_study_file(file)
     try:
-        return build_study(raw, file.resolve(), quick, force)
+        return build_study(raw, file.resolve(), quick, force, memory)
     except ConfigError as exc:
         raise with_file(exc, str(file), file.resolve().parent) from None
 
 
-def build_study(raw: dict, file: Path, quick: bool = False, force: bool = False) -> Study:
+def build_study(
+    raw: dict, file: Path, quick: bool = False, force: bool = False, memory: int | None = None
+) -> Study:
     """The study a study file read as `raw` from `file` describes: parsed, validated, checked
     for size (unless `force`) and expanded; errors are not yet prefixed with the file.
 
@@ -141,8 +146,8 @@ def build_study(raw: dict, file: Path, quick: bool = False, force: bool = False)
         notes = list(checked)
     # before the grid is expanded: a grid of 10⁹ points is refused, not built
     if not force and not (
-        errors.passes(check_size, h, doc.grid, len(v.scenarios))
-        and errors.passes(check_memory, h, doc, v.scenarios, v.curves)
+        errors.passes(check_size, h, doc.grid, len(v.scenarios), memory)
+        and errors.passes(check_memory, h, doc, v.scenarios, v.curves, memory)
     ):
         errors.raise_any()
     points = grid_points(doc.grid, v.grid_columns)

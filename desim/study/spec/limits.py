@@ -6,8 +6,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
+from desim.kernel.engine import data_block
 from desim.kernel.params import ConfigError, build, field_names
 from desim.kernel.registry import CURVES, PROTOCOLS
 from desim.study.spec.model import QUICK_FALLBACK, TRACE_TABLES, CurveSpec, ScenarioSpec
@@ -49,12 +52,18 @@ MAX_RUNS = 200_000
 MAX_AGENT_SLOTS_PER_RUN = 10**11
 MAX_AGENT_SLOTS = 10**13
 MAX_CHECKPOINTS = 100_000
-#: Bytes a run holds per agent and checkpoint (estimates, errors, per-agent records).
+#: Bytes a run holds per agent and checkpoint when it keeps per-agent records (each value,
+#: then the columns t, agent and value of their table).
 BYTES_PER_AGENT_CHECKPOINT = 64
+#: Bytes a run holds per agent besides its protocol's declared `memory`.
+BYTES_PER_AGENT = 64
+#: Arrays of a data block's size alive while it is drawn (the data models draw in place).
+BLOCK_COPIES = 1
 
 
-def check_size(h: Horizon, grid: dict, n_scenarios: int) -> None:
-    """Refuse a study too large to finish: run count, time and memory, estimated up front.
+def check_size(h: Horizon, grid: dict, n_scenarios: int, cap: int | None = None) -> None:
+    """Refuse a study too large to finish: run count, time and memory (against what this
+    machine has available, or `cap` bytes: `memory_limit`), estimated up front.
 
     A run costs about agents × t_max agent-slots of work and holds agents × checkpoints
     values; the estimate uses the largest agent count the grid reaches.
@@ -85,19 +94,22 @@ def check_size(h: Horizon, grid: dict, n_scenarios: int) -> None:
             f"{per_run * runs:.3g}: at most {MAX_AGENT_SLOTS:.0e} in one study "
             "(--force to run it anyway)"
         )
-    memory = _agent_bytes(agents, t_max, checkpoints)
-    available = _memory_bytes()
+    memory = _agent_bytes(agents, t_max, checkpoints, per_agent=False)
+    available, has = memory_limit(cap)
     if available and memory > available:
         raise ConfigError(
-            f"[data]: agents = {agents}: one run needs about "
-            f"{memory / 2**30:.3g} GiB; this machine has "
-            f"{available / 2**30:.3g} GiB (--force to run it anyway)"
+            f"[data]: agents = {agents}: one run needs about {_gib(memory)}; {has} "
+            "(--force to run it anyway)"
         )
 
 
-def _agent_bytes(agents: int, t_max: int, checkpoints: int) -> int:
-    """What every run holds per agent: its estimates and records at each checkpoint."""
-    return agents * min(checkpoints, t_max) * BYTES_PER_AGENT_CHECKPOINT + agents * 4096
+def _agent_bytes(agents: int, t_max: int, checkpoints: int, per_agent: bool = True) -> int:
+    """What every run holds per agent: its state besides the protocol's own (estimates, data
+    means), the block of samples drawn at once and, with `per_agent` records, its value at
+    each checkpoint."""
+    records = agents * min(checkpoints, t_max) * BYTES_PER_AGENT_CHECKPOINT if per_agent else 0
+    block = data_block(max(agents, 1)) * agents * 8 * BLOCK_COPIES
+    return records + agents * BYTES_PER_AGENT + block
 
 
 #: Bytes every run holds whatever its size (the interpreter, numpy, the engine's buffers).
@@ -147,16 +159,22 @@ class Sizes:
 
 
 def check_memory(
-    h: Horizon, doc: StudyDocument, scenarios: list[ScenarioSpec], curves: list[CurveSpec]
+    h: Horizon,
+    doc: StudyDocument,
+    scenarios: list[ScenarioSpec],
+    curves: list[CurveSpec],
+    cap: int | None = None,
 ) -> None:
-    """Refuse a scenario or curve whose run needs more memory than this machine has, by the
-    bytes its protocol (or curve kind) declares per unit (`Protocol.memory`) at the largest
-    sizes the grid reaches; the message gives the estimate and what drives it."""
-    available = _memory_bytes()
+    """Refuse a scenario or curve whose run needs more memory than this machine has available
+    (or than `cap` bytes, `--memory`), by the bytes its protocol (or curve kind) declares per
+    unit (`Protocol.memory`) at the largest sizes the grid reaches; the message gives the
+    estimate and what drives it."""
+    available, has = memory_limit(cap)
     if not available:
         return
     sizes = study_sizes(h, doc)
     traces = {"trace": float(TRACE_BYTES_PER_BYTE * _trace_file_bytes(doc))}
+    keep = bool(doc.settings.per_agent)
     for spec in scenarios:
         cls = PROTOCOLS.get(spec.protocol)
         # the sizes of the grid points the scenario runs at
@@ -164,14 +182,16 @@ def check_memory(
         at = sizes if own is None else study_sizes(h, own)
         extra = traces if "network" in getattr(cls, "reads", {"network"}) else {}
         need, driver = max(
-            run_bytes(cls, at, h.t_max, h.checkpoints, per_unit=per_unit, extra=extra)
+            run_bytes(
+                cls, at, h.t_max, h.checkpoints, per_unit=per_unit, extra=extra, per_agent=keep
+            )
             for per_unit in _per_unit(cls, spec, doc, h.t_max)
         )
         if need > available:
             raise ConfigError(
                 f"scenario {spec.name!r}: {spec.protocol} with agents = {at.agents}"
                 f"{_dimension(at, driver)} needs about {_gib(need)} ({driver}); "
-                f"this machine has {_gib(available)} (--force to run it anyway)"
+                f"{has} (--force to run it anyway)"
             )
     for curve in curves:
         cls = CURVES.get(curve.kind)
@@ -182,8 +202,7 @@ def check_memory(
         if need > available:
             raise ConfigError(
                 f"curve {curve.name!r}: {curve.kind} with draws = {draws} and agents = {agents} "
-                f"needs about {_gib(need)} ({driver}); this machine has {_gib(available)} "
-                "(--force to run it anyway)"
+                f"needs about {_gib(need)} ({driver}); {has} (--force to run it anyway)"
             )
 
 
@@ -216,17 +235,18 @@ def run_bytes(
     draws: int = 0,
     per_unit: dict[str, float] | None = None,
     extra: dict[str, float] | None = None,
+    per_agent: bool = False,
 ) -> tuple[int, str]:
     """(bytes, what drives them) of one run of protocol (or curve) class `cls` at `sizes`: its
-    `memory` per unit (or `per_unit`), the data, every agent's records, `extra` (e.g. trace
-    files) and `BASE_BYTES`."""
+    `memory` per unit (or `per_unit`), the data, every agent's state (and records, with
+    `per_agent`), `extra` (e.g. trace files) and `BASE_BYTES`."""
     units = sizes.units(draws)
     declared = getattr(cls, "memory", {}) if per_unit is None else per_unit
     parts = {unit: units.get(unit, 0) * float(b) for unit, b in declared.items()}
     parts.update({k: v for k, v in (extra or {}).items() if v})
     if sizes.dimension > 1:
         parts["coordinate"] = parts.get("coordinate", 0.0) + DATA_COPIES * 8 * units["coordinate"]
-    records = _agent_bytes(sizes.agents, t_max, checkpoints)
+    records = _agent_bytes(sizes.agents, t_max, checkpoints, per_agent)
     driver = max(parts, key=parts.__getitem__) if parts else "agent"
     if not parts or parts[driver] < records:
         driver = "agent"
@@ -331,8 +351,115 @@ def _gib(n: float) -> str:
 
 
 def _memory_bytes() -> int | None:
-    """Physical memory of this machine in bytes (None when unknown)."""
+    """Memory a run may use on this machine, in bytes: MemAvailable (Linux's estimate of what
+    can be allocated without swapping), less where a cgroup's limit leaves less; physical
+    memory where neither is known (None when nothing is)."""
+    known = [b for b in (_meminfo_available(), _cgroup_left()) if b is not None]
+    if known:
+        return min(known)
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def _meminfo_available() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (None where the file or the line is absent)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+#: cgroup v2 and v1: (controller folder, limit file, usage file) under /sys/fs/cgroup.
+_CGROUP_FILES = (
+    ("", "memory.max", "memory.current"),
+    ("memory", "memory.limit_in_bytes", "memory.usage_in_bytes"),
+)
+#: cgroup v1 writes "no limit" as the largest page-aligned 64-bit number: above this, none.
+_NO_LIMIT = 2**60
+
+
+def _cgroup_left(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """What the memory limits of this process's cgroup and its ancestors leave: limit − usage
+    + the inactive file cache (the kernel reclaims it first), the least over the limits set
+    (None when no limit is set or cgroups cannot be read)."""
+    left = []
+    for controller, path in _cgroup_paths():
+        limit_file, usage_file = next(
+            (lim, use) for sub, lim, use in _CGROUP_FILES if sub == controller
+        )
+        folder = root / controller / path.lstrip("/")
+        while True:
+            limit = _read_int(folder / limit_file)
+            if limit is not None and limit < _NO_LIMIT:
+                usage = _read_int(folder / usage_file) or 0
+                left.append(max(0, limit - usage + _inactive_file(folder)))
+            if folder == root / controller or root not in folder.parents:
+                break
+            folder = folder.parent
+    return min(left) if left else None
+
+
+def _cgroup_paths() -> list[tuple[str, str]]:
+    """(controller folder, cgroup path) of this process: "" for v2, "memory" for v1."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":
+            out.append(("", path))
+        elif "memory" in controllers.split(","):
+            out.append(("memory", path))
+    return out
+
+
+def _read_int(file: Path) -> int | None:
+    """The integer a cgroup file holds (None: absent, unreadable or "max")."""
+    try:
+        return int(file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _inactive_file(folder: Path) -> int:
+    """Bytes of inactive file cache a cgroup's memory.stat reports (0 when unknown)."""
+    try:
+        for line in (folder / "memory.stat").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "inactive_file":
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def memory_limit(cap: int | None = None) -> tuple[int | None, str]:
+    """(bytes a run may use, how to say it): what this machine has available, or less when
+    `cap` (`--memory`) says less."""
+    available = _memory_bytes()
+    if cap is not None and (available is None or cap < available):
+        return cap, f"--memory allows {_gib(cap)}"
+    if available is None:
+        return None, ""
+    return available, f"this machine has {_gib(available)} available"
+
+
+#: Suffixes of a `--memory` size and their bytes (binary multiples; B and iB optional).
+_SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size such as 512M, 2G, 1.5GiB or 1000000 (binary multiples); ValueError
+    naming the text and what is allowed otherwise."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)(I?B)?\s*", text.upper())
+    if match is None or float(match[1]) <= 0:
+        raise ValueError(f"{text!r}: must be a size > 0 such as 512M, 2G or 1.5GiB")
+    return int(float(match[1]) * _SIZE_UNITS[match[2]])
