@@ -97,6 +97,9 @@ class PrivateCColMEParams(CColMEParams):
     values: Values = _p("values", "fresh")
     symmetric: bool = _p("symmetric", True)
     fallback: Fallback = _p("fallback", "local")
+    accountant: Literal["pld", "rdp"] = param(
+        "pld", "accountant of the ledger and the budget: privacy loss distributions, or Rényi DP"
+    )
     budget: dict | None = param(
         None,
         "per-agent privacy budget {epsilon, delta (default 1e-12, the ledger's), action = stop "

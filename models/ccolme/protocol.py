@@ -194,7 +194,10 @@ class CColME(WindowSafe):
         #: Laplace scale b = 2L/ε of the per-sample noise (0 without privacy).
         self.laplace_b = laplace_scale(L, p.epsilon) if private else 0.0
         budget = getattr(p, "budget", None)  # Private-C-ColME's, `SampleGate`
-        self.gate = SampleGate(budget, L, self.laplace_b, g.n) if budget is not None else None
+        accountant = getattr(p, "accountant", "pld")
+        self.gate = (
+            None if budget is None else SampleGate(budget, L, self.laplace_b, g.n, accountant)
+        )
         if self.gate is not None:
             self.laplace_b = self.gate.scale
         #: σ_DP² = 2b² = 8L²/ε², the variance of each sample's noise.
@@ -598,7 +601,8 @@ class CColME(WindowSafe):
         if self.gate is not None and self.gate.silent:
             shared[:] = 0
         m = self.laplace_b / (2.0 * self._L)
-        return Spend("laplace", 1e-12, {"one": (m, shared), "all": (m, shared)})
+        accountant = getattr(self.params, "accountant", "pld")
+        return Spend("laplace", 1e-12, {"one": (m, shared), "all": (m, shared)}, accountant)
 
     def budget_gate(self) -> SampleGate | None:
         """The per-agent budget's state (None without one), for the `budget` metric."""

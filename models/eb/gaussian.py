@@ -55,6 +55,11 @@ class UploadParams:
         "noise of gaussian / pm1 / pm2 uploads: the papers' formulas, or the least "
         "noise for which all the run's uploads are (ε, δ)-DP per the PLD accountant",
     )
+    accountant: Literal["pld", "rdp"] = param(
+        "pld",
+        "accountant of the ledger, the budget and the tight calibration: privacy loss "
+        "distributions, or Rényi DP (`desim.models.privacy.accounting`)",
+    )
     budget: dict | None = param(
         None,
         "per-agent privacy budget {epsilon, delta, action = stop | degrade} against the server: "

@@ -141,13 +141,16 @@ class ServerEstimation(WindowSafe):
                 p.delta,
                 p.budget_t_max or ctx.t_max,
                 p.calibration,
+                accountant=p.accountant,
             )[0]
             self.multiplier = psum_multiplier(p.noise, self.sigma2_dp, L) if L > 0 else 0.0
             self.release = PSumRelease(
                 m, p.mechanism, p.noise, self.sigma2_dp, self._rng, self.rounds, receivers=1
             )
         elif p.mechanism == "gaussian":
-            self.multiplier = gaussian_multiplier(p.calibration, p.epsilon, p.delta, self.rounds)
+            self.multiplier = gaussian_multiplier(
+                p.calibration, p.epsilon, p.delta, self.rounds, p.accountant
+            )
         self.gate = self._budget_gate()
         if self.communicates():
             self.server = ParameterServer(ctx, "upload", 3, self._close)
@@ -242,7 +245,7 @@ class ServerEstimation(WindowSafe):
         if not self.communicates() or p.mechanism not in ("gaussian", "pm1", "pm2", "rr"):
             return None
         if p.mechanism == "rr":
-            return Spend("rr", p.delta, {"server": (p.epsilon, self.uploads_sent)})
+            return Spend("rr", p.delta, {"server": (p.epsilon, self.uploads_sent)}, p.accountant)
         if p.mechanism == "gaussian":
             per = self.uploads_sent
         else:
@@ -250,9 +253,9 @@ class ServerEstimation(WindowSafe):
             per = (kappa > 0) if p.mechanism == "pm1" else np.frexp(kappa)[1]  # bit length of κ
         if self.degraded_after is not None:  # the first k* at m, the later ones at m'
             mult, per = degraded_spend(self.multiplier, per, self.gate.capacity, self.degraded_m)
-            return Spend("gaussian", p.delta, {"server": (mult, per)})
+            return Spend("gaussian", p.delta, {"server": (mult, per)}, p.accountant)
         noise = "gaussian" if p.mechanism == "gaussian" else p.noise
-        return Spend(noise, p.delta, {"server": (self.multiplier, per)})
+        return Spend(noise, p.delta, {"server": (self.multiplier, per)}, p.accountant)
 
     def budget_gate(self) -> StopGate | None:
         """The per-agent budget's state (None without a budget), for the `budget` metric."""
@@ -275,9 +278,11 @@ class ServerEstimation(WindowSafe):
             mult = self.multiplier
         counts = first_sample_psums(p.mechanism, np.arange(self.rounds + 1))
         most = int(counts[-1])  # the count of R uploads, the most the run makes
-        k_star = capacity(noise, mult, budget.epsilon, budget.delta, most)
+        k_star = capacity(noise, mult, budget.epsilon, budget.delta, most, p.accountant)
         if budget.action == "degrade":
-            m_prime = degraded_multiplier(mult, k_star, most - k_star, budget.epsilon, budget.delta)
+            m_prime = degraded_multiplier(
+                mult, k_star, most - k_star, budget.epsilon, budget.delta, p.accountant
+            )
             if math.isfinite(m_prime) and k_star < most:
                 self.degraded_m = m_prime
                 self.degraded_after = int(np.count_nonzero(counts[1:] <= k_star))
@@ -372,13 +377,15 @@ class ServerEstimation(WindowSafe):
         raise NotImplementedError
 
 
-def gaussian_multiplier(calibration: str, epsilon: float, delta: float, rounds: int) -> float:
+def gaussian_multiplier(
+    calibration: str, epsilon: float, delta: float, rounds: int, accountant: str = "pld"
+) -> float:
     """Noise multiplier σ_q/(2b) of the ``gaussian`` upload: √(2 log(2/δ))/ε₀ as (41) prints it
     (``paper``, one release), or the least one for which `rounds` uploads composed are
-    (ε₀, δ)-DP per the PLD accountant (``tight``)."""
+    (ε₀, δ)-DP per the PLD (or `accountant`) accountant (``tight``)."""
     if calibration == "paper":
         return math.sqrt(2.0 * math.log(2.0 / delta)) / epsilon
-    return tight_multiplier("gaussian", float(epsilon), float(delta), int(rounds))
+    return tight_multiplier("gaussian", float(epsilon), float(delta), int(rounds), accountant)
 
 
 def _first_of_latest(dst: np.ndarray, rounds: np.ndarray) -> np.ndarray:

@@ -95,15 +95,21 @@ def set_budget(params: Any, default_delta: float, actions: tuple[str, ...] = ACT
 
 @lru_cache(maxsize=1024)
 def degraded_multiplier(
-    multiplier: float, k_star: int, remaining: int, epsilon: float, delta: float
+    multiplier: float,
+    k_star: int,
+    remaining: int,
+    epsilon: float,
+    delta: float,
+    accountant: str = "pld",
 ) -> float:
     """m', the Gaussian multiplier of the `remaining` releases after k* at m for which all of
-    them compose to ε ≤ `epsilon` at δ, exactly at the budget (+∞: no room left)."""
+    them compose to ε ≤ `epsilon` at δ, exactly at the budget (+∞: no room left). The identity
+    holds for both accountants: RDP adds the Gaussians' α/(2m²) exactly as PLD does."""
     if remaining <= 0:
         return math.inf
 
     def fits(x: float) -> bool:
-        return epsilon_spent("gaussian", x, 1, delta) <= epsilon
+        return epsilon_spent("gaussian", x, 1, delta, accountant) <= epsilon
 
     hi = 1.0
     while not fits(hi):
@@ -135,12 +141,19 @@ def degraded_spend(
     return mult, np.where(past, 1, count)
 
 
-def capacity(noise: str, multiplier: float, epsilon: float, delta: float, cap: int) -> int:
+def capacity(
+    noise: str,
+    multiplier: float,
+    epsilon: float,
+    delta: float,
+    cap: int,
+    accountant: str = "pld",
+) -> int:
     """k* = the most releases of one sample at noise multiplier m whose ε at δ, per the ledger's
     accountant, stays ≤ `epsilon` (0 if one release is too many), searched up to `cap`."""
 
     def fits(k: int) -> bool:
-        return epsilon_spent(noise, float(multiplier), int(k), float(delta)) <= epsilon
+        return epsilon_spent(noise, float(multiplier), int(k), float(delta), accountant) <= epsilon
 
     if cap <= 0 or not fits(1):
         return 0
@@ -261,14 +274,17 @@ class SampleGate:
     scale for every agent and slot, so the protocol's tests and weights stay exact).
     """
 
-    def __init__(self, budget: Budget, L: float, scale: float, n_agents: int) -> None:
+    def __init__(
+        self, budget: Budget, L: float, scale: float, n_agents: int, accountant: str = "pld"
+    ) -> None:
         self.budget = budget
+        eps, delta = budget.epsilon, budget.delta
         #: k*, the budget as a count of releases of one sample (0 or 1).
-        self.capacity = capacity("laplace", scale / (2.0 * L), budget.epsilon, budget.delta, 1)
+        self.capacity = capacity("laplace", scale / (2.0 * L), eps, delta, 1, accountant)
         #: The Laplace scale of every sample's noise under the budget.
         self.scale = scale
         if self.capacity == 0 and budget.action == "degrade":
-            self.scale = 2.0 * L * tight_multiplier("laplace", budget.epsilon, budget.delta, 1)
+            self.scale = 2.0 * L * tight_multiplier("laplace", eps, delta, 1, accountant)
         #: Whether the agents share nothing (``stop`` with no room for one sample).
         self.silent = self.capacity == 0 and budget.action == "stop"
         self.withheld = np.zeros(n_agents, dtype=np.int64)
