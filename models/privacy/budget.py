@@ -317,7 +317,8 @@ def budget_use(protocol: Any, data: Any) -> dict[str, float]:
     """Per-agent budgets: ``budget_exhausted``, the fraction of agents that have hit their
     budget (withheld a release, or degraded one), and ``budget_withheld``, the releases withheld
     so far (nothing without a ``budget``)."""
-    gate = protocol.budget_gate()
+    # the engine records a study's metrics for every scenario, budget hooks or not
+    gate = protocol.budget_gate() if hasattr(protocol, "budget_gate") else None
     if gate is None:
         return {}
     return {

@@ -294,6 +294,10 @@ budget = {epsilon = 1.5, action = "stop"}
 name = "degrade"
 protocol = "eb-gaussian"
 budget = {epsilon = 1.5, action = "degrade"}
+
+[[scenario]]
+name = "local"  # no budget hooks at all: the metric records nothing
+protocol = "local"
 """
 
 
@@ -309,7 +313,7 @@ def test_an_upload_study_with_budgets_runs_and_summarises(tmp_path, capsys):
     assert main(["summary", str(folder), "--metric", "budget_exhausted"]) == 0
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
     assert float(rows["stop"][1]) == 1 and float(rows["degrade"][1]) == 1
-    assert "unlimited" not in rows
+    assert "unlimited" not in rows and "local" not in rows
     assert main(["summary", str(folder), "--metric", "eps_server_max"]) == 0
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
     assert float(rows["stop"][1]) <= 1.5 and float(rows["degrade"][1]) <= 1.5
