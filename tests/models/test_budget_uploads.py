@@ -318,3 +318,46 @@ def test_an_upload_study_with_budgets_runs_and_summarises(tmp_path, capsys):
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
     assert float(rows["stop"][1]) <= 1.5 and float(rows["degrade"][1]) <= 1.5
     assert float(rows["unlimited"][1]) > 1.5
+
+
+@pytest.mark.parametrize(
+    ("protocol", "params", "data", "topology"),
+    [
+        (
+            "eb-gaussian",
+            {"mechanism": "pm2", "round": 3, "clip": 2.0, "budget": {"epsilon": 0.1}},
+            ("hierarchical-gaussian", {"agents": 12, "mean": 0.5, "sigma_theta": 0.1}),
+            None,
+        ),
+        (
+            "eb-gaussian",
+            {"mechanism": "gaussian", "round": 2, "clip": 2.0, "budget": {"epsilon": 2.0}},
+            ("hierarchical-gaussian", {"agents": 12, "mean": 0.5, "sigma_theta": 0.1}),
+            None,
+        ),
+        (
+            "private-c-colme",
+            {"budget": {"epsilon": 0.5, "action": "stop"}},
+            ("classes", {"agents": 8, "class_means": [0.2, 0.8], "sigma": 0.5}),
+            ("regular", {"degree": 3}),
+        ),
+    ],
+)
+@pytest.mark.parametrize("action", ["stop", "degrade"])
+@pytest.mark.slow  # every delivery mode on four networks: about 20 s each
+def test_a_binding_budget_gives_the_same_bytes_in_every_delivery_mode(
+    protocol, params, data, topology, action
+):
+    """Windows on outages, churn and stragglers withhold or degrade exactly the releases one
+    message per instant does (`desim.testing.check_modes`)."""
+    params = {**params, "budget": {**params["budget"], "action": action}}
+    for runs in check_modes(
+        PROTOCOLS.get(protocol),
+        params,
+        data=data,
+        topology=topology,
+        t_max=40,
+        metrics=METRIC_NAMES,
+        state=("gate.withheld", "gate.hit_at"),
+    ):
+        assert np.isfinite(runs["instants"].protocol.gate.hit_at).all()
