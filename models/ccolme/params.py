@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from desim.kernel.params import param
+from desim.models.privacy.budget import SAMPLE_DELTA, set_budget
 
 _DOCS: dict[str, tuple[str, dict[str, float]]] = {
     "rule": ("neighbour test: optimistic distance, Bernstein test, or the true classes", {}),
@@ -96,3 +97,18 @@ class PrivateCColMEParams(CColMEParams):
     values: Values = _p("values", "fresh")
     symmetric: bool = _p("symmetric", True)
     fallback: Fallback = _p("fallback", "local")
+    accountant: Literal["pld", "rdp"] = param(
+        "pld", "accountant of the ledger and the budget: privacy loss distributions, or Rényi DP"
+    )
+    budget: dict | None = param(
+        None,
+        "per-agent privacy budget {epsilon, delta (default 1e-12, the ledger's), action = stop "
+        "| degrade}: an agent whose samples do not fit shares nothing, or more noise "
+        "(`desim.models.privacy.budget.SampleGate`)",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.budget is not None and (self.noise != "laplace" or math.isinf(self.epsilon)):
+            raise ValueError("budget: needs noise = 'laplace' and a finite epsilon")
+        set_budget(self, SAMPLE_DELTA)

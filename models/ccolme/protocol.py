@@ -109,6 +109,7 @@ from desim.models.ccolme.model import (
 from desim.models.ccolme.params import CColMEParams, PrivateCColMEParams
 from desim.models.ccolme.sizes import Sizes
 from desim.models.privacy.accounting import Spend
+from desim.models.privacy.budget import SampleGate
 from desim.models.privacy.calibration import laplace_scale
 from desim.topologies.graph import Graph
 
@@ -192,6 +193,13 @@ class CColME(WindowSafe):
         private = p.noise == "laplace" and math.isfinite(p.epsilon)
         #: Laplace scale b = 2L/ε of the per-sample noise (0 without privacy).
         self.laplace_b = laplace_scale(L, p.epsilon) if private else 0.0
+        budget = getattr(p, "budget", None)  # Private-C-ColME's, `SampleGate`
+        accountant = getattr(p, "accountant", "pld")
+        self.gate = (
+            None if budget is None else SampleGate(budget, L, self.laplace_b, g.n, accountant)
+        )
+        if self.gate is not None:
+            self.laplace_b = self.gate.scale
         #: σ_DP² = 2b² = 8L²/ε², the variance of each sample's noise.
         self.sigma2_dp = 2.0 * self.laplace_b**2
         self._noise = ctx.streams.get("dp-noise")
@@ -263,6 +271,11 @@ class CColME(WindowSafe):
         # message e carries the state of b = dst[e] to a = src[e], filed in a's slot e;
         # columns are contiguous (the transpose of a C array) for the receiver's arithmetic;
         # mode="clip" (the indices are valid): "raise" would gather into a buffered copy
+        if self.gate is not None:
+            self.gate.sample(t, self.graph.degree > 0)
+            if self.gate.silent:  # no room in the budget for any sample: nothing is shared
+                self.ctx.call_at(t, self._decided)
+                return
         payload = self._state_payload()
         states = self.states
         if isinstance(states, LiveFirst):
@@ -585,8 +598,15 @@ class CColME(WindowSafe):
         if self.laplace_b == 0.0:
             return None
         shared = np.where((self.graph.degree > 0) & (self.t > 0), 1, 0)
+        if self.gate is not None and self.gate.silent:
+            shared[:] = 0
         m = self.laplace_b / (2.0 * self._L)
-        return Spend("laplace", 1e-12, {"one": (m, shared), "all": (m, shared)})
+        accountant = getattr(self.params, "accountant", "pld")
+        return Spend("laplace", 1e-12, {"one": (m, shared), "all": (m, shared)}, accountant)
+
+    def budget_gate(self) -> SampleGate | None:
+        """The per-agent budget's state (None without one), for the `budget` metric."""
+        return self.gate
 
     def neighbour_decisions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(a, b, b ∈ C_a) for every directed edge of G: the estimated same-class links."""

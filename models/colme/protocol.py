@@ -135,6 +135,11 @@ class PrivateColMEParams:
         "PLD accountant (`desim.models.privacy.accounting`) for ⌊log₂ t_max⌋+1 PM-II levels "
         "(tight) or for the tree nodes one querier really gets (tight-tree)",
     )
+    accountant: Literal["pld", "rdp"] = param(
+        "pld",
+        "accountant of the ledger, the budget and the tight calibrations: privacy loss "
+        "distributions, or Rényi DP (`desim.models.privacy.accounting`)",
+    )
     budget: dict | None = param(
         None,
         "per-agent privacy budget {epsilon, delta, against = one | colluding, action = stop}: "
@@ -238,6 +243,7 @@ class PrivateColME(SlotBatched):
             p.calibration,
             max_pair_releases(p.schedule, m, horizon),
             p.variance == "sch-var-1",
+            p.accountant,
         )
         self._multiplier = psum_multiplier(p.noise, self.sigma2_dp, L) if L > 0 else 0.0
         self.mech = PSumRelease(
@@ -264,7 +270,10 @@ class PrivateColME(SlotBatched):
         most = int(first_sample_psums(p.mechanism, kappa)[0]) * per_release
         if p.budget.against == "colluding":
             most *= m - 1
-        k_star = capacity(p.noise, self._multiplier, p.budget.epsilon, p.budget.delta, most)
+        budget = p.budget
+        k_star = capacity(
+            p.noise, self._multiplier, budget.epsilon, budget.delta, most, p.accountant
+        )
         return StopGate(p.budget, p.mechanism, per_release, m, k_star)
 
     def budget_gate(self) -> StopGate | None:
@@ -481,6 +490,7 @@ class PrivateColME(SlotBatched):
             self.params.noise,
             self.params.delta,
             {"one": (m, per.max(axis=1)), "all": (m, per.sum(axis=1))},
+            self.params.accountant,
         )
 
 

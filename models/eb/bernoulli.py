@@ -59,6 +59,7 @@ class EBBernoulliParams(UploadParams):
     def __post_init__(self) -> None:
         if self.moments == "known" and (self.alpha is None or self.beta is None):
             raise ValueError("moments = 'known' needs alpha and beta (the Beta prior)")
+        super().__post_init__()
 
 
 @PROTOCOLS.register("eb-bernoulli")

@@ -23,7 +23,13 @@ from desim.kernel.params import param
 from desim.kernel.registry import PROTOCOLS
 from desim.kernel.server import Round
 from desim.models.eb.estimators import gaussian_weight, moment_sigma_theta2
-from desim.models.eb.server import COUNT, NOISE_VAR, VALUE, ServerEstimation
+from desim.models.eb.server import (
+    COUNT,
+    NOISE_VAR,
+    VALUE,
+    ServerEstimation,
+    check_upload_budget,
+)
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,19 @@ class UploadParams:
         "noise of gaussian / pm1 / pm2 uploads: the papers' formulas, or the least "
         "noise for which all the run's uploads are (ε, δ)-DP per the PLD accountant",
     )
+    accountant: Literal["pld", "rdp"] = param(
+        "pld",
+        "accountant of the ledger, the budget and the tight calibration: privacy loss "
+        "distributions, or Rényi DP (`desim.models.privacy.accounting`)",
+    )
+    budget: dict | None = param(
+        None,
+        "per-agent privacy budget {epsilon, delta, action = stop | degrade} against the server: "
+        "an upload that would exceed it is not made, or made noisier (`desim.models.eb.server`)",
+    )
+
+    def __post_init__(self) -> None:
+        check_upload_budget(self)
 
 
 @dataclass(frozen=True)
@@ -75,6 +94,7 @@ class EBGaussianParams(UploadParams):
                 f"mechanism = {self.mechanism!r} clips to Theorem 2's radius b, "
                 "which needs sigma_theta; set sigma_theta or clip"
             )
+        super().__post_init__()
 
 
 @PROTOCOLS.register("eb-gaussian")

@@ -59,6 +59,7 @@ class EBMixtureParams(UploadParams):
                 len(self.weights) != self.k or not sum(self.weights) > 0
             ):
                 raise ValueError(f"weights must be k = {self.k} numbers ≥ 0 with a positive sum")
+        super().__post_init__()
 
 
 @PROTOCOLS.register("eb-mixture")

@@ -42,6 +42,17 @@ multiplier compose exactly like one of multiplier m/√R). ``pm1`` / ``pm2`` tak
 path, `psum_noise(..., calibration)`. ``rr`` is exactly ε₀-DP per release already and
 ``quantiser`` / ``none`` add no privacy noise: ``tight`` changes nothing for them.
 
+Budgets (``budget = {epsilon, delta, action}``, `desim.models.privacy.budget`): every agent may
+spend at most (ε, δ) against the server, δ defaulting to the protocol's. The ledger's count of
+uploads holding the agent's most exposed sample (its first: R_i user-level uploads, 1 under PM-I,
+⌊log₂ κ_i⌋ + 1 tree nodes under PM-II) may reach k*, found once per run by the accountant.
+``stop``: an upload that would pass k* is not made (the server's round has one upload fewer, as
+when one is lost). ``degrade`` (Gaussian noise: the ``gaussian`` mechanism, or ``pm1`` / ``pm2``
+with ``noise = "gaussian"``): it and every later upload (PM-II: every later tree node) carry
+noise of multiplier m' > m, the one for which the whole horizon of R rounds spends the budget
+exactly; the upload's noise variance column says so, and the server's estimators use it. The
+rounds are synchronous, so all agents of a budget degrade in the same round.
+
 The `privacy` ledger (`privacy_spend`): ε at δ spent by every agent against the server
 (``eps_server_mean`` / ``eps_server_max``), from the uploads it made — counted when sent, so an
 upload lost on its link still counts: R_i Gaussian uploads of multiplier m compose to one of
@@ -62,7 +73,15 @@ from desim.kernel.registry import METRICS, applies_to, records
 from desim.kernel.server import ParameterServer, Round, server_address
 from desim.models.eb import mechanisms as mech
 from desim.models.privacy.accounting import Spend, psum_multiplier, psum_noise, tight_multiplier
-from desim.models.privacy.bits import popcount
+from desim.models.privacy.bits import popcount, set_bits
+from desim.models.privacy.budget import (
+    StopGate,
+    capacity,
+    degraded_multiplier,
+    degraded_spend,
+    first_sample_psums,
+    set_budget,
+)
 from desim.models.privacy.release import PSumRelease
 
 #: Columns of an upload (after the round tag): privatised value, sample count, noise variance.
@@ -122,13 +141,17 @@ class ServerEstimation(WindowSafe):
                 p.delta,
                 p.budget_t_max or ctx.t_max,
                 p.calibration,
+                accountant=p.accountant,
             )[0]
             self.multiplier = psum_multiplier(p.noise, self.sigma2_dp, L) if L > 0 else 0.0
             self.release = PSumRelease(
                 m, p.mechanism, p.noise, self.sigma2_dp, self._rng, self.rounds, receivers=1
             )
         elif p.mechanism == "gaussian":
-            self.multiplier = gaussian_multiplier(p.calibration, p.epsilon, p.delta, self.rounds)
+            self.multiplier = gaussian_multiplier(
+                p.calibration, p.epsilon, p.delta, self.rounds, p.accountant
+            )
+        self.gate = self._budget_gate()
         if self.communicates():
             self.server = ParameterServer(ctx, "upload", 3, self._close)
             self._kind_codes = (
@@ -152,10 +175,19 @@ class ServerEstimation(WindowSafe):
         self.server.open(r, self.ctx.now() + self.params.deadline)
         if self._to_server is None:
             self._to_server = np.full(len(self._agents), self.server.address)
-        self.ctx.send(
-            "upload", self._agents, self._to_server, _tagged(r, self.upload(self._agents))
-        )
-        self.uploads_sent += 1
+        if self.gate is None:
+            self.ctx.send(
+                "upload", self._agents, self._to_server, _tagged(r, self.upload(self._agents))
+            )
+            self.uploads_sent += 1
+            return
+        agents, dst = self._agents, self._to_server
+        ok = self.gate.admit(agents, self.uploads_sent, self.ctx.now())
+        if self.gate.budget.action == "stop" and not ok.all():  # over budget: not uploaded
+            agents, dst = agents[ok], dst[ok]
+        if len(agents):
+            self.ctx.send("upload", agents, dst, _tagged(r, self.upload(agents)))
+        self.uploads_sent[agents] += 1
 
     def upload(self, agents: np.ndarray) -> np.ndarray:
         """Upload rows [value, count, noise variance] of `agents`, through the mechanism."""
@@ -166,11 +198,18 @@ class ServerEstimation(WindowSafe):
         if p.mechanism == "none":
             value = xbar
         elif p.mechanism in ("pm1", "pm2"):
+            scale = None
+            if self.degraded_after is not None:
+                later = self.uploads_sent[agents] + 1 > self.degraded_after
+                scale = np.where(later, self.degraded_m / self.multiplier, 1.0)
             value, j, _ = self.release.release(
-                agents, np.zeros(len(agents), dtype=np.int64), sums, counts
+                agents, np.zeros(len(agents), dtype=np.int64), sums, counts, scale
             )
-            nodes = j if p.mechanism == "pm1" else popcount(j)
-            noise_var = self.sigma2_dp * nodes / (counts * counts)
+            if scale is None:
+                nodes = j if p.mechanism == "pm1" else popcount(j)
+                noise_var = self.sigma2_dp * nodes / (counts * counts)
+            else:
+                noise_var = self._degraded_psum_variance(j) / (counts * counts)
         elif p.mechanism == "rr":
             value = mech.randomised_response(np.clip(xbar, 0.0, 1.0), p.epsilon, self._rng)
             noise_var[:] = mech.rr_noise_variance(p.epsilon)
@@ -179,7 +218,10 @@ class ServerEstimation(WindowSafe):
             clipped = np.clip(xbar, -b, b)
             if p.mechanism == "gaussian":
                 s2 = self.gaussian_sigma2(b)
-                value = clipped + math.sqrt(s2) * self._rng.standard_normal(len(agents))
+                if self.degraded_after is not None:  # uploads past k*: multiplier m'
+                    later = self.uploads_sent[agents] + 1 > self.degraded_after
+                    s2 = np.where(later, (2.0 * b * self.degraded_m) ** 2, s2)
+                value = clipped + np.sqrt(s2) * self._rng.standard_normal(len(agents))
             else:
                 s2 = mech.quantiser_sigma2(b, p.bits)
                 value = mech.quantise(clipped, b, p.bits, self._rng)
@@ -203,12 +245,63 @@ class ServerEstimation(WindowSafe):
         if not self.communicates() or p.mechanism not in ("gaussian", "pm1", "pm2", "rr"):
             return None
         if p.mechanism == "rr":
-            return Spend("rr", p.delta, {"server": (p.epsilon, self.uploads_sent)})
+            return Spend("rr", p.delta, {"server": (p.epsilon, self.uploads_sent)}, p.accountant)
         if p.mechanism == "gaussian":
-            return Spend("gaussian", p.delta, {"server": (self.multiplier, self.uploads_sent)})
-        kappa = self.release.count[:, 0]
-        per = (kappa > 0) if p.mechanism == "pm1" else np.frexp(kappa)[1]  # bit length of κ
-        return Spend(p.noise, p.delta, {"server": (self.multiplier, per)})
+            per = self.uploads_sent
+        else:
+            kappa = self.release.count[:, 0]
+            per = (kappa > 0) if p.mechanism == "pm1" else np.frexp(kappa)[1]  # bit length of κ
+        if self.degraded_after is not None:  # the first k* at m, the later ones at m'
+            mult, per = degraded_spend(self.multiplier, per, self.gate.capacity, self.degraded_m)
+            return Spend("gaussian", p.delta, {"server": (mult, per)}, p.accountant)
+        noise = "gaussian" if p.mechanism == "gaussian" else p.noise
+        return Spend(noise, p.delta, {"server": (self.multiplier, per)}, p.accountant)
+
+    def budget_gate(self) -> StopGate | None:
+        """The per-agent budget's state (None without a budget), for the `budget` metric."""
+        return self.gate
+
+    def _budget_gate(self) -> StopGate | None:
+        """The budget's gate: k* for this run's multiplier, found once by the accountant, and
+        for ``degrade`` m' and the last upload made at m (`degraded_after`)."""
+        p = self.params
+        #: Uploads past this count carry degraded noise (None: none ever does).
+        self.degraded_after: int | None = None
+        self.degraded_m = math.inf
+        budget = getattr(p, "budget", None)
+        if budget is None or not self.communicates():
+            return None
+        if p.mechanism == "rr":  # randomised responses of ε₀ each
+            noise, mult = "rr", p.epsilon
+        else:
+            noise = "gaussian" if p.mechanism == "gaussian" else p.noise
+            mult = self.multiplier
+        counts = first_sample_psums(p.mechanism, np.arange(self.rounds + 1))
+        most = int(counts[-1])  # the count of R uploads, the most the run makes
+        k_star = capacity(noise, mult, budget.epsilon, budget.delta, most, p.accountant)
+        if budget.action == "degrade":
+            m_prime = degraded_multiplier(
+                mult, k_star, most - k_star, budget.epsilon, budget.delta, p.accountant
+            )
+            if math.isfinite(m_prime) and k_star < most:
+                self.degraded_m = m_prime
+                self.degraded_after = int(np.count_nonzero(counts[1:] <= k_star))
+        return StopGate(budget, p.mechanism, 1, len(self._agents), k_star)
+
+    def _degraded_psum_variance(self, j: np.ndarray) -> np.ndarray:
+        """Var Z of releases j when the p-sums completed after release `degraded_after` carry
+        σ'² = σ_DP² (m'/m)²: PM-I sums p-sums 1…j; PM-II the node at each set bit l of j, made
+        by release ⌊j/2^l⌋·2^l."""
+        s2, s2_later = self.sigma2_dp, self.sigma2_dp * (self.degraded_m / self.multiplier) ** 2
+        after = self.degraded_after
+        j = np.asarray(j, dtype=np.int64)
+        if self.params.mechanism == "pm1":
+            early = np.minimum(j, after)
+            return early * s2 + (j - early) * s2_later
+        levels = np.arange(self.release.levels)
+        made_by = (j[:, None] >> levels) << levels
+        var = np.where(made_by > after, s2_later, s2)
+        return (var * set_bits(j, self.release.levels)).sum(axis=1)
 
     def radius(self, n: int) -> float:
         """b of the clipping: `clip` if set, else Theorem 2's radius for m agents and n samples."""
@@ -284,13 +377,15 @@ class ServerEstimation(WindowSafe):
         raise NotImplementedError
 
 
-def gaussian_multiplier(calibration: str, epsilon: float, delta: float, rounds: int) -> float:
+def gaussian_multiplier(
+    calibration: str, epsilon: float, delta: float, rounds: int, accountant: str = "pld"
+) -> float:
     """Noise multiplier σ_q/(2b) of the ``gaussian`` upload: √(2 log(2/δ))/ε₀ as (41) prints it
     (``paper``, one release), or the least one for which `rounds` uploads composed are
-    (ε₀, δ)-DP per the PLD accountant (``tight``)."""
+    (ε₀, δ)-DP per the PLD (or `accountant`) accountant (``tight``)."""
     if calibration == "paper":
         return math.sqrt(2.0 * math.log(2.0 / delta)) / epsilon
-    return tight_multiplier("gaussian", float(epsilon), float(delta), int(rounds))
+    return tight_multiplier("gaussian", float(epsilon), float(delta), int(rounds), accountant)
 
 
 def _first_of_latest(dst: np.ndarray, rounds: np.ndarray) -> np.ndarray:
@@ -317,6 +412,21 @@ def _tagged(r: int, payload: np.ndarray) -> np.ndarray:
     out[:, 0] = r
     out[:, 1:] = payload
     return out
+
+
+def check_upload_budget(params: Any) -> None:
+    """Check an upload protocol's ``budget`` (`set_budget`): only for uploads with DP noise,
+    ``degrade`` only for Gaussian noise (whose mixed compositions the ledger adds exactly)."""
+    if params.budget is None:
+        return
+    mechanism = getattr(params, "mechanism", "none")
+    if mechanism not in ("gaussian", "rr", "pm1", "pm2"):
+        raise ValueError(
+            f"budget: needs an upload mechanism with DP noise (gaussian, rr, pm1, pm2); "
+            f"mechanism = {mechanism!r}"
+        )
+    gaussian = mechanism == "gaussian" or (mechanism != "rr" and params.noise == "gaussian")
+    set_budget(params, params.delta, ("stop", "degrade") if gaussian else ("stop",))
 
 
 @METRICS.register("eb")

@@ -255,6 +255,7 @@ def psum_noise(
     t_max: int,
     calibration: str = "paper",
     variance_release: bool = False,
+    accountant: str = "pld",
 ) -> tuple[float, float]:
     """(σ_DP², σ_{2,DP}²): the noise variances of Private-ColME's p-sums (and of Sch-Var-1's
     variance p-sums, 0 without `variance_release`) for an overall (ε, δ) against one querier.
@@ -263,8 +264,8 @@ def psum_noise(
     half between mean and variance, Lemmas 1–3 per p-sum. "tight": the least noise for which
     the releases one querier gets of a sample — one p-sum (PM-I) or ⌊log₂ t_max⌋+1 tree nodes
     (PM-II), each with its variance p-sum under Sch-Var-1 — are (ε, δ)-DP together per the
-    PLD accountant. Sch-Var-1 keeps the paper's equal noise multipliers (σ_DP/2L =
-    σ_{2,DP}/4L², which the equal split gives), now composed instead of split.
+    PLD accountant (or `accountant`). Sch-Var-1 keeps the paper's equal noise multipliers
+    (σ_DP/2L = σ_{2,DP}/4L², which the equal split gives), now composed instead of split.
     """
     check_calibration(calibration)
     if calibration == "paper":
@@ -276,7 +277,7 @@ def psum_noise(
     if noise == "none":
         return 0.0, 0.0
     count = psum_releases(mechanism, t_max) * (2 if variance_release else 1)
-    m = tight_multiplier(noise, float(epsilon), float(delta), count)
+    m = tight_multiplier(noise, float(epsilon), float(delta), count, accountant)
     s2 = noise_variance(noise, 2.0 * L * m)
     return s2, noise_variance(noise, 4.0 * L**2 * m) if variance_release else 0.0
 

@@ -1,5 +1,6 @@
 """Per-agent privacy budgets: an agent whose next release would take its ε past its budget
-does not make it (``action = "stop"``).
+does not make it (``action = "stop"``), or makes it and every later one with more noise
+(``action = "degrade"``).
 
 A study gives a private protocol ``budget = {epsilon = …, delta = …, against = "one" |
 "colluding", action = "stop"}``: every agent may spend at most (ε, δ) against the recipient set
@@ -13,25 +14,38 @@ count of releases holding the agent's most exposed sample stays ≤ k* (`StopGat
 ledger counts the same releases, so an agent's ε never exceeds its budget, and an agent that
 withheld a release had no room for it.
 
-The `budget` metric records at every checkpoint the fraction of agents that have withheld a
-release (``budget_exhausted``) and the releases withheld so far (``budget_withheld``).
+``degrade`` (Gaussian noise): the agent whose count would pass k* makes that release and every
+later one with the multiplier m' for which its whole horizon fits the budget exactly: k* releases
+at m and r more at m' compose to one Gaussian release of multiplier (k*/m² + r/m'²)^(−1/2), so
+m' = √(r / (1/m_B² − k*/m²)), where m_B is the least multiplier one release within the budget
+needs and r the releases of the most exposed sample the horizon still allows
+(`degraded_multiplier`, once per run). Every release carries its noise variance (public
+arithmetic), so the receiver weighs the noisier ones for what they are.
+
+The same budget table serves every private protocol (`set_budget`): Private-ColME (``stop``),
+the empirical-Bayes uploads (`desim.models.eb.server`) and Private-C-ColME (`SampleGate`).
+
+The `budget` metric records at every checkpoint the fraction of agents that have hit their
+budget (``budget_exhausted``: withheld a release, or degraded one) and the releases withheld so
+far (``budget_withheld``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from desim.kernel.registry import METRICS, applies_to, records
-from desim.models.privacy.accounting import epsilon_spent
+from desim.models.privacy.accounting import epsilon_spent, tight_multiplier
 
 #: The budget's recipient sets, as the ledger names them.
 AGAINST: dict[str, str] = {"one": "one", "colluding": "all"}
 #: What an agent does when its next release would exceed its budget.
-ACTIONS: tuple[str, ...] = ("stop",)
+ACTIONS: tuple[str, ...] = ("stop", "degrade")
 _KEYS = ("epsilon", "delta", "against", "action")
 
 
@@ -45,9 +59,12 @@ class Budget:
     action: str = "stop"
 
     @classmethod
-    def from_table(cls, table: Any, default_delta: float) -> Budget:
-        """The budget of a study's ``budget = {…}`` table (δ defaults to the protocol's);
-        ValueError with one line naming the key, its value and what is allowed."""
+    def from_table(
+        cls, table: Any, default_delta: float, actions: tuple[str, ...] = ("stop",)
+    ) -> Budget:
+        """The budget of a study's ``budget = {…}`` table (δ defaults to the protocol's; the
+        protocol allows `actions`); ValueError with one line naming the key, its value and what
+        is allowed."""
         if not isinstance(table, dict):
             raise ValueError(f"budget = {table!r}: must be a table {{epsilon = …, …}}")
         for key in table:
@@ -63,17 +80,80 @@ class Budget:
         if against not in AGAINST:
             raise ValueError(f"budget.against = {against!r}: must be one of one, colluding")
         action = table.get("action", "stop")
-        if action not in ACTIONS:
-            raise ValueError(f"budget.action = {action!r}: must be one of {', '.join(ACTIONS)}")
+        if action not in actions:
+            raise ValueError(f"budget.action = {action!r}: must be one of {', '.join(actions)}")
         return cls(float(eps), float(delta), against, action)
 
 
-def capacity(noise: str, multiplier: float, epsilon: float, delta: float, cap: int) -> int:
+def set_budget(params: Any, default_delta: float, actions: tuple[str, ...] = ACTIONS) -> None:
+    """Check a frozen Params' ``budget`` table and keep it as a (hashable) `Budget`, in place
+    (ValueError, one line, when it is malformed or its action is not among `actions`)."""
+    if params.budget is not None and not isinstance(params.budget, Budget):
+        budget = Budget.from_table(params.budget, default_delta, actions)
+        object.__setattr__(params, "budget", budget)
+
+
+@lru_cache(maxsize=1024)
+def degraded_multiplier(
+    multiplier: float,
+    k_star: int,
+    remaining: int,
+    epsilon: float,
+    delta: float,
+    accountant: str = "pld",
+) -> float:
+    """m', the Gaussian multiplier of the `remaining` releases after k* at m for which all of
+    them compose to ε ≤ `epsilon` at δ, exactly at the budget (+∞: no room left). The identity
+    holds for both accountants: RDP adds the Gaussians' α/(2m²) exactly as PLD does."""
+    if remaining <= 0:
+        return math.inf
+
+    def fits(x: float) -> bool:
+        return epsilon_spent("gaussian", x, 1, delta, accountant) <= epsilon
+
+    hi = 1.0
+    while not fits(hi):
+        hi *= 2.0
+    lo = hi / 2.0
+    while fits(lo):
+        hi, lo = lo, lo / 2.0
+    for _ in range(200):  # bisection to a relative 10⁻¹² on m_B (fits(hi), not fits(lo))
+        if hi - lo <= 1e-12 * hi:
+            break
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    room = 1.0 / hi**2 - (k_star / multiplier**2 if k_star else 0.0)
+    return math.sqrt(remaining / room) if room > 0 else math.inf
+
+
+def degraded_spend(
+    multiplier: float, count: np.ndarray, k_star: int, degraded: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(multipliers, counts) for the ledger's `Spend` of agents whose most exposed sample is in
+    `count` Gaussian releases, the first k* at m and the rest at m' = `degraded`: those past k*
+    as one release of (k*/m² + (count − k*)/m'²)^(−1/2), which they compose to exactly."""
+    count = np.asarray(count, dtype=np.int64)
+    past = count > k_star
+    mult = np.full(count.shape, float(multiplier))
+    if past.any():
+        inv = (k_star / multiplier**2 if k_star else 0.0) + (count[past] - k_star) / degraded**2
+        mult[past] = 1.0 / np.sqrt(inv)
+    return mult, np.where(past, 1, count)
+
+
+def capacity(
+    noise: str,
+    multiplier: float,
+    epsilon: float,
+    delta: float,
+    cap: int,
+    accountant: str = "pld",
+) -> int:
     """k* = the most releases of one sample at noise multiplier m whose ε at δ, per the ledger's
     accountant, stays ≤ `epsilon` (0 if one release is too many), searched up to `cap`."""
 
     def fits(k: int) -> bool:
-        return epsilon_spent(noise, float(multiplier), int(k), float(delta)) <= epsilon
+        return epsilon_spent(noise, float(multiplier), int(k), float(delta), accountant) <= epsilon
 
     if cap <= 0 or not fits(1):
         return 0
@@ -92,15 +172,19 @@ def capacity(noise: str, multiplier: float, epsilon: float, delta: float, cap: i
 
 def first_sample_psums(mechanism: str, kappa: np.ndarray) -> np.ndarray:
     """P-sums holding a responder's first (most exposed) sample after κ releases to one
-    recipient: 1 once it released at all (PM-I), one tree node per level ⌊log₂ κ⌋+1 (PM-II)."""
+    recipient: 1 once it released at all (PM-I), one tree node per level ⌊log₂ κ⌋+1 (PM-II),
+    κ for user-level uploads (``gaussian``, ``rr``: each holds the agent's whole data)."""
     kappa = np.asarray(kappa)
+    if mechanism in ("gaussian", "rr"):  # user-level uploads: every one holds every sample
+        return kappa.astype(np.int64)
     if mechanism == "pm1":
         return (kappa > 0).astype(np.int64)
     return np.frexp(kappa)[1].astype(np.int64)  # the bit length of every κ ≥ 0
 
 
 class StopGate:
-    """``action = "stop"``: admits a release only if the agent's count stays within k*.
+    """Admits a release only if the agent's count stays within k*; the others are withheld
+    (``action = "stop"``) or made noisier by the protocol (``degrade``), and their time kept.
 
     `per_release` p-sums go out with each release (2 under Sch-Var-1: mean and variance).
     `exposure[b]` is the count the ledger gives agent b against the budget's recipient set:
@@ -137,7 +221,8 @@ class StopGate:
             ok = self._admit_colluding(b, after > psums[kappa])
         if not ok.all():
             refused = b[~ok]
-            self.withheld += np.bincount(refused, minlength=len(self.withheld))
+            if self.budget.action == "stop":  # (degrade: the release is made, noisier)
+                self.withheld += np.bincount(refused, minlength=len(self.withheld))
             when = np.broadcast_to(np.asarray(now, dtype=float), b.shape)[~ok]
             np.minimum.at(self.hit_at, refused, when)
         return ok
@@ -174,6 +259,46 @@ class StopGate:
         return ok
 
 
+#: δ at which the ledger reports the pure-ε Laplace noise of every sample (`SampleGate`).
+SAMPLE_DELTA = 1e-12
+
+
+class SampleGate:
+    """The budget of a protocol that noises every sample once, with Laplace noise of scale b,
+    and shares only what it computes from the noised samples (Private-C-ColME).
+
+    Every sample is then one release of multiplier b/2L whatever is sent later, so k* is 0 or 1:
+    with k* = 1 the budget never binds; with k* = 0 no sample fits, and from its first slot an
+    agent shares nothing (``stop``: neighbours never hear from it, as if its links were down)
+    or noises its samples with the least Laplace scale that fits the budget (``degrade``: one
+    scale for every agent and slot, so the protocol's tests and weights stay exact).
+    """
+
+    def __init__(
+        self, budget: Budget, L: float, scale: float, n_agents: int, accountant: str = "pld"
+    ) -> None:
+        self.budget = budget
+        eps, delta = budget.epsilon, budget.delta
+        #: k*, the budget as a count of releases of one sample (0 or 1).
+        self.capacity = capacity("laplace", scale / (2.0 * L), eps, delta, 1, accountant)
+        #: The Laplace scale of every sample's noise under the budget.
+        self.scale = scale
+        if self.capacity == 0 and budget.action == "degrade":
+            self.scale = 2.0 * L * tight_multiplier("laplace", eps, delta, 1, accountant)
+        #: Whether the agents share nothing (``stop`` with no room for one sample).
+        self.silent = self.capacity == 0 and budget.action == "stop"
+        self.withheld = np.zeros(n_agents, dtype=np.int64)
+        self.hit_at = np.full(n_agents, math.inf)
+
+    def sample(self, t: float, senders: np.ndarray) -> None:
+        """Slot t's samples of the agents `senders` (a mask): those past the budget hit it
+        (from their first slot on: withheld under ``stop``)."""
+        if self.capacity == 0:
+            np.minimum(self.hit_at, np.where(senders, t, math.inf), out=self.hit_at)
+            if self.silent:
+                self.withheld += senders
+
+
 def _rank_in_group(keys: np.ndarray) -> np.ndarray:
     """1, 2, … for the occurrences of each key, in order of appearance."""
     order = np.argsort(keys, kind="stable")
@@ -189,13 +314,14 @@ def _rank_in_group(keys: np.ndarray) -> np.ndarray:
 @records("budget_exhausted", "budget_withheld")
 @applies_to("budget_gate")
 def budget_use(protocol: Any, data: Any) -> dict[str, float]:
-    """Per-agent budgets: ``budget_exhausted``, the fraction of agents that have withheld a
-    release because it would exceed their budget, and ``budget_withheld``, the releases withheld
+    """Per-agent budgets: ``budget_exhausted``, the fraction of agents that have hit their
+    budget (withheld a release, or degraded one), and ``budget_withheld``, the releases withheld
     so far (nothing without a ``budget``)."""
-    gate = protocol.budget_gate()
+    # the engine records a study's metrics for every scenario, budget hooks or not
+    gate = protocol.budget_gate() if hasattr(protocol, "budget_gate") else None
     if gate is None:
         return {}
     return {
-        "budget_exhausted": float(np.mean(gate.withheld > 0)),
+        "budget_exhausted": float(np.mean(np.isfinite(gate.hit_at))),
         "budget_withheld": float(gate.withheld.sum()),
     }

@@ -58,18 +58,26 @@ class PSumRelease:
             self._node = np.zeros((*shape, self.levels))
 
     def release(
-        self, b: np.ndarray, a: np.ndarray, sums: np.ndarray, counts: np.ndarray
+        self,
+        b: np.ndarray,
+        a: np.ndarray,
+        sums: np.ndarray,
+        counts: np.ndarray,
+        scale: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Releases of agents b to agents a; `sums`, `counts` are b's sample sums and counts.
 
         Returns (values, j, fresh): the privatised means (S_b + Z)/t, each release's index j,
         and the noise of the p-sum that release j completes (PM-I: p-sum j; PM-II: the node
         at the lowest set bit of j). Pairs (b[i], a[i]) must be distinct within one call.
+        `scale` multiplies each release's new noise (a degraded budget's, after the same draws).
         """
         pair = b * self._receivers + a
         j = self._count_flat[pair] + 1
         self._count_flat[pair] = j
         fresh = sample_noise(self.rng, self.noise, self.sigma2, len(b))
+        if scale is not None:
+            fresh *= scale
         if self.mechanism == "pm1":
             z = self._total_flat[pair] + fresh
             self._total_flat[pair] = z

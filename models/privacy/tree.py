@@ -42,22 +42,28 @@ def calibrated_psum_noise(
     calibration: str,
     releases: int,
     variance_release: bool = False,
+    accountant: str = "pld",
 ) -> tuple[float, float]:
     """(σ_DP², σ_{2,DP}²) of Private-ColME's p-sums for any calibration name.
 
     "paper" and "tight" are `psum_noise` at the horizon `t_max`; "tight-tree" is the tight
     calibration for the `releases` (κ_max) releases one querier gets by the horizon, whose tree
     holds a sample in ⌊log₂ κ_max⌋+1 released nodes (`nodes_per_sample`) — `psum_noise`'s
-    count for t_max = κ_max. PM-I's p-sums hold a sample once whatever κ_max.
+    count for t_max = κ_max. PM-I's p-sums hold a sample once whatever κ_max. `accountant`
+    ("pld" or "rdp") is the one the tight calibrations ask.
     """
     if calibration not in PSUM_CALIBRATIONS:
         raise ValueError(
             f"calibration = {calibration!r}: must be one of {', '.join(PSUM_CALIBRATIONS)}"
         )
     if calibration != "tight-tree":
-        return psum_noise(noise, L, mechanism, epsilon, delta, t_max, calibration, variance_release)
+        return psum_noise(
+            noise, L, mechanism, epsilon, delta, t_max, calibration, variance_release, accountant
+        )
     nodes_per_sample(releases)  # validates κ_max
     # psum_noise's count for a horizon h is ⌊log₂ h⌋+1 = nodes_per_sample(h); no release at all
     # (κ_max = 0) is calibrated as one
     horizon = max(1, int(releases))
-    return psum_noise(noise, L, mechanism, epsilon, delta, horizon, "tight", variance_release)
+    return psum_noise(
+        noise, L, mechanism, epsilon, delta, horizon, "tight", variance_release, accountant
+    )
