@@ -148,8 +148,12 @@ def edge_row_sums(protocol: Any, rows: np.ndarray | slice) -> tuple[np.ndarray, 
     """
     p, nb = protocol, protocol.graph
     agents = np.arange(nb.n)[rows]
-    e, owner = nb.edges_of(agents)
-    value, data, noise, n = p.stat.terms(e)
+    if isinstance(rows, slice) and len(agents) == nb.n:  # every agent: every edge, in order
+        e, owner = slice(None), nb.src
+    else:
+        e, owner = nb.edges_of(agents)
+    n, total, data, noise = p.stat.pair_columns(e)
+    value = np.divide(total, n, out=np.zeros_like(total), where=n > 0)
     sigma2 = p.sigma2[nb.dst[e]] if p.known else p.v_hat[e]
     with np.errstate(invalid="ignore"):
         num = sigma2 * data + p.sigma2_dp * noise

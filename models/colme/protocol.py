@@ -257,7 +257,9 @@ class PrivateColME(SlotBatched):
             )
         self.included = self.beliefs.included
         self._theta, self._z = thresholds(p.theta, ctx.t_max)
-        self.incremental = m > self.incremental_above
+        # on a graph the sums are recomputed edge by edge at each estimate (O(M·r), see
+        # `edge_row_sums`): cheaper than keeping them current at every release
+        self.incremental = m > self.incremental_above and self.graph is None
         if self.incremental:
             self.sums_w = CombinationSums(m)
         # Ideal links deliver every message at once: releases arrive in order, one per query.

@@ -117,6 +117,19 @@ class PairStatistic:
         noise = state[..., 2] if self.mechanism == "pm2" else kappa * data * data
         return (kappa > 0).astype(float), total, data, noise
 
+    def pair_columns(
+        self, pair: np.ndarray | slice
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """n, block sum, D and A of the flat pairs `pair` (indices or a slice), as `_columns`
+        forms them."""
+        state = self._flat[pair]
+        if not self.compact:
+            return state[:, 1], state[:, 2], state[:, 3], state[:, 4]
+        kappa = self._kappa[pair].astype(float)
+        total, data = state[:, 0], state[:, 1]
+        noise = state[:, 2] if self.mechanism == "pm2" else kappa * data * data
+        return (kappa > 0).astype(float), total, data, noise
+
     @property
     def kappa(self) -> np.ndarray:
         """κ_{b→a}: releases a has received from b."""
