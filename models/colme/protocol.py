@@ -175,9 +175,9 @@ class PrivateColME(SlotBatched):
     #: The [topology] is read with peers = "topology" (`reads_when`); a study with one must say
     #: which (`must_say`), and saying "all" is the scenario from before `peers` existed
     #: (`legacy_values`: left out of config hashes and random-stream keys).
-    reads_when = {"topology": ("peers", "topology")}
-    must_say = {"topology": "peers"}
-    legacy_values = {"peers": "all"}
+    reads_when: ClassVar[dict[str, tuple[str, Any]]] = {"topology": ("peers", "topology")}
+    must_say: ClassVar[dict[str, str]] = {"topology": "peers"}
+    legacy_values: ClassVar[dict[str, Any]] = {"peers": "all"}
     memory = {"pair": 40.0}
     #: Populations above this size keep each agent's combination sums Σ_b T/Var[T] and
     #: Σ_b 1/Var[T] up to date at every release (`estimates` in O(M)); up to it `estimates`

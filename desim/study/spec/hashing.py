@@ -105,7 +105,7 @@ def without_legacy_values(protocol: str, params: dict[str, Any]) -> dict[str, An
     parameter existed (`legacy_values`, e.g. private-colme's peers = "all"): a scenario that
     states one keeps the config hash, random-stream keys and study hash it had without it."""
     try:
-        legacy = getattr(PROTOCOLS.get(protocol), "legacy_values", {})
+        legacy = PROTOCOLS.get(protocol).legacy_values
     except KeyError:  # (an unknown name is refused where the scenario is read)
         return params
     if not any(key in params and params[key] == value for key, value in legacy.items()):

@@ -393,7 +393,7 @@ def _worth_noting(spec: ScenarioSpec, table: str) -> bool:
 def _reads(spec: ScenarioSpec, table: str, v: Validated, defaults: dict | None = None) -> bool:
     cls = PROTOCOLS.get(spec.protocol)
     # a protocol may read a table only under one parameter value (`reads_when`)
-    param, value = getattr(cls, "reads_when", {}).get(table, (None, None))
+    param, value = cls.reads_when.get(table, (None, None))
     if param is not None and {**(defaults or {}), **spec.params}.get(param) == value:
         return True
     return reads_table(cls, table, v.link_cls)
@@ -405,7 +405,7 @@ def check_choices_said(doc: StudyDocument, v: Validated) -> None:
     errors = Errors()
     for s in v.scenarios:
         cls = PROTOCOLS.get(s.protocol)
-        for table, param in getattr(cls, "must_say", {}).items():
+        for table, param in cls.must_say.items():
             if table in doc.raw and param not in s.params and param not in doc.defaults:
                 allowed = typing.get_args(typing.get_type_hints(cls.Params)[param])
                 errors.add(
