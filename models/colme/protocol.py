@@ -242,7 +242,26 @@ class PrivateColME(SlotBatched):
         self.counts = np.zeros(m)
         #: What the rules read of the agents' own data: the running sums now, one slot.
         self.view = OneSlot(self.sums, None if self.known else self.sumsq, self.counts)
-        #: C_a^{(t)}: `included[a, b]` says a believes b is in its class (χ_a(b) = 1).
+        self._setup_beliefs(ctx)
+        self._theta, self._z = thresholds(p.theta, ctx.t_max)
+        # on a graph the sums are recomputed edge by edge at each estimate (O(M·r), see
+        # `edge_row_sums`): cheaper than keeping them current at every release
+        self.incremental = m > self.incremental_above and self.graph is None
+        if self.incremental:
+            self.sums_w = CombinationSums(m)
+        # Ideal links deliver every message at once: releases arrive in order, one per query.
+        self.asynchronous = ctx.links is not None and not ctx.links.ideal
+        self.delivery = Asynchronous(self) if self.asynchronous else Synchronous(self)
+        # where the engine hands over several slots at once (`on_slots`, `batches_slots`), the
+        # windows read the state of each slot from a batch view
+        self._batch_view = SlotBatch() if self.asynchronous and self.batches_slots() else None
+
+    def _setup_beliefs(self, ctx: Context) -> None:
+        """C_a^{(0)} of every agent and the schedule that reads it (over every other agent, or
+        over the graph's neighbours)."""
+        p, m = self.params, ctx.n_agents
+        #: C_a^{(t)}: `included[a, b]` says a believes b is in its class (χ_a(b) = 1); on a
+        #: graph `included[e]` for the edge e = a → b.
         if self.graph is None:
             self.beliefs = ClassBeliefs(self._initially_included(ctx))
             self.schedule = (
@@ -256,18 +275,6 @@ class PrivateColME(SlotBatched):
                 else NeighbourRestrictedRoundRobin(self.graph, self.beliefs)
             )
         self.included = self.beliefs.included
-        self._theta, self._z = thresholds(p.theta, ctx.t_max)
-        # on a graph the sums are recomputed edge by edge at each estimate (O(M·r), see
-        # `edge_row_sums`): cheaper than keeping them current at every release
-        self.incremental = m > self.incremental_above and self.graph is None
-        if self.incremental:
-            self.sums_w = CombinationSums(m)
-        # Ideal links deliver every message at once: releases arrive in order, one per query.
-        self.asynchronous = ctx.links is not None and not ctx.links.ideal
-        self.delivery = Asynchronous(self) if self.asynchronous else Synchronous(self)
-        # where the engine hands over several slots at once (`on_slots`, `batches_slots`), the
-        # windows read the state of each slot from a batch view
-        self._batch_view = SlotBatch() if self.asynchronous and self.batches_slots() else None
 
     def _setup_releases(self, ctx: Context) -> None:
         """The noise of every p-sum, its privacy multiplier and the release mechanisms."""
