@@ -89,13 +89,19 @@ class NeighbourRoundRobin:
 
     def __init__(self, neighbours: Neighbours) -> None:
         self.nb = neighbours
-        self.agents = neighbours.querying
+        self.agents = a = neighbours.querying
+        # each querier's row start, RR start within it and degree, read every slot
+        self._first, self._below = neighbours.indptr[a], neighbours.below[a]
+        self._degree = neighbours.degree[a]
 
     def targets(self, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The queriers a, queried neighbours b and edges a → b of slot t."""
-        a = self.agents
-        e = self.nb.edge(a, (t - 1) % self.nb.degree[a] + 1)
-        return a, self.nb.dst[e], e
+        """The queriers a, queried neighbours b and edges a → b of slot t (`Neighbours.edge`
+        at position (t − 1) mod deg(a) + 1)."""
+        d = self._degree
+        e = self._below + (t - 1) % d
+        e %= d
+        e += self._first
+        return self.agents, self.nb.dst[e], e
 
     def batch(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The queriers, queried neighbours and edges of several slots, slot by slot."""

@@ -74,27 +74,33 @@ def test_a_complete_graph_gives_the_bytes_of_all_peers(params, network):
 
 
 @pytest.mark.slow
-def test_a_complete_graph_gives_the_bytes_of_all_peers_with_incremental_sums():
+def test_a_complete_graph_above_incremental_above_differs_from_all_peers_by_rounding_only():
+    # all peers keep Lemma 4's sums up to date release by release there; on a graph they are
+    # summed edge by edge at each estimate: the same terms, added in another order
     data = {**SMALL, "agents": 1002}
     every, graph = _both({"schedule": "rrr"}, LATENCY, data, t_max=12)
-    pd.testing.assert_frame_equal(every.metrics, graph.metrics, check_exact=True)
+    a, b = every.metrics, graph.metrics
+    pd.testing.assert_frame_equal(a[a.metric != "mse"], b[b.metric != "mse"], check_exact=True)
+    np.testing.assert_allclose(b[b.metric == "mse"].value, a[a.metric == "mse"].value, rtol=1e-9)
 
 
 @pytest.mark.parametrize(
     ("params", "network"),
-    zip(
-        [
-            {"peers": "topology"},
-            {"peers": "topology", "schedule": "rrr", "variance": "sch-var-2"},
-            {
-                "peers": "topology",
-                "mechanism": "pm2",
-                "variance": "sch-var-1",
-                "budget": {"epsilon": 4},
-            },
-        ],
-        WINDOW_NETWORKS,
-        strict=True,
+    list(
+        zip(
+            [
+                {"peers": "topology"},
+                {"peers": "topology", "schedule": "rrr", "variance": "sch-var-2"},
+                {
+                    "peers": "topology",
+                    "mechanism": "pm2",
+                    "variance": "sch-var-1",
+                    "budget": {"epsilon": 4},
+                },
+            ],
+            WINDOW_NETWORKS,
+            strict=True,
+        )
     ),
 )
 def test_every_delivery_mode_gives_the_same_bytes_on_a_sparse_graph(params, network):
