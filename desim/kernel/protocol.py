@@ -99,6 +99,16 @@ class Protocol:
     #: through its links). `desim validate` refuses a table no scenario reads and notes the
     #: scenarios that ignore one others read. Undeclared: both (never refused for them).
     reads: ClassVar[frozenset[str]] = frozenset({"network", "topology"})
+    #: Tables read only under one parameter value, table -> (parameter, value): private-colme
+    #: reads the [topology] with peers = "topology" (`desim validate`'s table checks).
+    reads_when: ClassVar[dict[str, tuple[str, Any]]] = {}
+    #: Parameters a scenario must set when the study has a table, table -> parameter:
+    #: private-colme's `peers` beside a [topology]; `desim validate` refuses the scenario else.
+    must_say: ClassVar[dict[str, str]] = {}
+    #: Parameter values that are the behaviour from before the parameter existed, name ->
+    #: value: a scenario stating one keeps the config hash, random-stream keys and study hash
+    #: of one that does not (`desim.study.spec.hashing.without_legacy_values`).
+    legacy_values: ClassVar[dict[str, Any]] = {}
     #: Whether `reads` is exact: a run's trajectory depends on the [network] and [topology]
     #: tables only through the ones `reads` names. That fails for a protocol drawing from the
     #: run's own streams (their key holds both tables: `Scenario.run_key`) unless the draws

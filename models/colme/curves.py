@@ -9,13 +9,14 @@ as in seed 002 §VII; the stderr is zero for exact closed forms.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
-from desim.kernel.params import param
-from desim.kernel.registry import CURVES
+from desim.kernel.params import build, param
+from desim.kernel.registry import CURVES, TOPOLOGIES
 from desim.models.baselines import class_variances
 from desim.models.colme.analytic import MAX_EXACT_OTHERS, oracle_mse, oracle_mse_rrr
 from desim.models.colme.schedule import max_pair_releases
@@ -109,6 +110,97 @@ class OracleCurve:
         return oracle_mse(
             t,
             M,
+            p,
+            s2,
+            s2_dp,
+            self.mechanism,
+            self.weights,
+            method=self.method,
+            n_draws=self.draws,
+            seed=self.seed,
+            formula=self.formula,
+        )
+
+
+@CURVES.register("oracle-neighbours")
+@dataclass(frozen=True)
+class NeighbourOracleCurve(OracleCurve):
+    """Prop. 3 (RR) or Remark 3 (rRR) on a graph (peers = "topology"): Private-ColME with an
+    oracle class estimator whose agents query only their neighbours.
+
+    Each of agent a's deg(a) neighbours is a class-mate with probability p = 1/Γ, and RR over
+    them queries position ℓ at ℓ, ℓ + deg(a), …: Prop. 3 with M − 1 replaced by deg(a). The
+    curve averages it over the agents' degrees in `graphs` draws of the study's [topology] (an
+    agent without neighbours keeps its local mean, σ²/t); κ_max, for the tight-tree noise, is
+    that of the smallest degree.
+    """
+
+    topology: dict | None = param(None, "the graph model (default: the study's [topology])")
+    graphs: int = param(1, "draws of the graph whose degrees are averaged over", ge=1)
+
+    def check(self, data: Any) -> None:
+        """ValueError unless the curve can be computed: a [topology] on these agents, and the
+        exact sum only up to its limit on degrees."""
+        degrees = self.degrees(data)
+        if self.method == "exact" and self.schedule == "rr" and degrees.max() > MAX_EXACT_OTHERS:
+            raise ValueError(
+                f"method = 'exact' needs degrees ≤ {MAX_EXACT_OTHERS}, got {degrees.max()}; "
+                "use method = 'montecarlo'"
+            )
+
+    def degrees(self, data: Any) -> np.ndarray:
+        """The degree of every agent in each of the `graphs` draws (concatenated)."""
+        if self.topology is None:
+            raise ValueError("the curve 'oracle-neighbours' needs the study's [topology] table")
+        table = dict(self.topology)
+        spec = build(TOPOLOGIES.get(table.pop("model")), table, "topology")
+        agents = int(self.agents if self.agents is not None else data.agents)
+        rng = np.random.default_rng(self.seed)
+        with warnings.catch_warnings():  # a disconnected graph is expected here
+            warnings.simplefilter("ignore")
+            return np.concatenate([spec.build(agents, rng).degree for _ in range(self.graphs)])
+
+    def sigma2_dp(self, data: Any, t_max: int) -> float:
+        """σ_DP² as the protocol on the graph calibrates it (κ_max of the smallest degree)."""
+        degrees = self.degrees(data)
+        smallest = int(degrees[degrees > 0].min(initial=1))
+        return calibrated_psum_noise(
+            self.noise,
+            data.support_half_width(),
+            self.mechanism,
+            self.epsilon,
+            self.delta,
+            t_max,
+            self.calibration,
+            max_pair_releases(self.schedule, smallest + 1, t_max),
+        )[0]
+
+    def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, stderr) of Prop. 3 (or Remark 3) over neighbours on the grid `t`."""
+        s2 = class_variances(data)
+        degrees, counts = np.unique(self.degrees(data), return_counts=True)
+        share = counts / counts.sum()
+        t_max = int(self.t_max_budget if self.t_max_budget is not None else np.max(t))
+        s2_dp = self.sigma2_dp(data, t_max)
+        mean, var = np.zeros(len(t)), np.zeros(len(t))
+        for d, w in zip(degrees, share, strict=True):
+            if d == 0:  # no neighbour: the local mean, σ²/t averaged over classes
+                mean += w * np.mean(s2) / np.asarray(t, dtype=float)
+                continue
+            m, se = self._at(t, int(d) + 1, 1.0 / len(s2), s2, s2_dp)
+            mean += w * m
+            var += (w * se) ** 2
+        return mean, np.sqrt(var)
+
+    def _at(
+        self, t: np.ndarray, m: int, p: float, s2: np.ndarray, s2_dp: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Prop. 3 (or Remark 3) with M = m: an agent of degree m − 1."""
+        if self.schedule == "rrr":
+            return oracle_mse_rrr(t, m, p, s2, s2_dp, self.mechanism, self.weights, self.formula)
+        return oracle_mse(
+            t,
+            m,
             p,
             s2,
             s2_dp,

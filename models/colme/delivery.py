@@ -53,15 +53,16 @@ class Synchronous:
     def __init__(self, protocol: PrivateColME) -> None:
         self.p = protocol
 
-    def ask(self, t: int, a: np.ndarray, b: np.ndarray) -> None:
-        """Send slot t's queries a → b."""
-        self.p.ctx.send("query", a, b)
+    def ask(self, t: int, a: np.ndarray, b: np.ndarray, edge: np.ndarray | None = None) -> None:
+        """Send slot t's queries a → b (on a graph each carries its edge a → b)."""
+        self.p.ctx.send("query", a, b, _edge_payload(edge))
 
     def answer(self, queries: Batch) -> None:
         """Answer queries a → b with b's new releases."""
         p = self.p
         b, a = queries.dst, queries.src
-        payload = p.release(b, a, p.view.slots(None, len(b)))
+        pair = p.pairs_of(a, b, queries.payload)
+        payload = p.release(b, a, pair, p.view.slots(None, len(b)))
         payload[:, ASKED] = queries.sent_at
         if p.gate is not None:  # releases withheld by a budget are not sent
             made = payload[:, INDEX] > 0
@@ -83,22 +84,25 @@ class Asynchronous(Synchronous):
 
     def __init__(self, protocol: PrivateColME) -> None:
         super().__init__(protocol)
-        m = protocol.ctx.n_agents
-        self.last = LastReleases(m, protocol.params.variance == "sch-var-1")
-        # releases a took from b, [a·m + b] (unknown variances: Welch's κ, the Bayesian shape)
-        self.received = None if protocol.known else np.zeros(m * m, dtype=np.int64)
+        n_pairs = protocol.n_pairs
+        self.last = LastReleases(n_pairs, protocol.params.variance == "sch-var-1")
+        # releases a took from b, by pair (unknown variances: Welch's κ, the Bayesian shape)
+        self.received = None if protocol.known else np.zeros(n_pairs, dtype=np.int64)
         self.window: list[Batch] = []  # releases delivered in the current window
 
-    def ask(self, t: int, a: np.ndarray, b: np.ndarray) -> None:
-        """Send slot t's queries a → b, named for the links' latency."""
-        self.p.ctx.send("query", a, b, ids=query_ids(t, a, b, self.p.ctx.n_agents))
+    def ask(self, t: int, a: np.ndarray, b: np.ndarray, edge: np.ndarray | None = None) -> None:
+        """Send slot t's queries a → b, named for the links' latency (on a graph each carries
+        its edge a → b)."""
+        ids = query_ids(t, a, b, self.p.ctx.n_agents)
+        self.p.ctx.send("query", a, b, _edge_payload(edge), ids=ids)
 
     def answer(self, queries: Batch) -> None:
         """Answer queries a → b; a release is named by the query it answers and, in a window,
         leaves at that query's exact delivery time."""
         p = self.p
         b, a = queries.dst, queries.src
-        payload = self._answer(b, a, p.view.slots(queries.delivered_at, len(b)))
+        pair = p.pairs_of(a, b, queries.payload)
+        payload = self._answer(b, a, pair, p.view.slots(queries.delivered_at, len(b)))
         payload[:, ASKED] = queries.sent_at
         ids = query_ids(queries.sent_at, a, b, p.ctx.n_agents)
         at = queries.delivered_at
@@ -109,30 +113,31 @@ class Asynchronous(Synchronous):
                 at = None if at is None else at[made]
         p.ctx.send("release", b, a, payload, at=at, ids=ids)
 
-    def _answer(self, b: np.ndarray, a: np.ndarray, slot: np.ndarray) -> np.ndarray:
-        """Payloads answering queries a → b that may repeat a pair or find no new sample, with
-        b's state after the slot each query arrives in (`slot`, ascending).
+    def _answer(
+        self, b: np.ndarray, a: np.ndarray, pair: np.ndarray, slot: np.ndarray
+    ) -> np.ndarray:
+        """Payloads answering queries a → b (pairs `pair`) that may repeat a pair or find no new
+        sample, with b's state after the slot each query arrives in (`slot`, ascending).
 
         A pair's first query in a slot gets a new release if b has a sample its last release to
         a lacked; every other query gets that last release again (`repeated`). A new release a
         budget withholds keeps j = 0: nothing is sent for it.
         """
         p, m = self.p, self.p.ctx.n_agents
-        pair = b * m + a
         repeats = len(pair) > 1 and has_repeats(pair)
         if repeats and slot[0] != slot[-1]:
             # slot by slot, in order: a pair asked again in a later slot may have a new sample
             cuts = [0, *(slot[1:] != slot[:-1]).nonzero()[0] + 1, len(slot)]
             return np.concatenate(
                 [
-                    self._answer(b[i:j], a[i:j], slot[i:j])
+                    self._answer(b[i:j], a[i:j], pair[i:j], slot[i:j])
                     for i, j in zip(cuts[:-1], cuts[1:], strict=True)
                 ]
             )
         counts = p.view.counts_of(b, slot)
         if not repeats:
             if (counts > self.last.count[pair]).all():  # the usual case
-                payload = p.release(b, a, slot)
+                payload = p.release(b, a, pair, slot)
                 made = payload[:, INDEX] > 0
                 self.last.keep(pair[made], payload[made])
                 return payload
@@ -142,7 +147,7 @@ class Asynchronous(Synchronous):
         new = first[counts[first] > self.last.count[pair[first]]]
         withheld = np.zeros(len(b), dtype=bool)
         if len(new):
-            payload = p.release(b[new], a[new], slot[new])
+            payload = p.release(b[new], a[new], pair[new], slot[new])
             made = payload[:, INDEX] > 0
             self.last.keep(pair[new[made]], payload[made])
             if not made.all():
@@ -156,8 +161,10 @@ class Asynchronous(Synchronous):
         again[new] = False
         p.repeated += np.bincount(b[again], minlength=m)
         # b's last releases to a (ASKED unset); no release since: j is still the count
-        payload = self.last.payload(pair, p.mech.count.ravel()[pair], p.release_width)
+        payload = self.last.payload(pair, p.made(b, a, pair), p.release_width)
         payload[withheld, INDEX] = 0
+        if p.graph is not None:
+            payload[:, p.edge_column] = pair
         return payload
 
     def receive(self, releases: Batch) -> None:
@@ -197,7 +204,7 @@ class Asynchronous(Synchronous):
                 got = got.pick(~late)
                 if when is not None:
                     when, batch_no = when[~late], batch_no[~late]
-        pair = got.a * m + got.b
+        pair = p.pairs_of(got.a, got.b, got.payload, p.edge_column)
         if len(pair) > 1 and has_repeats(pair):
             # several releases of one pair: round r takes the r-th of every pair (lowest j;
             # in a window, earliest)
@@ -222,3 +229,8 @@ class Asynchronous(Synchronous):
                 taken = self.received[pair] + 1
                 self.received[pair] = taken
             p.take(got, last.astype(np.int64), taken)
+
+
+def _edge_payload(edge: np.ndarray | None) -> np.ndarray | None:
+    """A query's payload: nothing, or on a graph the edge a → b it crosses (one column)."""
+    return None if edge is None else edge.astype(float)

@@ -20,30 +20,35 @@ class ClassBeliefs:
 
     def __init__(self, included: np.ndarray) -> None:
         self.included = included
+        self.flat = included.ravel()  # [a·M + b]: a view, the pair index of the protocol
         self.n_included = included.sum(axis=1)  # row sums of `included`, kept current
 
     def revise(self, a: np.ndarray, b: np.ndarray, decision: np.ndarray) -> None:
         """Set χ_a(b) of distinct pairs (a, b) to `decision`."""
+        self.revise_pairs(a, a * len(self.n_included) + b, decision)
+
+    def revise_pairs(self, a: np.ndarray, pair: np.ndarray, decision: np.ndarray) -> None:
+        """Set χ_a(b) of distinct pairs a·M + b (from agents a) to `decision`."""
         m = len(self.n_included)
-        before = self.included.ravel().take(a * m + b)
+        before = self.flat.take(pair)
         if np.count_nonzero(decision != before):  # decisions settle: most releases change none
-            self.included[a, b] = decision
+            self.flat[pair] = decision
             change = decision.astype(np.int64) - before
             self.n_included += np.bincount(a, weights=change, minlength=m).astype(np.int64)
 
 
 class LastReleases:
-    """Each responder's last release to each querier, [b·M + a]: the columns a repeat re-sends.
+    """Each responder's last release to each querier, by the protocol's pair index: the
+    columns a repeat re-sends.
 
     Its index j is not stored: no release of the pair has been made since, so it is still the
     mechanism's count of the pair.
     """
 
-    def __init__(self, n_agents: int, variance: bool) -> None:
-        m = n_agents
-        self.value = np.zeros(m * m)
-        self.count = np.zeros(m * m, dtype=np.int32)  # b's sample count then (< 2³¹ as j)
-        self.variance = np.zeros(m * m) if variance else None  # Sch-Var-1's variance release
+    def __init__(self, n_pairs: int, variance: bool) -> None:
+        self.value = np.zeros(n_pairs)
+        self.count = np.zeros(n_pairs, dtype=np.int32)  # b's sample count then (< 2³¹ as j)
+        self.variance = np.zeros(n_pairs) if variance else None  # Sch-Var-1's variance release
 
     def keep(self, pair: np.ndarray, payload: np.ndarray) -> None:
         """Keep the new releases of distinct pairs as their last."""

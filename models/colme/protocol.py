@@ -81,6 +81,15 @@ from desim.kernel.protocol import Context, SlotBatched
 from desim.kernel.registry import METRICS, PROTOCOLS, applies_to, records
 from desim.models.colme.combination import CombinationSums
 from desim.models.colme.delivery import Arrivals, Asynchronous, Synchronous, query_ids
+from desim.models.colme.graph import (
+    EdgeBeliefs,
+    NeighbourRestrictedRoundRobin,
+    NeighbourRoundRobin,
+    Neighbours,
+    edge_row_sums,
+    max_neighbour_releases,
+    responder_spend,
+)
 from desim.models.colme.model import (
     combine,
     contribution,
@@ -145,6 +154,9 @@ class PrivateColMEParams:
         "per-agent privacy budget {epsilon, delta, against = one | colluding, action = stop}: "
         "a release that would exceed it is not made (`desim.models.privacy.budget`)",
     )
+    peers: Literal["all", "topology"] = param(
+        "all", "whom an agent queries: every other agent, or its [topology] neighbours only"
+    )
 
     def __post_init__(self) -> None:
         if self.budget is not None and not isinstance(self.budget, Budget):
@@ -164,7 +176,13 @@ class PrivateColME(SlotBatched):
 
     Params = PrivateColMEParams
     message_kinds = ("query", "release")
-    reads = frozenset({"network"})  # every agent queries every other: no [topology]
+    reads = frozenset({"network"})  # with peers = "all" every agent queries every other
+    #: The [topology] is read with peers = "topology" (`reads_when`); a study with one must say
+    #: which (`must_say`), and saying "all" is the scenario from before `peers` existed
+    #: (`legacy_values`: left out of config hashes and random-stream keys).
+    reads_when: ClassVar[dict[str, tuple[str, Any]]] = {"topology": ("peers", "topology")}
+    must_say: ClassVar[dict[str, str]] = {"topology": "peers"}
+    legacy_values: ClassVar[dict[str, Any]] = {"peers": "all"}
     memory = {"pair": 40.0}
     #: Populations above this size keep each agent's combination sums Σ_b T/Var[T] and
     #: Σ_b 1/Var[T] up to date at every release (`estimates` in O(M)); up to it `estimates`
@@ -181,25 +199,42 @@ class PrivateColME(SlotBatched):
         per_pair += 28.0 * (params.weights != "last") + 40.0 * (params.variance != "known")
         per_pair += 8.0 * levels * (params.mechanism == "pm2")
         per_pair += 10.0 * levels * (params.weights == "wmom")
-        return {"pair": per_pair}
+        return {"edge" if params.peers == "topology" else "pair": per_pair}
+
+    @classmethod
+    def check_setup(cls, params: PrivateColMEParams, data: Any, links: Any) -> None:
+        """Refuse peers = "topology" without a graph."""
+        if params.peers == "topology" and data.public.get("graph") is None:
+            raise ValueError(
+                "peers = 'topology': needs a [topology] table (or peers = 'all': every agent)"
+            )
 
     def setup(self, ctx: Context) -> None:
         """The mechanisms, the per-pair state and the strategies of this run, chosen once."""
         super().setup(ctx)
         p = self.params
         m = ctx.n_agents
+        #: The graph's neighbours (peers = "topology"), or None: every other agent is a peer.
+        self.graph = Neighbours(ctx.public["graph"]) if p.peers == "topology" else None
+        #: Pairs held: every ordered pair (a·M + b), or every directed edge a → b of the graph.
+        self.n_pairs = m * m if self.graph is None else self.graph.n_pairs
         self.known = p.variance == "known"
         #: σ_a² of every agent, used only when variances are known.
         self.sigma2 = np.asarray(ctx.public["sigma2"], dtype=float) if self.known else None
         self._setup_releases(ctx)
         levels = levels_for(ctx.t_max)
-        self.stat = PairStatistic(m, p.mechanism, p.weights, self.sigma2_dp, levels)
+        self.stat = PairStatistic(
+            m, p.mechanism, p.weights, self.sigma2_dp, levels, n_pairs=self.n_pairs
+        )
         #: V_{b→a}, a's current estimate of σ_b² (+∞: none yet), when variances are unknown.
-        self.v_hat = None if self.known else np.full((m, m), np.inf)
+        shape = (m, m) if self.graph is None else self.n_pairs
+        self.v_hat = None if self.known else np.full(shape, np.inf)
         if p.variance in ("sch-var-2", "sch-var-2-bayes"):
-            self.schvar2 = SchVar2(m * m, p.mechanism, levels)
-        #: Columns of a release's payload.
+            self.schvar2 = SchVar2(self.n_pairs, p.mechanism, levels)
+        #: Columns of a release's payload (on a graph, the edge it crosses comes last).
         self.release_width = VARIANCE + (p.variance == "sch-var-1")
+        self.edge_column = self.release_width
+        self.release_width += self.graph is not None
         #: Releases each querier a discarded: older than one it took (stale), or answering a
         #: query sent more than `timeout` slots before they arrived (timed out).
         self.stale = np.zeros(m, dtype=np.int64)
@@ -212,12 +247,11 @@ class PrivateColME(SlotBatched):
         self.counts = np.zeros(m)
         #: What the rules read of the agents' own data: the running sums now, one slot.
         self.view = OneSlot(self.sums, None if self.known else self.sumsq, self.counts)
-        #: C_a^{(t)}: `included[a, b]` says a believes b is in its class (χ_a(b) = 1).
-        self.beliefs = ClassBeliefs(self._initially_included(ctx))
-        self.included = self.beliefs.included
-        self.schedule = RoundRobin(m) if p.schedule == "rr" else RestrictedRoundRobin(self.beliefs)
+        self._setup_beliefs(ctx)
         self._theta, self._z = thresholds(p.theta, ctx.t_max)
-        self.incremental = m > self.incremental_above
+        # on a graph the sums are recomputed edge by edge at each estimate (O(M·r), see
+        # `edge_row_sums`): cheaper than keeping them current at every release
+        self.incremental = m > self.incremental_above and self.graph is None
         if self.incremental:
             self.sums_w = CombinationSums(m)
         # Ideal links deliver every message at once: releases arrive in order, one per query.
@@ -226,6 +260,26 @@ class PrivateColME(SlotBatched):
         # where the engine hands over several slots at once (`on_slots`, `batches_slots`), the
         # windows read the state of each slot from a batch view
         self._batch_view = SlotBatch() if self.asynchronous and self.batches_slots() else None
+
+    def _setup_beliefs(self, ctx: Context) -> None:
+        """C_a^{(0)} of every agent and the schedule that reads it (over every other agent, or
+        over the graph's neighbours)."""
+        p, m = self.params, ctx.n_agents
+        #: C_a^{(t)}: `included[a, b]` says a believes b is in its class (χ_a(b) = 1); on a
+        #: graph `included[e]` for the edge e = a → b.
+        if self.graph is None:
+            self.beliefs = ClassBeliefs(self._initially_included(ctx))
+            self.schedule = (
+                RoundRobin(m) if p.schedule == "rr" else RestrictedRoundRobin(self.beliefs)
+            )
+        else:
+            self.beliefs = EdgeBeliefs(self._initially_included(ctx), self.graph)
+            self.schedule = (
+                NeighbourRoundRobin(self.graph)
+                if p.schedule == "rr"
+                else NeighbourRestrictedRoundRobin(self.graph, self.beliefs)
+            )
+        self.included = self.beliefs.included
 
     def _setup_releases(self, ctx: Context) -> None:
         """The noise of every p-sum, its privacy multiplier and the release mechanisms."""
@@ -241,18 +295,22 @@ class PrivateColME(SlotBatched):
             p.delta,
             horizon,
             p.calibration,
-            max_pair_releases(p.schedule, m, horizon),
+            self._max_pair_releases(horizon),
             p.variance == "sch-var-1",
             p.accountant,
         )
         self._multiplier = psum_multiplier(p.noise, self.sigma2_dp, L) if L > 0 else 0.0
+        # on a graph the mechanisms hold a square of side ⌈√E⌉ ≥ the edges: edge e is their
+        # pair (e // side, e % side), and their flat index is e
+        side = m if self.graph is None else max(1, math.isqrt(self.n_pairs - 1) + 1)
+        self._side = side
         self.mech = PSumRelease(
-            m, p.mechanism, p.noise, self.sigma2_dp, ctx.streams.get("dp-noise"), ctx.t_max
+            side, p.mechanism, p.noise, self.sigma2_dp, ctx.streams.get("dp-noise"), ctx.t_max
         )
         self.gate = self._budget_gate(ctx) if p.budget is not None else None
         if p.variance == "sch-var-1":
             self.var_release = SampleVarianceRelease(
-                m,
+                side,
                 p.mechanism,
                 p.noise,
                 sigma2_var,
@@ -266,22 +324,46 @@ class PrivateColME(SlotBatched):
         most this run can make (every querier's κ_max releases)."""
         p, m = self.params, ctx.n_agents
         per_release = 2 if p.variance == "sch-var-1" else 1
-        kappa = np.array([max_pair_releases(p.schedule, m, ctx.t_max)])
+        kappa = np.array([self._max_pair_releases(ctx.t_max)])
         most = int(first_sample_psums(p.mechanism, kappa)[0]) * per_release
-        if p.budget.against == "colluding":
-            most *= m - 1
+        if p.budget.against == "colluding":  # every querier of the responder
+            most *= m - 1 if self.graph is None else self.graph.max_degree()
         budget = p.budget
         k_star = capacity(
             p.noise, self._multiplier, budget.epsilon, budget.delta, most, p.accountant
         )
         return StopGate(p.budget, p.mechanism, per_release, m, k_star)
 
+    def _max_pair_releases(self, t_max: int) -> int:
+        """κ_max: the most releases one responder can make to one querier in slots 1…t_max."""
+        p = self.params
+        if self.graph is None:
+            return max_pair_releases(p.schedule, self.ctx.n_agents, t_max)
+        return max_neighbour_releases(p.schedule, self.graph, t_max)
+
+    def pairs_of(
+        self, a: np.ndarray, b: np.ndarray, payload: np.ndarray | None, column: int = 0
+    ) -> np.ndarray:
+        """The pair index of messages between querier a and responder b: a·M + b, or on a graph
+        the edge a → b, which every query (column 0) and release (`edge_column`) carries."""
+        if self.graph is None:
+            return a * len(self.sums) + b
+        return payload[:, column].astype(np.int64)
+
+    def made(self, b: np.ndarray, a: np.ndarray, pair: np.ndarray) -> np.ndarray:
+        """κ_{b→a}: the releases b has made to a, of the pairs `pair`."""
+        if self.graph is None:
+            return self.mech.count[b, a]
+        return self.mech.count.ravel()[pair]
+
     def budget_gate(self) -> StopGate | None:
         """The per-agent budget's state (None without a budget), for the `budget` metric."""
         return self.gate
 
     def _initially_included(self, ctx: Context) -> np.ndarray:
-        """C_a^{(0)}: everyone."""
+        """C_a^{(0)}: everyone (every neighbour, on a graph)."""
+        if self.graph is not None:
+            return np.ones(self.n_pairs, dtype=bool)
         return np.ones((ctx.n_agents, ctx.n_agents), dtype=bool)
 
     def batches_slots(self) -> bool:
@@ -296,7 +378,7 @@ class PrivateColME(SlotBatched):
         if not self.known:
             self.sumsq += samples * samples
         self.counts += 1
-        self.delivery.ask(t, *self.schedule.targets(t))
+        self.delivery.ask(t, *self.schedule.targets(t))  # (a, b) or on a graph (a, b, edges)
 
     def on_slots(self, t: int, samples: np.ndarray) -> None:
         """Slots t … t + k − 1 under RR: the samples, kept per slot for the windows that follow
@@ -305,9 +387,11 @@ class PrivateColME(SlotBatched):
         self.view = self._batch_view  # (every slot of a batched run comes this way)
         self.view.advance(t, self.sums, None if self.known else self.sumsq, self.counts, samples)
         slots = np.arange(t, t + k)
-        a, b = self.schedule.batch(slots)
-        sent = np.repeat(slots, m)
-        self.ctx.send("query", a, b, at=sent.astype(float), ids=query_ids(sent, a, b, m))
+        a, b, *edge = self.schedule.batch(slots)
+        sent = np.repeat(slots, len(a) // k)
+        payload = edge[0].astype(float) if edge else None
+        ids = query_ids(sent, a, b, m)
+        self.ctx.send("query", a, b, payload, at=sent.astype(float), ids=ids)
 
     # -- deliveries: answer queries, take releases -----------------------------------------
     def on_deliver(self, batch: Batch) -> None:
@@ -329,29 +413,38 @@ class PrivateColME(SlotBatched):
         """Take the releases kept in the window that ends."""
         self.delivery.window_end()
 
-    def release(self, b: np.ndarray, a: np.ndarray, slot: np.ndarray) -> np.ndarray:
-        """Payloads of new releases of agents b to agents a (distinct pairs; ASKED unset), with
-        b's state after `slot` of the view. Under a budget, a release it does not admit is not
-        made: its row has j = 0 (`withheld`), and the delivery sends nothing for it."""
+    def release(
+        self, b: np.ndarray, a: np.ndarray, pair: np.ndarray, slot: np.ndarray
+    ) -> np.ndarray:
+        """Payloads of new releases of agents b to agents a (distinct pairs `pair`; ASKED
+        unset), with b's state after `slot` of the view. Under a budget, a release it does not
+        admit is not made: its row has j = 0 (`withheld`), and the delivery sends nothing for
+        it."""
         if self.gate is None:
-            return self._release(b, a, slot)
-        ok = self.gate.admit(b, self.mech.count[b, a], self.view.clock(slot))
+            return self._release(b, a, pair, slot)
+        ok = self.gate.admit(b, self.made(b, a, pair), self.view.clock(slot))
         if ok.all():
-            return self._release(b, a, slot)
+            return self._release(b, a, pair, slot)
         payload = np.zeros((len(b), self.release_width))
         if ok.any():
-            payload[ok] = self._release(b[ok], a[ok], slot[ok])
+            payload[ok] = self._release(b[ok], a[ok], pair[ok], slot[ok])
         return payload
 
-    def _release(self, b: np.ndarray, a: np.ndarray, slot: np.ndarray) -> np.ndarray:
+    def _release(
+        self, b: np.ndarray, a: np.ndarray, pair: np.ndarray, slot: np.ndarray
+    ) -> np.ndarray:
         """Payloads of releases b → a that are made (`release`)."""
         sums, sumsq, counts = self.view.own(b, slot)
-        values, j, fresh = self.mech.release(b, a, sums, counts)
+        # the mechanisms' pair: (b, a), or on a graph the edge's place in their square
+        who, to = (b, a) if self.graph is None else np.divmod(pair, self._side)
+        values, j, fresh = self.mech.release(who, to, sums, counts)
         payload = np.empty((len(b), self.release_width))
         if self.params.variance == "sch-var-1":
             payload[:, VARIANCE] = self.var_release.release(
-                b, a, j, fresh, sums, sumsq, counts, values
+                who, to, j, fresh, sums, sumsq, counts, values
             )
+        if self.graph is not None:
+            payload[:, self.edge_column] = pair
         payload[:, VALUE], payload[:, COUNT], payload[:, INDEX] = values, counts, j
         return payload
 
@@ -366,9 +459,12 @@ class PrivateColME(SlotBatched):
         a, b, payload = got.a, got.b, got.payload
         values, t_b = payload[:, VALUE], payload[:, COUNT]
         j = payload[:, INDEX].astype(np.int64)
+        pair = self.pairs_of(a, b, payload, self.edge_column)
         if self.incremental:  # the terms these pairs contributed so far, to be replaced
-            old = self._terms(a, b, *self.stat.terms(a * len(self.sums) + b))
-        value, data, noise, n = self.stat.update(a, b, values, t_b, j, consecutive=last is None)
+            old = self._terms(a, b, pair, *self.stat.terms(pair))
+        value, data, noise, n = self.stat.update(
+            a, b, values, t_b, j, consecutive=last is None, pair=pair
+        )
         if self.known:
             var = self.sigma2[b] * data + self.sigma2_dp * noise
             if not isinstance(n, float):  # (the scalar n = 1: x/1 is x, no pass needed)
@@ -376,19 +472,18 @@ class PrivateColME(SlotBatched):
             n_other = t_b
         else:
             k = j if last is None else taken  # releases taken (every one, without gaps)
-            v_b = self._data_variance(a, b, payload, j, last, k)
-            self.v_hat.ravel()[a * len(self.sums) + b] = v_b
+            v_b = self._data_variance(pair, payload, j, last, k)
+            self.v_hat.ravel()[pair] = v_b
             var = (v_b * data + self.sigma2_dp * noise) / (n * n)  # data > 0: ∞ stays ∞
             n_other = t_b if self.params.welch_df == "printed" else k.astype(float)
         decision = self._test(a, b, value, var, n_other, got.slot)
         if self.incremental:
             self.sums_w.replace(a, *old, *contribution(decision, value, var))
-        self.beliefs.revise(a, b, decision)
+        self.beliefs.revise_pairs(a, pair, decision)
 
     def _data_variance(
         self,
-        a: np.ndarray,
-        b: np.ndarray,
+        pair: np.ndarray,
         payload: np.ndarray,
         j: np.ndarray,
         last: np.ndarray | None,
@@ -399,7 +494,6 @@ class PrivateColME(SlotBatched):
         if self.params.variance == "sch-var-1":
             v_b = payload[:, VARIANCE]
             return np.where(v_b >= 0, v_b, np.inf)
-        pair = a * len(self.sums) + b
         v_raw, k_noise, k = self.schvar2.update(
             pair, payload[:, VALUE], payload[:, COUNT], j, self.sigma2_dp, last, k
         )
@@ -410,6 +504,7 @@ class PrivateColME(SlotBatched):
         self,
         a: np.ndarray,
         b: np.ndarray,
+        pair: np.ndarray,
         value: np.ndarray,
         data: np.ndarray,
         noise: np.ndarray,
@@ -417,11 +512,11 @@ class PrivateColME(SlotBatched):
     ) -> tuple[np.ndarray, np.ndarray]:
         """The current terms T/Var[T] and 1/Var[T] of pairs (a, b) in a's combination sums
         (0 for excluded pairs), from their statistic state as `estimates` computes them."""
-        sigma2 = self.sigma2[b] if self.known else self.v_hat[a, b]
+        sigma2 = self.sigma2[b] if self.known else self.v_hat.ravel()[pair]
         with np.errstate(invalid="ignore"):
             num = sigma2 * data + self.sigma2_dp * noise
         var = np.divide(num, n * n, out=np.full_like(num, np.inf), where=n > 0)
-        return contribution(self.included[a, b], value, var)
+        return contribution(self.beliefs.flat[pair], value, var)
 
     def _test(
         self,
@@ -464,6 +559,8 @@ class PrivateColME(SlotBatched):
     def row_sums(self, rows: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
         """Σ_b T_{b→a}/Var[T_{b→a}] and Σ_b 1/Var[T_{b→a}] over the b ≠ a that agents a in
         `rows` include, recomputed from the pair state (O(M) per row)."""
+        if self.graph is not None:
+            return edge_row_sums(self, rows)
         sigma2 = self.sigma2[None, :] if self.known else self.v_hat[rows]
         var = self.stat.variance(sigma2, rows)
         with np.errstate(divide="ignore"):
@@ -482,14 +579,18 @@ class PrivateColME(SlotBatched):
         """
         if self.params.noise == "none":
             return None
-        per = first_sample_psums(self.params.mechanism, self.mech.count)
+        if self.graph is None:
+            per = first_sample_psums(self.params.mechanism, self.mech.count)
+            one, every = per.max(axis=1), per.sum(axis=1)
+        else:
+            one, every = responder_spend(self, first_sample_psums)
         if self.params.variance == "sch-var-1":
-            per = 2 * per
+            one, every = 2 * one, 2 * every
         m = self._multiplier
         return Spend(
             self.params.noise,
             self.params.delta,
-            {"one": (m, per.max(axis=1)), "all": (m, per.sum(axis=1))},
+            {"one": (m, one), "all": (m, every)},
             self.params.accountant,
         )
 
@@ -514,7 +615,10 @@ class PrivateColMEOracle(PrivateColME):
 
     def _initially_included(self, ctx: Context) -> np.ndarray:
         """The oracle knows C_a from the start, so rRR never queries other classes."""
-        return ctx.oracle_classes[:, None] == ctx.oracle_classes[None, :]
+        c = ctx.oracle_classes
+        if self.graph is not None:
+            return c[self.graph.src] == c[self.graph.dst]
+        return c[:, None] == c[None, :]
 
 
 @METRICS.register("colme-async")

@@ -53,7 +53,11 @@ class PairStatistic:
         weights: str,
         sigma2_dp: float,
         levels: int,
+        n_pairs: int | None = None,
     ) -> None:
+        # `n_pairs` (default M²) holds only the pairs that exist, by the caller's pair index
+        # (Private-ColME on a graph: its edges); the [a, b] views are then not available
+        n_pairs = n_agents * n_agents if n_pairs is None else n_pairs
         self.n_agents = n_agents
         self.mechanism = mechanism
         self.weights = weights
@@ -68,17 +72,18 @@ class PairStatistic:
             if self.compact
             else list(range(self._ROWS))
         )
-        self._flat = np.zeros((n_agents * n_agents, len(self._stored)))  # one row per pair
-        self._state = self._flat.reshape(n_agents, n_agents, -1)
+        self._flat = np.zeros((n_pairs, len(self._stored)))  # one row per pair
+        if n_pairs == n_agents * n_agents:
+            self._state = self._flat.reshape(n_agents, n_agents, -1)
         # ``last`` under PM-I: the block sum and D of pair p at 2p and 2p + 1 (a 1-D index is
         # far cheaper than a (pairs, column) one)
         self._cells = self._flat.reshape(-1)
         if self.compact:
-            self._kappa = np.zeros(n_agents * n_agents, dtype=np.int32)
+            self._kappa = np.zeros(n_pairs, dtype=np.int32)
         if mechanism == "pm2":
             self.levels = levels
             if not self.compact:  # ``last`` restarts every node at each release
-                self._node = np.zeros((n_agents * n_agents, levels))  # 1/t sum of each node
+                self._node = np.zeros((n_pairs, levels))  # 1/t sum of each node
 
     def _rows(self, pair: np.ndarray, kappa_only: bool = False) -> np.ndarray:
         """The full rows (κ, n, block sum, D, A, node sum) of the flat pairs (a copy); with
@@ -113,6 +118,19 @@ class PairStatistic:
         kappa = self._kappa.reshape(self.n_agents, self.n_agents)[rows].astype(float)
         total, data = state[..., 0], state[..., 1]
         noise = state[..., 2] if self.mechanism == "pm2" else kappa * data * data
+        return (kappa > 0).astype(float), total, data, noise
+
+    def pair_columns(
+        self, pair: np.ndarray | slice
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """n, block sum, D and A of the flat pairs `pair` (indices or a slice), as `_columns`
+        forms them."""
+        state = self._flat[pair]
+        if not self.compact:
+            return state[:, 1], state[:, 2], state[:, 3], state[:, 4]
+        kappa = self._kappa[pair].astype(float)
+        total, data = state[:, 0], state[:, 1]
+        noise = state[:, 2] if self.mechanism == "pm2" else kappa * data * data
         return (kappa > 0).astype(float), total, data, noise
 
     @property
@@ -183,15 +201,18 @@ class PairStatistic:
         t: np.ndarray,
         j: np.ndarray,
         consecutive: bool = False,
+        pair: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Take releases `values` from b to a, the j-th each, made when b had t samples.
+        """Take releases `values` from b to a, the j-th each, made when b had t samples
+        (`pair`: their pair indices, default a·M + b).
 
         Every j must exceed the pair's κ (gaps are allowed) and the pairs must be distinct;
         `consecutive` says that every j is κ + 1 (the caller knows: nothing was lost).
         Returns T_{b→a}, D, A and n of the updated pairs, so that Var[T] = (σ_b²D + σ_DP²A)/n²
         (n is the scalar 1.0 when every block is the last release alone: ``last`` under PM-I).
         """
-        pair = a * self.n_agents + b
+        if pair is None:
+            pair = a * self.n_agents + b
         if self.compact and self.mechanism == "pm1":  # gaps change nothing: every sum restarts
             if not consecutive and (j <= self._kappa[pair]).any():
                 raise ValueError("a release index j must exceed the last one taken (κ)")

@@ -59,6 +59,7 @@ PRIVATE = """
 [[scenario]]
 name = "PM-I"
 protocol = "private-colme"
+peers = "all"
 """
 CCOLME = """
 [[scenario]]

@@ -199,11 +199,13 @@ epsilon = 1.0
 [[scenario]]
 name = "Private-ColME"
 protocol = "private-colme"
+peers = "all"
 mechanism = "pm1"
 
 [[scenario]]
 name = "ColME"
 protocol = "private-colme"
+peers = "all"
 noise = "none"
 
 [[scenario]]

@@ -13,7 +13,13 @@ from desim.kernel.params import ConfigError, build, field_names
 from desim.kernel.registry import CURVES, DATA, PROTOCOLS
 from desim.study.scenario import Scenario, resolve
 from desim.study.spec.errors import ConfigErrors, Errors, messages_of
-from desim.study.spec.hashing import canonical_text, curve_hash, replicate_hashes, run_template
+from desim.study.spec.hashing import (
+    canonical_text,
+    curve_hash,
+    replicate_hashes,
+    run_template,
+    without_legacy_values,
+)
 from desim.study.spec.limits import Horizon
 from desim.study.spec.model import (
     CURVE_TOPOLOGY_KEY,
@@ -229,6 +235,7 @@ def _scenario_at(
     names = _declared(spec)
     params = {k: v for k, v in defaults.items() if k in names}
     params.update(spec.params)
+    params = without_legacy_values(spec.protocol, params)
     settings = doc.settings
     return Scenario(
         protocol=spec.protocol,

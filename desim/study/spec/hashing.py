@@ -9,6 +9,7 @@ import hashlib
 import json
 from typing import Any
 
+from desim.kernel.registry import PROTOCOLS
 from desim.study.scenario import Scenario
 
 
@@ -99,10 +100,31 @@ def curve_hash(kind: str, params: Any, data: Any, t_max: int, checkpoints: int) 
     )
 
 
+def without_legacy_values(protocol: str, params: dict[str, Any]) -> dict[str, Any]:
+    """`params` without the values its protocol declares as its behaviour from before the
+    parameter existed (`legacy_values`, e.g. private-colme's peers = "all"): a scenario that
+    states one keeps the config hash, random-stream keys and study hash it had without it."""
+    try:
+        legacy = PROTOCOLS.get(protocol).legacy_values
+    except KeyError:  # (an unknown name is refused where the scenario is read)
+        return params
+    if not any(key in params and params[key] == value for key, value in legacy.items()):
+        return params
+    return {key: x for key, x in params.items() if key not in legacy or legacy[key] != x}
+
+
 def study_hash(raw: dict, replicates: int, t_max: int, checkpoints: int, data: dict) -> str:
     """The config hash of a study: its file as read, with the effective (possibly --quick)
-    horizon and data, without what only changes figures."""
+    horizon and data, without what only changes figures (nor legacy parameter values:
+    `without_legacy_values`)."""
     effective = copy.deepcopy(raw)
+    if isinstance(effective.get("scenario"), list):
+        effective["scenario"] = [
+            without_legacy_values(table.get("protocol"), table)
+            if isinstance(table, dict) and isinstance(table.get("protocol"), str)
+            else table
+            for table in effective["scenario"]
+        ]
     effective["study"] = {
         **raw["study"],
         "replicates": replicates,

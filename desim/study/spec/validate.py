@@ -371,6 +371,7 @@ def study_checks(doc: StudyDocument, v: Validated) -> list[str]:
     if errors.passes(check_data_values, doc):  # (a value refused there is not also unread)
         errors.passes(check_data_read, doc, v)
     errors.passes(check_privacy_budgets, doc)
+    errors.passes(check_choices_said, doc, v)
     notes = errors.attempt(check_tables_read, doc, v) or []
     for check in (check_metrics_recorded, check_plot_recorders):
         errors.passes(check, doc, v)
@@ -398,7 +399,7 @@ def check_tables_read(doc: StudyDocument, v: Validated) -> list[str]:
     notes = []
     errors = Errors()
     for table in present:
-        readers = {s.name for s in v.scenarios if _reads(s, table, v)}
+        readers = {s.name for s in v.scenarios if _reads(s, table, v, doc.defaults)}
         curves = [c for c in v.curves if table == "topology" and CURVE_TOPOLOGY_KEY in declared(c)]
         if not readers and not curves:
             errors.add(_unread_message(table, v))
@@ -419,8 +420,30 @@ def _worth_noting(spec: ScenarioSpec, table: str) -> bool:
     return bool(getattr(cls, "reads", True))
 
 
-def _reads(spec: ScenarioSpec, table: str, v: Validated) -> bool:
-    return reads_table(PROTOCOLS.get(spec.protocol), table, v.link_cls)
+def _reads(spec: ScenarioSpec, table: str, v: Validated, defaults: dict | None = None) -> bool:
+    cls = PROTOCOLS.get(spec.protocol)
+    # a protocol may read a table only under one parameter value (`reads_when`)
+    param, value = cls.reads_when.get(table, (None, None))
+    if param is not None and {**(defaults or {}), **spec.params}.get(param) == value:
+        return True
+    return reads_table(cls, table, v.link_cls)
+
+
+def check_choices_said(doc: StudyDocument, v: Validated) -> None:
+    """Refuse a scenario that leaves unsaid a choice its protocol must be told when the study
+    has a table (`must_say`: private-colme's `peers` beside a [topology]), naming the choice."""
+    errors = Errors()
+    for s in v.scenarios:
+        cls = PROTOCOLS.get(s.protocol)
+        for table, param in cls.must_say.items():
+            if table in doc.raw and param not in s.params and param not in doc.defaults:
+                allowed = typing.get_args(typing.get_type_hints(cls.Params)[param])
+                errors.add(
+                    f"scenario {s.name!r}: the study has a {READ_TABLES[table]} table: say "
+                    f"{param} = {' or '.join(json.dumps(x) for x in allowed)} "
+                    f"(protocol {s.protocol!r})"
+                )
+    errors.raise_any()
 
 
 def _unread_message(table: str, v: Validated) -> str:
