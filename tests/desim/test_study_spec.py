@@ -42,6 +42,7 @@ QUICK_DIGESTS = {
     "eb-bernoulli": "b44b1ab8920fc42c",  # issue 27: curves renamed and added
     "eb-gaussian-dp": "48035d002e801aaa",
     "latency-whatif": "8c96fddf9d64ba2f",
+    "population-scale": "95263d9dee34ac71",
     "pricer-fig3": "34df5d77a3cdadb5",
     "pricer-fig4": "95f73a878bf8c663",
     "privacy-accounting/ccolme": "db34a65d8b7231ac",
@@ -49,6 +50,9 @@ QUICK_DIGESTS = {
     "privacy-accounting/epsilon-sweep": "15ea51b19b22fd37",
     "privacy-accounting/fig2": "1bd98280ed0d1788",
     "privacy-accounting/pricer": "b5c092aca2ba459c",
+    "privacy-budgets/ccolme": "c6b4f10ebbbc3828",
+    "privacy-budgets/colme": "afd49e173f544265",
+    "privacy-budgets/eb": "a0c820400b1ebc9f",
     "server-vs-peers/outages": "498d21980dcd39fe",
     "server-vs-peers": "59323f3474317d82",
     "stragglers-whatif/estimation": "3b52ed87adbd90ba",
