@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _ccolme_helpers import GraphData, protocol, regular
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_ccolme import GraphData, protocol, regular
 
 from desim.kernel.engine import Simulation
 from desim.kernel.messages import Batch
