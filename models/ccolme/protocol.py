@@ -448,7 +448,7 @@ class CColME(CColMEFamily):
         # |X̃_a − X̃_b|, in place; every edge: CSR order, a = src, agents' rows
         if isinstance(e, slice) or (live and len(e) == self.graph.n_directed):
             # r-regular: a scalar count repeats faster
-            diff = np.repeat(self._mean, self._csr.regular or self.graph.degree)
+            diff = self._csr.spread(self._mean)
         else:
             diff = self._mean.take(a)
         np.subtract(diff, x_b, out=diff)
@@ -499,7 +499,9 @@ class CColME(CColMEFamily):
         # W Y over the mixed b ∈ C_a; they are in CSR order, so agent a's are the `counts[a]`
         # consecutive ones
         rows, starts = self._csr.starts(counts, self._kept_version if all_kept else None)
-        mixed = mix(self.y, nb_y, self._w, counts, rows, starts)
+        # Y_a over a's mixed edges, in a reused buffer when every edge is mixed
+        terms = self._csr.spread(self.y, counts) if len(starts) else None
+        mixed = mix(self.y, nb_y, self._w, counts, rows, starts, terms)
         oma = one_minus_alpha(self.t - self.start, p.alpha_c, p.alpha_p)
         self.y = consensus_update(self._mean, mixed, oma)
         if p.restart == "galante":
