@@ -39,22 +39,18 @@ colluding), as for Private-C-ColME. The estimate uses X̃_a as well.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
 from desim.kernel.messages import Batch
 from desim.kernel.params import param
-from desim.kernel.protocol import Context, WindowSafe
+from desim.kernel.protocol import Context
 from desim.kernel.registry import PROTOCOLS
-from desim.models.ccolme.edges import EdgeSlots, newest
-from desim.models.ccolme.model import NeighbourTest
+from desim.models.ccolme.edges import newest
+from desim.models.ccolme.family import CColMEFamily
 from desim.models.ccolme.params import Decisions, Noise, Rule, Threshold, _p
-from desim.models.privacy.accounting import Spend
-from desim.models.privacy.calibration import laplace_scale
-from desim.topologies.graph import Graph
 
 
 @dataclass(frozen=True)
@@ -127,15 +123,12 @@ def table_estimate(
 
 
 @PROTOCOLS.register("b-colme")
-class BColME(WindowSafe):
+class BColME(CColMEFamily):
     """B-ColME (Galante et al.): k-hop tables of neighbours' means, passed along the graph."""
 
     Params = BColMEParams
     message_kinds = ("table",)
-    reads = frozenset({"network", "topology"})
     memory = {"edge": 360.0, "agent": 200.0}
-    #: The scenario must have a [topology]: the graph arrives as ctx.public["graph"].
-    needs_topology: ClassVar[bool] = True
 
     @classmethod
     def memory_per_unit(cls, params: Any, t_max: int) -> dict[str, float]:
@@ -143,39 +136,15 @@ class BColME(WindowSafe):
         each), the tables of the slot (2κ), flags; per agent a few vectors."""
         return {"edge": 8.0 * 8 * int(params.up_to) + 16.0, "agent": 200.0}
 
-    @property
-    def uses_oracle(self) -> bool:
-        """Only rule = "oracle", the explicitly named oracle variant, sees the classes."""
-        return self.params.rule == "oracle"
-
     def on_window_end(self) -> None:
         """Nothing to finish: a window's tables are filed per edge, newest wins, as they come."""
 
     def setup(self, ctx: Context) -> None:
         """Read the graph and the data's constants; empty tables, every neighbour kept."""
         super().setup(ctx)
-        p = self.params
-        g: Graph = ctx.public["graph"]
-        if g.n != ctx.n_agents:
-            raise ValueError(f"the graph has {g.n} agents, the data {ctx.n_agents}")
-        self.graph = g
-        self.src, self.dst, self.reverse = g.src, g.dst, g.reverse
-        self._slot_of = EdgeSlots(g.n, g.src * g.n + g.dst)
-        self._L = L = float(ctx.public["L"])
-        private = p.noise == "laplace" and math.isfinite(p.epsilon)
-        #: Laplace scale b = 2L/ε of the per-sample noise (0 without privacy).
-        self.laplace_b = laplace_scale(L, p.epsilon) if private else 0.0
-        self._noise = ctx.streams.get("dp-noise")
-        sigma2 = np.broadcast_to(np.asarray(ctx.public["sigma2"], dtype=float), (g.n,))
-        distribution = ctx.public.get("distribution", "uniform")
-        sigma2_dp = 2.0 * self.laplace_b**2
-        self._test = NeighbourTest(p, sigma2, sigma2_dp, distribution, g.n_directed)
-        if self.uses_oracle:
-            cls = ctx.oracle_classes
-            self._oracle_chi = cls[g.src] == cls[g.dst]
-        # ideal links deliver every send whole, at once and in send order: a's slots in order
-        self._in_order = ctx.links is None or ctx.links.ideal
-        self.depth = p.up_to - 1  # depths 0 … κ−2
+        g = self._setup_graph(ctx)
+        # ideal links (`_in_order`) deliver every send whole, in send order: a's slots in order
+        self.depth = self.params.up_to - 1  # depths 0 … κ−2
         self.t = 0
         self.priv_sum = np.zeros(g.n)  # Σ (X_a + Z_a): everything a shares derives from it
         self.mean = np.zeros(g.n)  # X̃_a^(t)
@@ -188,12 +157,6 @@ class BColME(WindowSafe):
         self._whole_t: float | None = None  # n_b of every held message when one whole send
         self._buffers = [np.empty_like(self.held) for _ in range(2)] if self._in_order else []
         self._estimate = np.zeros(g.n)
-
-    def privatise(self, samples: np.ndarray) -> np.ndarray:
-        """X_a + Z_a with Z_a ~ Laplace(0, 2L/ε) drawn from ``dp-noise`` (X_a without privacy)."""
-        if self.laplace_b == 0.0:
-            return samples
-        return samples + self._noise.laplace(0.0, self.laplace_b, size=len(samples))
 
     def tables(self) -> tuple[np.ndarray, np.ndarray]:
         """a's tables (S, c) at depths 0 … κ−2 (rows), one column per slot (a, b): b's newest
@@ -272,20 +235,6 @@ class BColME(WindowSafe):
     def estimates(self) -> np.ndarray:
         """μ̂_a of the last slot (X̃_a before any table arrives)."""
         return self._estimate.copy() if self.t else self.mean.copy()
-
-    def privacy_spend(self) -> Spend | None:
-        """The releases so far (None without noise): each sample one Laplace release of
-        sensitivity 2L (multiplier 1/ε), to one neighbour as to all colluding, once the agent
-        has sent anything; ε at δ = 10⁻¹² (the accountant needs δ > 0), as Private-C-ColME."""
-        if self.laplace_b == 0.0:
-            return None
-        shared = np.where((self.graph.degree > 0) & (self.t > 0), 1, 0)
-        m = self.laplace_b / (2.0 * self._L)
-        return Spend("laplace", 1e-12, {"one": (m, shared), "all": (m, shared)})
-
-    def neighbour_decisions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(a, b, b ∈ C_a) for every directed edge of G: the estimated same-class links."""
-        return self.src, self.dst, self.kept.copy()
 
 
 @PROTOCOLS.register("private-b-colme")

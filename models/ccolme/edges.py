@@ -143,9 +143,23 @@ class Rows:
         self._rows = graph.degree > 0
         self._starts = graph.indptr[:-1][self._rows]
         self._cached: tuple[int | None, tuple[np.ndarray, np.ndarray]] | None = None
-        d = graph.degree
+        self._degree = d = graph.degree
         #: r when every agent has r ≥ 1 neighbours (r-regular: rows of r edges), else None.
         self.regular = int(d[0]) if graph.n and d[0] > 0 and np.all(d == d[0]) else None
+        self._scratch: np.ndarray | None = None  # `spread`'s buffer, one per-edge array
+
+    def spread(self, values: np.ndarray, counts: np.ndarray | None = None) -> np.ndarray:
+        """Each agent's value repeated over its run of edges (all its edges, or `counts[a]` of
+        them): `np.repeat` in CSR order. When every run has r edges, the result is written into
+        one buffer, reused (and overwritten) by the next call: a fresh array of every edge in
+        every slot costs page faults that grow faster than the graph."""
+        r = self.regular
+        if r is None or (counts is not None and not np.all(counts == r)):
+            return np.repeat(values, self._degree if counts is None else counts)
+        if self._scratch is None:
+            self._scratch = np.empty(self._n * r)
+        self._scratch.reshape(self._n, r)[:] = values[:, np.newaxis]
+        return self._scratch
 
     def count(self, mask: np.ndarray) -> np.ndarray:
         """Number of True edges of each agent."""

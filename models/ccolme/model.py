@@ -178,16 +178,19 @@ def mix(
     counts: np.ndarray,
     rows: np.ndarray,
     starts: np.ndarray,
+    terms: np.ndarray | None = None,
 ) -> np.ndarray:
     """(W Y)_a = W_aa Y_a + Σ_b W_ab Y_b = Y_a + Σ_b W_ab (Y_b − Y_a), a new array.
 
     The mixed edges are in CSR order: agent a's are `counts[a]` consecutive ones, with Y_b in
     `nb_y` and W_ab in `w`; `rows` = counts > 0 and `starts` where each such run begins. W_aa
     = 1 − Σ_b W_ab is never formed, which is what keeps Y_a exact when a mixes nobody.
+    `terms`, if given, is `np.repeat(y, counts)` in a buffer the function may overwrite.
     """
     if not len(starts):
         return y.copy()
-    terms = np.repeat(y, counts)
+    if terms is None:
+        terms = np.repeat(y, counts)
     np.subtract(nb_y, terms, out=terms)
     terms *= w
     sums = np.add.reduceat(terms, starts)

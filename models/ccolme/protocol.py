@@ -78,7 +78,8 @@ path is chosen once in `setup`; a state send that does not arrive whole (which i
 do) moves the run to the per-edge path explicitly, never silently.
 
 The model itself (tests, weights, update, fallback) is `desim.models.ccolme.model`; |C_b| and
-W_ab are `desim.models.ccolme.sizes`.
+W_ab are `desim.models.ccolme.sizes`; the graph, the noise, the test's set-up and the ledgers'
+hooks, which B-ColME shares, are `desim.models.ccolme.family`.
 """
 
 from __future__ import annotations
@@ -89,13 +90,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from desim.kernel.messages import Batch
-from desim.kernel.protocol import Context, WindowSafe
+from desim.kernel.protocol import Context
 from desim.kernel.registry import PROTOCOLS
 from desim.models.baselines import Local
-from desim.models.ccolme.edges import EdgeSlots, EdgeStates, Rows, common, newest
+from desim.models.ccolme.edges import EdgeStates, Rows, common, newest
+from desim.models.ccolme.family import CColMEFamily
 from desim.models.ccolme.live_first import BUFFERS, LiveFirst
 from desim.models.ccolme.model import (
-    NeighbourTest,
     bernstein_threshold,  # noqa: F401  (re-exported: the formulas' former home)
     confidence_radius,  # noqa: F401  (re-exported)
     consensus_update,
@@ -108,9 +109,6 @@ from desim.models.ccolme.model import (
 )
 from desim.models.ccolme.params import CColMEParams, PrivateCColMEParams
 from desim.models.ccolme.sizes import Sizes
-from desim.models.privacy.accounting import Spend
-from desim.models.privacy.budget import SampleGate
-from desim.models.privacy.calibration import laplace_scale
 from desim.topologies.graph import Graph
 
 if TYPE_CHECKING:  # scipy.sparse is imported where used (mixing_matrix)
@@ -145,15 +143,12 @@ def _same_ends(batch: Batch, src: np.ndarray, dst: np.ndarray) -> bool:
 
 
 @PROTOCOLS.register("c-colme")
-class CColME(WindowSafe):
+class CColME(CColMEFamily):
     """C-ColME (Galante et al.): consensus over estimated same-class neighbours of a graph."""
 
     Params = CColMEParams
     message_kinds = ("state", "decision", "size")
-    reads = frozenset({"network", "topology"})
     memory = {"edge": 256.0, "agent": 400.0}
-    #: The scenario must have a [topology]: the graph arrives as ctx.public["graph"].
-    needs_topology: ClassVar[bool] = True
 
     nb_x = _View("x", "X̃_b of b's newest state held by a, per directed edge (a's slot).")
     nb_n = _View("n", "t_b of b's newest state held by a (0: none yet), per directed edge.")
@@ -163,11 +158,6 @@ class CColME(WindowSafe):
     nb_size = _View("nb_size", "|C_b| as b told a, per directed edge (a's slot).", "_sizes")
     nb_size_at = _View("at", "When b sent the |C_b| a holds, per edge (ideal links: 0).", "_sizes")
 
-    @property
-    def uses_oracle(self) -> bool:
-        """Only rule = "oracle", the explicitly named oracle variant, sees the classes."""
-        return self.params.rule == "oracle"
-
     def on_window_end(self) -> None:
         """Nothing left to finish: a window's batches are filed as they come, exactly
         (`_states_in_window`; the kernel's contract in desim.kernel.protocol.WindowSafe)."""
@@ -176,43 +166,15 @@ class CColME(WindowSafe):
     def setup(self, ctx: Context) -> None:
         """Read the graph and the data's constants; set up the state and the delivery path."""
         super().setup(ctx)
-        p = self.params
-        g: Graph = ctx.public["graph"]
-        if g.n != ctx.n_agents:
-            raise ValueError(f"the graph has {g.n} agents, the data {ctx.n_agents}")
+        g = self._setup_graph(ctx)
         if ctx.call_at is None:
             raise ValueError(
                 "this engine gives no timers (Context.call_at); the consensus "
                 "step runs at a deadline"
             )
-        self.graph = g
-        self.src, self.dst, self.reverse = g.src, g.dst, g.reverse
         self._csr = Rows(g)
-        self._slot_of = EdgeSlots(g.n, g.src * g.n + g.dst)
-        self._L = L = float(ctx.public["L"])
-        private = p.noise == "laplace" and math.isfinite(p.epsilon)
-        #: Laplace scale b = 2L/ε of the per-sample noise (0 without privacy).
-        self.laplace_b = laplace_scale(L, p.epsilon) if private else 0.0
-        budget = getattr(p, "budget", None)  # Private-C-ColME's, `SampleGate`
-        accountant = getattr(p, "accountant", "pld")
-        self.gate = (
-            None if budget is None else SampleGate(budget, L, self.laplace_b, g.n, accountant)
-        )
-        if self.gate is not None:
-            self.laplace_b = self.gate.scale
-        #: σ_DP² = 2b² = 8L²/ε², the variance of each sample's noise.
-        self.sigma2_dp = 2.0 * self.laplace_b**2
-        self._noise = ctx.streams.get("dp-noise")
-        sigma2 = np.broadcast_to(np.asarray(ctx.public["sigma2"], dtype=float), (g.n,))
-        distribution = ctx.public.get("distribution", "uniform")
-        self._test = NeighbourTest(p, sigma2, self.sigma2_dp, distribution, g.n_directed)
         #: σ̃_a² = σ_a² + σ_DP², the variance of a privatised sample.
         self.sigma2_tilde = self._test.sigma2_tilde
-        if self.uses_oracle:
-            cls = ctx.oracle_classes
-            self._oracle_chi = cls[g.src] == cls[g.dst]
-        # ideal links deliver every send whole, at once and in order: no send times to keep
-        self._in_order = ctx.links is None or ctx.links.ideal
         self._setup_state(g.n, g.n_directed)
 
     def _setup_state(self, m: int, e: int) -> None:
@@ -255,12 +217,6 @@ class CColME(WindowSafe):
         self._handlers = (self._on_state, self._on_decision, self._on_size)
 
     # -- slot: sample, privatise, share ------------------------------------------------------
-    def privatise(self, samples: np.ndarray) -> np.ndarray:
-        """X_a + Z_a with Z_a ~ Laplace(0, 2L/ε) drawn from ``dp-noise`` (X_a without privacy)."""
-        if self.laplace_b == 0.0:
-            return samples
-        return samples + self._noise.laplace(0.0, self.laplace_b, size=len(samples))
-
     def on_samples(self, t: int, samples: np.ndarray) -> None:
         """Slot t: take and privatise the samples, send the states, then (a deadline at the end
         of the instant) the consensus step."""
@@ -497,7 +453,7 @@ class CColME(WindowSafe):
         # |X̃_a − X̃_b|, in place; every edge: CSR order, a = src, agents' rows
         if isinstance(e, slice) or (live and len(e) == self.graph.n_directed):
             # r-regular: a scalar count repeats faster
-            diff = np.repeat(self._mean, self._csr.regular or self.graph.degree)
+            diff = self._csr.spread(self._mean)
         else:
             diff = self._mean.take(a)
         np.subtract(diff, x_b, out=diff)
@@ -548,7 +504,9 @@ class CColME(WindowSafe):
         # W Y over the mixed b ∈ C_a; they are in CSR order, so agent a's are the `counts[a]`
         # consecutive ones
         rows, starts = self._csr.starts(counts, self._kept_version if all_kept else None)
-        mixed = mix(self.y, nb_y, self._w, counts, rows, starts)
+        # Y_a over a's mixed edges, in a reused buffer when every edge is mixed
+        terms = self._csr.spread(self.y, counts) if len(starts) else None
+        mixed = mix(self.y, nb_y, self._w, counts, rows, starts, terms)
         oma = one_minus_alpha(self.t - self.start, p.alpha_c, p.alpha_p)
         self.y = consensus_update(self._mean, mixed, oma)
         if p.restart == "galante":
@@ -585,32 +543,6 @@ class CColME(WindowSafe):
             return self.y.copy()
         local = (self.raw_sum if self.params.fallback == "local" else self.priv_sum) / self.t
         return np.where(self._fallback, local, self.y)
-
-    def privacy_spend(self) -> Spend | None:
-        """The releases so far, for the `privacy` ledger (None without noise).
-
-        Each sample gets its Laplace noise once, and all an agent sends is computed from the
-        privatised samples: every sample is one Laplace release of sensitivity 2L (multiplier
-        b/2L = 1/ε), to one neighbour as to all of them colluding, once the agent has sent
-        anything (t ≥ 1, a neighbour). The mechanism is pure ε-DP; the accountant's truncated
-        privacy-loss distribution needs δ > 0, so the ledger reports ε at δ = 10⁻¹².
-        """
-        if self.laplace_b == 0.0:
-            return None
-        shared = np.where((self.graph.degree > 0) & (self.t > 0), 1, 0)
-        if self.gate is not None and self.gate.silent:
-            shared[:] = 0
-        m = self.laplace_b / (2.0 * self._L)
-        accountant = getattr(self.params, "accountant", "pld")
-        return Spend("laplace", 1e-12, {"one": (m, shared), "all": (m, shared)}, accountant)
-
-    def budget_gate(self) -> SampleGate | None:
-        """The per-agent budget's state (None without one), for the `budget` metric."""
-        return self.gate
-
-    def neighbour_decisions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(a, b, b ∈ C_a) for every directed edge of G: the estimated same-class links."""
-        return self.src, self.dst, self.kept.copy()
 
 
 @PROTOCOLS.register("private-c-colme")

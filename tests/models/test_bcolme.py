@@ -7,76 +7,20 @@ import math
 
 import numpy as np
 import pytest
+from _ccolme_helpers import Driver, GraphData, regular
+from _ccolme_helpers import protocol as ccolme_protocol
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from desim.kernel.messages import Batch
-from desim.kernel.params import build
-from desim.kernel.protocol import Context, DataSource
-from desim.kernel.randomness import Streams
-from desim.kernel.registry import PROTOCOLS, TOPOLOGIES
 from desim.models.ccolme.bcolme import BColME, outgoing_tables, row_sums
 from desim.models.ccolme.model import confidence_radius
 from desim.testing import check_modes
 from desim.topologies.graph import Graph
 
 
-class GraphData(DataSource):
-    """Gaussian data on a given graph, one mean per class."""
-
-    def __init__(self, graph: Graph, classes, class_means, sigma=1.0):
-        self.n_agents = graph.n
-        self.classes = np.asarray(classes)
-        self.means = np.asarray(class_means, dtype=float)[self.classes]
-        self.sigma = sigma
-        self.public = {
-            "L": 3 * sigma,
-            "sigma2": np.full(graph.n, sigma**2),
-            "distribution": "gaussian",
-            "graph": graph,
-        }
-
-    def sample(self, rng, n_slots):
-        return self.means + self.sigma * rng.standard_normal((n_slots, self.n_agents))
-
-
-class Driver:
-    """Runs a protocol by hand: everything it sends is delivered at once, before the next slot
-    (ideal links)."""
-
-    def __init__(self, proto: BColME, data: GraphData, seed: int = 0) -> None:
-        self.proto, self.queue = proto, []
-        ctx = Context(
-            data.n_agents,
-            100,
-            dict(data.public),
-            Streams(seed, 0, 1, 2),
-            self.send,
-            lambda: 0.0,
-            data.classes if proto.uses_oracle else None,
-        )
-        proto.setup(ctx)
-
-    def send(self, kind, src, dst, payload):
-        code = self.proto.message_kinds.index(kind)
-        n = len(src)
-        kinds = self.proto.message_kinds
-        self.queue.append(Batch(src, dst, np.full(n, code), payload, np.zeros(n), kinds, code))
-
-    def slot(self, t: int, samples: np.ndarray) -> np.ndarray:
-        self.proto.on_samples(t, samples)
-        while self.queue:
-            self.proto.on_deliver(self.queue.pop(0))
-        return self.proto.estimates()
-
-
 def protocol(name: str = "b-colme", **params) -> BColME:
-    cls = PROTOCOLS.get(name)
-    return cls(build(cls.Params, params, "test"))
-
-
-def regular(n: int, r: int, seed: int = 0) -> Graph:
-    return TOPOLOGIES.get("regular")(degree=r).make(n, np.random.default_rng(seed))
+    """B-ColME (or the protocol `name`) with `params`."""
+    return ccolme_protocol(name, **params)
 
 
 # --------------------------------------------------------------------------------------------

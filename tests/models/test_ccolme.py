@@ -7,59 +7,24 @@ import math
 
 import numpy as np
 import pytest
+from _ccolme_helpers import Driver, GraphData, protocol, regular
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import desim
 from desim.kernel.engine import Simulation
-from desim.kernel.messages import Batch
 from desim.kernel.params import ConfigError, build
-from desim.kernel.protocol import Context, DataSource
+from desim.kernel.protocol import DataSource
 from desim.kernel.randomness import Streams
-from desim.kernel.registry import PROTOCOLS, TOPOLOGIES
 from desim.models.ccolme.analytic import consensus_mse_exact
 from desim.models.ccolme.protocol import CColME, CColMEParams, PrivateCColMEParams
 from desim.study.scenario import Scenario
 from desim.topologies.graph import Graph
 
 
-class GraphData(DataSource):
-    """Gaussian (or uniform) data on a given graph, one mean per class."""
-
-    def __init__(self, graph: Graph, classes, class_means, sigma=1.0, distribution="gaussian"):
-        self.n_agents = graph.n
-        self.classes = np.asarray(classes)
-        self.means = np.asarray(class_means, dtype=float)[self.classes]
-        self.sigma = sigma
-        self.distribution = distribution
-        half = sigma * math.sqrt(3) if distribution == "uniform" else 3 * sigma
-        self.public = {
-            "L": half,
-            "sigma2": np.full(graph.n, sigma**2),
-            "distribution": distribution,
-            "graph": graph,
-        }
-
-    def sample(self, rng, n_slots):
-        shape = (n_slots, self.n_agents)
-        if self.distribution == "uniform":
-            h = self.public["L"]
-            return self.means + rng.uniform(-h, h, shape)
-        return self.means + self.sigma * rng.standard_normal(shape)
-
-
 def simulate(proto: CColME, data: DataSource, t_max: int, seed: int = 0, checkpoints=None):
     sim = Simulation(proto, data, t_max, Streams(seed, 0, 11, 22), checkpoints=checkpoints)
     return sim.run()
-
-
-def protocol(name: str = "private-c-colme", cls=None, **params) -> CColME:
-    cls = cls or PROTOCOLS.get(name)
-    return cls(build(cls.Params, params, "test"))
-
-
-def regular(n: int, r: int, seed: int = 0) -> Graph:
-    return TOPOLOGIES.get("regular")(degree=r).make(n, np.random.default_rng(seed))
 
 
 def disjoint_copies(g: Graph, k: int) -> Graph:
@@ -167,44 +132,6 @@ def test_consensus_reaches_2x_ideal_with_1_over_t_and_1x_with_sqrt(alpha_p, fact
 
 # --------------------------------------------------------------------------------------------
 # privacy
-
-
-class Driver:
-    """Runs a protocol by hand: zero-latency delivery of everything it sends, all recorded;
-    deadlines run in order once everything sent before them is delivered (as in the engine)."""
-
-    def __init__(self, proto: CColME, data: GraphData, seed: int = 0) -> None:
-        self.proto, self.sent = proto, []
-        self.queue: list[Batch] = []
-        self.deadlines: list = []
-        ctx = Context(
-            data.n_agents,
-            100,
-            dict(data.public),
-            Streams(seed, 0, 1, 2),
-            self.send,
-            lambda: 0.0,
-            data.classes if proto.uses_oracle else None,
-            call_at=lambda when, fn: self.deadlines.append(fn),
-        )
-        proto.setup(ctx)
-
-    def send(self, kind, src, dst, payload=None):
-        self.sent.append((kind, np.array(src), np.array(dst), np.array(payload)))
-        payload = payload[:, None] if payload.ndim == 1 else payload  # as the network does
-        code = self.proto.message_kinds.index(kind)
-        n = len(src)
-        self.queue.append(
-            Batch(src, dst, np.full(n, code), payload, np.zeros(n), self.proto.message_kinds, code)
-        )
-
-    def slot(self, t: int, samples: np.ndarray) -> None:
-        self.proto.on_samples(t, samples)
-        while self.queue or self.deadlines:
-            while self.queue:
-                self.proto.on_deliver(self.queue.pop(0))
-            if self.deadlines:
-                self.deadlines.pop(0)()
 
 
 @pytest.mark.parametrize("rule", ["bernstein", "optimistic"])

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _ccolme_helpers import GraphData, protocol, regular
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_ccolme import GraphData, protocol, regular
 
 from desim.kernel.engine import Simulation
 from desim.kernel.messages import Batch
 from desim.kernel.randomness import Streams
 from desim.kernel.registry import PROTOCOLS
+from desim.models.ccolme import live_first
 from desim.models.ccolme.edges import EdgeStates
 from desim.models.ccolme.live_first import LiveFirst
 from desim.topologies.graph import Graph
@@ -175,6 +176,17 @@ def test_live_first_compacts_and_stays_exact_on_a_large_regular_graph():
     left_out[live.states.s] = False
     assert not live.chi[left_out].any()
     assert (classes[g.src] != classes[g.dst])[left_out].all()
+
+
+def test_states_gathered_as_pairs_are_the_same_bit_for_bit(monkeypatch):
+    """Large graphs gather (X̃_b, Y_b) as pairs in chunks: forced on a small graph, with
+    chunks that split S, the run is the per-edge path's, bit for bit, through compactions."""
+    monkeypatch.setattr(live_first, "PAIRED_FROM", 0)
+    monkeypatch.setattr(live_first, "CHUNK", 77)
+    g = regular(60, 6, seed=4)
+    data = GraphData(g, np.arange(60) % 2, [0.0, 1.0], sigma=0.3)
+    live = assert_same_run({}, data, 60, 5, "c-colme")
+    assert live.compactions >= 1 and live.states._pairs is not None
 
 
 @pytest.mark.parametrize("device", ["copied", "reversed"])
