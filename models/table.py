@@ -98,16 +98,17 @@ def read_table(path: Path, with_truth: bool) -> Streams:
     perm = np.argsort(codes, kind="stable") if key is None else np.lexsort((key, codes))
     del key
     length = np.bincount(codes, minlength=n)
-    start = np.concatenate([[0], np.cumsum(length)[:-1]])
-    sorted_codes = codes[perm]
     del codes
-    values = columns.pop("value")[perm]
+    start = np.concatenate([[0], np.cumsum(length)[:-1]])
+    values = np.take(columns.pop("value"), perm)  # the file's order freed once taken
     out = Streams(ids, values, start, length, None, None)
-    if "class" in columns:
-        _, labels = _agent_codes(columns.pop("class"), name, "class")
-        out.classes = _per_agent(labels[perm], sorted_codes, out, name, "class")
-    if with_truth:
-        out.truth = _per_agent(columns.pop("truth")[perm], sorted_codes, out, name, "truth")
+    if columns:  # class and truth: one value per agent, checked on the rows in agent order
+        sorted_codes = np.repeat(np.arange(n, dtype=np.int32), length)
+        if "class" in columns:
+            _, labels = _agent_codes(columns.pop("class"), name, "class")
+            out.classes = _per_agent(labels[perm], sorted_codes, out, name, "class")
+        if with_truth:
+            out.truth = _per_agent(columns.pop("truth")[perm], sorted_codes, out, name, "truth")
     return out
 
 
@@ -160,14 +161,28 @@ def _arrow_table(path: Path, kind: str):
     with open(path, "rb") as f:
         header = f.readline().decode("utf-8").strip().split(",")
     names = [h.strip().strip('"') for h in header]
-    return pacsv.read_csv(
+    reader = pacsv.open_csv(
         path,
+        # small blocks, read one at a time: what the reader holds beside the columns stays small
+        read_options=pacsv.ReadOptions(use_threads=False, block_size=_BLOCK),
         convert_options=pacsv.ConvertOptions(
             include_columns=[c for c in COLUMNS if c in names],
             column_types={c: pa.float64() for c in _NUMERIC if c in names},
             null_values=[""],  # "nan" stays a number, refused as NaN by name
         ),
+        memory_pool=pa.system_memory_pool(),  # arrow's buffers go back once converted
     )
+    blocks = {n: [] for n in reader.schema.names}
+    for batch in reader:
+        for n, arrays in blocks.items():
+            arrays.append(batch.column(n))
+    return pa.table(
+        {n: pa.chunked_array(a, type=reader.schema.field(n).type) for n, a in blocks.items()}
+    )
+
+
+#: Bytes of a CSV file parsed at once.
+_BLOCK = 1 << 20
 
 
 def _numeric(chunked, column: str, name: str) -> np.ndarray:
@@ -206,7 +221,7 @@ def _agent_codes(agent, name: str, column: str = "agent") -> tuple[list, np.ndar
     ids = pc.unique(agent)
     ids = ids.take(pc.sort_indices(ids))
     codes = pc.index_in(agent, value_set=ids)
-    return ids.to_pylist(), np.asarray(codes.to_numpy(), dtype=np.int64)
+    return ids.to_pylist(), np.asarray(codes.to_numpy(), dtype=np.int32)
 
 
 def _per_agent(

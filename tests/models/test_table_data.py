@@ -98,6 +98,15 @@ def test_truth_mean_is_the_agents_full_data_mean(tmp_path):
     assert source.sample(np.random.default_rng(0), 4)[:, 1].tolist() == STREAMS[1]
 
 
+def test_a_parquet_file_gives_the_streams_of_the_same_csv(tmp_path):
+    folder = study(tmp_path)
+    pd.read_csv(folder / "data.csv").to_parquet(folder / "data.parquet")
+    rng = np.random.default_rng(0)
+    csv = TableData(file=str(folder / "data.csv")).make(rng).sample(rng, 9)
+    parquet = TableData(file=str(folder / "data.parquet")).make(rng).sample(rng, 9)
+    assert np.array_equal(csv, parquet)
+
+
 def test_resampled_streams_do_not_depend_on_block_sizes(tmp_path):
     spec = TableData(file=str(study(tmp_path) / "data.csv"), exhausted="resample")
     one, two = spec.make(None), spec.make(None)
