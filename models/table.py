@@ -72,7 +72,7 @@ class TableData:
 
 
 @dataclass
-class Streams:
+class AgentRows:
     """The agents' streams as read: `values` in agent order (each agent's rows in time order),
     agent a's rows at `values[start[a] : start[a] + length[a]]`."""
 
@@ -84,7 +84,7 @@ class Streams:
     truth: np.ndarray | None
 
 
-def read_table(path: Path, with_truth: bool) -> Streams:
+def read_table(path: Path, with_truth: bool) -> AgentRows:
     """The agents' streams of the file `path`; `ValueError` (one line naming the file and the
     column) for a file that is empty, not its extension's type, or holds bad rows."""
     columns = _read_columns(path, with_truth)
@@ -101,7 +101,7 @@ def read_table(path: Path, with_truth: bool) -> Streams:
     del codes
     start = np.concatenate([[0], np.cumsum(length)[:-1]])
     values = np.take(columns.pop("value"), perm)  # the file's order freed once taken
-    out = Streams(ids, values, start, length, None, None)
+    out = AgentRows(ids, values, start, length, None, None)
     if columns:  # class and truth: one value per agent, checked on the rows in agent order
         sorted_codes = np.repeat(np.arange(n, dtype=np.int32), length)
         if "class" in columns:
@@ -225,7 +225,7 @@ def _agent_codes(agent, name: str, column: str = "agent") -> tuple[list, np.ndar
 
 
 def _per_agent(
-    values: np.ndarray, codes: np.ndarray, streams: Streams, name: str, column: str
+    values: np.ndarray, codes: np.ndarray, streams: AgentRows, name: str, column: str
 ) -> np.ndarray:
     """A per-agent column (class or truth, rows in agent order) as one value per agent,
     refused unless it is constant over each agent's rows."""
@@ -244,7 +244,7 @@ class TableSamples(DataSource):
     """The data source of one run of `TableData`: slot t gives each agent its t-th row (after
     its rows run out: per `exhausted`)."""
 
-    def __init__(self, spec: TableData, streams: Streams) -> None:
+    def __init__(self, spec: TableData, streams: AgentRows) -> None:
         self.spec = spec
         self.streams = streams
         self.n_agents = len(streams.ids)
