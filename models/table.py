@@ -256,7 +256,11 @@ class TableSamples(DataSource):
         sums = np.add.reduceat(values, streams.start)
         means = sums / streams.length
         self.means = streams.truth if streams.truth is not None else means
-        squares = np.add.reduceat((values - np.repeat(means, streams.length)) ** 2, streams.start)
+        deviations = np.repeat(means, streams.length)  # one array of the rows' size, in place
+        np.subtract(values, deviations, out=deviations)
+        np.square(deviations, out=deviations)
+        squares = np.add.reduceat(deviations, streams.start)
+        del deviations
         self.public = {
             "L": float(values.max() - values.min()) / 2,
             "sigma2": squares / streams.length,
