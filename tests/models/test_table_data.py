@@ -80,14 +80,28 @@ def test_local_mean_of_a_cycled_stream_is_its_closed_form(tmp_path):
     folder = study(tmp_path, exhausted="cycle", truth="column")
     assert main(["run", str(folder), "--no-progress"]) == 0
     m = pd.read_parquet(folder / "results" / "metrics.parquet").query("metric == 'mse'")
-    truth = np.array([0.5, 2.0])
-    for t, mse in zip(m.t, m.value, strict=True):
-        local = []
-        for stream in STREAMS:
-            n = len(stream)
-            total = (int(t) // n) * sum(stream) + sum(stream[: int(t) % n])
-            local.append(total / int(t))
-        assert mse == pytest.approx(np.mean((np.array(local) - truth) ** 2), rel=1e-12)
+    assert len(m) >= 5
+    for t, mse in zip(m.t.astype(int), m.value, strict=True):
+        local = cycled_sums(t) / t  # each agent's mean of its first t cycled samples
+        assert mse == pytest.approx(np.mean((local - np.array([0.5, 2.0])) ** 2), rel=1e-12)
+
+
+def cycled_sums(t: int) -> np.ndarray:
+    """Each agent's sum of its first t cycled samples."""
+    return np.array([(t // len(x)) * sum(x) + sum(x[: t % len(x)]) for x in STREAMS])
+
+
+def test_ideal_mean_of_one_class_of_cycled_streams_is_its_closed_form(tmp_path):
+    one_class = CSV.replace("order,truth\n", "order,truth,class\n").replace(",2.0\n", ",2.0,k\n")
+    one_class = one_class.replace(",0.5\n", ",0.5,k\n")
+    folder = study(tmp_path, one_class, protocol="ideal", truth="column")
+    assert main(["run", str(folder), "--no-progress"]) == 0
+    m = pd.read_parquet(folder / "results" / "metrics.parquet").query("metric == 'mse'")
+    assert len(m) >= 5
+    for t, mse in zip(m.t.astype(int), m.value, strict=True):
+        pooled = cycled_sums(t).sum() / (2 * t)  # both agents: the mean of the class's samples
+        expected = np.mean((pooled - np.array([0.5, 2.0])) ** 2)
+        assert mse == pytest.approx(expected, rel=1e-12)
 
 
 def test_truth_mean_is_the_agents_full_data_mean(tmp_path):
