@@ -140,6 +140,7 @@ def test_resampled_streams_do_not_depend_on_block_sizes(tmp_path):
         ("agent,value\na,1\na,nan\n", "data.csv", "NaN or infinite"),
         ("agent,value\na,1\na,inf\n", "data.csv", "NaN or infinite"),
         ("agent,value\na,1\na,\n", "data.csv", "empty values"),
+        ("agent,value,class\na,1,x\na,2,y\n", "data.csv", "'class' differs within agent 'a'"),
         ("", "data.csv", "empty (0 bytes)"),
         ("agent,value\na,1\n", "data.parquet", "not a parquet file"),
         (b"PAR1\x00\x01binary", "data.csv", "not a CSV text file"),
