@@ -206,3 +206,9 @@ def test_same_bytes_with_one_and_two_workers(tmp_path):
         runs = sorted((folder / "results" / "runs").glob("*.parquet"))
         records.append({p.name: p.read_bytes() for p in runs})
     assert records[0] == records[1] and len(records[0]) == 2
+
+
+def test_a_file_changed_after_expansion_is_refused_at_run(tmp_path):
+    spec = TableData(file=str(study(tmp_path) / "data.csv"), sha256="0" * 64)
+    with pytest.raises(ValueError, match="changed since the study was expanded"):
+        spec.make(np.random.default_rng(0))
