@@ -8,4 +8,4 @@ families share beside them: the class data model (`data`), the local and ideal b
 Importing this package registers its protocols, data models, metrics and curves with desim.
 """
 
-from desim.models import baselines, ccolme, colme, data, eb, metrics, pricer  # noqa: F401  (registration side effects)  # noqa: F401  (registration side effects)
+from desim.models import baselines, ccolme, colme, data, eb, metrics, pricer, table  # noqa: F401  (registration side effects)

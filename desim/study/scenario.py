@@ -145,7 +145,7 @@ def resolve(s: Scenario) -> Resolved:
         raise ConfigError(f"{label}: protocol = {s.protocol!r}: must be a protocol name")
     cls = PROTOCOLS.lookup(s.protocol, f"{label}: protocol")
     params = build(cls.Params, _plain_numbers(s.params), label)
-    data = _plain_numbers(dict(s.data))
+    data = _plain_numbers(_with_folder(dict(s.data), s.folder, "data"))
     data_cls = DATA.lookup(data.pop("model", None), "data.model")
     data_params = build(data_cls, data, "data")
     check_run = getattr(data_params, "check_run", None)  # limits given the horizon (drift)
@@ -199,10 +199,13 @@ def _plain_numbers(table: dict[str, Any]) -> dict[str, Any]:
 
 
 def _with_folder(table: dict[str, Any] | None, folder: str, what: str) -> dict[str, Any] | None:
-    """`table` with its relative file paths (trace `file`, graph `path`) joined to `folder`."""
+    """`table` with its relative file paths (trace or data `file`, graph `path`) joined to
+    `folder`."""
     if table is None or not folder:
         return table
     out = dict(table)
+    if what == "data" and isinstance(out.get("file"), str):
+        out["file"] = str(Path(folder) / out["file"])
     if what == "topology" and isinstance(out.get("path"), str):
         out["path"] = str(Path(folder) / out["path"])
     for sub in ("outages", "nodes"):
@@ -258,6 +261,8 @@ def check_setup(s: Scenario) -> None:
                 data.public["graph"] = r.topology.build(data.n_agents, streams.get("topology"))
             links = r.links.bind(data.n_agents, data.public, streams)
             r.protocol_cls.check_setup(r.protocol_params, data, links)  # its own checks
+            if hasattr(data, "check_run"):  # what a data file must give this run (classes, rows)
+                data.check_run(r.protocol_cls(r.protocol_params), s.metrics, s.t_max)
     except (
         ValueError,
         IndexError,

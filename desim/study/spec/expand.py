@@ -36,6 +36,7 @@ from desim.study.spec.model import (
 )
 from desim.study.spec.parse import StudyDocument, check_input_file
 from desim.study.spec.validate import Validated, declared
+from desim.study.store import sha256_file
 
 
 def expand_runs(doc: StudyDocument, h: Horizon, v: Validated, points: list[GridPoint]) -> list[Run]:
@@ -219,6 +220,28 @@ def _trace_files(network: dict, folder: Path, checked: set[tuple[str, str]]) -> 
     return network
 
 
+def _data_file(data: dict, folder: Path) -> dict:
+    """`data` with its `file` (a data model reading one, e.g. ``table``) checked and its sha256
+    added: the file's bytes are part of the config hash, so editing the file makes stored
+    runs stale as editing the study file does."""
+    file = data.get("file")
+    if not isinstance(file, str):
+        return data
+    check_input_file(folder, file, "[data]: file", "data file", limit=None)
+    return {**data, "sha256": _file_sha256(folder / file)}
+
+
+def _file_sha256(path: Path) -> str:
+    """sha256 of the file `path`, hashed once while its size and modification time stay."""
+    stat = path.stat()
+    return _cached_sha256(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_sha256(path: str, size: int, mtime_ns: int) -> str:
+    return sha256_file(Path(path))
+
+
 def _scenario_at(
     spec: ScenarioSpec,
     point: GridPoint,
@@ -232,6 +255,7 @@ def _scenario_at(
         point, h.data, doc.network, doc.defaults, doc.topology
     )
     network = _trace_files(network, folder, set() if checked is None else checked)
+    data = _data_file(data, folder)
     names = _declared(spec)
     params = {k: v for k, v in defaults.items() if k in names}
     params.update(spec.params)

@@ -288,11 +288,13 @@ def _check_model(sub: str, table: dict) -> None:
         AVAILABILITY.lookup(table["model"], f"{where}: model")
 
 
-def check_input_file(folder: Path, path: Any, field: str, what: str = "file") -> None:
+def check_input_file(
+    folder: Path, path: Any, field: str, what: str = "file", limit: int | None = MAX_INPUT_BYTES
+) -> None:
     """Refuse a file a study reads unless it is a regular file inside the study `folder`.
 
     `path` is relative to the study folder; an absolute path, a path climbing out with '..'
-    or through a link, a FIFO or device, and a file over `MAX_INPUT_BYTES` are refused in one
+    or through a link, a FIFO or device, and a file over `limit` bytes are refused in one
     line that never shows the file's content (a study file may come from someone else).
     """
     if not isinstance(path, str) or not path:
@@ -317,8 +319,8 @@ def check_input_file(folder: Path, path: Any, field: str, what: str = "file") ->
         raise ConfigError(f"{field} = {shown!r}: no such {what} in the study folder")
     if not regular:
         raise ConfigError(f"{field} = {shown!r}: not a regular file (a {what} is a text file)")
-    if size > MAX_INPUT_BYTES:
-        raise ConfigError(f"{field} = {path!r}: {size} bytes; at most {MAX_INPUT_BYTES}")
+    if limit is not None and size > limit:
+        raise ConfigError(f"{field} = {path!r}: {size} bytes; at most {limit}")
 
 
 def _topology_table(raw: dict, file: Path) -> dict | None:
