@@ -91,7 +91,7 @@ METRIC_LABELS = {
     "stale": "releases discarded as stale (total)",
     "timed_out": "releases discarded as timed out (total)",
     "repeated": "answers re-sent unchanged (total)",
-    "budget_exhausted": "share of agents that withheld a release (budget spent)",
+    "budget_exhausted": "share of agents at their budget (withheld or degraded a release)",
     "budget_withheld": "releases withheld by privacy budgets (total)",
 }
 #: Who a privacy ledger metric ``eps_<who>_<stat>`` measures the ε against, and over what.
