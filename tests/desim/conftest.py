@@ -1,7 +1,9 @@
-"""Fixtures of the desim tests: the toy plug-ins, a small toy study folder and a dask cluster."""
+"""Fixtures of the desim tests: the toy plug-ins, a small toy study folder (fresh, or as `desim
+run` left it) and a dask cluster."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,22 @@ from _toy import write_study  # importing _toy registers the toy protocol and cu
 def toy_study(tmp_path: Path) -> Path:
     """A fresh folder holding the toy study."""
     return write_study(tmp_path / "toy")
+
+
+@pytest.fixture(scope="session")
+def toy_ran(tmp_path_factory) -> Path:
+    """The toy study as `desim run` leaves it (results and figures), run once per session."""
+    from desim.study.cli import main
+
+    folder = write_study(tmp_path_factory.mktemp("toy-ran") / "toy")
+    assert main(["run", str(folder), "--no-progress"]) == 0
+    return folder
+
+
+@pytest.fixture
+def toy_run(toy_ran: Path, tmp_path: Path) -> Path:
+    """A fresh copy of the toy study after `desim run` (a test may change it)."""
+    return Path(shutil.copytree(toy_ran, tmp_path / "toy"))
 
 
 @pytest.fixture(scope="session")

@@ -28,9 +28,10 @@ def _run(folder, *flags) -> int:
         pytest.param(AGENTS_GRID, id="agents", marks=pytest.mark.slow),
     ],
 )
-def test_a_grid_added_to_a_study_with_results_runs_summarises_and_plots(tmp_path, capsys, grid):
-    folder = write_study(tmp_path / "s")
-    assert _run(folder) == 0
+def test_a_grid_added_to_a_study_with_results_runs_summarises_and_plots(
+    toy_run, tmp_path, capsys, grid
+):
+    folder = toy_run
     write_study(folder, TOY_STUDY + grid)
     column = "epsilon" if "epsilon" in grid else "agents"
     for _ in range(2):  # the first run rebuilds the tables, the second finds them current
@@ -64,10 +65,8 @@ def test_a_grid_removed_from_a_study_with_results_runs_and_summarises(tmp_path, 
     assert main(["plot", str(folder)]) == 0
 
 
-def test_summary_and_plot_of_a_grown_grid_before_it_is_run_say_what_is_missing(tmp_path, capsys):
-    folder = write_study(tmp_path / "s")
-    assert _run(folder) == 0
-    write_study(folder, TOY_STUDY + EPSILON_GRID)
+def test_summary_and_plot_of_a_grown_grid_before_it_is_run_say_what_is_missing(toy_run, capsys):
+    folder = write_study(toy_run, TOY_STUDY + EPSILON_GRID)
     capsys.readouterr()
     assert main(["plot", str(folder)]) == 2
     err = capsys.readouterr().err
