@@ -9,14 +9,13 @@ import math
 
 import numpy as np
 import pytest
+from _runs import every_slot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from desim.kernel.engine import Simulation
 from desim.kernel.links import IdealLinks, LinkModel
 from desim.kernel.params import ConfigError, build
-from desim.kernel.randomness import Streams
-from desim.kernel.registry import DATA, PROTOCOLS
+from desim.kernel.registry import PROTOCOLS
 from desim.models.colme.protocol import PrivateColME, asynchrony
 from desim.models.colme.statistic import PairStatistic, SchVar2, noise_difference
 from desim.models.privacy.release import PSumRelease
@@ -174,13 +173,6 @@ def test_sch_var_2_with_gaps_is_unbiased(mechanism):
 
 
 # -- protocol runs -------------------------------------------------------------------------------
-def class_data(m: int, seed: int = 0):
-    spec = build(
-        DATA.get("classes"), {"agents": m, "class_means": [0.2, 0.8], "sigma": 0.5}, "data"
-    )
-    return spec.make(np.random.default_rng(seed))
-
-
 class Counting(PrivateColME):
     """Private-ColME that also counts the queries and releases delivered and taken."""
 
@@ -207,21 +199,17 @@ def simulate(
     protocol: str = "private-colme",
     seed: int = 0,
 ):
-    base = PROTOCOLS.get(protocol)
-    cls = cls or base
-    proto = cls(build(base.Params, params, "test"))
-    sim = Simulation(
-        proto,
-        class_data(m, seed),
+    return every_slot(
+        params,
+        m,
         t_max,
-        Streams(seed, 0, 11, 22),
-        links=links,
-        checkpoints=np.arange(1, t_max + 1),
-        per_agent=True,
+        links,
+        seed,
+        protocol=protocol,
+        cls=cls,
         metrics=[asynchrony],
+        per_agent=True,
     )
-    out = sim.run()
-    return proto, out
 
 
 def metric(out, name: str) -> np.ndarray:
