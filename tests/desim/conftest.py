@@ -32,10 +32,13 @@ def toy_run(toy_ran: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(toy_ran, tmp_path / "toy"))
 
 
-@pytest.fixture(scope="session")
+# Per module, not per session: an idle cluster still spends CPU (heartbeats of its scheduler,
+# nannies and workers) for as long as it lives, and only the dask test modules use it.
+@pytest.fixture(scope="module")
 def dask_cluster():
     """A client of desim's own ``local:2`` cluster (two forked worker processes, 127.0.0.1
-    only), shared by the dask tests; they pass its address to desim as a remote one's."""
+    only), shared by the tests of one dask module; they pass its address to desim as a remote
+    one's."""
     pytest.importorskip("distributed")
     from desim.study.dask import connect
 
