@@ -30,7 +30,7 @@ def test_run_writes_results_and_figures_and_summarises(toy_study, capsys):
     assert "0 done, 4 skipped (already done)" in capsys.readouterr().out
 
 
-def test_changed_config_reruns_only_affected_runs(toy_run, capsys):
+def test_changed_config_reruns_only_affected_runs(toy_run, capsys, no_figures):
     toy_study = toy_run  # the toy study after a run
     write_study(
         toy_study,

@@ -6,8 +6,6 @@ have been (the same record bytes, its own warnings), locally, on a pool and on a
 from __future__ import annotations
 
 import json
-import sys
-import types
 from pathlib import Path
 
 import pandas as pd
@@ -197,11 +195,7 @@ def reference(tmp_path_factory):
     return _records(folder), _sidecars(folder)
 
 
-def test_a_network_sweep_simulates_the_baselines_once(tmp_path, reference, capsys, monkeypatch):
-    # figures are not what is tested here (and matplotlib takes seconds to import)
-    figures = types.ModuleType("desim.study.plots")
-    figures.draw_figures = lambda study: []
-    monkeypatch.setitem(sys.modules, "desim.study.plots", figures)
+def test_a_network_sweep_simulates_the_baselines_once(tmp_path, reference, capsys, no_figures):
     folder = write_study(tmp_path / "s", STUDY)
     assert main(["run", str(folder), "--no-progress"]) == 0
     out = capsys.readouterr().out
