@@ -128,6 +128,22 @@ curves = ["toy curve"]
 """
 
 
+#: The head of a small PriCER study (10 agents in `dimension` dimensions, one slot): a test adds
+#: its [defaults], [grid] and scenarios.
+PRICER_HEAD = """\
+[study]
+title = "p"
+seed = 4
+t_max = 1
+checkpoints = 2
+
+[data]
+model = "vectors"
+agents = 10
+dimension = {dimension}
+"""
+
+
 def write_study(folder: Path, text: str = TOY_STUDY) -> Path:
     """Write `text` as folder/study.toml and return the folder."""
     folder.mkdir(parents=True, exist_ok=True)

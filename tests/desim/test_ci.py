@@ -13,6 +13,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,30 +84,33 @@ def test_pytest_leaves_out_slow_tests_unless_asked():
     assert args[args.index("-m") + 1] == "not slow"
 
 
-def _collect(folder: Path, *args: str) -> str:
-    """The tests pytest would run in `folder` under this repository's pytest configuration."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
-        + ["-c", str(ROOT / "pyproject.toml"), "--rootdir", str(folder), *args, str(folder)],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=120,
+def _collect(folder: Path, capsys, *args: str) -> str:
+    """The tests pytest would run in `folder` under this repository's pytest configuration (in
+    this process: a fresh interpreter would spend seconds importing pytest's plug-ins)."""
+    capsys.readouterr()
+    code = pytest.main(
+        ["--collect-only", "-q", "-p", "no:cacheprovider"]
+        + ["-c", str(ROOT / "pyproject.toml"), "--rootdir", str(folder), *args, str(folder)]
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+    out = capsys.readouterr()
+    assert code == 0, out.out + out.err
+    return out.out
 
 
-def test_the_default_run_deselects_a_slow_test_and_m_slow_selects_only_those(tmp_path):
+def test_the_default_run_deselects_a_slow_test_and_m_slow_selects_only_those(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr(sys, "path", list(sys.path))  # collecting puts tmp_path on it
     (tmp_path / "test_marks.py").write_text(
         "import pytest\n@pytest.mark.slow\ndef test_marked():\n    pass\n"
         "def test_unmarked():\n    pass\n"
     )
-    default = _collect(tmp_path)
+    default = _collect(tmp_path, capsys)
     assert "test_unmarked" in default and "test_marked" not in default, default
     assert "1 deselected" in default, default
-    only = _collect(tmp_path, "-m", "slow")
+    only = _collect(tmp_path, capsys, "-m", "slow")
     assert "test_marked" in only and "test_unmarked" not in only, only
+    sys.modules.pop("test_marks", None)  # the collected module, imported in this process
 
 
 def _commands() -> list[str]:

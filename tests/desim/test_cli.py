@@ -30,8 +30,8 @@ def test_run_writes_results_and_figures_and_summarises(toy_study, capsys):
     assert "0 done, 4 skipped (already done)" in capsys.readouterr().out
 
 
-def test_changed_config_reruns_only_affected_runs(toy_study, capsys):
-    assert main(["run", str(toy_study)]) == 0
+def test_changed_config_reruns_only_affected_runs(toy_run, capsys, no_figures):
+    toy_study = toy_run  # the toy study after a run
     write_study(
         toy_study,
         TOY_STUDY.replace(
@@ -83,8 +83,8 @@ def test_quick_writes_under_quick_only(toy_study, capsys):
     assert main(["plot", str(toy_study), "--quick"]) == 0
 
 
-def test_config_error_after_a_run_leaves_results_untouched(toy_study, capsys):
-    assert main(["run", str(toy_study)]) == 0
+def test_config_error_after_a_run_leaves_results_untouched(toy_run, capsys):
+    toy_study = toy_run  # the toy study after a run
     res = toy_study / "results"
     before = {p: p.read_bytes() for p in res.rglob("*") if p.is_file()}
     write_study(toy_study, TOY_STUDY.replace("agents = 6", "agents = 1"))

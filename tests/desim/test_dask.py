@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from _toy import write_study
 
 distributed = pytest.importorskip("distributed")
 
@@ -66,12 +67,6 @@ except StudyLocked:
 """
 
 
-def write(folder, text=STUDY):
-    folder.mkdir(parents=True)
-    (folder / "study.toml").write_text(text, encoding="utf-8")
-    return folder
-
-
 def tables(folder):
     res = folder / "results"
     out = {name: (res / name).read_bytes() for name in ("metrics.parquet", "curves.parquet")}
@@ -82,7 +77,7 @@ def tables(folder):
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """The study run by the local pool of 2 workers."""
-    folder = write(tmp_path_factory.mktemp("pool") / "s")
+    folder = write_study(tmp_path_factory.mktemp("pool") / "s", STUDY)
     summary = run_study(load_study(folder), workers=2, progress=False)
     assert summary.ok and summary.done == 10
     return tables(folder)
@@ -95,7 +90,7 @@ def handler_levels() -> list[int]:
 
 
 def test_local_cluster_gives_the_pool_bytes(tmp_path, reference, capsys):
-    folder = write(tmp_path / "s")
+    folder = write_study(tmp_path / "s", STUDY)
     levels = handler_levels()
     assert main(["run", str(folder), "--scheduler", "local:2", "--no-progress"]) == 0
     assert handler_levels() == levels  # held back during the run only
@@ -117,7 +112,7 @@ def test_curves_are_computed_on_the_cluster(tmp_path, dask_cluster, monkeypatch)
         raise AssertionError("a curve was computed in the client")
 
     monkeypatch.setattr(results, "curve_value", here)  # the client's copy only
-    folder = write(tmp_path / "s")
+    folder = write_study(tmp_path / "s", STUDY)
     address = dask_cluster.scheduler.address
     summary = run_study(load_study(folder), progress=False, scheduler=address)
     assert summary.ok and not summary.failures
@@ -139,7 +134,7 @@ def test_killed_worker_loses_nothing(tmp_path, reference, dask_cluster, monkeypa
         return store(run, results_dir, out, head)
 
     monkeypatch.setattr(desim_dask, "store_run", store_and_kill)
-    folder = write(tmp_path / "s")
+    folder = write_study(tmp_path / "s", STUDY)
     summary = run_study(load_study(folder), progress=False, scheduler=client.scheduler.address)
     assert killed and summary.ok and summary.done == 10
     assert tables(folder) == reference
@@ -156,7 +151,7 @@ def test_workers_of_another_desim_version_are_refused(tmp_path, dask_cluster, mo
     import desim
 
     monkeypatch.setattr(desim, "__version__", "0.0.0-client")
-    folder = write(tmp_path / "s")
+    folder = write_study(tmp_path / "s", STUDY)
     with pytest.raises(desim.ConfigError, match="runs desim .*, this process desim 0.0.0"):
         run_study(load_study(folder), progress=False, scheduler=dask_cluster.scheduler.address)
     assert not list((folder / "results" / "runs").glob("*.parquet"))  # nothing ran
@@ -199,7 +194,7 @@ def test_batches_grow_to_about_a_second_of_work():
 
 
 def test_bad_scheduler_and_missing_dask_are_one_line(tmp_path, capsys, monkeypatch):
-    folder = write(tmp_path / "s")
+    folder = write_study(tmp_path / "s", STUDY)
     assert main(["run", str(folder), "--scheduler", "local:0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("desim: error: --scheduler 'local:0'") and err.count("\n") == 1

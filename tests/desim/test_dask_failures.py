@@ -24,6 +24,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+from _toy import write_study
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -122,12 +123,6 @@ sys.exit(main(["run", sys.argv[1], "--scheduler", "local:2", "--no-progress"]))
 """
 
 
-def write(folder: Path, text: str = STUDY) -> Path:
-    folder.mkdir(parents=True)
-    (folder / "study.toml").write_text(text, encoding="utf-8")
-    return folder
-
-
 def records(folder: Path) -> list[Path]:
     return sorted((folder / "results" / "runs").glob("*.json"))
 
@@ -167,7 +162,7 @@ def one_line(err: str) -> str:
     ],
 )
 def test_malformed_addresses_are_refused_before_the_study_starts(tmp_path, capsys, address, says):
-    folder = write(tmp_path / "s")
+    folder = write_study(tmp_path / "s", STUDY)
     assert main(["run", str(folder), "--scheduler", address]) == 2
     err = one_line(capsys.readouterr().err)
     assert f"--scheduler {address!r}" in err and says in err
@@ -198,7 +193,7 @@ def test_any_text_is_an_address_or_one_line(text):
 
 
 def test_workers_with_a_scheduler_are_refused(tmp_path, capsys):
-    folder = write(tmp_path / "s")
+    folder = write_study(tmp_path / "s", STUDY)
     assert main(["run", str(folder), "--workers", "2", "--scheduler", "local:2"]) == 2
     err = one_line(capsys.readouterr().err)
     assert "--workers 2 with --scheduler local:2" in err
@@ -215,7 +210,7 @@ def test_the_stall_timeout_is_a_dask_setting():
 
 @pytest.mark.parametrize("value", ["soon", "", -1, 0, float("inf"), True, [60]])
 def test_a_stall_timeout_that_is_not_a_time_is_refused_up_front(tmp_path, capsys, value):
-    folder = write(tmp_path / "s")
+    folder = write_study(tmp_path / "s", STUDY)
     with dask.config.set({desim_dask.STALL_SETTING: value}):
         assert main(["run", str(folder), "--scheduler", "local:2"]) == 2
     err = one_line(capsys.readouterr().err)
@@ -273,7 +268,7 @@ HTTP = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\
 )
 def test_a_server_that_is_not_a_scheduler_is_one_line(tmp_path, capsys, monkeypatch, reply, says):
     monkeypatch.setattr(desim_dask, "CONNECT_TIMEOUT", 1)
-    folder = write(tmp_path / "s")
+    folder = write_study(tmp_path / "s", STUDY)
     start = time.monotonic()
     with server(reply) as address:
         code = main(["run", str(folder), "--scheduler", address, "--no-progress"])
@@ -289,7 +284,7 @@ def test_no_server_at_all_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(desim_dask, "CONNECT_TIMEOUT", 1)
     with socket.create_server(("127.0.0.1", 0)) as probe:
         address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"  # closed again: nothing there
-    folder = write(tmp_path / "s")
+    folder = write_study(tmp_path / "s", STUDY)
     assert main(["run", str(folder), "--scheduler", address, "--no-progress"]) == 2
     err = one_line(capsys.readouterr().err)
     assert f"--scheduler {address}: no scheduler answers there" in err
@@ -437,7 +432,7 @@ def run_and_stall(folder: Path, address: str, stall: Callable[[], None]) -> None
 @pytest.mark.parametrize("mode", ["silent", "garbage"])
 def test_a_scheduler_that_stops_answering_stops_the_study(tmp_path, dask_cluster, mode):
     """The relay to the scheduler turns silent or garbage once the first run is written."""
-    folder = write(tmp_path / "s", LONG)
+    folder = write_study(tmp_path / "s", LONG)
     with Relay(dask_cluster.scheduler.address) as relay:
         run_and_stall(folder, relay.address, partial(relay.turn, mode))
 
@@ -445,7 +440,7 @@ def test_a_scheduler_that_stops_answering_stops_the_study(tmp_path, dask_cluster
 @pytest.mark.slow  # a `desim run` process of its own, and the watch's wait
 def test_a_cluster_left_without_workers_stops_the_study(tmp_path):
     """The cluster scales to no worker once the first run is written."""
-    folder = write(tmp_path / "s", LONG)
+    folder = write_study(tmp_path / "s", LONG)
     with desim_dask.connect("local:1") as client:
         run_and_stall(folder, client.scheduler.address, partial(client.cluster.scale, 0))
         assert not client.nthreads()
@@ -472,7 +467,7 @@ def test_runs_lost_with_their_workers_are_named_and_the_rest_kept(tmp_path, caps
     run, any run queued on the same worker); the next ``desim run`` computes only those."""
     if desim_dask._start_method() != "fork":
         pytest.skip("the workers must inherit this module")
-    folder = write(tmp_path / "s")
+    folder = write_study(tmp_path / "s", STUDY)
     poison = load_study(folder).unique_runs[0]
     monkeypatch.setattr(desim_dask, "compute_batch", partial(compute_or_die, poison.config_hash))
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
@@ -502,7 +497,7 @@ def test_workers_killed_every_1_5_s_end_in_results_or_one_line(tmp_path, capsys)
     longer = STUDY.replace("replicates = 4", "replicates = 20").replace(
         "t_max = 200", "t_max = 40000"
     )
-    folder = write(tmp_path / "s", longer)
+    folder = write_study(tmp_path / "s", longer)
     stop, kills = threading.Event(), []
     before = {child.pid for child in psutil.Process().children()}
 
@@ -565,7 +560,7 @@ def test_workers_killed_every_1_5_s_end_in_results_or_one_line(tmp_path, capsys)
 def test_local_workers_start_where_filelock_refuses_concurrent_forks(tmp_path):
     """`--scheduler local:2` under a fork audit like filelock's: its workers are forked one
     at a time, so no fork meets another one, and the study runs."""
-    folder = write(tmp_path / "s")
+    folder = write_study(tmp_path / "s", STUDY)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
     out = subprocess.run(
         [sys.executable, "-c", FORK_AUDIT, str(folder)],

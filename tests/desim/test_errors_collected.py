@@ -9,25 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _toy import TOY_STUDY, write_study
+from _toy import PRICER_HEAD, TOY_STUDY, write_study
 
 import desim
 from desim.kernel.params import ConfigError, ConfigErrors
 from desim.study.cli import main
 from desim.study.spec import load_study
 
-PRICER = """
-[study]
-title = "p"
-seed = 4
-t_max = 1
-checkpoints = 2
-
-[data]
-model = "vectors"
-agents = 10
-dimension = 5
-
+PRICER = (
+    PRICER_HEAD.format(dimension=5)
+    + """
 [defaults]
 trust = "ring"
 
@@ -43,6 +34,7 @@ name = "P2"
 protocol = "pricer"
 epsilon_low = 0.2
 """
+)
 
 
 def _errors(folder: Path, capsys, *args: str) -> list[str]:

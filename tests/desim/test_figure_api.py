@@ -32,10 +32,9 @@ def test_importing_desim_chooses_no_backend():
     assert out.stdout.strip() == "svg"  # the user's choice stands (it was forced to Agg)
 
 
-def test_notebook_figure_is_the_cli_file(toy_study):
-    assert main(["run", str(toy_study), "--no-progress"]) == 0
-    written = mpimg.imread(toy_study / "figures" / "toy.png")
-    fig = desim.load(toy_study).plot("toy.png")
+def test_notebook_figure_is_the_cli_file(toy_run):
+    written = mpimg.imread(toy_run / "figures" / "toy.png")
+    fig = desim.load(toy_run).plot("toy.png")
     assert isinstance(fig, Figure)
     buf = io.BytesIO()
     fig.savefig(buf, dpi=DPI, format="png")
@@ -44,9 +43,8 @@ def test_notebook_figure_is_the_cli_file(toy_study):
     np.testing.assert_array_equal(mpimg.imread(buf), written)
 
 
-def test_plot_draws_into_a_given_ax(toy_study, tmp_path):
-    main(["run", str(toy_study), "--no-progress"])
-    res = desim.load(toy_study)
+def test_plot_draws_into_a_given_ax(toy_run, tmp_path):
+    res = desim.load(toy_run)
     fig, ax = plt.subplots()
     assert res.plot(0, ax=ax) is fig
     assert [line.get_label() for line in ax.get_lines()] == ["Toy A", "Toy B", "toy curve"]

@@ -11,6 +11,8 @@ from _toy import TOY_STUDY, write_study
 
 from desim.study.cli import main
 from desim.study.progress import LogProgress, progress_bar
+from desim.study.results import run_study
+from desim.study.spec import load_study
 
 EPSILON_GRID = '[grid]\n"defaults.epsilon" = [0.5, 1.0]\n'
 AGENTS_GRID = '[grid]\n"data.agents" = [4, 6]\n'
@@ -28,9 +30,10 @@ def _run(folder, *flags) -> int:
         pytest.param(AGENTS_GRID, id="agents", marks=pytest.mark.slow),
     ],
 )
-def test_a_grid_added_to_a_study_with_results_runs_summarises_and_plots(tmp_path, capsys, grid):
-    folder = write_study(tmp_path / "s")
-    assert _run(folder) == 0
+def test_a_grid_added_to_a_study_with_results_runs_summarises_and_plots(
+    toy_run, tmp_path, capsys, grid
+):
+    folder = toy_run
     write_study(folder, TOY_STUDY + grid)
     column = "epsilon" if "epsilon" in grid else "agents"
     for _ in range(2):  # the first run rebuilds the tables, the second finds them current
@@ -39,7 +42,7 @@ def test_a_grid_added_to_a_study_with_results_runs_summarises_and_plots(tmp_path
     manifest = json.loads((folder / "results" / "manifest.json").read_text())
     assert manifest["invocations"][-1]["curves_computed"] == 1  # the old point's curve kept
     fresh = write_study(tmp_path / "fresh", TOY_STUDY + grid)
-    assert _run(fresh) == 0
+    assert run_study(load_study(fresh), progress=False).ok  # its tables only: no figure drawn
     for name in ("metrics.parquet", "curves.parquet"):  # the same tables as a fresh copy's
         assert (folder / "results" / name).read_bytes() == (fresh / "results" / name).read_bytes()
     curves = pd.read_parquet(folder / "results" / "curves.parquet")
@@ -64,10 +67,8 @@ def test_a_grid_removed_from_a_study_with_results_runs_and_summarises(tmp_path, 
     assert main(["plot", str(folder)]) == 0
 
 
-def test_summary_and_plot_of_a_grown_grid_before_it_is_run_say_what_is_missing(tmp_path, capsys):
-    folder = write_study(tmp_path / "s")
-    assert _run(folder) == 0
-    write_study(folder, TOY_STUDY + EPSILON_GRID)
+def test_summary_and_plot_of_a_grown_grid_before_it_is_run_say_what_is_missing(toy_run, capsys):
+    folder = write_study(toy_run, TOY_STUDY + EPSILON_GRID)
     capsys.readouterr()
     assert main(["plot", str(folder)]) == 2
     err = capsys.readouterr().err

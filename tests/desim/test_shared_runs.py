@@ -6,12 +6,11 @@ have been (the same record bytes, its own warnings), locally, on a pool and on a
 from __future__ import annotations
 
 import json
-import sys
-import types
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from _toy import write_study
 
 from desim.kernel.plugins import load_plugins
 from desim.kernel.protocol import Protocol
@@ -167,12 +166,6 @@ protocol = "local"
 """
 
 
-def _write(folder: Path, text: str = STUDY) -> Path:
-    folder.mkdir(parents=True)
-    (folder / "study.toml").write_text(text, encoding="utf-8")
-    return folder
-
-
 def _records(folder: Path) -> dict[str, bytes]:
     """Every record and table a run writes, by name (the bytes that must not change)."""
     res = folder / "results"
@@ -197,17 +190,13 @@ def _fresh(folder: Path) -> None:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """The study with every run simulated (sharing off): records and sidecars."""
-    folder = _write(tmp_path_factory.mktemp("fresh") / "s")
+    folder = write_study(tmp_path_factory.mktemp("fresh") / "s", STUDY)
     _fresh(folder)
     return _records(folder), _sidecars(folder)
 
 
-def test_a_network_sweep_simulates_the_baselines_once(tmp_path, reference, capsys, monkeypatch):
-    # figures are not what is tested here (and matplotlib takes seconds to import)
-    figures = types.ModuleType("desim.study.plots")
-    figures.draw_figures = lambda study: []
-    monkeypatch.setitem(sys.modules, "desim.study.plots", figures)
-    folder = _write(tmp_path / "s")
+def test_a_network_sweep_simulates_the_baselines_once(tmp_path, reference, capsys, no_figures):
+    folder = write_study(tmp_path / "s", STUDY)
     assert main(["run", str(folder), "--no-progress"]) == 0
     out = capsys.readouterr().out
     # 3 scenarios × 3 points × 2 replicates; local and ideal: 2 simulated each, 8 shared
@@ -231,14 +220,14 @@ def test_a_network_sweep_simulates_the_baselines_once(tmp_path, reference, capsy
 
 
 def test_a_pool_gives_the_same_bytes(tmp_path, reference):
-    folder = _write(tmp_path / "s")
+    folder = write_study(tmp_path / "s", STUDY)
     summary = run_study(load_study(folder), workers=2, progress=False)
     assert summary.ok and (summary.done, summary.shared) == (18, 8)
     assert _records(folder) == reference[0]
 
 
 def test_a_resume_runs_what_is_missing_as_a_fresh_run_would(tmp_path, reference):
-    folder = _write(tmp_path / "s")
+    folder = write_study(tmp_path / "s", STUDY)
     assert run_study(load_study(folder), progress=False).shared == 8
     sides = _sidecars(folder)
     # an interrupted group: the simulated run of local's replicate 0 and one of its followers
@@ -254,7 +243,7 @@ def test_a_resume_runs_what_is_missing_as_a_fresh_run_would(tmp_path, reference)
 
 
 def test_a_failed_simulation_fails_every_run_it_stands_for(tmp_path, monkeypatch):
-    folder = _write(tmp_path / "s")
+    folder = write_study(tmp_path / "s", STUDY)
 
     def fail(self):
         raise RuntimeError("local estimates fail")
@@ -270,7 +259,7 @@ def test_a_topology_sweep_keeps_each_runs_own_warnings(tmp_path):
     """local shares across graphs; each of its runs keeps the disconnection warning of its own
     graph (ideal-component reads the graph: nothing to share between its points)."""
     text = TOPOLOGY_STUDY.format(metrics='["accuracy"]')
-    shared, fresh = _write(tmp_path / "shared", text), _write(tmp_path / "fresh", text)
+    shared, fresh = write_study(tmp_path / "shared", text), write_study(tmp_path / "fresh", text)
     summary = run_study(load_study(shared), progress=False)
     assert summary.ok and (summary.done, summary.shared) == (8, 2)
     _fresh(fresh)
@@ -283,13 +272,13 @@ def test_a_topology_sweep_keeps_each_runs_own_warnings(tmp_path):
 
 
 def test_a_metric_reading_the_graph_stops_sharing_across_graphs(tmp_path):
-    folder = _write(tmp_path / "s", TOPOLOGY_STUDY.format(metrics='["corollary1"]'))
+    folder = write_study(tmp_path / "s", TOPOLOGY_STUDY.format(metrics='["corollary1"]'))
     summary = run_study(load_study(folder), progress=False)
     assert summary.ok and (summary.done, summary.shared) == (8, 0)
 
 
 def test_groups_follow_the_order_of_the_study(tmp_path):
-    study = load_study(_write(tmp_path / "s"))
+    study = load_study(write_study(tmp_path / "s", STUDY))
     planned = share_runs(list(study.unique_runs))
     leads = [r for r in planned if isinstance(r, Lead)]
     assert [r.scenario.name for r in leads] == ["local", "local", "ideal", "ideal"]
@@ -302,7 +291,7 @@ def test_groups_follow_the_order_of_the_study(tmp_path):
 @pytest.mark.slow
 def test_a_cluster_gives_the_same_bytes(tmp_path, reference):
     pytest.importorskip("distributed")
-    folder = _write(tmp_path / "s")
+    folder = write_study(tmp_path / "s", STUDY)
     summary = run_study(load_study(folder), progress=False, scheduler="local:1")
     assert summary.ok and (summary.done, summary.shared) == (18, 8)
     assert _records(folder) == reference[0]

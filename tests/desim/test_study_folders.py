@@ -186,7 +186,7 @@ def test_a_failing_invocation_never_shrinks_results(toy_study, monkeypatch, caps
     assert run_study(load_study(toy_study), progress=False).skipped == 4
 
 
-def test_a_non_finite_value_is_refused_before_anything_is_touched(toy_study, capsys):
+def test_a_non_finite_value_is_refused_before_anything_is_touched(toy_study, capsys, no_figures):
     assert main(["run", str(toy_study), "--no-progress"]) == 0
     before = metrics_bytes(toy_study)
     write_study(toy_study, TOY_STUDY.replace("sigma = 0.5", "sigma = inf"))
@@ -197,7 +197,7 @@ def test_a_non_finite_value_is_refused_before_anything_is_touched(toy_study, cap
     assert metrics_bytes(toy_study) == before
 
 
-def test_a_damaged_record_is_named_set_aside_and_run_again(toy_study, capsys):
+def test_a_damaged_record_is_named_set_aside_and_run_again(toy_study, capsys, no_figures):
     study = load_study(toy_study)
     run_study(study, progress=False)
     before = metrics_bytes(toy_study)
@@ -231,7 +231,7 @@ def test_a_damaged_metrics_table_is_rebuilt_from_the_records(toy_study, capsys, 
     assert "Traceback" not in capsys.readouterr().err
 
 
-def test_filesystem_trouble_is_one_line(toy_study, capsys, monkeypatch):
+def test_filesystem_trouble_is_one_line(toy_study, capsys, monkeypatch, no_figures):
     (toy_study / "results").mkdir()
     (toy_study / "results" / "runs").write_text("not a folder")
     assert main(["run", str(toy_study), "--no-progress"]) == 2
@@ -402,7 +402,7 @@ def test_a_curve_beyond_its_limits_is_refused_by_validate(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1
 
 
-def test_verify_reports_changed_fingerprints(toy_study, capsys):
+def test_verify_reports_changed_fingerprints(toy_study, capsys, no_figures):
     assert main(["run", str(toy_study), "--no-progress"]) == 0
     capsys.readouterr()
     assert main(["verify", str(toy_study), "--no-progress"]) == 0
@@ -465,7 +465,7 @@ def test_a_bad_at_lists_the_checkpoints(toy_study, capsys):
     assert "--at 100: no checkpoint at that slot; checkpoints: 1, " in err and ", 50" in err
 
 
-def test_topology_warnings_are_recorded_and_printed_once(tmp_path, capsys):
+def test_topology_warnings_are_recorded_and_printed_once(tmp_path, capsys, no_figures):
     text = TOY_STUDY.replace("agents = 6", "agents = 12") + textwrap.dedent("""
         [topology]
         model = "erdos-renyi"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _toy import PRICER_HEAD
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -266,18 +267,9 @@ def test_the_smallest_privacy_budget_allowed_runs_finite(tmp_path):
         assert np.isfinite(out.metrics["value"]).all()
 
 
-PRICER = """
-[study]
-title = "p"
-seed = 4
-t_max = 1
-checkpoints = 2
-
-[data]
-model = "vectors"
-agents = 10
-dimension = 5
-
+PRICER = (
+    PRICER_HEAD.format(dimension=5)
+    + """
 [defaults]
 trust = "ring"
 
@@ -292,6 +284,7 @@ protocol = "local"
 name = "PriCER"
 protocol = "pricer"
 """
+)
 
 
 def test_a_protocol_check_reaches_every_grid_point_and_scenario(tmp_path, capsys):

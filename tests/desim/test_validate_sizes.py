@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from _toy import PRICER_HEAD, write_study
 
 from desim.kernel.params import ConfigError
 from desim.kernel.plugins import load_plugins
@@ -38,13 +38,6 @@ protocol = "private-colme"
 """
 
 
-def _folder(tmp_path: Path, text: str) -> Path:
-    folder = tmp_path / "s"
-    folder.mkdir(exist_ok=True)
-    (folder / "study.toml").write_text(text)
-    return folder
-
-
 @pytest.fixture
 def machine(monkeypatch):
     """A machine with 20 GiB, whatever this one has."""
@@ -52,7 +45,7 @@ def machine(monkeypatch):
 
 
 def test_private_colme_with_too_many_agents_is_refused_with_the_estimate(tmp_path, capsys, machine):
-    folder = _folder(tmp_path, STUDY.format(agents=100_000))
+    folder = write_study(tmp_path / "s", STUDY.format(agents=100_000))
     code = main(["validate", str(folder)])
     err = capsys.readouterr().err
     assert code != 0
@@ -62,38 +55,30 @@ def test_private_colme_with_too_many_agents_is_refused_with_the_estimate(tmp_pat
 
 
 def test_force_skips_the_memory_estimate(tmp_path, machine):
-    folder = _folder(tmp_path, STUDY.format(agents=100_000))
+    folder = write_study(tmp_path / "s", STUDY.format(agents=100_000))
     assert len(load_study(folder, force=True).runs) == 1
 
 
 def test_a_grid_over_agents_is_estimated_at_its_largest_value(tmp_path, machine):
     text = STUDY.format(agents=10) + '\n[grid]\n"data.agents" = [10, 200000]\n'
     with pytest.raises(ConfigError, match="agents = 200000 needs about"):
-        load_study(_folder(tmp_path, text))
+        load_study(write_study(tmp_path / "s", text))
 
 
-PRICER = """
-[study]
-title = "p"
-seed = 4
-t_max = 1
-checkpoints = 2
-
-[data]
-model = "vectors"
-agents = 10
-dimension = {dimension}
-
+PRICER = (
+    PRICER_HEAD
+    + """
 [[scenario]]
 name = "PriCER"
 protocol = "pricer"
 """
+)
 
 
 def test_a_pricer_dimension_too_large_is_refused_before_anything_is_allocated(
     tmp_path, capsys, machine
 ):
-    folder = _folder(tmp_path, PRICER.format(dimension=10**10))
+    folder = write_study(tmp_path / "s", PRICER.format(dimension=10**10))
     code = main(["validate", str(folder)])
     err = capsys.readouterr().err
     assert code != 0
@@ -120,8 +105,8 @@ draws = {draws}
 
 def test_oracle_draws_too_many_are_refused(tmp_path, machine):
     with pytest.raises(ConfigError, match=r"curve 'oracle': oracle with draws = 10{12}"):
-        load_study(_folder(tmp_path, ORACLE.format(draws=10**12)))
-    assert load_study(_folder(tmp_path, ORACLE.format(draws=20000))).curve_jobs
+        load_study(write_study(tmp_path / "s", ORACLE.format(draws=10**12)))
+    assert load_study(write_study(tmp_path / "s", ORACLE.format(draws=20000))).curve_jobs
 
 
 def test_c_colme_scales_with_the_edges_of_its_graph():
@@ -184,7 +169,7 @@ def test_the_private_colme_estimate_is_within_1_5x_of_the_measured_peak():
 
 def test_a_trace_file_counts_for_the_scenarios_that_read_it(tmp_path, monkeypatch):
     monkeypatch.setattr(limits, "_memory_bytes", lambda: limits.BASE_BYTES + 20 * 2**20)
-    folder = _folder(tmp_path, STUDY.format(agents=12))
+    folder = write_study(tmp_path / "s", STUDY.format(agents=12))
     assert load_study(folder).runs  # without a trace, the run fits
     rows = "".join(f"{2 * i}.5,{2 * i + 1}.25,down,{i % 12}\n" for i in range(30_000))
     (folder / "trace.csv").write_text("start,end,state,node\n" + rows)

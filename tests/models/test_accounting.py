@@ -9,10 +9,9 @@ import math
 import dp_accounting
 import numpy as np
 import pytest
+from _runs import every_slot
 
-from desim.kernel.engine import Simulation
 from desim.kernel.params import ConfigError, build
-from desim.kernel.randomness import Streams
 from desim.kernel.registry import CURVES, DATA, METRICS, PROTOCOLS
 from desim.models.privacy.accounting import (
     Spend,
@@ -166,21 +165,7 @@ def test_ledger_summarises_mean_and_max():
 
 # -- the ledger of Private-ColME runs -------------------------------------------------------------
 def run(params: dict, m: int, t_max: int, links=None, seed: int = 0):
-    data = build(
-        DATA.get("classes"), {"agents": m, "class_means": [0.2, 0.8], "sigma": 0.5}, "data"
-    ).make(np.random.default_rng(seed))
-    cls = PROTOCOLS.get("private-colme")
-    proto = cls(build(cls.Params, params, "test"))
-    sim = Simulation(
-        proto,
-        data,
-        t_max,
-        Streams(seed, 0, 11, 22),
-        links=links,
-        checkpoints=np.arange(1, t_max + 1),
-        metrics=[METRICS.get("privacy")],
-    )
-    out = sim.run()
+    proto, out = every_slot(params, m, t_max, links, seed, metrics=[METRICS.get("privacy")])
     wide = out.metrics.pivot(index="t", columns="metric", values="value")
     return proto, wide
 

@@ -9,14 +9,13 @@ import math
 import dp_accounting
 import numpy as np
 import pytest
+from _runs import every_slot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from desim.kernel.engine import Simulation
 from desim.kernel.links import IdealLinks
 from desim.kernel.params import ConfigError, build
-from desim.kernel.randomness import Streams
-from desim.kernel.registry import DATA, METRICS, PROTOCOLS
+from desim.kernel.registry import METRICS, PROTOCOLS
 from desim.models.privacy.accounting import epsilon_spent, psum_multiplier
 from desim.models.privacy.budget import capacity, first_sample_psums
 from desim.network_models.links import FixedLatency
@@ -27,21 +26,8 @@ L_FIG2 = math.sqrt(3) / 2  # σ = 1/2 uniform data: L = σ√3
 
 
 def simulate(params: dict, m: int, t_max: int, links=None, seed: int = 0):
-    data = build(
-        DATA.get("classes"), {"agents": m, "class_means": [0.2, 0.8], "sigma": 0.5}, "data"
-    ).make(np.random.default_rng(seed))
-    cls = PROTOCOLS.get("private-colme")
-    proto = cls(build(cls.Params, params, "test"))
-    sim = Simulation(
-        proto,
-        data,
-        t_max,
-        Streams(seed, 0, 11, 22),
-        links=links,
-        checkpoints=np.arange(1, t_max + 1),
-        metrics=[METRICS.get("privacy"), METRICS.get("budget")],
-    )
-    return proto, sim.run()
+    metrics = [METRICS.get("privacy"), METRICS.get("budget")]
+    return every_slot(params, m, t_max, links, seed, metrics=metrics)
 
 
 def exposure(proto) -> np.ndarray:

@@ -9,14 +9,13 @@ import math
 
 import numpy as np
 import pytest
+from _runs import every_slot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from desim.kernel.engine import Simulation
 from desim.kernel.links import IdealLinks, LinkModel
 from desim.kernel.params import ConfigError, build
-from desim.kernel.randomness import Streams
-from desim.kernel.registry import DATA, PROTOCOLS
+from desim.kernel.registry import PROTOCOLS
 from desim.models.colme.protocol import PrivateColME, asynchrony
 from desim.models.colme.statistic import PairStatistic, SchVar2, noise_difference
 from desim.models.privacy.release import PSumRelease
@@ -64,14 +63,7 @@ def patterns(max_j: int = 40):
 
 
 # -- (1) T and Var[T] with gaps and reordering ---------------------------------------------------
-@given(
-    pattern=patterns(),
-    mechanism=st.sampled_from(["pm1", "pm2"]),
-    weights=st.sampled_from(["last", "mom", "wmom"]),
-    seed=st.integers(0, 2**16),
-)
-@settings(max_examples=150, deadline=None)
-def test_statistic_with_gaps_equals_a_reference_from_scratch(pattern, mechanism, weights, seed):
+def statistic_with_gaps_equals_a_reference_from_scratch(pattern, mechanism, weights, seed):
     """Pair (0, 1) takes a gappy subset while pair (1, 0) takes every release in the same calls,
     so consecutive rows also go through the gap path (and through the fast path otherwise)."""
     received, steps = pattern
@@ -95,6 +87,23 @@ def test_statistic_with_gaps_equals_a_reference_from_scratch(pattern, mechanism,
             assert stat.value[a, b] == pytest.approx(t_ref, rel=1e-12, abs=1e-12)
             assert var[a, b] == pytest.approx(var_ref, rel=1e-10)
     assert stat.last_index(np.array([1]))[0] == js[-1]
+
+
+GAP_CASES = given(
+    pattern=patterns(),
+    mechanism=st.sampled_from(["pm1", "pm2"]),
+    weights=st.sampled_from(["last", "mom", "wmom"]),
+    seed=st.integers(0, 2**16),
+)
+# A few cases in the default set, more in the slow set.
+test_statistic_with_gaps_equals_a_reference_from_scratch = settings(max_examples=50, deadline=None)(
+    GAP_CASES(statistic_with_gaps_equals_a_reference_from_scratch)
+)
+test_statistic_with_gaps_equals_a_reference_from_scratch_more_cases = pytest.mark.slow(
+    settings(max_examples=150, deadline=None)(
+        GAP_CASES(statistic_with_gaps_equals_a_reference_from_scratch)
+    )
+)
 
 
 @given(pattern=patterns(), mechanism=st.sampled_from(["pm1", "pm2"]), seed=st.integers(0, 2**16))
@@ -174,13 +183,6 @@ def test_sch_var_2_with_gaps_is_unbiased(mechanism):
 
 
 # -- protocol runs -------------------------------------------------------------------------------
-def class_data(m: int, seed: int = 0):
-    spec = build(
-        DATA.get("classes"), {"agents": m, "class_means": [0.2, 0.8], "sigma": 0.5}, "data"
-    )
-    return spec.make(np.random.default_rng(seed))
-
-
 class Counting(PrivateColME):
     """Private-ColME that also counts the queries and releases delivered and taken."""
 
@@ -207,21 +209,17 @@ def simulate(
     protocol: str = "private-colme",
     seed: int = 0,
 ):
-    base = PROTOCOLS.get(protocol)
-    cls = cls or base
-    proto = cls(build(base.Params, params, "test"))
-    sim = Simulation(
-        proto,
-        class_data(m, seed),
+    return every_slot(
+        params,
+        m,
         t_max,
-        Streams(seed, 0, 11, 22),
-        links=links,
-        checkpoints=np.arange(1, t_max + 1),
-        per_agent=True,
+        links,
+        seed,
+        protocol=protocol,
+        cls=cls,
         metrics=[asynchrony],
+        per_agent=True,
     )
-    out = sim.run()
-    return proto, out
 
 
 def metric(out, name: str) -> np.ndarray:

@@ -1,0 +1,52 @@
+"""Helpers of the model tests: the two-class data set-up and one protocol run measured at every
+slot (the ledger, budget and asynchrony tests read each slot's metrics).
+
+A test module imports them (`from _runs import class_data, every_slot`): pytest puts this folder
+on sys.path to import the module.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from desim.kernel.engine import Simulation
+from desim.kernel.params import build
+from desim.kernel.randomness import Streams
+from desim.kernel.registry import DATA, PROTOCOLS
+
+
+def class_data(m: int, seed: int = 0):
+    """M agents of two classes (means 0.2 and 0.8, uniform samples of σ = 0.5)."""
+    spec = build(
+        DATA.get("classes"), {"agents": m, "class_means": [0.2, 0.8], "sigma": 0.5}, "data"
+    )
+    return spec.make(np.random.default_rng(seed))
+
+
+def every_slot(
+    params: dict,
+    m: int,
+    t_max: int,
+    links=None,
+    seed: int = 0,
+    *,
+    protocol: str = "private-colme",
+    cls: type | None = None,
+    metrics=(),
+    per_agent: bool = False,
+):
+    """(protocol, output) of one run of `protocol` (built from `params`; `cls` a subclass to run
+    in its place) on `class_data(m, seed)`, measured at every slot."""
+    base = PROTOCOLS.get(protocol)
+    proto = (cls or base)(build(base.Params, params, "test"))
+    sim = Simulation(
+        proto,
+        class_data(m, seed),
+        t_max,
+        Streams(seed, 0, 11, 22),
+        links=links,
+        checkpoints=np.arange(1, t_max + 1),
+        per_agent=per_agent,
+        metrics=list(metrics),
+    )
+    return proto, sim.run()
