@@ -20,6 +20,7 @@ Public facts: ``L`` is half the range of all values (two samples differ by at mo
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -64,11 +65,15 @@ class TableData:
     def make(self, rng: np.random.Generator) -> TableSamples:
         """Read the file (no draws from `rng`) and return the data source."""
         path = Path(self.file)
-        from desim.study.store import sha256_file  # the study's own file hash
-
-        if self.sha256 and sha256_file(path) != self.sha256:
+        if self.sha256 and _sha256(path) != self.sha256:
             raise ValueError(f"file {path.name!r} changed since the study was expanded; run again")
         return TableSamples(self, read_table(path, self.truth == "column"))
+
+
+def _sha256(path: Path) -> str:
+    """sha256 (hex) of the bytes of `path`, as the study layer fingerprints the file."""
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 @dataclass
