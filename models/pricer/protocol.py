@@ -37,12 +37,27 @@ Thm. 3.2 bound (4) for PriCER and ColRel, at the probabilities the optimiser was
 probabilities, deadlines included) and ``sigma`` (σ).
 
 ColRel and naive are non-private baselines: they send the raw x_i (scaled by α_ij) over links.
+
+Budgets (``budget = {epsilon, delta, against = "neighbour" | "server", action = "stop"}``,
+`desim.models.privacy.budget`, PriCER only): node i's r rounds spend ε(m_i, r) against the
+threat model named, m_i its multiplier in the ledger (`privacy_spend`), so its budget is a
+count of rounds k*_i = max{r : ε(m_i, r) ≤ ε_budget}, found once per distinct m_i by the
+accountant (`capacity`, up to t_max). From round k*_i + 1 on node i sends nothing, as if all its
+links were down: no shares to its neighbours and no relay to the server (its relay holds its own
+α_ii x_i + n_ii). The server keeps PriCER's rule for missing relays, x̂̄ = (1/n) Σ of the
+relays received, so the estimate loses the stopped nodes' own terms and the shares they would
+have relayed (biased towards 0); once every node has stopped it is 0. The noise of every pair
+is still drawn (and dropped for the stopped nodes), so the other nodes' noise is that of the
+run without a budget. ``degrade`` is refused: Alg. 3 optimises A and σ jointly for the
+pairwise ε_ij, and a node's noisier later shares would break both the unbiasedness of (3) and
+the design's MSE, which a per-node σ' would have to be re-optimised for.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -63,6 +78,10 @@ from desim.models.pricer.optimiser import (
     worst_case_mse,
 )
 from desim.models.privacy.accounting import Spend
+from desim.models.privacy.budget import Budget, capacity, set_budget
+
+#: PriCER's threat models, as its ledger names them (`Pricer.privacy_spend`).
+THREATS = ("neighbour", "server")
 
 
 @dataclass(frozen=True)
@@ -101,6 +120,44 @@ class PricerParams:
         "σ_thr and the privacy box from Thm. 4.1's classical bound, or tight per the "
         "PLD accountant",
     )
+    budget: dict | None = param(
+        None,
+        "per-node privacy budget {epsilon, delta (default: delta), against = neighbour | "
+        "server, action = stop}: a node whose next round would exceed it stops sending "
+        "(`desim.models.pricer.protocol`)",
+    )
+    #: Without a budget the config hash is the one from before the parameter existed.
+    hash_omits_absent: ClassVar = ("budget",)
+
+    def __post_init__(self) -> None:
+        if self.budget is not None and self.strategy != "pricer":
+            raise ValueError(
+                f"budget: needs strategy = 'pricer' (private relaying); "
+                f"strategy = {self.strategy!r}"
+            )
+        set_budget(self, self.delta, ("stop",), THREATS)
+
+
+class RoundGate:
+    """PriCER's ``stop`` budget: node i sends in rounds 1 … k*_i and withholds every later one
+    (one withheld release per node and round, for the `budget` metric)."""
+
+    def __init__(self, budget: Budget, k_star: np.ndarray) -> None:
+        self.budget = budget
+        #: k*_i, node i's budget as a count of rounds.
+        self.capacity = k_star
+        n = len(k_star)
+        #: Rounds each node withheld, and the time of its first (+∞: none).
+        self.withheld = np.zeros(n, dtype=np.int64)
+        self.hit_at = np.full(n, math.inf)
+
+    def admit(self, r: int, now: float) -> np.ndarray:
+        """Which nodes send in round r (a mask); records the others as withheld at `now`."""
+        ok = r <= self.capacity
+        if not ok.all():
+            self.withheld += ~ok
+            np.minimum(self.hit_at, np.where(ok, math.inf, now), out=self.hit_at)
+        return ok
 
 
 @PROTOCOLS.register("pricer")
@@ -185,6 +242,25 @@ class Pricer(WindowSafe):
         self.share_rounds = 0
         #: The server's current estimate x̂̄ (zero before the first round closes).
         self.estimate = np.zeros(self.d)
+        self.gate = self._budget_gate(ctx.t_max)
+
+    def _budget_gate(self, t_max: int) -> RoundGate | None:
+        """The budget's gate: k*_i per node for its multiplier against the threat model (None
+        without a budget; a node that spends nothing against it is never stopped)."""
+        budget = self.params.budget
+        if budget is None:
+            return None
+        if self.sigma == 0:
+            raise ValueError("budget: needs σ > 0 (a finite epsilon_low or epsilon_high)")
+        mult = self._multipliers()[budget.against]
+        k_star = np.full(len(mult), t_max, dtype=np.int64)
+        for m in np.unique(mult[np.isfinite(mult)]):
+            k_star[mult == m] = capacity("gaussian", float(m), budget.epsilon, budget.delta, t_max)
+        return RoundGate(budget, k_star)
+
+    def budget_gate(self) -> RoundGate | None:
+        """The per-node budget's state (None without one), for the `budget` metric."""
+        return self.gate
 
     def _noise(self, rows: int) -> np.ndarray | float:
         """n ~ N(0, σ² I_d) for `rows` messages (0 without privacy, drawing nothing)."""
@@ -203,7 +279,15 @@ class Pricer(WindowSafe):
         shares = self._weights * x[self._src] + self._noise(len(self._src))
         self._own[t] = np.diag(self.A)[:, None] * x + self._noise(len(x))  # x̃_jj
         self.stage1.open(t, now + self.params.relay_deadline)
-        self.ctx.send("share", self._src, self._dst, tag(t, shares))
+        src, dst = self._src, self._dst
+        if self.gate is not None:
+            ok = self.gate.admit(t, now)
+            if not ok.all():  # stopped nodes: their shares are not sent
+                keep = ok[src]
+                src, dst, shares = src[keep], dst[keep], shares[keep]
+                if not len(src):
+                    return
+        self.ctx.send("share", src, dst, tag(t, shares))
 
     def _forward(self, r: Round) -> None:
         """Stage-1 deadline of round r: every node forwards its aggregate (2) to the server."""
@@ -211,9 +295,13 @@ class Pricer(WindowSafe):
         if len(r):
             np.add.at(local, r.dst, r.payload)
         self.server.open(r.r, self.ctx.now() + self.params.server_deadline)
-        self.ctx.send(
-            "relay", self._nodes, np.full(len(local), self.server.address), tag(r.r, local)
-        )
+        nodes = self._nodes
+        if self.gate is not None:  # stopped nodes: no relay either (it holds their own share)
+            ok = r.r <= self.gate.capacity
+            nodes, local = nodes[ok], local[ok]
+            if not len(nodes):
+                return
+        self.ctx.send("relay", nodes, np.full(len(local), self.server.address), tag(r.r, local))
 
     def _aggregate(self, r: Round) -> None:
         """The server's deadline of round r: x̂̄ = (1/n) Σ of the aggregates received (Alg. 2)."""
@@ -238,6 +326,17 @@ class Pricer(WindowSafe):
         """
         if self.sigma == 0 or not self.share_rounds:
             return None
+        count = np.full(len(self.A), self.share_rounds)
+        if self.gate is not None:  # a stopped node sends nothing more
+            count = np.minimum(count, self.gate.capacity)
+        spend = {
+            name: (mult, np.where(np.isfinite(mult), count, 0))
+            for name, mult in self._multipliers().items()
+        }
+        return Spend("gaussian", self.params.delta, spend)
+
+    def _multipliers(self) -> dict[str, np.ndarray]:
+        """Every node's Gaussian multiplier per round against each threat model (+∞: none)."""
         reach = (self.conn.P > 0) | np.eye(len(self.A), dtype=bool)
         alpha = np.where(reach, self.A, 0.0)
         others = alpha.copy()
@@ -246,13 +345,7 @@ class Pricer(WindowSafe):
         with np.errstate(divide="ignore"):
             neighbour = scale / others.max(axis=1)
             server = scale / np.sqrt((alpha**2).sum(axis=1))
-        n = len(alpha)
-        count = np.full(n, self.share_rounds)
-        spend = {
-            "neighbour": (neighbour, np.where(np.isfinite(neighbour), count, 0)),
-            "server": (server, np.where(np.isfinite(server), count, 0)),
-        }
-        return Spend("gaussian", self.params.delta, spend)
+        return {"neighbour": neighbour, "server": server}
 
 
 @METRICS.register("pricer")

@@ -60,11 +60,15 @@ class Budget:
 
     @classmethod
     def from_table(
-        cls, table: Any, default_delta: float, actions: tuple[str, ...] = ("stop",)
+        cls,
+        table: Any,
+        default_delta: float,
+        actions: tuple[str, ...] = ("stop",),
+        recipients: tuple[str, ...] = tuple(AGAINST),
     ) -> Budget:
         """The budget of a study's ``budget = {…}`` table (δ defaults to the protocol's; the
-        protocol allows `actions`); ValueError with one line naming the key, its value and what
-        is allowed."""
+        protocol allows `actions` and the recipient sets `recipients`, the first the default);
+        ValueError with one line naming the key, its value and what is allowed."""
         if not isinstance(table, dict):
             raise ValueError(f"budget = {table!r}: must be a table {{epsilon = …, …}}")
         for key in table:
@@ -76,20 +80,28 @@ class Budget:
         delta = table.get("delta", default_delta)
         if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0 < delta < 1:
             raise ValueError(f"budget.delta = {delta!r}: must lie in (0, 1)")
-        against = table.get("against", "one")
-        if against not in AGAINST:
-            raise ValueError(f"budget.against = {against!r}: must be one of one, colluding")
+        against = table.get("against", recipients[0])
+        if against not in recipients:
+            raise ValueError(
+                f"budget.against = {against!r}: must be one of {', '.join(recipients)}"
+            )
         action = table.get("action", "stop")
         if action not in actions:
             raise ValueError(f"budget.action = {action!r}: must be one of {', '.join(actions)}")
         return cls(float(eps), float(delta), against, action)
 
 
-def set_budget(params: Any, default_delta: float, actions: tuple[str, ...] = ACTIONS) -> None:
+def set_budget(
+    params: Any,
+    default_delta: float,
+    actions: tuple[str, ...] = ACTIONS,
+    recipients: tuple[str, ...] = tuple(AGAINST),
+) -> None:
     """Check a frozen Params' ``budget`` table and keep it as a (hashable) `Budget`, in place
-    (ValueError, one line, when it is malformed or its action is not among `actions`)."""
+    (ValueError, one line, when it is malformed, its action is not among `actions` or its
+    recipient set not among `recipients`)."""
     if params.budget is not None and not isinstance(params.budget, Budget):
-        budget = Budget.from_table(params.budget, default_delta, actions)
+        budget = Budget.from_table(params.budget, default_delta, actions, recipients)
         object.__setattr__(params, "budget", budget)
 
 
