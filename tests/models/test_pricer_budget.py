@@ -22,6 +22,7 @@ from desim.models.pricer.data import VectorData
 from desim.models.pricer.protocol import Pricer, PricerParams
 from desim.models.privacy.accounting import epsilon_spent
 from desim.study.spec.hashing import curve_hash
+from desim.testing import check_modes
 
 N, D, DELTA = 5, 4, 1e-3
 NETWORK = {"p_server": [0.2, 0.9, 0.5, 0.3, 1.0], "p_link": 0.6, "reciprocity": 0.5}
@@ -158,3 +159,35 @@ def test_no_budget_leaves_the_params_hash_as_it_was():
     budgeted = build(PricerParams, {"budget": {"epsilon": 1.0}}, "pricer")
     assert budgeted.budget.against == "neighbour" and budgeted.budget.delta == params.delta
     assert curve_hash("k", params, {}, 1, 1) != curve_hash("k", budgeted, {}, 1, 1)
+
+
+def test_a_binding_budget_gives_the_same_bytes_in_every_delivery_mode():
+    """Windows withhold exactly the rounds one message per instant does (`check_modes`)."""
+    for runs in check_modes(
+        Pricer,
+        {
+            "epsilon_high": 4.0,
+            "epsilon_low": 2.0,
+            "trust": "ring",
+            "trusted": 1,
+            "relay_deadline": 1.25,
+            "budget": {"epsilon": 6.0},
+        },
+        networks=[
+            {"latency": {"model": "exponential", "mean": 0.6}},
+            {
+                "latency": {"model": "lognormal", "mean": 1.0, "cv": 2.0},
+                "outages": {"model": "markov", "mean_up": 6.0, "mean_down": 2.0},
+            },
+        ],
+        data=("vectors", {"agents": 8, "dimension": 5, "radius": 2.0, "distribution": "normal"}),
+        base=build(
+            desim.network_models.links.BernoulliLinks,
+            {"p_server": [0.9, 0.5] * 4, "p_link": 0.7},
+            "network",
+        ),
+        t_max=40,
+        metrics=("pricer", "privacy", "budget"),
+        state=("gate.withheld", "gate.hit_at"),
+    ):
+        assert runs["instants"].protocol.gate.withheld.sum() > 0
