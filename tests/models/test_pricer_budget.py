@@ -191,3 +191,73 @@ def test_a_binding_budget_gives_the_same_bytes_in_every_delivery_mode():
         state=("gate.withheld", "gate.hit_at"),
     ):
         assert runs["instants"].protocol.gate.withheld.sum() > 0
+
+
+STUDY = """
+[study]
+title = "pricer budgets"
+seed = 1
+replicates = 1
+t_max = 12
+checkpoints = 4
+metrics = ["privacy", "budget"]
+
+[data]
+model = "vectors"
+agents = 5
+dimension = 4
+radius = 2.0
+distribution = "normal"
+
+[network]
+links = "bernoulli"
+p_server = [0.2, 0.9, 0.5, 0.3, 1.0]
+p_link = 0.6
+reciprocity = 0.5
+
+[defaults]
+trust = "ring"
+trusted = 1
+epsilon_high = 4.0
+epsilon_low = 2.0
+delta = 1e-3
+
+[[scenario]]
+name = "unlimited"
+protocol = "pricer"
+
+[[scenario]]
+name = "stop"
+protocol = "pricer"
+budget = {epsilon = 6.0, against = "neighbour", action = "stop"}
+"""
+
+
+@pytest.mark.slow  # validate, run and two summaries of a study: about 5 s
+def test_a_pricer_study_with_a_budget_runs_and_summarises(tmp_path, capsys):
+    from desim.study.cli import main
+
+    folder = tmp_path / "budgets"
+    folder.mkdir()
+    (folder / "study.toml").write_text(STUDY)
+    assert main(["validate", str(folder)]) == 0
+    assert main(["run", str(folder)]) == 0
+    capsys.readouterr()
+    assert main(["summary", str(folder), "--metric", "eps_neighbour_max"]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    assert float(rows["stop"][1]) <= 6.0 < float(rows["unlimited"][1])
+    assert main(["summary", str(folder), "--metric", "budget_exhausted"]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    assert 0 < float(rows["stop"][1]) <= 1 and "unlimited" not in rows
+
+
+def test_a_bad_pricer_budget_is_refused_by_validate_in_one_line(tmp_path, capsys):
+    from desim.study.cli import main
+
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    (folder / "study.toml").write_text(STUDY.replace('"neighbour"', '"colluding"'))
+    assert main(["validate", str(folder)]) != 0
+    err = capsys.readouterr().err
+    assert "budget.against = 'colluding': must be one of neighbour, server" in err
+    assert "Traceback" not in err
