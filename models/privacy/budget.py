@@ -23,7 +23,9 @@ needs and r the releases of the most exposed sample the horizon still allows
 arithmetic), so the receiver weighs the noisier ones for what they are.
 
 The same budget table serves every private protocol (`set_budget`): Private-ColME (``stop``),
-the empirical-Bayes uploads (`desim.models.eb.server`) and Private-C-ColME (`SampleGate`).
+the empirical-Bayes uploads (`desim.models.eb.server`), Private-C-ColME (`SampleGate`) and
+PriCER (`desim.models.pricer.protocol`: ``stop`` against its own recipient sets, "neighbour" or
+"server", given to `set_budget` as `recipients`; one count of rounds per node).
 
 The `budget` metric records at every checkpoint the fraction of agents that have hit their
 budget (``budget_exhausted``: withheld a release, or degraded one) and the releases withheld so
