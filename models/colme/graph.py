@@ -93,15 +93,23 @@ class NeighbourRoundRobin:
         # each querier's row start, RR start within it and degree, read every slot
         self._first, self._below = neighbours.indptr[a], neighbours.below[a]
         self._degree = neighbours.degree[a]
+        # each querier's place in its row in the slot last asked for: slot t + 1 moves it one
+        # step (an add and a compare, not two integer divisions per querier)
+        self._slot, self._place = 0, np.zeros(0, dtype=np.int64)
 
     def targets(self, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The queriers a, queried neighbours b and edges a → b of slot t (`Neighbours.edge`
         at position (t − 1) mod deg(a) + 1)."""
-        d = self._degree
-        e = self._below + (t - 1) % d
-        e %= d
-        e += self._first
-        return self.agents, self.nb.dst[e], e
+        d, place = self._degree, self._place
+        if t == self._slot + 1 and self._slot > 0:
+            place += 1
+            place[place == d] = 0
+        else:
+            place = self._below + (t - 1) % d
+            place %= d
+        self._slot, self._place = t, place
+        e = place + self._first
+        return self.agents, self.nb.dst.take(e), e
 
     def batch(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The queriers, queried neighbours and edges of several slots, slot by slot."""
