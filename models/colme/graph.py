@@ -93,15 +93,23 @@ class NeighbourRoundRobin:
         # each querier's row start, RR start within it and degree, read every slot
         self._first, self._below = neighbours.indptr[a], neighbours.below[a]
         self._degree = neighbours.degree[a]
+        # each querier's place in its row in the slot last asked for: slot t + 1 moves it one
+        # step (an add and a compare, not two integer divisions per querier)
+        self._slot, self._place = 0, np.zeros(0, dtype=np.int64)
 
     def targets(self, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The queriers a, queried neighbours b and edges a → b of slot t (`Neighbours.edge`
         at position (t − 1) mod deg(a) + 1)."""
-        d = self._degree
-        e = self._below + (t - 1) % d
-        e %= d
-        e += self._first
-        return self.agents, self.nb.dst[e], e
+        d, place = self._degree, self._place
+        if t == self._slot + 1 and self._slot > 0:
+            place += 1
+            place[place == d] = 0
+        else:
+            place = self._below + (t - 1) % d
+            place %= d
+        self._slot, self._place = t, place
+        e = place + self._first
+        return self.agents, self.nb.dst.take(e), e
 
     def batch(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The queriers, queried neighbours and edges of several slots, slot by slot."""
@@ -158,14 +166,7 @@ def edge_row_sums(protocol: Any, rows: np.ndarray | slice) -> tuple[np.ndarray, 
         e, owner = slice(None), nb.src
     else:
         e, owner = nb.edges_of(agents)
-    n, total, data, noise = p.stat.pair_columns(e)
-    value = np.divide(total, n, out=np.zeros_like(total), where=n > 0)
-    sigma2 = p.sigma2[nb.dst[e]] if p.known else p.v_hat[e]
-    with np.errstate(invalid="ignore"):
-        num = sigma2 * data + p.sigma2_dp * noise
-    var = np.divide(num, n * n, out=np.full_like(num, np.inf), where=n > 0)
-    with np.errstate(divide="ignore"):
-        weight = np.where(p.beliefs.flat[e], 1.0 / var, 0.0)
+    weight, value = _edge_terms(p, e)
     k = len(agents)
     if nb.n > p.incremental_above:
         return np.bincount(owner, weight * value, minlength=k), np.bincount(
@@ -174,6 +175,29 @@ def edge_row_sums(protocol: Any, rows: np.ndarray | slice) -> tuple[np.ndarray, 
     w, v = np.zeros((k, nb.n)), np.zeros((k, nb.n))
     w[owner, nb.dst[e]], v[owner, nb.dst[e]] = weight, value
     return (w * v).sum(axis=1), w.sum(axis=1)
+
+
+def _edge_terms(p: Any, e: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
+    """The weight 1/Var[T_{b→a}] (0 for an excluded b) and T_{b→a} of edges `e`.
+
+    Where every block is the last release alone (``last`` under PM-I) n is 0 or 1, so T = block
+    sum / 1 and Var = (σ_b²D + σ_DP²A)/1 are the block sum and the numerator themselves: the
+    divisions by n and n², and their passes, are skipped for the same bits.
+    """
+    n, total, data, noise = p.stat.pair_columns(e)
+    last_only = p.stat.compact and p.stat.mechanism == "pm1"
+    sigma2 = p.sigma2[p.graph.dst[e]] if p.known else p.v_hat[e]
+    with np.errstate(invalid="ignore"):
+        num = sigma2 * data + p.sigma2_dp * noise
+    if last_only:
+        taken = n > 0
+        value = np.where(taken, total, 0.0)
+        with np.errstate(divide="ignore"):
+            return np.where(p.beliefs.flat[e] & taken, 1.0 / num, 0.0), value
+    value = np.divide(total, n, out=np.zeros_like(total), where=n > 0)
+    var = np.divide(num, n * n, out=np.full_like(num, np.inf), where=n > 0)
+    with np.errstate(divide="ignore"):
+        return np.where(p.beliefs.flat[e], 1.0 / var, 0.0), value
 
 
 def responder_spend(

@@ -435,11 +435,18 @@ class PrivateColME(SlotBatched):
     ) -> np.ndarray:
         """Payloads of releases b → a that are made (`release`)."""
         sums, sumsq, counts = self.view.own(b, slot)
-        # the mechanisms' pair: (b, a), or on a graph the edge's place in their square
-        who, to = (b, a) if self.graph is None else np.divmod(pair, self._side)
-        values, j, fresh = self.mech.release(who, to, sums, counts)
+        # the mechanisms' pair: (b, a), or on a graph the edge's place in their square, whose
+        # flat index is the edge itself
+        if self.graph is None:
+            values, j, fresh = self.mech.release(b, a, sums, counts)
+            who, to = b, a
+        else:
+            values, j, fresh = self.mech.release(None, None, sums, counts, pair=pair)
+            who, to = None, None
         payload = np.empty((len(b), self.release_width))
         if self.params.variance == "sch-var-1":
+            if self.graph is not None:
+                who, to = np.divmod(pair, self._side)
             payload[:, VARIANCE] = self.var_release.release(
                 who, to, j, fresh, sums, sumsq, counts, values
             )

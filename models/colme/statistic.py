@@ -75,9 +75,10 @@ class PairStatistic:
         self._flat = np.zeros((n_pairs, len(self._stored)))  # one row per pair
         if n_pairs == n_agents * n_agents:
             self._state = self._flat.reshape(n_agents, n_agents, -1)
-        # ``last`` under PM-I: the block sum and D of pair p at 2p and 2p + 1 (a 1-D index is
-        # far cheaper than a (pairs, column) one)
-        self._cells = self._flat.reshape(-1)
+        if self.compact and mechanism == "pm1":
+            # ``last`` under PM-I: the block sum and D of a pair as one complex cell (real, imag),
+            # so an update scatters once, 1-D (far cheaper than a (pairs, column) index)
+            self._pairs = self._flat.view(np.complex128).reshape(-1)
         if self.compact:
             self._kappa = np.zeros(n_pairs, dtype=np.int32)
         if mechanism == "pm2":
@@ -249,9 +250,9 @@ class PairStatistic:
         u = 1.0 / t
         total = values + 0.0  # 0 + R as `_take` forms it (a −0.0 becomes +0.0 there too)
         self._kappa[pair] = j.astype(np.int32)  # (a cast before the scatter is cheaper)
-        cell = 2 * pair
-        self._cells[cell] = total
-        self._cells[cell + 1] = u
+        cell = np.empty(len(pair), dtype=np.complex128)  # the bits of total and u, unchanged
+        cell.real, cell.imag = total, u
+        self._pairs[pair] = cell
         return total, u, j * u * u, 1.0
 
     def _take(

@@ -56,14 +56,16 @@ class PSumRelease:
         else:
             self.levels = levels_for(max_releases)
             self._node = np.zeros((*shape, self.levels))
+            self._node_flat = self._node.reshape(-1, self.levels)
 
     def release(
         self,
-        b: np.ndarray,
-        a: np.ndarray,
+        b: np.ndarray | None,
+        a: np.ndarray | None,
         sums: np.ndarray,
         counts: np.ndarray,
         scale: np.ndarray | None = None,
+        pair: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Releases of agents b to agents a; `sums`, `counts` are b's sample sums and counts.
 
@@ -71,20 +73,24 @@ class PSumRelease:
         and the noise of the p-sum that release j completes (PM-I: p-sum j; PM-II: the node
         at the lowest set bit of j). Pairs (b[i], a[i]) must be distinct within one call.
         `scale` multiplies each release's new noise (a degraded budget's, after the same draws).
+        `pair`, if given, is the flat index b·receivers + a of each pair (b and a may then be
+        None): a caller that holds it spares the arithmetic of rebuilding it.
         """
-        pair = b * self._receivers + a
-        j = self._count_flat[pair] + 1
+        if pair is None:
+            pair = b * self._receivers + a
+        j = self._count_flat.take(pair) + 1
         self._count_flat[pair] = j
-        fresh = sample_noise(self.rng, self.noise, self.sigma2, len(b))
+        fresh = sample_noise(self.rng, self.noise, self.sigma2, len(pair))
         if scale is not None:
             fresh *= scale
         if self.mechanism == "pm1":
-            z = self._total_flat[pair] + fresh
+            z = self._total_flat.take(pair)
+            z += fresh
             self._total_flat[pair] = z
         else:
-            nodes = self._node[b, a]
-            nodes[np.arange(len(b)), lowest_set_bit(j)] = fresh
-            self._node[b, a] = nodes
+            nodes = self._node_flat.take(pair, axis=0)
+            nodes[np.arange(len(pair)), lowest_set_bit(j)] = fresh
+            self._node_flat[pair] = nodes
             z = (nodes * set_bits(j, self.levels)).sum(axis=1)
         return (sums + z) / counts, j, fresh
 
