@@ -12,6 +12,7 @@ Property tests are derandomised by default (the "reproducible" Hypothesis profil
 from __future__ import annotations
 
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,12 @@ class Budget:
         terminalreporter.write_line(
             "mark each @pytest.mark.slow (run by `pytest -m slow`) or make it faster"
         )
+
+
+@pytest.fixture
+def no_figures(monkeypatch):
+    """`desim run` draws no figure in this test (it never looks at one, and drawing takes most of
+    a small study's run)."""
+    figures = types.ModuleType("desim.study.plots")
+    figures.draw_figures = lambda study: []
+    monkeypatch.setitem(sys.modules, "desim.study.plots", figures)

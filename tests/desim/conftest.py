@@ -4,8 +4,6 @@ run` left it) and a dask cluster."""
 from __future__ import annotations
 
 import shutil
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -16,15 +14,6 @@ from _toy import write_study  # importing _toy registers the toy protocol and cu
 def toy_study(tmp_path: Path) -> Path:
     """A fresh folder holding the toy study."""
     return write_study(tmp_path / "toy")
-
-
-@pytest.fixture
-def no_figures(monkeypatch):
-    """`desim run` draws no figure in this test (it never looks at one, and drawing takes most of
-    a small study's run)."""
-    figures = types.ModuleType("desim.study.plots")
-    figures.draw_figures = lambda study: []
-    monkeypatch.setitem(sys.modules, "desim.study.plots", figures)
 
 
 @pytest.fixture(scope="session")

@@ -237,7 +237,7 @@ budget = {epsilon = 0.5, against = "colluding", action = "stop"}
 """
 
 
-def test_a_study_with_a_budget_runs_and_summarises(tmp_path, capsys):
+def test_a_study_with_a_budget_runs_and_summarises(tmp_path, capsys, no_figures):
     from desim.study.cli import main
 
     folder = tmp_path / "budgets"

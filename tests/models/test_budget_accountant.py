@@ -72,7 +72,7 @@ def run_study(tmp_path, protocol: str) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("protocol", list(CASES))
-def test_the_rdp_ledger_is_the_cross_check_s_and_never_below_pld(tmp_path, protocol):
+def test_the_rdp_ledger_is_the_cross_check_s_and_never_below_pld(tmp_path, protocol, no_figures):
     metrics = run_study(tmp_path, protocol)
     wide = metrics.pivot_table(index=["scenario", "t"], columns="metric", values="value")
     rdp, pld = wide.loc["rdp"], wide.loc["pld"]

@@ -301,7 +301,7 @@ protocol = "local"
 """
 
 
-def test_an_upload_study_with_budgets_runs_and_summarises(tmp_path, capsys):
+def test_an_upload_study_with_budgets_runs_and_summarises(tmp_path, capsys, no_figures):
     from desim.study.cli import main
 
     folder = tmp_path / "budgets"

@@ -76,7 +76,7 @@ def refused(folder, capsys) -> str:
     return err
 
 
-def test_local_mean_of_a_cycled_stream_is_its_closed_form(tmp_path):
+def test_local_mean_of_a_cycled_stream_is_its_closed_form(tmp_path, no_figures):
     folder = study(tmp_path, exhausted="cycle", truth="column")
     assert main(["run", str(folder), "--no-progress"]) == 0
     m = pd.read_parquet(folder / "results" / "metrics.parquet").query("metric == 'mse'")
@@ -91,7 +91,7 @@ def cycled_sums(t: int) -> np.ndarray:
     return np.array([(t // len(x)) * sum(x) + sum(x[: t % len(x)]) for x in STREAMS])
 
 
-def test_ideal_mean_of_one_class_of_cycled_streams_is_its_closed_form(tmp_path):
+def test_ideal_mean_of_one_class_of_cycled_streams_is_its_closed_form(tmp_path, no_figures):
     one_class = CSV.replace("order,truth\n", "order,truth,class\n").replace(",2.0\n", ",2.0,k\n")
     one_class = one_class.replace(",0.5\n", ",0.5,k\n")
     folder = study(tmp_path, one_class, protocol="ideal", truth="column")
@@ -183,7 +183,9 @@ def test_stop_is_refused_beyond_the_shortest_stream(tmp_path, capsys):
     assert main(["validate", str(study(tmp_path, exhausted="stop", t_max=3))]) == 0
 
 
-def test_the_files_sha256_is_in_the_run_record_and_editing_it_makes_results_stale(tmp_path, capsys):
+def test_the_files_sha256_is_in_the_run_record_and_editing_it_makes_results_stale(
+    tmp_path, capsys, no_figures
+):
     folder = study(tmp_path)
     assert main(["run", str(folder), "--no-progress"]) == 0
     side = json.loads(next((folder / "results" / "runs").glob("*.json")).read_text())
@@ -198,7 +200,7 @@ def test_the_files_sha256_is_in_the_run_record_and_editing_it_makes_results_stal
     assert "1 done, 0 skipped" in capsys.readouterr().out
 
 
-def test_same_bytes_with_one_and_two_workers(tmp_path):
+def test_same_bytes_with_one_and_two_workers(tmp_path, no_figures):
     records = []
     for workers in ("1", "2"):
         folder = study(tmp_path / workers, exhausted="resample", replicates=2)
