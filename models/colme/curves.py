@@ -104,12 +104,17 @@ class OracleCurve:
         M = int(self.agents if self.agents is not None else data.agents)
         p = 1.0 / len(s2)
         t_max = int(self.t_max_budget if self.t_max_budget is not None else np.max(t))
-        s2_dp = self.sigma2_dp(data, t_max)
+        return self._at(t, M, p, s2, self.sigma2_dp(data, t_max))
+
+    def _at(
+        self, t: np.ndarray, m: int, p: float, s2: np.ndarray, s2_dp: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Prop. 3 (or Remark 3) with M = m agents (on a graph: an agent of degree m − 1)."""
         if self.schedule == "rrr":
-            return oracle_mse_rrr(t, M, p, s2, s2_dp, self.mechanism, self.weights, self.formula)
+            return oracle_mse_rrr(t, m, p, s2, s2_dp, self.mechanism, self.weights, self.formula)
         return oracle_mse(
             t,
-            M,
+            m,
             p,
             s2,
             s2_dp,
@@ -191,23 +196,3 @@ class NeighbourOracleCurve(OracleCurve):
             mean += w * m
             var += (w * se) ** 2
         return mean, np.sqrt(var)
-
-    def _at(
-        self, t: np.ndarray, m: int, p: float, s2: np.ndarray, s2_dp: float
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Prop. 3 (or Remark 3) with M = m: an agent of degree m − 1."""
-        if self.schedule == "rrr":
-            return oracle_mse_rrr(t, m, p, s2, s2_dp, self.mechanism, self.weights, self.formula)
-        return oracle_mse(
-            t,
-            m,
-            p,
-            s2,
-            s2_dp,
-            self.mechanism,
-            self.weights,
-            method=self.method,
-            n_draws=self.draws,
-            seed=self.seed,
-            formula=self.formula,
-        )

@@ -50,3 +50,25 @@ def every_slot(
         metrics=list(metrics),
     )
     return proto, sim.run()
+
+
+def run_study_text(folder, text: str):
+    """Write `text` as `folder`/study.toml, validate and run it through the CLI (each must
+    exit 0); returns the folder."""
+    from desim.study.cli import main  # here: importing this module loads no study layer
+
+    folder.mkdir()
+    (folder / "study.toml").write_text(text)
+    assert main(["validate", str(folder)]) == 0
+    assert main(["run", str(folder)]) == 0
+    return folder
+
+
+def summary_rows(folder, metric: str, capsys) -> dict[str, list[str]]:
+    """`desim summary --metric` of the study in `folder`, its rows by first column (the
+    scenario), each split on white space; output printed before is discarded."""
+    from desim.study.cli import main
+
+    capsys.readouterr()
+    assert main(["summary", str(folder), "--metric", metric]) == 0
+    return {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}

@@ -9,7 +9,7 @@ import math
 import dp_accounting
 import numpy as np
 import pytest
-from _runs import every_slot
+from _runs import every_slot, run_study_text, summary_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -238,15 +238,7 @@ budget = {epsilon = 0.5, against = "colluding", action = "stop"}
 
 
 def test_a_study_with_a_budget_runs_and_summarises(tmp_path, capsys, no_figures):
-    from desim.study.cli import main
-
-    folder = tmp_path / "budgets"
-    folder.mkdir()
-    (folder / "study.toml").write_text(STUDY)
-    assert main(["validate", str(folder)]) == 0
-    assert main(["run", str(folder)]) == 0
-    capsys.readouterr()
-    assert main(["summary", str(folder), "--metric", "budget_exhausted"]) == 0
-    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    folder = run_study_text(tmp_path / "budgets", STUDY)
+    rows = summary_rows(folder, "budget_exhausted", capsys)
     assert float(rows["stop"][1]) > 0  # at t_max some agents have withheld a release
     assert "unlimited" not in rows  # no budget, nothing recorded

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from _runs import run_study_text, summary_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -302,20 +303,11 @@ protocol = "local"
 
 
 def test_an_upload_study_with_budgets_runs_and_summarises(tmp_path, capsys, no_figures):
-    from desim.study.cli import main
-
-    folder = tmp_path / "budgets"
-    folder.mkdir()
-    (folder / "study.toml").write_text(STUDY)
-    assert main(["validate", str(folder)]) == 0
-    assert main(["run", str(folder)]) == 0
-    capsys.readouterr()
-    assert main(["summary", str(folder), "--metric", "budget_exhausted"]) == 0
-    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    folder = run_study_text(tmp_path / "budgets", STUDY)
+    rows = summary_rows(folder, "budget_exhausted", capsys)
     assert float(rows["stop"][1]) == 1 and float(rows["degrade"][1]) == 1
     assert "unlimited" not in rows and "local" not in rows
-    assert main(["summary", str(folder), "--metric", "eps_server_max"]) == 0
-    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    rows = summary_rows(folder, "eps_server_max", capsys)
     assert float(rows["stop"][1]) <= 1.5 and float(rows["degrade"][1]) <= 1.5
     assert float(rows["unlimited"][1]) > 1.5
 

@@ -5,31 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _pricer_helpers import NETWORK, Logged
 
 import desim
 from desim.kernel.engine import Simulation
 from desim.kernel.params import build
 from desim.kernel.randomness import Streams
 from desim.kernel.registry import METRICS
-from desim.kernel.server import Round
 from desim.models.pricer import optimiser as po
 from desim.models.pricer.data import VectorData
-from desim.models.pricer.protocol import Pricer, PricerParams, pricer_metrics
+from desim.models.pricer.protocol import PricerParams, pricer_metrics
 
 N, D = 5, 8
-NETWORK = {"p_server": [0.2, 0.9, 0.5, 0.3, 1.0], "p_link": 0.6, "reciprocity": 0.5}
-
-
-class Logged(Pricer):
-    """PriCER that keeps the server's estimate of every round."""
-
-    def setup(self, ctx):
-        super().setup(ctx)
-        self.rounds: list[np.ndarray] = []
-
-    def _aggregate(self, r: Round) -> None:
-        super()._aggregate(r)
-        self.rounds.append(self.estimate.copy())
 
 
 def simulate(t_max=3000, network=None, seed=3, **params):

@@ -9,6 +9,8 @@ import dataclasses
 
 import numpy as np
 import pytest
+from _pricer_helpers import NETWORK, Logged
+from _runs import run_study_text, summary_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +19,6 @@ from desim.kernel.engine import Simulation
 from desim.kernel.params import ConfigError, build
 from desim.kernel.randomness import Streams
 from desim.kernel.registry import METRICS
-from desim.kernel.server import Round
 from desim.models.pricer.data import VectorData
 from desim.models.pricer.protocol import Pricer, PricerParams
 from desim.models.privacy.accounting import epsilon_spent
@@ -25,19 +26,6 @@ from desim.study.spec.hashing import curve_hash
 from desim.testing import check_modes
 
 N, D, DELTA = 5, 4, 1e-3
-NETWORK = {"p_server": [0.2, 0.9, 0.5, 0.3, 1.0], "p_link": 0.6, "reciprocity": 0.5}
-
-
-class Logged(Pricer):
-    """PriCER that keeps the server's estimate of every round."""
-
-    def setup(self, ctx):
-        super().setup(ctx)
-        self.rounds: list[np.ndarray] = []
-
-    def _aggregate(self, r: Round) -> None:
-        super()._aggregate(r)
-        self.rounds.append(self.estimate.copy())
 
 
 def simulate(t_max=12, seed=3, **params):
@@ -235,19 +223,10 @@ budget = {epsilon = 6.0, against = "neighbour", action = "stop"}
 
 @pytest.mark.slow  # validate, run and two summaries of a study: about 5 s
 def test_a_pricer_study_with_a_budget_runs_and_summarises(tmp_path, capsys):
-    from desim.study.cli import main
-
-    folder = tmp_path / "budgets"
-    folder.mkdir()
-    (folder / "study.toml").write_text(STUDY)
-    assert main(["validate", str(folder)]) == 0
-    assert main(["run", str(folder)]) == 0
-    capsys.readouterr()
-    assert main(["summary", str(folder), "--metric", "eps_neighbour_max"]) == 0
-    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    folder = run_study_text(tmp_path / "budgets", STUDY)
+    rows = summary_rows(folder, "eps_neighbour_max", capsys)
     assert float(rows["stop"][1]) <= 6.0 < float(rows["unlimited"][1])
-    assert main(["summary", str(folder), "--metric", "budget_exhausted"]) == 0
-    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    rows = summary_rows(folder, "budget_exhausted", capsys)
     assert 0 < float(rows["stop"][1]) <= 1 and "unlimited" not in rows
 
 
