@@ -43,15 +43,24 @@ def scripted():
     [
         {},
         {"mechanism": "pm2", "weights": "last", "timeout": 2.5},
-        {
-            "mechanism": "pm2",
-            "weights": "wmom",
-            "schedule": "rrr",
-            "variance": "sch-var-2-bayes",
-            "timeout": 4.25,
-        },
-        {"mechanism": "pm2", "weights": "mom", "variance": "sch-var-1", "welch_df": "kappa"},
-        {"mechanism": "pm1", "weights": "mom", "variance": "sch-var-2", "timeout": 3.5},
+        pytest.param(
+            {
+                "mechanism": "pm2",
+                "weights": "wmom",
+                "schedule": "rrr",
+                "variance": "sch-var-2-bayes",
+                "timeout": 4.25,
+            },
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            {"mechanism": "pm2", "weights": "mom", "variance": "sch-var-1", "welch_df": "kappa"},
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            {"mechanism": "pm1", "weights": "mom", "variance": "sch-var-2", "timeout": 3.5},
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_windows_reproduce_one_message_per_instant_bit_for_bit(params):

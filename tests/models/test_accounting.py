@@ -99,11 +99,11 @@ def test_k_gaussian_releases_compose_to_one_with_sqrt_k_sensitivity(k):
 # with Sch-Var-1 (two releases: a tight multiplier no other default test computes) runs with
 # `-m slow`.
 CALIBRATED = [
-    ("gaussian", "pm1", False),
-    ("gaussian", "pm2", False),
+    pytest.param("gaussian", "pm1", False, marks=pytest.mark.slow),
+    pytest.param("gaussian", "pm2", False, marks=pytest.mark.slow),
     pytest.param("gaussian", "pm1", True, marks=pytest.mark.slow),
     ("gaussian", "pm2", True),
-    ("laplace", "pm1", False),
+    pytest.param("laplace", "pm1", False, marks=pytest.mark.slow),
     ("laplace", "pm2", False),
     ("laplace", "pm2", True),
 ]

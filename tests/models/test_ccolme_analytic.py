@@ -89,6 +89,7 @@ def sim_final(protocol, params, data, topology, t_max, reps, metric="mse"):
     return np.array(values)
 
 
+@pytest.mark.slow
 def test_ideal_component_protocol_matches_the_prop2_curve():
     topo = {"model": "regular", "degree": 3}
     data = {"model": "classes", "agents": 60}

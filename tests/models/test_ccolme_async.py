@@ -165,7 +165,14 @@ def graphs():
     yield TOPOLOGIES.get("erdos-renyi")(p=0.05).make(60, rng)  # isolated agents too
 
 
-@pytest.mark.parametrize("name, params", OPTIONS)
+@pytest.mark.parametrize(
+    "name, params",
+    # the first of each family in the default set, all of them with `-m slow`
+    [
+        o if o in (OPTIONS[0], OPTIONS[3]) else pytest.param(*o, marks=pytest.mark.slow)
+        for o in OPTIONS
+    ],
+)
 def test_zero_latency_always_up_is_bit_identical_to_ideal_links(name, params):
     """Ideal links, fixed latency 0 (the network's non-ideal path) and the protocol's general
     delivery path (lookups, reversed batches) give the same bytes: same operations, same order."""
@@ -428,6 +435,7 @@ def test_mixing_matrix_doubly_stochastic_in_sync_and_row_stochastic_under_asynch
 # a realistic run
 
 
+@pytest.mark.slow
 def test_random_latency_and_drops_still_beat_local_estimation():
     """Two well separated classes (means 0 and 4, σ = 1), 20% drops, latencies of 0 to 4 slots
     in half slots (non-FIFO). Within a class Y_a is a convex combination of privatised running

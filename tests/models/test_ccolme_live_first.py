@@ -163,6 +163,7 @@ test_live_first_sends_reproduce_the_per_edge_path_bit_for_bit_more_cases = pytes
 )
 
 
+@pytest.mark.slow
 def test_live_first_compacts_and_stays_exact_on_a_large_regular_graph():
     """Many drops over the run: S is compacted several times, the results do not move."""
     g = regular(600, 10, seed=3)

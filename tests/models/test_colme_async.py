@@ -231,9 +231,23 @@ def metric(out, name: str) -> np.ndarray:
     "params",
     [
         {"mechanism": "pm1", "weights": "last"},
-        {"mechanism": "pm2", "weights": "wmom", "schedule": "rrr", "variance": "sch-var-2-bayes"},
-        {"mechanism": "pm2", "weights": "mom", "variance": "sch-var-1", "welch_df": "kappa"},
-        {"mechanism": "pm1", "weights": "mom", "variance": "sch-var-2", "welch_df": "kappa"},
+        pytest.param(
+            {
+                "mechanism": "pm2",
+                "weights": "wmom",
+                "schedule": "rrr",
+                "variance": "sch-var-2-bayes",
+            },
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            {"mechanism": "pm2", "weights": "mom", "variance": "sch-var-1", "welch_df": "kappa"},
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            {"mechanism": "pm1", "weights": "mom", "variance": "sch-var-2", "welch_df": "kappa"},
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_lossy_laggy_run_accounts_for_every_message(params):

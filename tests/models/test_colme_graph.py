@@ -61,7 +61,11 @@ def _both(params: dict, network: dict, data: dict = SMALL, t_max: int = 120):
         ({}, LATENCY),
         ({}, GRID),
         ({"schedule": "rrr"}, GRID),
-        ({"mechanism": "pm2", "weights": "wmom", "calibration": "tight-tree"}, {"links": "ideal"}),
+        pytest.param(
+            {"mechanism": "pm2", "weights": "wmom", "calibration": "tight-tree"},
+            {"links": "ideal"},
+            marks=pytest.mark.slow,
+        ),
         ({"variance": "sch-var-1"}, LATENCY),
         ({"schedule": "rrr", "variance": "sch-var-2-bayes"}, {"links": "ideal"}),
         ({"budget": {"epsilon": 3.0, "against": "colluding"}, "timeout": 2.0}, LATENCY),
@@ -86,22 +90,26 @@ def test_a_complete_graph_above_incremental_above_differs_from_all_peers_by_roun
 
 @pytest.mark.parametrize(
     ("params", "network"),
-    list(
-        zip(
-            [
-                {"peers": "topology"},
-                {"peers": "topology", "schedule": "rrr", "variance": "sch-var-2"},
-                {
-                    "peers": "topology",
-                    "mechanism": "pm2",
-                    "variance": "sch-var-1",
-                    "budget": {"epsilon": 4},
-                },
-            ],
-            WINDOW_NETWORKS,
-            strict=True,
+    # the first case in the default set, all of them with `-m slow`
+    [
+        case if i == 0 else pytest.param(*case, marks=pytest.mark.slow)
+        for i, case in enumerate(
+            zip(
+                [
+                    {"peers": "topology"},
+                    {"peers": "topology", "schedule": "rrr", "variance": "sch-var-2"},
+                    {
+                        "peers": "topology",
+                        "mechanism": "pm2",
+                        "variance": "sch-var-1",
+                        "budget": {"epsilon": 4},
+                    },
+                ],
+                WINDOW_NETWORKS,
+                strict=True,
+            )
         )
-    ),
+    ],
 )
 def test_every_delivery_mode_gives_the_same_bytes_on_a_sparse_graph(params, network):
     data = ("classes", {"agents": 20, "class_means": [0.2, 0.8], "sigma": 0.5})
@@ -159,6 +167,7 @@ def test_the_pair_state_is_held_per_edge():
     assert proto.mech.count.size < edges + 2 * math.isqrt(edges) + 2
 
 
+@pytest.mark.slow
 def test_the_oracle_on_a_sparse_graph_meets_the_restricted_curve():
     data = {
         "model": "classes",

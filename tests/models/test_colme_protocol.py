@@ -96,6 +96,7 @@ def test_paper_claims_at_reduced_scale(claim, better, worse):
     assert mean > 3 * se and mean > 0, (claim, mean, se)
 
 
+@pytest.mark.slow
 def test_without_privacy_plain_colme_beats_local_and_reaches_ideal_order():
     sim, t = final_mse("private-colme", {"noise": "none"}, 60, 3000, replicates=3)
     local = baselines.local_mse(t, SIGMA**2)

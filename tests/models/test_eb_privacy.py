@@ -56,7 +56,7 @@ def simulate(params, t_max, data_spec=GAUSS, links=None, seed=0, log=None):
     return proto, out.metrics.pivot(index="t", columns="metric", values="value")
 
 
-@pytest.mark.parametrize("rounds", [1, 10])
+@pytest.mark.parametrize("rounds", [pytest.param(1, marks=pytest.mark.slow), 10])
 def test_tight_gaussian_upload_is_the_accountant_s_edge_for_all_rounds(rounds):
     """R uploads of sensitivity 2b with σ_q = 2b m: the PLD accountant gives ε ≤ ε₀ at m and
     ε > ε₀ at 0.99 m (tight, not merely valid); paper's multiplier is √(2 log(2/δ))/ε₀."""
@@ -167,7 +167,7 @@ def test_uploads_lost_on_links_still_count():
 
 
 @pytest.mark.parametrize("mechanism", ["pm1", "pm2"])
-@pytest.mark.parametrize("calibration", ["paper", "tight"])
+@pytest.mark.parametrize("calibration", ["paper", pytest.param("tight", marks=pytest.mark.slow)])
 def test_item_level_uploads_take_private_colme_s_calibration_and_ledger(mechanism, calibration):
     """pm1 / pm2: σ_DP² is `psum_noise` with the same arguments as Private-ColME (paper: the old
     path); the ledger is one p-sum (PM-I) or bit_length(κ) tree nodes (PM-II) per agent, and

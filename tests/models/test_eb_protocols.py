@@ -75,6 +75,7 @@ def replicate_mse(name, params, spec, t_max, reps):
     return errs.mean(), errs.std(ddof=1) / math.sqrt(reps)
 
 
+@pytest.mark.slow
 def test_eb_gaussian_matches_theorem_1_exactly_within_standard_errors():
     """Known σ_θ, no mechanism: the MSE is (σ_x²/n)((1 − a)/m + a) (the bound is exact).
 
@@ -105,6 +106,7 @@ def test_eb_gaussian_quantiser_stays_below_theorem_2_bound():
     assert mean <= analytic.theorem_mse(M, N, ST2, SX2, mech.quantiser_sigma2(b, 2)) + 4 * se
 
 
+@pytest.mark.slow
 def test_eb_gaussian_method_of_moments_is_close_to_theorem_1():
     """σ_θ unknown: the plug-in σ̂_θ² costs little at m = 2000 (within 5 % of Theorem 1)."""
     mean, se = replicate_mse("eb-gaussian", {}, GAUSS, N, 20)
@@ -126,6 +128,7 @@ def test_beta_bernoulli_posterior_mean_matches_its_mse_within_standard_errors():
     )
 
 
+@pytest.mark.slow
 def test_eb_bernoulli_leave_one_out_approaches_the_posterior_mean():
     """The consistent plug-in loses little to the known prior at m = 20000; as printed, (6)
     over-estimates σ² (it ignores the sampling variance) and shrinks less."""
