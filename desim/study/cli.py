@@ -6,6 +6,7 @@
     desim validate STUDY [--quick]            check the study file, run nothing
               [--memory SIZE] [--force]       ... (and run:) memory one run may use; no estimates
     desim summary STUDY [--target X] [--at T] a metric per scenario and grid point, as a table
+              [--recover T [--within F]]      ... and the time to recover from a change at T
     desim verify STUDY [--sample N [--seed S]] check stored files, re-run runs, name changes
     desim clean STUDY [--yes]                 remove results of older versions of the study file
     desim export STUDY --format csv|parquet|netcdf [--out F]   current results for other tools
@@ -168,6 +169,20 @@ def _add_summary(sub) -> None:
         type=_positive,
         metavar="X",
         help="also the time at which the metric first reaches X",
+    )
+    summary.add_argument(
+        "--recover",
+        type=_positive,
+        metavar="T",
+        help="also the value before slot T and the time from T until the metric is back within "
+        "--within times it (e.g. after a class switch at T)",
+    )
+    summary.add_argument(
+        "--within",
+        type=_positive,
+        default=2.0,
+        metavar="F",
+        help="the factor of --recover (default 2)",
     )
     summary.add_argument("--csv", type=Path, metavar="FILE", help="also write the table here")
     summary.set_defaults(func=_summary)
@@ -474,6 +489,7 @@ def _summary(args: argparse.Namespace) -> int:
             args.target,
             beside=ledger_maxima(metrics),
             agents=load_agents(study, loaded.state),
+            recover=None if args.recover is None else (args.recover, args.within),
         )
         if args.csv is not None:
             table.to_csv(args.csv, index=False)

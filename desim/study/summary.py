@@ -8,6 +8,10 @@ no time (NaN); the summary reports how many replicates reached it and the median
 them (unreached runs count as later than every reached one, so the median is finite only when
 more than half reached).
 
+After a disturbance at slot τ (a class switch, an outage), `time_to_recover` gives each run's
+time from τ until the metric is back within a factor of its value just before τ (the last
+checkpoint before τ), interpolated the same way.
+
 With per-agent results (`per_agent = true`) and the privacy ledger, the summary also gives the
 spread of the ε spent over agents: the 5, 50 and 95 % quantiles of every agent's ε at the slot
 (`agent_quantiles`), the agents of all replicates pooled.
@@ -56,6 +60,43 @@ def time_to_target(
     return pd.DataFrame(out, columns=[*keys, "t_target"])
 
 
+def time_to_recover(
+    metrics: pd.DataFrame,
+    after: float,
+    within: float = 2.0,
+    metric: str = "mse",
+    grid: list[str] | None = None,
+) -> pd.DataFrame:
+    """Per grid point, scenario and replicate: `metric` at the last checkpoint before slot
+    `after` (``before``) and the slots from `after` until it is back at or below `within` times
+    that value (``t_recover``; NaN if it never is, or if no checkpoint precedes `after`)."""
+    keys = [*(grid or []), "scenario", "replicate"]
+    rows = metrics[metrics["metric"] == metric].sort_values([*keys, "t"])
+    out = []
+    for key, run in rows.groupby(keys, sort=False):
+        t, value = run["t"].to_numpy(float), run["value"].to_numpy(float)
+        pre = np.flatnonzero(t < after)
+        before = float(value[pre[-1]]) if len(pre) else float("nan")
+        post = t >= after
+        hit = first_crossing(t[post], value[post], within * before) if len(pre) else np.nan
+        out.append((*(key if isinstance(key, tuple) else (key,)), before, hit - after))
+    return pd.DataFrame(out, columns=[*keys, "before", "t_recover"])
+
+
+def _median_time(times: pd.DataFrame, column: str, count: str, keys: list[str]) -> pd.DataFrame:
+    """How many replicates have a time in `column` (as `count`), and the median over all of
+    them (``<column>_median``; those without a time count as later than every other, so the
+    median is finite only when more than half have one)."""
+    late = times[column].fillna(np.inf)
+    per = times.assign(**{column: late}).groupby(keys, sort=False)[column]
+    return pd.DataFrame(
+        {
+            count: per.apply(lambda s: int(np.isfinite(s).sum())),
+            f"{column}_median": per.median().replace(np.inf, np.nan),
+        }
+    )
+
+
 def summarise_runs(
     metrics: pd.DataFrame,
     metric: str = "mse",
@@ -64,13 +105,15 @@ def summarise_runs(
     target: float | None = None,
     beside: list[str] | None = None,
     agents: pd.DataFrame | None = None,
+    recover: tuple[float, float] | None = None,
 ) -> pd.DataFrame:
     """One row per grid point and scenario: `metric` at slot `at` (default: each run's last
     checkpoint) as its mean over replicates (``value``) and standard error (``stderr``), and,
     with a target, how many replicates reached it and their median time to it; a column with
     the mean of each metric `beside` at the same slot (e.g. the privacy ledger's ε spent); with
     the per-agent table `agents`, the quantiles over agents of each per-agent ε at that slot
-    (`agent_quantiles`)."""
+    (`agent_quantiles`); with `recover` = (τ, factor), the mean value before τ and the median
+    time to recover within that factor of it (`time_to_recover`)."""
     grid = list(grid or [])
     keys = [*grid, "scenario"]
     rows = metrics[metrics["metric"] == metric]
@@ -84,13 +127,14 @@ def summarise_runs(
         value="mean", value_std="std", replicates="count"
     )
     stats["stderr"] = stats["value_std"].fillna(0.0) / np.sqrt(stats["replicates"])
-    out = stats[["value", "stderr", "replicates"]]
+    out = stats[["value", "stderr", "replicates"]].copy()
     if target is not None:
         hits = time_to_target(metrics, target, metric, grid)
-        late = hits["t_target"].fillna(np.inf)  # never reached: after every reached run
-        per = hits.assign(t_target=late).groupby(keys, sort=False)["t_target"]
-        out["reached"] = per.apply(lambda s: int(np.isfinite(s).sum()))
-        out["t_target_median"] = per.median().replace(np.inf, np.nan)
+        out = out.join(_median_time(hits, "t_target", "reached", keys))
+    if recover is not None:
+        times = time_to_recover(metrics, *recover, metric, grid)
+        out["before"] = times.groupby(keys, sort=False)["before"].mean()
+        out = out.join(_median_time(times, "t_recover", "recovered", keys))
     for other in beside or []:  # e.g. the privacy spent, next to the MSE
         if other != metric:
             out[other] = summarise_runs(metrics, other, grid, at).set_index(keys)["value"]

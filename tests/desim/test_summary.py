@@ -10,7 +10,12 @@ import pandas as pd
 import pytest
 
 from desim.study.cli import main
-from desim.study.summary import first_crossing, summarise_runs, time_to_target
+from desim.study.summary import (
+    first_crossing,
+    summarise_runs,
+    time_to_recover,
+    time_to_target,
+)
 
 
 def test_first_crossing_interpolates_on_log_log_axes():
@@ -52,11 +57,9 @@ def test_summarise_runs_mean_stderr_and_median_time():
     assert at10["value"].iloc[0] == pytest.approx(np.mean([0.1, 0.2, 10.0]))
 
 
-def test_cli_summary_reads_the_results_of_a_run(toy_study, capsys, tmp_path):
-    assert main(["run", str(toy_study), "--no-progress"]) == 0
-    capsys.readouterr()
+def test_cli_summary_reads_the_results_of_a_run(toy_ran, capsys, tmp_path):
     out_csv = tmp_path / "summary.csv"
-    assert main(["summary", str(toy_study), "--target", "1e9", "--csv", str(out_csv)]) == 0
+    assert main(["summary", str(toy_ran), "--target", "1e9", "--csv", str(out_csv)]) == 0
     printed = capsys.readouterr().out
     table = pd.read_csv(out_csv)
     assert set(table["scenario"]) == {"Toy A", "Toy B"} and "t_target_median" in printed
@@ -72,3 +75,35 @@ def test_cli_summary_errors_are_one_line(toy_study, capsys):
     assert "--metric 'nope': not in the results" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["summary", str(toy_study), "--target", "-1"])
+
+
+def test_time_to_recover_measures_from_the_disturbance_to_within_a_factor_of_before():
+    # before τ = 100 the MSE is 1e-3 at t = 90; it jumps, then falls as 0.1·(100/t)²
+    t = np.array([10.0, 90.0, 100.0, 200.0, 400.0, 800.0])
+    up = [1e-2, 1e-3, 0.1, 0.025, 0.00625, 0.0015625]
+    never = [1e-2, 1e-3, 0.1, 0.1, 0.1, 0.1]
+    metrics = pd.DataFrame(
+        {
+            "scenario": ["a"] * 6 + ["b"] * 6,
+            "replicate": 0,
+            "t": np.concatenate([t, t]),
+            "metric": "mse",
+            "value": up + never,
+        }
+    )
+    out = time_to_recover(metrics, after=100, within=2.0).set_index("scenario")
+    assert out.loc["a", "before"] == out.loc["b", "before"] == 1e-3
+    # back within 2e-3 between t = 400 (6.25e-3) and 800 (1.5625e-3): log-log interpolation of
+    # a power law (exponent −2) is exact, 0.1·(100/t)² = 2e-3 at t = 100·√50
+    assert out.loc["a", "t_recover"] == pytest.approx(100 * math.sqrt(50) - 100, rel=1e-12)
+    assert math.isnan(out.loc["b", "t_recover"])
+    table = summarise_runs(metrics, recover=(100, 2.0)).set_index("scenario")
+    assert table.loc["a", "recovered"] == 1 and table.loc["b", "recovered"] == 0
+    assert table.loc["a", "t_recover_median"] == pytest.approx(100 * math.sqrt(50) - 100)
+    assert math.isnan(table.loc["b", "t_recover_median"])
+
+
+def test_cli_summary_recover_reads_a_run(toy_ran, capsys):
+    assert main(["summary", str(toy_ran), "--recover", "5", "--within", "3"]) == 0
+    header = capsys.readouterr().out.splitlines()[0].split()
+    assert header[-3:] == ["before", "recovered", "t_recover_median"]

@@ -483,3 +483,35 @@ def test_validate_accepts_a_drifting_study(tmp_path: Path):
     folder.mkdir()
     (folder / "study.toml").write_text(STUDY.format(drift='model = "linear"\nrate = 0.01'))
     assert main(["validate", str(folder)]) == 0
+
+
+def test_a_switch_beyond_the_quick_horizon_says_where_to_change_it(tmp_path, capsys):
+    from desim.study.cli import main
+
+    text = """
+[study]
+title = "switch late"
+seed = 1
+replicates = 1
+t_max = 5000
+[data]
+model = "classes"
+agents = 6
+class_means = [0.0, 1.0]
+[data.drift]
+model = "switch"
+fraction = 0.5
+at = 2000
+[[scenario]]
+name = "local"
+protocol = "local"
+"""
+    (tmp_path / "study.toml").write_text(text)
+    assert main(["validate", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert main(["validate", str(tmp_path), "--quick"]) == 2  # the fallback horizon is 1000
+    err = capsys.readouterr().err
+    assert "at = 2000: beyond t_max = 1000" in err
+    assert "--quick runs t_max = 1000: set a larger t_max in [quick]" in err
+    (tmp_path / "study.toml").write_text(text + "[quick]\nt_max = 2500\n")
+    assert main(["validate", str(tmp_path), "--quick"]) == 0

@@ -122,6 +122,14 @@ def load_study(
         raise with_file(exc, str(file), file.resolve().parent) from None
 
 
+def _quick_hint(message: str, t_max: int) -> str:
+    """A fault about the horizon, under --quick, says that the quick horizon caused it and where
+    to change it (a switch at slot 2000 is no fault of a study of 10⁴ slots)."""
+    if f"beyond t_max = {t_max}" not in message:
+        return message
+    return f"{message}; --quick runs t_max = {t_max}: set a larger t_max in [quick]"
+
+
 def build_study(
     raw: dict, file: Path, quick: bool = False, force: bool = False, memory: int | None = None
 ) -> Study:
@@ -158,6 +166,8 @@ def build_study(
     for message in curve_errors.messages:  # a bad [defaults] value is said once, not per user
         if _fault(message) + _DEFAULTS not in said:
             errors.add(message)
+    if quick:
+        errors.messages = [_quick_hint(m, h.t_max) for m in errors.messages]
     errors.raise_any()
     return Study(
         file=file,
