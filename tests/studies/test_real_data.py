@@ -88,7 +88,7 @@ def _prepared(tmp_path) -> tuple[Path, pd.DataFrame]:
     shutil.copytree(
         STUDIES / "real-data-county-elections",
         folder,
-        ignore=shutil.ignore_patterns("folds", "results", "figures"),
+        ignore=shutil.ignore_patterns("folds", "results*", "figures*"),
     )
     returns = synthetic_returns()
     returns.to_csv(folder / "countypres_2000-2020.csv", index=False)
@@ -122,8 +122,8 @@ def test_prepare_writes_one_fold_per_held_out_election(tmp_path):
 @pytest.mark.slow
 def test_county_elections_study_runs_on_a_file_of_the_mit_schema(tmp_path):
     folder, won = _prepared(tmp_path)
-    assert main(["run", str(folder), "--no-progress"]) == 0
-    m = pd.read_parquet(folder / "results" / "metrics.parquet")
+    assert main(["run", str(folder / "elections.toml"), "--no-progress"]) == 0
+    m = pd.read_parquet(folder / "results-elections" / "metrics.parquet")
     m = m[(m["metric"] == "mse") & (m["t"] == 5)]
     for year in YEARS:  # local: the mean of the five training elections
         expected = float(np.mean((won.drop(columns=year).mean(axis=1) - won[year]) ** 2))
