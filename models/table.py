@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -53,8 +53,17 @@ class TableData:
         "cycle", "when an agent's rows run out: start again, resample them, or stop (refused)"
     )
     sha256: str = param("", "sha256 of the file, set by desim when a study is expanded")
+    rdatasets: dict | None = param(
+        None, "an R data set read instead of a file: a [data.rdatasets] table (models/rdata.py)"
+    )
+    #: Fields left out of config hashes while absent (None).
+    hash_omits_absent: ClassVar = ("rdatasets",)
 
     def __post_init__(self) -> None:
+        if self.rdatasets is not None:  # read by models/rdata.py instead of a file
+            from desim.models.rdata import check_source
+
+            return check_source(self)
         if not self.file:
             raise ValueError("file = '': name the CSV or parquet file of the agents' samples")
         if Path(self.file).suffix.lower() not in FORMATS:
@@ -64,6 +73,10 @@ class TableData:
 
     def make(self, rng: np.random.Generator) -> TableSamples:
         """Read the file (no draws from `rng`) and return the data source."""
+        if self.rdatasets is not None:
+            from desim.models.rdata import make_samples
+
+            return make_samples(self)
         path = Path(self.file)
         if self.sha256 and _sha256(path) != self.sha256:
             raise ValueError(f"file {path.name!r} changed since the study was expanded; run again")
@@ -299,7 +312,8 @@ class TableSamples(DataSource):
     def check_run(self, protocol, metrics: tuple[str, ...], t_max: int) -> None:
         """Raise `ValueError` (one line) when a run of `t_max` slots of `protocol` with
         `metrics` needs what the file does not give: classes, or rows beyond its end."""
-        name = Path(self.spec.file).name
+        rdatasets = self.spec.rdatasets  # or an R data set (models/rdata.py)
+        name = f"rdatasets:{rdatasets['dataset']}" if rdatasets else Path(self.spec.file).name
         needs = [m for m in metrics if m in CLASS_METRICS]
         if not self.has_classes and (protocol.uses_oracle or needs):
             who = f"metric {needs[0]!r}" if needs else "this protocol (it sees the classes)"

