@@ -20,7 +20,9 @@ Public facts: ``L`` is half the range of all values (two samples differ by at mo
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -122,14 +124,7 @@ def _read_columns(path: Path, with_truth: bool) -> dict[str, np.ndarray]:
     read; the others float64, finite)."""
     name = path.name
     kind = FORMATS[path.suffix.lower()]
-    with open(path, "rb") as f:
-        head = f.read(4096)
-    if not head:
-        raise ValueError(f"{name}: the file is empty (0 bytes)")
-    if kind == "parquet" and head[:4] != b"PAR1":
-        raise ValueError(f"{name}: not a parquet file (it does not start with 'PAR1')")
-    if kind == "csv" and (head[:4] == b"PAR1" or b"\0" in head):
-        raise ValueError(f"{name}: not a CSV text file (it holds binary bytes)")
+    _check_head(path, kind)
     try:
         table = _arrow_table(path, kind)
     except Exception as exc:  # pyarrow's own errors have no common base to catch
@@ -163,9 +158,7 @@ def _arrow_table(path: Path, kind: str):
         return pq.read_table(path, columns=[c for c in COLUMNS if c in names])
     from pyarrow import csv as pacsv
 
-    with open(path, "rb") as f:
-        header = f.readline().decode("utf-8").strip().split(",")
-    names = [h.strip().strip('"') for h in header]
+    names = _csv_names(path)
     reader = pacsv.open_csv(
         path,
         # small blocks, read one at a time: what the reader holds beside the columns stays small
@@ -184,6 +177,91 @@ def _arrow_table(path: Path, kind: str):
     return pa.table(
         {n: pa.chunked_array(a, type=reader.schema.field(n).type) for n, a in blocks.items()}
     )
+
+
+def agent_counts(path: Path) -> tuple[list, np.ndarray]:
+    """(the distinct agent ids of the file `path` in sorted order, rows per agent), read from
+    the agent column alone in blocks (cheap: what the study's size estimates and graph
+    matching need before the file is read whole); `ValueError` as `read_table`."""
+    stat = path.stat()
+    return _agent_counts(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _agent_counts(path: str, size: int, mtime_ns: int) -> tuple[list, np.ndarray]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    file = Path(path)
+    values, counts = [], []
+    for batch in _batches(file, ["agent"]):
+        agent = batch.column(0)
+        if pa.types.is_dictionary(agent.type):
+            agent = agent.cast(agent.type.value_type)
+        if agent.null_count:
+            raise ValueError(f"{file.name}: column 'agent' has empty values")
+        tally = pc.value_counts(agent)
+        values.append(tally.field("values"))
+        counts.append(tally.field("counts").to_numpy())
+    if not values:
+        raise ValueError(f"{file.name}: no rows")
+    every = pa.concat_arrays(values)
+    ids = pc.unique(every)
+    ids = ids.take(pc.sort_indices(ids))
+    where = pc.index_in(every, value_set=ids).to_numpy()
+    rows = np.bincount(where, weights=np.concatenate(counts), minlength=len(ids))
+    return ids.to_pylist(), rows.astype(np.int64)
+
+
+def _batches(path: Path, columns: list[str]):
+    """The file's `columns` (those present) in record batches of about `_BLOCK` bytes of text
+    or one parquet row group's batches: never the whole file at once."""
+    import pyarrow as pa
+
+    kind = FORMATS[path.suffix.lower()]
+    _check_head(path, kind)
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        handle = pq.ParquetFile(path)
+        names = handle.schema_arrow.names
+        yield from handle.iter_batches(
+            batch_size=1 << 16, columns=[c for c in columns if c in names]
+        )
+        return
+    from pyarrow import csv as pacsv
+
+    names = _csv_names(path)
+    yield from pacsv.open_csv(
+        path,
+        read_options=pacsv.ReadOptions(use_threads=False, block_size=_BLOCK),
+        convert_options=pacsv.ConvertOptions(
+            include_columns=[c for c in columns if c in names],
+            column_types={c: pa.float64() for c in _NUMERIC if c in names and c in columns},
+            null_values=[""],
+        ),
+        memory_pool=pa.system_memory_pool(),
+    )
+
+
+def _csv_names(path: Path) -> list[str]:
+    """The column names of CSV file `path` (its first line)."""
+    with open(path, "rb") as f:
+        header = f.readline().decode("utf-8").strip().split(",")
+    return [h.strip().strip('"') for h in header]
+
+
+def _check_head(path: Path, kind: str) -> None:
+    """Refuse an empty file, or one that is not its extension's type, by its first bytes."""
+    name = path.name
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if not head:
+        raise ValueError(f"{name}: the file is empty (0 bytes)")
+    if kind == "parquet" and head[:4] != b"PAR1":
+        raise ValueError(f"{name}: not a parquet file (it does not start with 'PAR1')")
+    if kind == "csv" and (head[:4] == b"PAR1" or b"\0" in head):
+        raise ValueError(f"{name}: not a CSV text file (it holds binary bytes)")
 
 
 #: Bytes of a CSV file parsed at once.
@@ -245,6 +323,10 @@ def _per_agent(
     return one
 
 
+class ExhaustedWarning(UserWarning):
+    """Agents of a table whose rows ran out before the end of a run (what they did then)."""
+
+
 class TableSamples(DataSource):
     """The data source of one run of `TableData`: slot t gives each agent its t-th row (after
     its rows run out: per `exhausted`)."""
@@ -252,29 +334,78 @@ class TableSamples(DataSource):
     def __init__(self, spec: TableData, streams: AgentRows) -> None:
         self.spec = spec
         self.streams = streams
-        self.n_agents = len(streams.ids)
-        self.has_classes = streams.classes is not None
-        # without a class column every agent is its own class (as in the EB models); the
-        # oracle baselines and class metrics are refused for such a file (`check_run`)
-        self.classes = streams.classes if self.has_classes else np.arange(self.n_agents)
         values = streams.values
         sums = np.add.reduceat(values, streams.start)
         means = sums / streams.length
-        self.means = streams.truth if streams.truth is not None else means
         deviations = np.repeat(means, streams.length)  # one array of the rows' size, in place
         np.subtract(values, deviations, out=deviations)
         np.square(deviations, out=deviations)
         squares = np.add.reduceat(deviations, streams.start)
         del deviations
-        self.public = {
-            "L": float(values.max() - values.min()) / 2,
-            "sigma2": squares / streams.length,
-            "distribution": "table",
-            "agent_ids": list(streams.ids),
-            "agent_index": {agent: i for i, agent in enumerate(streams.ids)},
-            "exhausted": spec.exhausted,
-        }
+        # per agent, so that dropping agents (`restrict`) needs no pass over the rows; the
+        # range of all values is the range of the agents' ranges, exactly
+        self._low = np.minimum.reduceat(values, streams.start)
+        self._high = np.maximum.reduceat(values, streams.start)
+        self._means = streams.truth if streams.truth is not None else means
+        self._sigma2 = squares / streams.length
+        self.public: dict = {}
+        self._publish()
         self._t = 0  # rows of every stream taken so far (slots sampled)
+
+    def _publish(self) -> None:
+        """Set what the engine and protocols read from the agents of `streams`."""
+        streams = self.streams
+        self.n_agents = len(streams.ids)
+        self.has_classes = streams.classes is not None
+        # without a class column every agent is its own class (as in the EB models); the
+        # oracle baselines and class metrics are refused for such a file (`check_run`)
+        self.classes = streams.classes if self.has_classes else np.arange(self.n_agents)
+        self.means = self._means
+        self.public.update(
+            {
+                "L": float(self._high.max() - self._low.min()) / 2,
+                "sigma2": self._sigma2,
+                "distribution": "table",
+                "agent_ids": list(streams.ids),
+                "agent_index": {agent: i for i, agent in enumerate(streams.ids)},
+                "exhausted": self.spec.exhausted,
+            }
+        )
+
+    def restrict(self, kept: np.ndarray) -> None:
+        """Keep only the agents numbered `kept` (increasing), renumbered 0, 1, …: the others
+        leave the run (e.g. agents with no node in a graph file, `unmatched = "drop"`)."""
+        s = self.streams
+        self.streams = AgentRows(
+            [s.ids[i] for i in kept],
+            s.values,
+            s.start[kept],
+            s.length[kept],
+            None if s.classes is None else s.classes[kept],
+            None if s.truth is None else s.truth[kept],
+        )
+        self._low, self._high = self._low[kept], self._high[kept]
+        self._means, self._sigma2 = self._means[kept], self._sigma2[kept]
+        self._publish()
+
+    def note_run(self, t_max: int) -> None:
+        """Warn (`ExhaustedWarning`, kept in the run's sidecar) when agents' rows run out
+        before `t_max`: how many, and what they sample then (`exhausted`)."""
+        short = np.flatnonzero(self.streams.length < t_max)
+        if not len(short):
+            return
+        shortest = int(short[np.argmin(self.streams.length[short])])
+        what = {"cycle": "cycle their rows", "resample": "resample their rows"}.get(
+            self.spec.exhausted, "stop"
+        )
+        warnings.warn(
+            f"{Path(self.spec.file).name}: exhausted = {self.spec.exhausted!r}: "
+            f"{len(short)} of {self.n_agents} agents have fewer rows than t_max = {t_max} and "
+            f"{what} (shortest: {self.streams.ids[shortest]!r}, "
+            f"{int(self.streams.length[shortest])} rows)",
+            ExhaustedWarning,
+            stacklevel=2,
+        )
 
     def sample(self, rng: np.random.Generator, n_slots: int) -> np.ndarray:
         s = self.streams
