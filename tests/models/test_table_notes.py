@@ -1,0 +1,71 @@
+"""The ``table`` data model, what is said about it: the run record states how many agents ran
+out of rows (and cycled or resampled them), and the study's size estimates count the file's
+agents (read from its agent column alone) instead of taking a table for one agent."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_table_data import CSV, study
+
+from desim.kernel.params import ConfigError
+from desim.models.table import agent_counts
+from desim.study.cli import main
+from desim.study.spec import load_study
+from desim.study.spec.limits import check_size, horizon, table_sizes
+from desim.study.spec.parse import parse_study
+
+
+@pytest.mark.parametrize("exhausted, did", [("cycle", "cycle"), ("resample", "resample")])
+def test_the_sidecar_says_how_many_agents_ran_out_of_rows(tmp_path, no_figures, exhausted, did):
+    folder = study(tmp_path, exhausted=exhausted, t_max=4)
+    assert main(["run", str(folder), "--no-progress"]) == 0
+    side = json.loads(next((folder / "results" / "runs").glob("*.json")).read_text())
+    assert (
+        f"ExhaustedWarning: data.csv: exhausted = {exhausted!r}: 1 of 2 agents have fewer rows "
+        f"than t_max = 4 and {did} their rows (shortest: 'a', 3 rows)"
+    ) in side["warnings"]
+
+
+def test_no_note_when_every_stream_lasts_the_run(tmp_path, no_figures):
+    folder = study(tmp_path, t_max=3)
+    assert main(["run", str(folder), "--no-progress"]) == 0
+    side = json.loads(next((folder / "results" / "runs").glob("*.json")).read_text())
+    assert not [w for w in side["warnings"] if "Exhausted" in w]
+
+
+@pytest.mark.parametrize("file", ["data.csv", "data.parquet"])
+def test_agent_counts_read_the_agent_column(tmp_path, file):
+    folder = study(tmp_path, text=None, file=file)
+    frame = pd.DataFrame({"agent": [5, 3, 5, 7, 5, 3], "value": np.arange(6.0)})
+    if file.endswith(".csv"):
+        frame.to_csv(folder / file, index=False)
+    else:
+        frame.to_parquet(folder / file)
+    ids, rows = agent_counts(folder / file)
+    assert ids == [3, 5, 7] and rows.tolist() == [2, 3, 1]
+
+
+def test_size_estimates_use_the_tables_agent_count(tmp_path):
+    many = "agent,value\n" + "".join(f"g{a:03d},{a}\n" for a in range(300))
+    folder = study(tmp_path, text=many)
+    doc_data = {"model": "table", "file": "data.csv"}
+    assert table_sizes(doc_data, {}, folder) == (300, 300)
+    assert table_sizes({"model": "classes", "agents": 9}, {}, folder) == (0, 0)
+    assert load_study(folder).runs  # within every limit
+    file = folder / "study.toml"
+    doc = parse_study(tomllib.loads(file.read_text()), file)
+    with pytest.raises(ConfigError, match="agents = 300: one run needs about"):
+        check_size(horizon(doc, False), {}, 1, 1, folder)
+
+
+def test_a_file_outside_the_folder_is_not_counted(tmp_path):
+    folder = study(tmp_path)
+    outside = tmp_path / "outside.csv"
+    outside.write_text(CSV)
+    (folder / "link.csv").symlink_to(outside)
+    assert table_sizes({"model": "table", "file": "link.csv"}, {}, folder) == (0, 0)
