@@ -69,3 +69,44 @@ def test_a_file_outside_the_folder_is_not_counted(tmp_path):
     outside.write_text(CSV)
     (folder / "link.csv").symlink_to(outside)
     assert table_sizes({"model": "table", "file": "link.csv"}, {}, folder) == (0, 0)
+
+
+@pytest.mark.parametrize("file", ["data.csv", "data.parquet"])
+def test_blockwise_reading_gives_the_streams_of_a_sort_by_agent_and_order(
+    tmp_path, monkeypatch, file
+):
+    """Small blocks and sort groups (so every agent spans several of each): each agent's
+    values in increasing order, ties in file order, as pandas' stable sort gives them."""
+    import desim.models.table as table
+
+    monkeypatch.setattr(table, "_BLOCK", 256)
+    monkeypatch.setattr(table, "_ROWS", 7)
+    monkeypatch.setattr(table, "_GROUP", 16)
+    rng = np.random.default_rng(4)
+    n = 600
+    agent = rng.choice([f"k{i:02d}" for i in range(23)], n)
+    frame = pd.DataFrame(
+        {"agent": agent, "value": rng.normal(size=n), "order": rng.integers(0, 9, n) * 1.0}
+    )
+    frame["class"] = [int(a[1:]) % 3 for a in agent]
+    folder = study(tmp_path, text=None, file=file)
+    if file.endswith(".csv"):
+        frame.to_csv(folder / file, index=False)
+    else:
+        frame.to_parquet(folder / file)
+    rows = table.read_table(folder / file, False)
+    expected = frame.sort_values(["agent", "order"], kind="stable")
+    assert rows.ids == sorted(set(agent))
+    np.testing.assert_array_equal(rows.values, expected["value"].to_numpy())
+    first = expected.groupby("agent", sort=True)["class"].first().to_numpy()
+    np.testing.assert_array_equal(rows.classes, first)
+
+
+def test_a_class_that_changes_in_a_later_block_is_refused(tmp_path, monkeypatch, capsys):
+    import desim.models.table as table
+
+    monkeypatch.setattr(table, "_BLOCK", 64)
+    text = "agent,value,class\n" + "a,1,x\n" * 40 + "a,1,y\n"
+    folder = study(tmp_path, text=text)
+    assert main(["validate", str(folder)]) == 2
+    assert "column 'class' differs within agent 'a'" in capsys.readouterr().err
