@@ -64,6 +64,10 @@ class FromFile(Topology):
     )
     sha256: str = param("", "sha256 of the file, set by desim when a study is expanded")
 
+    def __str__(self) -> str:
+        # what warnings name: the file, never the absolute path the run reads it from
+        return f"graph file {Path(self.path).name if self.path else COUNTIES.name!r}"
+
     def file(self) -> Path:
         """The file read: `path`, or the bundled county adjacency."""
         if not self.path and self.format == "county-adjacency":

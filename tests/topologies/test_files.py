@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import tomllib
 
 import networkx as nx
 import numpy as np
@@ -15,6 +16,8 @@ import pytest
 from desim.models.table import TableData
 from desim.study.cli import main
 from desim.study.spec import load_study
+from desim.study.spec.limits import horizon, study_sizes
+from desim.study.spec.parse import parse_study
 from desim.topologies.files import COUNTIES, FromFile, id_key, read_graph, sha256_of
 
 STUDY = """\
@@ -191,3 +194,19 @@ def test_the_bundled_county_adjacency_is_symmetric_with_the_documented_counts():
     assert "27111" not in graph.nodes and "27165" not in graph.nodes
     with gzip.open(COUNTIES, "rt", encoding="utf-8") as fh:
         assert fh.readline().startswith('"Autauga County, AL"\t01001\t')
+
+
+def test_warnings_name_the_file_not_its_absolute_path(tmp_path, no_figures):
+    folder = study(tmp_path)
+    assert main(["run", str(folder), "--no-progress"]) == 0
+    side = (next((folder / "results" / "runs").glob("*.json"))).read_text()
+    assert "TopologyWarning: graph file 'g.txt': the graph is disconnected" in side
+    assert str(tmp_path) not in side
+
+
+def test_size_estimates_count_the_graph_files_links(tmp_path):
+    folder = study(tmp_path)
+    file = folder / "study.toml"
+    doc = parse_study(tomllib.loads(file.read_text()), file)
+    sizes = study_sizes(horizon(doc, False), doc)
+    assert sizes.agents == 4 and sizes.edges == 6  # 3 lines of the file, both directions

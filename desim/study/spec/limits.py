@@ -316,6 +316,8 @@ def _edges(doc: StudyDocument, agents: int) -> int:
     if topology is None:
         return 0
     dense = agents * (agents - 1)
+    if topology.get("model") == "file":
+        return min(dense, _file_edges(topology, doc.file.parent) or dense)
     for key, factor in _EDGES_PER_AGENT.items():
         value = _largest_in(topology, doc.grid, "topology", key)
         if value is not None:
@@ -329,6 +331,22 @@ def _edges(doc: StudyDocument, agents: int) -> int:
     if r is not None:
         return int(min(1.0, max(0.0, math.pi * r * r)) * dense)
     return dense
+
+
+def _file_edges(topology: dict, folder: Path) -> int:
+    """Directed edges of the graph file a ``file`` topology reads (0 when it cannot be read:
+    the set-up checks name it)."""
+    from desim.topologies.files import FromFile, read_graph  # here: only graph files need it
+
+    table = {k: v for k, v in topology.items() if k != "model"}
+    try:
+        if isinstance(table.get("path"), str):
+            check_input_file(folder, table["path"], "[topology]: path", "graph file")
+            table["path"] = str(folder / table["path"])
+        graph = FromFile(**table)
+        return 2 * len(read_graph(graph.file(), graph.kind()).u)
+    except (ConfigError, ValueError, TypeError, OSError):
+        return 0
 
 
 def _largest_in(
