@@ -5,7 +5,8 @@ The file (relative to the study folder, never reached through a link out of it) 
 are taken in increasing order, ties in file order; without it, in file order), ``class`` (the
 agents' classes, for the oracle baselines and class metrics) and ``truth`` (each agent's true
 mean, constant per agent). The agents are the distinct ids of the ``agent`` column in sorted
-order; ``public["agent_index"]`` maps each id to its agent number (for matching a graph later).
+order; ``public["agent_index"]`` maps each id to its agent number, and a graph file's node ids
+are matched to them (desim.topologies.files; agents it drops leave through `restrict`).
 
 Truth (what the MSE is scored against): ``truth = "mean"`` (the default) is each agent's mean
 over all its rows; ``truth = "column"`` reads the ``truth`` column. When an agent's rows run
@@ -15,7 +16,8 @@ out, ``exhausted`` says what it samples next: ``"cycle"`` (the default) starts i
 sample every slot: it has no "no new sample", so stopping early cannot be expressed).
 
 Public facts: ``L`` is half the range of all values (two samples differ by at most 2L), and
-``sigma2`` each agent's variance over all its rows (the known-variance setting).
+``sigma2`` each agent's variance over all its rows (the known-variance setting). A run whose
+horizon outlasts some agents' rows says so (`ExhaustedWarning`, in its sidecar).
 """
 
 from __future__ import annotations
