@@ -10,6 +10,8 @@ import tomllib
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_table_data import CSV, study
 
 from desim.kernel.params import ConfigError
@@ -110,3 +112,35 @@ def test_a_class_that_changes_in_a_later_block_is_refused(tmp_path, monkeypatch,
     folder = study(tmp_path, text=text)
     assert main(["validate", str(folder)]) == 2
     assert "column 'class' differs within agent 'a'" in capsys.readouterr().err
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(st.integers(0, 6), st.integers(0, 3), st.floats(-1e3, 1e3)),
+        min_size=1,
+        max_size=60,
+    ),
+    block=st.integers(1, 9),
+    group=st.integers(1, 20),
+)
+def test_any_table_read_in_any_blocks_is_the_stable_sort_by_agent_and_order(
+    tmp_path_factory, rows, block, group
+):
+    """Property: whatever the row order, ties, parquet batch and sort-group sizes, each
+    agent's stream is its rows sorted by order, ties in file order."""
+    import desim.models.table as table
+
+    frame = pd.DataFrame(rows, columns=["agent", "order", "value"]).astype({"order": float})
+    path = tmp_path_factory.mktemp("p") / "data.parquet"
+    frame.to_parquet(path)
+    saved = table._ROWS, table._GROUP
+    table._ROWS, table._GROUP = block, group
+    try:
+        read = table.read_table(path, False)
+    finally:
+        table._ROWS, table._GROUP = saved
+    expected = frame.sort_values(["agent", "order"], kind="stable")
+    assert read.ids == sorted(set(frame["agent"]))
+    np.testing.assert_array_equal(read.values, expected["value"].to_numpy())
+    np.testing.assert_array_equal(read.length, expected.groupby("agent").size().to_numpy())
