@@ -5,7 +5,8 @@ The file (relative to the study folder, never reached through a link out of it) 
 are taken in increasing order, ties in file order; without it, in file order), ``class`` (the
 agents' classes, for the oracle baselines and class metrics) and ``truth`` (each agent's true
 mean, constant per agent). The agents are the distinct ids of the ``agent`` column in sorted
-order; ``public["agent_index"]`` maps each id to its agent number (for matching a graph later).
+order; ``public["agent_index"]`` maps each id to its agent number, and a graph file's node ids
+are matched to them (desim.topologies.files; agents it drops leave through `restrict`).
 
 Truth (what the MSE is scored against): ``truth = "mean"`` (the default) is each agent's mean
 over all its rows; ``truth = "column"`` reads the ``truth`` column. When an agent's rows run
@@ -15,12 +16,15 @@ out, ``exhausted`` says what it samples next: ``"cycle"`` (the default) starts i
 sample every slot: it has no "no new sample", so stopping early cannot be expressed).
 
 Public facts: ``L`` is half the range of all values (two samples differ by at most 2L), and
-``sigma2`` each agent's variance over all its rows (the known-variance setting).
+``sigma2`` each agent's variance over all its rows (the known-variance setting). A run whose
+horizon outlasts some agents' rows says so (`ExhaustedWarning`, in its sidecar).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -104,37 +108,264 @@ class AgentRows:
 
 def read_table(path: Path, with_truth: bool) -> AgentRows:
     """The agents' streams of the file `path`; `ValueError` (one line naming the file and the
-    column) for a file that is empty, not its extension's type, or holds bad rows."""
-    columns = _read_columns(path, with_truth)
+    column) for a file that is empty, not its extension's type, or holds bad rows.
+
+    Two passes, each over blocks of the file: the agent column alone (`agent_counts`: the
+    agents and their row counts), then every column, each block's rows put straight into
+    their agent's place (a counting sort), so the file's columns are never held in file
+    order beside the sorted ones; rows of one agent are then sorted by `order` a group of
+    agents at a time."""
     name = path.name
-    agent = columns.pop("agent")
-    ids, codes = _agent_codes(agent, name)
-    del agent
-    n = len(ids)
-    key = columns.pop("order", None)
-    # stable: rows of one agent (at one time) keep their file order
-    perm = np.argsort(codes, kind="stable") if key is None else np.lexsort((key, codes))
-    del key
-    length = np.bincount(codes, minlength=n)
-    del codes
-    start = np.concatenate([[0], np.cumsum(length)[:-1]])
-    values = np.take(columns.pop("value"), perm)  # the file's order freed once taken
-    out = AgentRows(ids, values, start, length, None, None)
-    if columns:  # class and truth: one value per agent, checked on the rows in agent order
-        sorted_codes = np.repeat(np.arange(n, dtype=np.int32), length)
-        if "class" in columns:
-            _, labels = _agent_codes(columns.pop("class"), name, "class")
-            out.classes = _per_agent(labels[perm], sorted_codes, out, name, "class")
-        if with_truth:
-            out.truth = _per_agent(columns.pop("truth")[perm], sorted_codes, out, name, "truth")
+    names = _column_names(path)
+    missing = [c for c in ("agent", "value") if c not in names]
+    if missing:
+        shown = ", ".join(map(repr, names[:10]))
+        raise ValueError(f"{name}: missing column {missing[0]!r}; the columns are {shown}")
+    if with_truth and "truth" not in names:
+        raise ValueError(f"{name}: truth = 'column' but the file has no 'truth' column")
+    ids, length = agent_counts(path)
+    wanted = [c for c in COLUMNS if c in names and (c != "truth" or with_truth)]
+    placed = _Placed(ids, length, "order" in wanted, name)
+    for batch in _batches(path, wanted):
+        placed.add(batch)
+    out = AgentRows(ids, placed.values, placed.start, length, placed.classes(), placed.truth)
+    if placed.order is not None:
+        _sort_by_order(out, placed.order)
     return out
 
 
-def _read_columns(path: Path, with_truth: bool) -> dict[str, np.ndarray]:
-    """The columns of `COLUMNS` present in the file, as numpy arrays (agent and class as
-    read; the others float64, finite)."""
-    name = path.name
+class _Placed:
+    """The rows of a file put in agent order as its blocks arrive: `values` (and `order`) at
+    each agent's next free place, class and truth kept once per agent and checked constant."""
+
+    def __init__(self, ids: list, length: np.ndarray, with_order: bool, name: str) -> None:
+        import pyarrow as pa
+
+        self.name = name
+        self.ids = ids
+        self.id_array = pa.array(ids)
+        self.start = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64)
+        self.next = self.start.copy()
+        self.end = self.start + length
+        rows = int(length.sum())
+        self.values = np.empty(rows)
+        self.order = np.empty(rows) if with_order else None
+        self.truth: np.ndarray | None = None
+        self.labels: dict = {}  # class label → its number, in order of first appearance
+        self.label: np.ndarray | None = None  # each agent's class number (−1: none yet)
+        self.row = 0  # data rows read so far
+
+    def add(self, batch) -> None:
+        """Put the rows of record `batch` in their places."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        column = dict(zip(batch.schema.names, batch.columns, strict=True))
+        agent = column["agent"]
+        if pa.types.is_dictionary(agent.type):
+            agent = agent.cast(agent.type.value_type)
+        found = pc.index_in(agent, value_set=self.id_array)
+        if found.null_count:  # an id the first pass did not see
+            raise ValueError(f"{self.name}: changed while it was read; run again")
+        codes = found.to_numpy().astype(np.int64)
+        by_agent = np.argsort(codes, kind="stable")  # rows of one agent keep their file order
+        sorted_codes = codes[by_agent]
+        first = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+        rank = np.arange(len(codes)) - np.repeat(first, np.diff(np.r_[first, len(codes)]))
+        where = self.next[sorted_codes] + rank
+        if len(where) and (where >= self.end[sorted_codes]).any():
+            raise ValueError(f"{self.name}: changed while it was read; run again")
+        self.values[where] = _numeric(column["value"], "value", self.name, self.row)[by_agent]
+        if self.order is not None:
+            self.order[where] = _numeric(column["order"], "order", self.name, self.row)[by_agent]
+        self.next += np.bincount(codes, minlength=len(self.ids))
+        if "truth" in column:
+            truth = _numeric(column["truth"], "truth", self.name, self.row)
+            self.truth = self._constant(self.truth, codes, truth, "truth")
+        if "class" in column:
+            self._classes(column["class"], codes)
+        self.row += len(codes)
+
+    def _classes(self, labels, codes: np.ndarray) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if labels.null_count:
+            raise ValueError(f"{self.name}: column 'class' has {labels.null_count} empty values")
+        if pa.types.is_dictionary(labels.type):
+            labels = labels.cast(labels.type.value_type)
+        distinct = pc.unique(labels)
+        for label in distinct.to_pylist():
+            self.labels.setdefault(label, len(self.labels))
+        local = pc.index_in(labels, value_set=distinct).to_numpy(zero_copy_only=False)
+        number = np.array([self.labels[x] for x in distinct.to_pylist()], dtype=float)
+        self.label = self._constant(self.label, codes, number[local], "class")
+
+    def _constant(
+        self, kept: np.ndarray | None, codes: np.ndarray, values: np.ndarray, column: str
+    ) -> np.ndarray:
+        """`kept` (each agent's value of a per-agent column; NaN: not seen yet) with the
+        values of this block's rows, refused unless constant over each agent's rows."""
+        if kept is None:
+            kept = np.full(len(self.ids), np.nan)
+        unseen = np.isnan(kept[codes])
+        kept[codes[unseen]] = values[unseen]
+        differs = kept[codes] != values
+        if differs.any():
+            agent = self.ids[int(codes[np.argmax(differs)])]
+            raise ValueError(
+                f"{self.name}: column {column!r} differs within agent {agent!r}; "
+                "it must be one value per agent"
+            )
+        return kept
+
+    def classes(self) -> np.ndarray | None:
+        """Each agent's class: its label's number among the labels in sorted order."""
+        if self.label is None:
+            return None
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        labels = pa.array(list(self.labels))
+        rank = np.empty(len(labels), dtype=np.int64)
+        rank[pc.sort_indices(labels).to_numpy()] = np.arange(len(labels))
+        return rank[self.label.astype(np.int64)]
+
+
+def _sort_by_order(rows: AgentRows, order: np.ndarray) -> None:
+    """Sort each agent's rows (in `rows.values`, in file order) by `order`, ties in file order:
+    a group of agents of about `_GROUP` rows at a time, so the sort holds little beside."""
+    start, length = rows.start, rows.length
+    groups = np.flatnonzero(np.r_[True, np.diff(start // _GROUP) != 0])
+    for a, b in zip(groups, np.r_[groups[1:], len(start)], strict=True):
+        lo, hi = int(start[a]), int(start[b - 1] + length[b - 1])
+        agent = np.repeat(np.arange(b - a, dtype=np.int32), length[a:b])
+        steps = np.diff(order[lo:hi])
+        if (steps[agent[1:] == agent[:-1]] >= 0).all():
+            continue  # already in time order (a file written in time order)
+        perm = np.lexsort((order[lo:hi], agent))
+        rows.values[lo:hi] = rows.values[lo:hi][perm]
+
+
+#: Rows sorted by `order` at once (a group of whole agents: more for one longer agent).
+_GROUP = 1 << 20
+
+
+def _column_names(path: Path) -> list[str]:
+    """The file's column names (the CSV header, the parquet schema)."""
     kind = FORMATS[path.suffix.lower()]
+    _check_head(path, kind)
+    if kind == "csv":
+        return _csv_names(path)
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_schema(path).names
+    except Exception as exc:  # pyarrow's own errors have no common base to catch
+        what = " ".join(str(exc).split())[:160]
+        raise ValueError(f"{path.name}: cannot be read as parquet: {what}") from None
+
+
+def agent_counts(path: Path) -> tuple[list, np.ndarray]:
+    """(the distinct agent ids of the file `path` in sorted order, rows per agent), read from
+    the agent column alone in blocks (cheap: what the study's size estimates and graph
+    matching need before the file is read whole); `ValueError` as `read_table`."""
+    stat = path.stat()
+    ids, rows = _agent_counts(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    return list(ids), rows.copy()  # the cached ones stay as read
+
+
+@functools.lru_cache(maxsize=8)
+def _agent_counts(path: str, size: int, mtime_ns: int) -> tuple[list, np.ndarray]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    file = Path(path)
+    ids, rows = None, np.zeros(0, dtype=np.int64)
+    categories: set = set()
+    for batch in _batches(file, ["agent"]):
+        agent = batch.column(0)
+        if agent.null_count:
+            raise ValueError(f"{file.name}: column 'agent' has {agent.null_count} empty values")
+        if pa.types.is_dictionary(agent.type):  # e.g. a pandas categorical written to parquet
+            categories.update(agent.dictionary.to_pylist())
+            agent = agent.cast(agent.type.value_type)
+        tally = pc.value_counts(agent)
+        # the running tally merged with this block's: held once, the size of the agents
+        every = (
+            tally.field("values") if ids is None else pa.concat_arrays([ids, tally.field("values")])
+        )
+        counts = np.concatenate([rows, tally.field("counts").to_numpy()])
+        ids = pc.unique(every)
+        where = pc.index_in(every, value_set=ids).to_numpy()
+        rows = np.bincount(where, weights=counts, minlength=len(ids)).astype(np.int64)
+    if ids is None:
+        raise ValueError(f"{file.name}: no rows")
+    by_id = pc.sort_indices(ids)
+    ids, rows = ids.take(by_id), rows[by_id.to_numpy()]
+    unused = sorted(categories - set(ids.to_pylist()), key=str)
+    if unused:
+        raise ValueError(f"{file.name}: agent {unused[0]!r} has no rows (of {len(unused)})")
+    return ids.to_pylist(), rows
+
+
+def _batches(path: Path, columns: list[str]):
+    """The file's `columns` (those present) in record batches of about `_BLOCK` bytes of text
+    or `_ROWS` parquet rows: never the whole file at once. pyarrow's errors become one line."""
+    kind = FORMATS[path.suffix.lower()]
+    _check_head(path, kind)
+    try:
+        yield from _reader(path, kind, columns)
+    except Exception as exc:  # pyarrow's own errors have no common base to catch
+        if isinstance(exc, ValueError) and str(exc).startswith(f"{path.name}: "):
+            raise  # a check of ours, already one line
+        what = " ".join(str(exc).split())[:160]
+        raise ValueError(f"{path.name}: cannot be read as {kind}: {what}") from None
+
+
+def _reader(path: Path, kind: str, columns: list[str]):
+    """pyarrow's batch reader of the file's `columns` (numeric ones as float64)."""
+    import pyarrow as pa
+
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        # one thread, no read-ahead of a whole row group: what is held beside the columns
+        # stays one batch
+        handle = pq.ParquetFile(path, pre_buffer=False)
+        wanted = [c for c in columns if c in handle.schema_arrow.names]
+        return handle.iter_batches(batch_size=_ROWS, columns=wanted, use_threads=False)
+    from pyarrow import csv as pacsv
+
+    names = _csv_names(path)
+    return pacsv.open_csv(
+        path,
+        # small blocks, read one at a time: what the reader holds beside the columns stays small
+        read_options=pacsv.ReadOptions(use_threads=False, block_size=_BLOCK),
+        convert_options=pacsv.ConvertOptions(
+            include_columns=[c for c in columns if c in names],
+            column_types={c: pa.float64() for c in _NUMERIC if c in names and c in columns},
+            null_values=[""],  # "nan" stays a number, refused as NaN by name
+        ),
+        memory_pool=pa.system_memory_pool(),  # arrow's buffers go back once converted
+    )
+
+
+#: Bytes of a CSV file parsed at once, and rows of a parquet file.
+_BLOCK = 1 << 20
+_ROWS = 1 << 16
+
+
+def _csv_names(path: Path) -> list[str]:
+    """The column names of CSV file `path` (its first line)."""
+    with open(path, "rb") as f:
+        header = f.readline().decode("utf-8", errors="replace").strip().split(",")
+    return [h.strip().strip('"') for h in header]
+
+
+def _check_head(path: Path, kind: str) -> None:
+    """Refuse an empty file, or one that is not its extension's type, by its first bytes."""
+    name = path.name
     with open(path, "rb") as f:
         head = f.read(4096)
     if not head:
@@ -143,119 +374,29 @@ def _read_columns(path: Path, with_truth: bool) -> dict[str, np.ndarray]:
         raise ValueError(f"{name}: not a parquet file (it does not start with 'PAR1')")
     if kind == "csv" and (head[:4] == b"PAR1" or b"\0" in head):
         raise ValueError(f"{name}: not a CSV text file (it holds binary bytes)")
-    try:
-        table = _arrow_table(path, kind)
-    except Exception as exc:  # pyarrow's own errors have no common base to catch
-        what = " ".join(str(exc).split())[:160]
-        raise ValueError(f"{name}: cannot be read as {kind}: {what}") from None
-    missing = [c for c in ("agent", "value") if c not in table.column_names]
-    if missing:
-        raise ValueError(
-            f"{name}: missing column {missing[0]!r}; the columns are "
-            f"{', '.join(map(repr, table.column_names[:10]))}"
-        )
-    out = {}
-    wanted = [c for c in COLUMNS if c in table.column_names and (c != "truth" or with_truth)]
-    for column in wanted:
-        chunked = table.column(column)
-        table = table.drop_columns([column])  # each column held once: arrow's or numpy's
-        out[column] = _numeric(chunked, column, name) if column in _NUMERIC else chunked
-    if with_truth and "truth" not in out:
-        raise ValueError(f"{name}: truth = 'column' but the file has no 'truth' column")
-    return out
 
 
-def _arrow_table(path: Path, kind: str):
-    """The file's columns of `COLUMNS` as a pyarrow table (numeric columns as float64)."""
+def _numeric(array, column: str, name: str, row: int) -> np.ndarray:
+    """A block of a numeric column as float64 numpy (its first data row is `row` + 1),
+    refused when it has empty or non-finite values."""
     import pyarrow as pa
 
-    if kind == "parquet":
-        import pyarrow.parquet as pq
-
-        names = pq.read_schema(path).names
-        return pq.read_table(path, columns=[c for c in COLUMNS if c in names])
-    from pyarrow import csv as pacsv
-
-    with open(path, "rb") as f:
-        header = f.readline().decode("utf-8").strip().split(",")
-    names = [h.strip().strip('"') for h in header]
-    reader = pacsv.open_csv(
-        path,
-        # small blocks, read one at a time: what the reader holds beside the columns stays small
-        read_options=pacsv.ReadOptions(use_threads=False, block_size=_BLOCK),
-        convert_options=pacsv.ConvertOptions(
-            include_columns=[c for c in COLUMNS if c in names],
-            column_types={c: pa.float64() for c in _NUMERIC if c in names},
-            null_values=[""],  # "nan" stays a number, refused as NaN by name
-        ),
-        memory_pool=pa.system_memory_pool(),  # arrow's buffers go back once converted
-    )
-    blocks = {n: [] for n in reader.schema.names}
-    for batch in reader:
-        for n, arrays in blocks.items():
-            arrays.append(batch.column(n))
-    return pa.table(
-        {n: pa.chunked_array(a, type=reader.schema.field(n).type) for n, a in blocks.items()}
-    )
-
-
-#: Bytes of a CSV file parsed at once.
-_BLOCK = 1 << 20
-
-
-def _numeric(chunked, column: str, name: str) -> np.ndarray:
-    """A numeric column as float64 numpy, refused when it has empty or non-finite values."""
-    import pyarrow as pa
-
-    if not (pa.types.is_floating(chunked.type) or pa.types.is_integer(chunked.type)):
-        raise ValueError(f"{name}: column {column!r} is not numeric (type {chunked.type})")
-    if chunked.null_count:
-        raise ValueError(f"{name}: column {column!r} has {chunked.null_count} empty values")
-    values = np.asarray(chunked.to_numpy(), dtype=float)
-    del chunked
+    if not (pa.types.is_floating(array.type) or pa.types.is_integer(array.type)):
+        raise ValueError(f"{name}: column {column!r} is not numeric (type {array.type})")
+    if array.null_count:
+        raise ValueError(f"{name}: column {column!r} has empty values")
+    values = np.asarray(array.to_numpy(zero_copy_only=False), dtype=float)
     bad = ~np.isfinite(values)
     if bad.any():
         raise ValueError(
-            f"{name}: column {column!r} has {int(bad.sum())} NaN or infinite values "
-            f"(first at data row {int(np.argmax(bad)) + 1})"
+            f"{name}: column {column!r} has NaN or infinite values "
+            f"(first at data row {row + int(np.argmax(bad)) + 1})"
         )
     return values
 
 
-def _agent_codes(agent, name: str, column: str = "agent") -> tuple[list, np.ndarray]:
-    """(the distinct ids of an id column in sorted order, each row's number among them)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if agent.null_count:
-        raise ValueError(f"{name}: column {column!r} has {agent.null_count} empty values")
-    if pa.types.is_dictionary(agent.type):  # e.g. a pandas categorical written to parquet
-        used = set(pc.unique(agent.cast(agent.type.value_type)).to_pylist())
-        categories = {v for chunk in agent.chunks for v in chunk.dictionary.to_pylist()}
-        unused = sorted(categories - used, key=str)
-        if unused:
-            raise ValueError(f"{name}: {column} {unused[0]!r} has no rows (of {len(unused)})")
-        agent = agent.cast(agent.type.value_type)
-    ids = pc.unique(agent)
-    ids = ids.take(pc.sort_indices(ids))
-    codes = pc.index_in(agent, value_set=ids)
-    return ids.to_pylist(), np.asarray(codes.to_numpy(), dtype=np.int32)
-
-
-def _per_agent(
-    values: np.ndarray, codes: np.ndarray, streams: AgentRows, name: str, column: str
-) -> np.ndarray:
-    """A per-agent column (class or truth, rows in agent order) as one value per agent,
-    refused unless it is constant over each agent's rows."""
-    one = values[streams.start]
-    differs = one[codes] != values
-    if differs.any():
-        agent = streams.ids[int(codes[np.argmax(differs)])]
-        raise ValueError(
-            f"{name}: column {column!r} differs within agent {agent!r}; "
-            "it must be one value per agent"
-        )
-    return one
+class ExhaustedWarning(UserWarning):
+    """Agents of a table whose rows ran out before the end of a run (what they did then)."""
 
 
 class TableSamples(DataSource):
@@ -265,29 +406,78 @@ class TableSamples(DataSource):
     def __init__(self, spec: TableData, streams: AgentRows) -> None:
         self.spec = spec
         self.streams = streams
-        self.n_agents = len(streams.ids)
-        self.has_classes = streams.classes is not None
-        # without a class column every agent is its own class (as in the EB models); the
-        # oracle baselines and class metrics are refused for such a file (`check_run`)
-        self.classes = streams.classes if self.has_classes else np.arange(self.n_agents)
         values = streams.values
         sums = np.add.reduceat(values, streams.start)
         means = sums / streams.length
-        self.means = streams.truth if streams.truth is not None else means
         deviations = np.repeat(means, streams.length)  # one array of the rows' size, in place
         np.subtract(values, deviations, out=deviations)
         np.square(deviations, out=deviations)
         squares = np.add.reduceat(deviations, streams.start)
         del deviations
-        self.public = {
-            "L": float(values.max() - values.min()) / 2,
-            "sigma2": squares / streams.length,
-            "distribution": "table",
-            "agent_ids": list(streams.ids),
-            "agent_index": {agent: i for i, agent in enumerate(streams.ids)},
-            "exhausted": spec.exhausted,
-        }
+        # per agent, so that dropping agents (`restrict`) needs no pass over the rows; the
+        # range of all values is the range of the agents' ranges, exactly
+        self._low = np.minimum.reduceat(values, streams.start)
+        self._high = np.maximum.reduceat(values, streams.start)
+        self._means = streams.truth if streams.truth is not None else means
+        self._sigma2 = squares / streams.length
+        self.public: dict = {}
+        self._publish()
         self._t = 0  # rows of every stream taken so far (slots sampled)
+
+    def _publish(self) -> None:
+        """Set what the engine and protocols read from the agents of `streams`."""
+        streams = self.streams
+        self.n_agents = len(streams.ids)
+        self.has_classes = streams.classes is not None
+        # without a class column every agent is its own class (as in the EB models); the
+        # oracle baselines and class metrics are refused for such a file (`check_run`)
+        self.classes = streams.classes if self.has_classes else np.arange(self.n_agents)
+        self.means = self._means
+        self.public.update(
+            {
+                "L": float(self._high.max() - self._low.min()) / 2,
+                "sigma2": self._sigma2,
+                "distribution": "table",
+                "agent_ids": list(streams.ids),
+                "agent_index": {agent: i for i, agent in enumerate(streams.ids)},
+                "exhausted": self.spec.exhausted,
+            }
+        )
+
+    def restrict(self, kept: np.ndarray) -> None:
+        """Keep only the agents numbered `kept` (increasing), renumbered 0, 1, …: the others
+        leave the run (e.g. agents with no node in a graph file, `unmatched = "drop"`)."""
+        s = self.streams
+        self.streams = AgentRows(
+            [s.ids[i] for i in kept],
+            s.values,
+            s.start[kept],
+            s.length[kept],
+            None if s.classes is None else s.classes[kept],
+            None if s.truth is None else s.truth[kept],
+        )
+        self._low, self._high = self._low[kept], self._high[kept]
+        self._means, self._sigma2 = self._means[kept], self._sigma2[kept]
+        self._publish()
+
+    def note_run(self, t_max: int) -> None:
+        """Warn (`ExhaustedWarning`, kept in the run's sidecar) when agents' rows run out
+        before `t_max`: how many, and what they sample then (`exhausted`)."""
+        short = np.flatnonzero(self.streams.length < t_max)
+        if not len(short):
+            return
+        shortest = int(short[np.argmin(self.streams.length[short])])
+        what = {"cycle": "cycle their rows", "resample": "resample their rows"}.get(
+            self.spec.exhausted, "stop"
+        )
+        warnings.warn(
+            f"{Path(self.spec.file).name}: exhausted = {self.spec.exhausted!r}: "
+            f"{len(short)} of {self.n_agents} agents have fewer rows than t_max = {t_max} and "
+            f"{what} (shortest: {self.streams.ids[shortest]!r}, "
+            f"{int(self.streams.length[shortest])} rows)",
+            ExhaustedWarning,
+            stacklevel=2,
+        )
 
     def sample(self, rng: np.random.Generator, n_slots: int) -> np.ndarray:
         s = self.streams

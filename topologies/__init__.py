@@ -5,7 +5,7 @@ hot loop); `desim.topologies.generators` holds the models a study names in its [
 Importing this package registers them with desim.
 """
 
-from desim.topologies import generators  # noqa: F401  (registration side effects)
+from desim.topologies import files, generators  # noqa: F401  (registration side effects)
 from desim.topologies.graph import Graph, component_sizes
 
 __all__ = ["Graph", "component_sizes"]

@@ -17,8 +17,7 @@ import math
 import random
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -305,96 +304,3 @@ class Geometric(Topology):
         tree = cKDTree(pos, boxsize=1.0 if self.torus else None)
         pairs = tree.query_pairs(self.radius, output_type="ndarray")
         return Graph.from_edges(n, pairs[:, 0], pairs[:, 1], positions=pos)
-
-
-@TOPOLOGIES.register("file")
-@dataclass(frozen=True)
-class FromFile(Topology):
-    """A fixed graph read from a file: an edge list ("u v" per line) or GraphML.
-
-    Edge-list agents are integers 0…M−1 (lines starting with # are comments, a third column
-    such as a weight is ignored, both "u v" and "v u" may appear); GraphML nodes are taken in
-    file order and there must be exactly M of them. A relative path in a study file is
-    relative to the study folder.
-    """
-
-    path: str = param("", "the file (.graphml/.xml: GraphML; otherwise an edge list)")
-    format: Literal["auto", "edgelist", "graphml"] = param(
-        "auto", "file format; auto: GraphML for .graphml and .xml, otherwise an edge list"
-    )
-
-    def _read(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        file = Path(self.path)
-        if not self.path:
-            raise ValueError("path is required (the graph file)")
-        if not file.is_file():
-            raise ValueError(f"path = {self.path!r}: no such file")
-        if file.stat().st_size == 0:
-            raise ValueError(f"path = {self.path!r}: the file is empty")
-        fmt = self.format
-        if fmt == "auto":
-            fmt = "graphml" if file.suffix.lower() in (".graphml", ".xml") else "edgelist"
-        if fmt == "graphml":
-            return _read_graphml(file, n)
-        return _read_edgelist(file, n)
-
-    def check(self, n: int) -> None:
-        self._read(n)
-
-    def make(self, n: int, rng: np.random.Generator) -> Graph:
-        u, v = self._read(n)
-        return Graph.from_edges(n, u, v)
-
-
-_NOT_TEXT = "not UTF-8 text; an edge list must be a UTF-8 text file"
-
-
-def _read_edgelist(file: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
-    u: list[int] = []
-    v: list[int] = []
-    try:
-        _edges(file, n, u, v)
-    except UnicodeDecodeError:  # binary, UTF-16, Latin-1: never echo the bytes
-        raise ValueError(f"{file}: {_NOT_TEXT}") from None
-    if not u:
-        raise ValueError(f"{file}: no edges (only comments or blank lines)")
-    return np.array(u, dtype=np.int64), np.array(v, dtype=np.int64)
-
-
-def _edges(file: Path, n: int, u: list[int], v: list[int]) -> None:
-    """Append the edges of edge-list `file` to `u` and `v`, each line checked."""
-    with file.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if "\x00" in line:  # UTF-16 text or a binary file may decode, but is no edge list
-                raise ValueError(f"{file}:{lineno}: {_NOT_TEXT}")
-            text = line.split("#", 1)[0].replace(",", " ").split()
-            if not text:
-                continue
-            try:
-                a, b = int(text[0]), int(text[1])
-            except (ValueError, IndexError):
-                raise ValueError(
-                    f"{file}:{lineno}: {line.strip()!r}: expected two agent numbers"
-                ) from None
-            for x in (a, b):
-                if not 0 <= x < n:
-                    raise ValueError(f"{file}:{lineno}: agent {x} outside 0…{n - 1} (M = {n})")
-            if a == b:
-                raise ValueError(f"{file}:{lineno}: self-loop {a}–{b}: G has none")
-            u.append(a)
-            v.append(b)
-
-
-def _read_graphml(file: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
-    try:
-        g = _nx().read_graphml(file)
-    except Exception as exc:  # networkx raises several parser errors; report any of them
-        raise ValueError(f"{file}: not readable GraphML: {exc}") from None
-    if g.number_of_nodes() != n:
-        raise ValueError(f"{file}: {g.number_of_nodes()} nodes, but the data have M = {n} agents")
-    if _nx().number_of_selfloops(g):
-        raise ValueError(f"{file}: has self-loops; G has none")
-    index = {node: i for i, node in enumerate(g.nodes())}
-    pairs = np.array([(index[a], index[b]) for a, b in g.edges()], dtype=np.int64)
-    pairs = pairs.reshape(-1, 2)
-    return pairs[:, 0], pairs[:, 1]

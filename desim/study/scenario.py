@@ -30,6 +30,7 @@ from desim.kernel.randomness import Streams, stable_key
 from desim.kernel.recorder import log_checkpoints
 from desim.kernel.registry import DATA, LINKS, METRICS, PROTOCOLS, TOPOLOGIES
 from desim.network_models.realistic import NETWORK_TABLES, realistic_links, unknown_table_message
+from desim.topologies.files import build_graph
 
 
 @dataclass(frozen=True)
@@ -258,7 +259,7 @@ def check_setup(s: Scenario) -> None:
             warnings.simplefilter("ignore")  # a disconnected graph is for the run to report
             data = r.data_params.make(streams.get("population"))
             if r.topology is not None:
-                data.public["graph"] = r.topology.build(data.n_agents, streams.get("topology"))
+                data.public["graph"] = build_graph(r.topology, data, streams.get("topology"))
             links = r.links.bind(data.n_agents, data.public, streams)
             r.protocol_cls.check_setup(r.protocol_params, data, links)  # its own checks
             if hasattr(data, "check_run"):  # what a data file must give this run (classes, rows)
@@ -286,7 +287,9 @@ def run(s: Scenario, streams: Streams | None = None) -> RunOutput:
         streams = Streams(s.seed, s.replicate, s.shared_key, s.run_key)
     data = r.data_params.make(streams.get("population"))
     if r.topology is not None:
-        data.public["graph"] = r.topology.build(data.n_agents, streams.get("topology"))
+        data.public["graph"] = build_graph(r.topology, data, streams.get("topology"))
+    if hasattr(data, "note_run"):  # what a data file's streams do over the run (exhausted)
+        data.note_run(s.t_max)
     sim = Simulation(
         r.protocol_cls(r.protocol_params),
         data,

@@ -24,6 +24,7 @@ from desim.kernel.registry import METRICS, PROTOCOLS, metric_applies
 from desim.study.scenario import Scenario, resolve
 from desim.study.spec import Run
 from desim.study.spec.hashing import canonical_text
+from desim.topologies.files import build_graph
 
 #: The study tables beyond [data] a protocol or metric may leave unread.
 TABLES = frozenset({"network", "topology"})
@@ -115,7 +116,7 @@ def setup_notes(scenario: Scenario) -> set[str]:
         warnings.simplefilter("always")
         data = r.data_params.make(streams.get("population"))
         if r.topology is not None:
-            data.public["graph"] = r.topology.build(data.n_agents, streams.get("topology"))
+            data.public["graph"] = build_graph(r.topology, data, streams.get("topology"))
         r.links.bind(data.n_agents, data.public, streams)
     return warning_texts(caught)
 

@@ -42,7 +42,7 @@ from desim.study.spec.errors import (
     shown_path,
     with_file,
 )
-from desim.study.spec.expand import expand_curves, expand_runs, grid_points
+from desim.study.spec.expand import expand_curves, expand_runs, graph_match_notes, grid_points
 from desim.study.spec.figures import final_plots, plot_specs, study_agents, study_title
 from desim.study.spec.hashing import canonical_hash, study_hash
 from desim.study.spec.limits import check_memory, check_size, horizon
@@ -154,7 +154,7 @@ def build_study(
         notes = list(checked)
     # before the grid is expanded: a grid of 10⁹ points is refused, not built
     if not force and not (
-        errors.passes(check_size, h, doc.grid, len(v.scenarios), memory)
+        errors.passes(check_size, h, doc.grid, len(v.scenarios), memory, file.parent)
         and errors.passes(check_memory, h, doc, v.scenarios, v.curves, memory)
     ):
         errors.raise_any()
@@ -169,6 +169,7 @@ def build_study(
     if quick:
         errors.messages = [_quick_hint(m, h.t_max) for m in errors.messages]
     errors.raise_any()
+    notes += graph_match_notes(runs)  # agents and graph nodes a graph file leaves unmatched
     return Study(
         file=file,
         title=study_title(doc, h),

@@ -37,6 +37,7 @@ from desim.study.spec.model import (
 from desim.study.spec.parse import StudyDocument, check_input_file
 from desim.study.spec.validate import Validated, declared
 from desim.study.store import sha256_file
+from desim.topologies.files import COUNTIES
 
 
 def expand_runs(doc: StudyDocument, h: Horizon, v: Validated, points: list[GridPoint]) -> list[Run]:
@@ -235,6 +236,62 @@ def _data_file(data: dict, folder: Path) -> dict:
     return {**data, "sha256": _file_sha256(folder / file)}
 
 
+def _graph_file(topology: dict | None, folder: Path) -> dict | None:
+    """`topology` with the sha256 of the graph file a ``file`` topology reads (its `path`, or
+    the bundled county adjacency) added, as `_data_file` adds the data file's."""
+    if topology is None or topology.get("model") != "file":
+        return topology
+    path = topology.get("path")
+    if isinstance(path, str) and path:
+        file = folder / path
+    elif topology.get("format") == "county-adjacency" and path is None:
+        file = COUNTIES
+    else:
+        return topology  # the topology itself names what is missing
+    if not file.is_file():
+        return topology
+    return {**topology, "sha256": _file_sha256(file)}
+
+
+def graph_match_notes(runs: list[Run]) -> list[str]:
+    """What matching each distinct table of agents to a graph file leaves out (agents with no
+    node, nodes with no agent), one line each; files that cannot be read give none (the
+    set-up checks refuse them in one line)."""
+    notes: list[str] = []
+    seen: set[str] = set()
+    for run in runs:
+        s = run.scenario
+        topology = s.topology
+        if topology is None or topology.get("model") != "file" or "file" not in s.data:
+            continue
+        key = canonical_text([s.data.get("file"), topology])
+        if key in seen:
+            continue
+        seen.add(key)
+        note = _match_note(s.data, topology, Path(s.folder))
+        if note and note not in notes:
+            notes.append(note)
+    return notes
+
+
+def _match_note(data: dict, topology: dict, folder: Path) -> str:
+    from desim.models.table import agent_counts
+    from desim.topologies.files import FromFile, match_nodes, read_graph
+
+    table = dict(topology)
+    table.pop("model")
+    if isinstance(table.get("path"), str):
+        table["path"] = str(folder / table["path"])
+    try:
+        graph = FromFile(**table)
+        ids = agent_counts(folder / data["file"])[0]
+        file = graph.file()
+        match = match_nodes(read_graph(file, graph.kind()), ids, graph.unmatched, file.name)
+    except (ValueError, TypeError, OSError):
+        return ""
+    return f"[topology]: {match.report}" if match.report else ""
+
+
 def _file_sha256(path: Path) -> str:
     """sha256 of the file `path`, hashed once while its size and modification time stay."""
     stat = path.stat()
@@ -260,6 +317,7 @@ def _scenario_at(
     )
     network = _trace_files(network, folder, set() if checked is None else checked)
     data = _data_file(data, folder)
+    topology = _graph_file(topology, folder)
     names = _declared(spec)
     params = {k: v for k, v in defaults.items() if k in names}
     params.update(spec.params)

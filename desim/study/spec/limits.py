@@ -14,7 +14,7 @@ from desim.kernel.engine import data_block
 from desim.kernel.params import ConfigError, build, field_names
 from desim.kernel.registry import CURVES, PROTOCOLS
 from desim.study.spec.model import QUICK_FALLBACK, TRACE_TABLES, CurveSpec, ScenarioSpec
-from desim.study.spec.parse import StudyDocument
+from desim.study.spec.parse import StudyDocument, check_input_file
 
 
 @dataclass(frozen=True)
@@ -61,12 +61,15 @@ BYTES_PER_AGENT = 64
 BLOCK_COPIES = 1
 
 
-def check_size(h: Horizon, grid: dict, n_scenarios: int, cap: int | None = None) -> None:
+def check_size(
+    h: Horizon, grid: dict, n_scenarios: int, cap: int | None = None, folder: Path | None = None
+) -> None:
     """Refuse a study too large to finish: run count, time and memory (against what this
     machine has available, or `cap` bytes: `memory_limit`), estimated up front.
 
     A run costs about agents × t_max agent-slots of work and holds agents × checkpoints
-    values; the estimate uses the largest agent count the grid reaches.
+    values; the estimate uses the largest agent count the grid reaches (a data file's agents,
+    counted in the study `folder`).
     """
     replicates, t_max, checkpoints, data = h.replicates, h.t_max, h.checkpoints, h.data
     points = math.prod(len(v) for v in grid.values() if isinstance(v, list))
@@ -79,7 +82,8 @@ def check_size(h: Horizon, grid: dict, n_scenarios: int, cap: int | None = None)
         )
     if checkpoints > MAX_CHECKPOINTS:
         raise ConfigError(f"[study]: checkpoints = {checkpoints}: at most {MAX_CHECKPOINTS}")
-    sizes = [data.get("agents")] + list(grid.get("data.agents", []))
+    sizes = [data.get("agents"), table_sizes(data, grid, folder)[0]]
+    sizes += list(grid.get("data.agents", []))
     agents = max((a for a in sizes if isinstance(a, int) and not isinstance(a, bool)), default=1)
     per_run = agents * t_max
     if per_run > MAX_AGENT_SLOTS_PER_RUN:
@@ -273,9 +277,29 @@ def _trace_file_bytes(doc: StudyDocument) -> int:
     return total
 
 
+def table_sizes(data: dict, grid: dict, folder: Path | None) -> tuple[int, int]:
+    """(agents, rows) of the largest data file a ``table`` study reads (its [data] file and
+    the grid's ``data.file`` values), counted from the agent column alone; (0, 0) without
+    one, and a file that cannot be read counts nothing (the set-up checks name it)."""
+    if folder is None or data.get("model") != "table":
+        return 0, 0
+    from desim.models.table import agent_counts  # here: only table studies read files
+
+    agents = rows = 0
+    for name in [data.get("file"), *grid.get("data.file", [])]:
+        try:
+            check_input_file(folder, name, "[data]: file", "data file", limit=None)
+            ids, counts = agent_counts(folder / name)
+        except (ConfigError, ValueError, TypeError, KeyError, OSError):
+            continue
+        agents, rows = max(agents, len(ids)), max(rows, int(counts.sum()))
+    return agents, rows
+
+
 def study_sizes(h: Horizon, doc: StudyDocument) -> Sizes:
     """The largest agents, dimension and directed edges the study's grid reaches."""
-    agents = _largest_in(h.data, doc.grid, "data", "agents") or 1
+    table = table_sizes(h.data, doc.grid, doc.file.parent)[0]
+    agents = max(_largest_in(h.data, doc.grid, "data", "agents") or 1, table)
     dimension = _largest_in(h.data, doc.grid, "data", "dimension") or 1
     means = h.data.get("class_means")
     classes = len(means) if isinstance(means, list) and means else 2
@@ -292,6 +316,8 @@ def _edges(doc: StudyDocument, agents: int) -> int:
     if topology is None:
         return 0
     dense = agents * (agents - 1)
+    if topology.get("model") == "file":
+        return min(dense, _file_edges(topology, doc.file.parent) or dense)
     for key, factor in _EDGES_PER_AGENT.items():
         value = _largest_in(topology, doc.grid, "topology", key)
         if value is not None:
@@ -305,6 +331,22 @@ def _edges(doc: StudyDocument, agents: int) -> int:
     if r is not None:
         return int(min(1.0, max(0.0, math.pi * r * r)) * dense)
     return dense
+
+
+def _file_edges(topology: dict, folder: Path) -> int:
+    """Directed edges of the graph file a ``file`` topology reads (0 when it cannot be read:
+    the set-up checks name it)."""
+    from desim.topologies.files import FromFile, read_graph  # here: only graph files need it
+
+    table = {k: v for k, v in topology.items() if k != "model"}
+    try:
+        if isinstance(table.get("path"), str):
+            check_input_file(folder, table["path"], "[topology]: path", "graph file")
+            table["path"] = str(folder / table["path"])
+        graph = FromFile(**table)
+        return 2 * len(read_graph(graph.file(), graph.kind()).u)
+    except (ConfigError, ValueError, TypeError, OSError):
+        return 0
 
 
 def _largest_in(
