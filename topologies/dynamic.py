@@ -153,7 +153,7 @@ def read_switch(switch: Switch, n: int, folder: str = "") -> Graph:
         return FromFile(path=str(path), format="edgelist").make(n, np.random.default_rng(0))
     except ValueError as exc:
         text = str(exc).replace(str(path), switch.file)
-        raise ValueError(f"sequence: {text}") from None
+        raise ValueError(f"[topology]: sequence: {text}") from None
 
 
 def moved_links(graph: Graph, fraction: float) -> int:
