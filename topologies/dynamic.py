@@ -30,7 +30,7 @@ import numpy as np
 
 from desim.kernel.params import ConfigError, build, param
 from desim.kernel.randomness import Streams
-from desim.topologies.generators import FromFile, _pair_from_index
+from desim.topologies.generators import FromFile, _member, _pair_from_index
 from desim.topologies.graph import Graph
 
 #: The [topology] keys that make the graph change during a run.
@@ -169,30 +169,40 @@ def link_keys(graph: Graph) -> np.ndarray:
 
 def rewired(graph: Graph, fraction: float, rng: np.random.Generator) -> Graph:
     """`graph` with round(q·|E|) uniform links replaced by as many uniform non-links."""
+    return _rewiring(graph, fraction, rng)[0]
+
+
+def _rewiring(
+    graph: Graph, fraction: float, rng: np.random.Generator
+) -> tuple[Graph, np.ndarray, np.ndarray]:
+    """(`rewired` graph, the keys u·n + v of its new links, of its dropped links)."""
     n, keys = graph.n, link_keys(graph)
     m = moved_links(graph, fraction)
-    dropped = rng.choice(len(keys), size=m, replace=False)
+    dropped = np.sort(rng.choice(len(keys), size=m, replace=False))
     pairs = n * (n - 1) // 2
     fresh = np.empty(0, dtype=np.int64)
     while len(fresh) < m:  # uniform non-links: draw pairs, keep new ones, in draw order
         k = rng.integers(0, pairs, size=2 * (m - len(fresh)) + 8)
         i, j = _pair_from_index(k)
         cand = i * n + j
-        cand = cand[~np.isin(cand, keys) & ~np.isin(cand, fresh)]
+        cand = cand[~_member(cand, keys) & ~np.isin(cand, fresh)]
         _, first = np.unique(cand, return_index=True)
         fresh = np.concatenate([fresh, cand[np.sort(first)]])[:m]
-    kept = np.delete(keys, dropped)
-    new = np.concatenate([kept, fresh])
-    return Graph.from_edges(n, new // n, new % n)
+    lost = keys[dropped]
+    new = np.concatenate([np.delete(keys, dropped), fresh])
+    return Graph.from_edges(n, new // n, new % n), np.sort(fresh), lost
+
+
+def _pairs(keys: np.ndarray, n: int) -> np.ndarray:
+    """Link keys u·n + v as a (k, 2) array of pairs (u, v)."""
+    return np.stack([keys // n, keys % n], axis=1)
 
 
 def difference(old: Graph, new: Graph) -> tuple[np.ndarray, np.ndarray]:
     """(added, dropped): the links of `new` not in `old` and of `old` not in `new`, each an
     (k, 2) array of pairs (u, v), u < v, in key order."""
     a, b = link_keys(old), link_keys(new)
-    added, dropped = np.setdiff1d(b, a), np.setdiff1d(a, b)
-    n = old.n
-    return np.stack([added // n, added % n], axis=1), np.stack([dropped // n, dropped % n], axis=1)
+    return _pairs(b[~_member(b, a)], old.n), _pairs(a[~_member(a, b)], old.n)
 
 
 def rewire_stream(streams: Streams) -> np.random.Generator:
@@ -240,7 +250,9 @@ class GraphSchedule:
             assert rewire is not None
             if self._rng is None:
                 self._rng = self._make_rng()
-            new = rewired(self.graph, rewire.fraction, self._rng)
+            new, added, dropped = _rewiring(self.graph, rewire.fraction, self._rng)
+            self.graph = new
+            return new, _pairs(added, new.n), _pairs(dropped, new.n)
         added, dropped = difference(self.graph, new)
         self.graph = new
         return new, added, dropped

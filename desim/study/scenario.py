@@ -162,6 +162,8 @@ def resolve(s: Scenario) -> Resolved:
     try:  # trace and graph files are read here: their trouble is one line, never their content
         links = _resolve_links(_with_folder(s.network, s.folder, "network"))
         topology, dynamics = _resolve_topology(s, data_params)
+        if dynamics is not None and not _reads_graph(cls, params):
+            dynamics = None  # a protocol that reads no graph runs as on a static one
         _check_follows(label, cls, params, links, dynamics)
     except ConfigError:
         raise
@@ -248,6 +250,12 @@ def _check_follows(label: str, cls: type, params: Any, links: Any, dynamics: Any
         cls.check_graph_changes(params, links)
     except ValueError as exc:
         raise ConfigError(f"{label}: [topology] rewire/sequence: {exc}") from None
+
+
+def _reads_graph(cls: type, params: Any) -> bool:
+    """Whether a protocol with `params` reads the [topology] (`Protocol.reads`, `reads_when`)."""
+    when = cls.reads_when.get("topology")
+    return "topology" in cls.reads or (when is not None and getattr(params, when[0]) == when[1])
 
 
 def _resolve_topology(s: Scenario, data_params: Any) -> tuple[Any, Any]:

@@ -225,6 +225,7 @@ class CColME(CColMEFamily, FollowsGraph):
         self._unchanged.flags.writeable = False
         self._changed = self._unchanged  # C_a changed in this slot
         self._rewired: np.ndarray | None = None  # C_a changed by a graph change (`rewire`)
+        self._relive = False  # back to the live-first path when it can (`rewire.relive`)
         self._handlers = (self._on_state, self._on_decision, self._on_size)
 
     # -- slot: sample, privatise, share ------------------------------------------------------
@@ -243,6 +244,8 @@ class CColME(CColMEFamily, FollowsGraph):
             if self.gate.silent:  # no room in the budget for any sample: nothing is shared
                 self.ctx.call_at(t, self._decided)
                 return
+        if self._relive:  # after a graph change (`rewire`)
+            rewire.relive(self)
         payload = self._state_payload()
         states = self.states
         if isinstance(states, LiveFirst):

@@ -18,9 +18,11 @@ directed edge (a, b) is re-laid out in G''s CSR order:
 An agent whose C_a gained or lost a link this way has a changed neighbour set, so ``reset``
 restarts its age as a test's change would (``global``: everyone's). The run goes on on the
 per-edge delivery path (`desim.models.ccolme.edges.EdgeStates`): the live-first path holds one
-age for every state and cannot hold a new link's "none yet". The test's γ = δ/(4 Σ_a deg a) keeps
-the set-up's Σ_a deg a (rewiring keeps it; a graph file of a sequence may not), as an agent's
-constant. Only ideal links are followed (`check_graph_changes`): a message in flight on a link
+age for every state and cannot hold a new link's "none yet"; a run that was live-first returns
+to it (`relive`) once the newest state held on every edge is of one slot again (the next
+slot), with the same bits (the two paths give the same results). The test's
+γ = δ/(4 Σ_a deg a) keeps the set-up's Σ_a deg a (rewiring keeps it; a graph file of a
+sequence may not), as an agent's constant. Only ideal links are followed (`check_graph_changes`): a message in flight on a link
 that is dropped would have no edge to land on.
 """
 
@@ -59,44 +61,54 @@ def carried(old: Graph, new: Graph) -> np.ndarray:
     return np.where(old_keys[pos] == new_keys, pos, -1)
 
 
-def _remap(values: np.ndarray, carry: np.ndarray, fresh: Any) -> np.ndarray:
-    """`values` per old edge laid out over the new edges, `fresh` on the new links."""
-    out = np.full(len(carry), fresh, dtype=values.dtype)
-    has = carry >= 0
-    out[has] = values[carry[has]]
-    return out
+class _Remap:
+    """Per-edge arrays of the old graph laid out over the new edges (`carried`)."""
+
+    def __init__(self, carry: np.ndarray) -> None:
+        self.n = len(carry)
+        self.new = carry < 0
+        self.any_new = bool(self.new.any())
+        self._at = np.flatnonzero(~self.new)
+        self._from = carry[self._at]
+
+    def __call__(self, values: np.ndarray, fresh: Any) -> np.ndarray:
+        """`values` over the new edges, `fresh` on the new links."""
+        if not self.any_new:
+            return values.take(self._from)
+        out = np.full(self.n, fresh, dtype=values.dtype)
+        out[self._at] = values.take(self._from)
+        return out
 
 
-def _edge_states(states: EdgeStates | LiveFirst, carry: np.ndarray) -> EdgeStates:
+def _edge_states(states: EdgeStates | LiveFirst, remap: _Remap) -> EdgeStates:
     """b's states as a holds them, over the new edges (none yet on new links)."""
     if isinstance(states, LiveFirst):
         states = states.to_edge_states()
-    out = EdgeStates(len(carry))
+    out = EdgeStates(remap.n)
     for name in ("x", "n", "y", "x_prev", "n_prev"):
-        setattr(out, name, _remap(getattr(states, name), carry, 0.0))
-    new_link = bool((carry < 0).any())
-    out.n_all = None if new_link else states.n_all
-    out.n_prev_all = None if new_link else states.n_prev_all
+        setattr(out, name, remap(getattr(states, name), 0.0))
+    out.n_all = None if remap.any_new else states.n_all
+    out.n_prev_all = None if remap.any_new else states.n_prev_all
     return out
 
 
 def follow(proto: CColME, graph: Graph) -> None:
     """Move `proto`'s per-edge state from its graph to `graph` (the module's rules)."""
     old = proto.graph
-    carry = carried(old, graph)
+    remap = _Remap(carried(old, graph))
     initial = proto.params.initial == "all"
     kept_before = proto.kept
-    proto.chi = _remap(proto.chi, carry, initial)
-    proto.their_chi = _remap(proto.their_chi, carry, initial)
-    proto.their_chi_at = _remap(proto.their_chi_at, carry, 0.0)
-    proto.kept = kept = _remap(kept_before, carry, initial)
-    proto.states = _edge_states(proto.states, carry)
-    nb_size = _remap(proto._sizes.nb_size, carry, 0.0)
-    nb_at = _remap(proto._sizes.at, carry, 0.0)
+    proto.chi = remap(proto.chi, initial)
+    proto.their_chi = remap(proto.their_chi, initial)
+    proto.their_chi_at = remap(proto.their_chi_at, 0.0)
+    proto.kept = kept = remap(kept_before, initial)
+    proto.states = _edge_states(proto.states, remap)
+    nb_size = remap(proto._sizes.nb_size, 0.0)
+    nb_at = remap(proto._sizes.at, 0.0)
     # C_a moved where a kept link was dropped or a new link is kept
     lost = np.bincount(old.src[kept_before], minlength=old.n)
-    lost -= np.bincount(graph.src[kept & (carry >= 0)], minlength=graph.n)
-    gained = np.bincount(graph.src[kept & (carry < 0)], minlength=graph.n)
+    lost -= np.bincount(graph.src[kept & ~remap.new], minlength=graph.n)
+    gained = np.bincount(graph.src[kept & remap.new], minlength=graph.n)
     proto._rewired = (lost > 0) | (gained > 0)
     # the graph's own arrays and everything built on them
     proto.graph = graph
@@ -111,8 +123,25 @@ def follow(proto: CColME, graph: Graph) -> None:
     proto._kept_version += 1
     p = proto.params
     proto._sizes = sizes = Sizes(graph, proto.size, proto._in_order, p.weights == "metropolis")
-    has = carry >= 0
-    sizes._nb_size[has] = nb_size[has]
+    sizes._nb_size[~remap.new] = nb_size[~remap.new]
     sizes.at = nb_at
     proto._buffers, proto._sent = [], {}
     proto._mixed_idx, proto._w = np.empty(0, dtype=np.int64), 0.0
+    proto._relive = proto._in_order and p.decisions == "irrevocable"
+
+
+def relive(proto: CColME) -> None:
+    """Back to the live-first path, before slot t's send, once every edge holds b's state of
+    one slot (S = χ's edges, holding those states; the previous ones are not read again)."""
+    states = proto.states
+    if not isinstance(states, EdgeStates) or states.n_all is None:
+        return
+    s = np.flatnonzero(proto.chi)
+    live = LiveFirst(proto.graph, s)
+    live._held = (0, s, states.x[s], states.y[s])
+    live._held_prev = (0, s, states.x_prev[s])
+    live.n_all = states.n_all
+    live.n_prev_all = states.n_prev_all if states.n_prev_all is not None else states.n_all
+    # S is C (C = χ without symmetric decisions): the update's Y_b need no gather
+    live._s_is_kept = None if proto.params.symmetric else proto._kept_version
+    proto.states, proto._relive = live, False
