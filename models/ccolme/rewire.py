@@ -22,8 +22,9 @@ age for every state and cannot hold a new link's "none yet"; a run that was live
 to it (`relive`) once the newest state held on every edge is of one slot again (the next
 slot), with the same bits (the two paths give the same results). The test's
 γ = δ/(4 Σ_a deg a) keeps the set-up's Σ_a deg a (rewiring keeps it; a graph file of a
-sequence may not), as an agent's constant. Only ideal links are followed (`check_graph_changes`): a message in flight on a link
-that is dropped would have no edge to land on.
+sequence may not), as an agent's constant. Only ideal links are followed
+(`check_graph_changes`): a message in flight on a link that is dropped would have no edge to
+land on.
 """
 
 from __future__ import annotations
