@@ -45,6 +45,7 @@ QUICK_DIGESTS = {
     "population-scale": "95263d9dee34ac71",
     "pricer-fig3": "34df5d77a3cdadb5",
     "pricer-fig4": "95f73a878bf8c663",
+    "robustness-dynamic-graph": "890e87a42076e245",  # issue 29: changing graphs
     "privacy-accounting/ccolme": "db34a65d8b7231ac",
     "privacy-accounting/eb": "a4425457191a7725",
     "privacy-accounting/epsilon-sweep": "15ea51b19b22fd37",
