@@ -125,8 +125,10 @@ class Graph:
     @cached_property
     def reverse(self) -> np.ndarray:
         """reverse[e]: index of the edge dst[e]→src[e] (an involution without fixed points)."""
-        # Sorting the edges by (dst, src) lists the reversed edges in CSR order.
-        return _frozen(np.lexsort((self.src, self.dst)).astype(np.int64))
+        # The edge b→a sits where its key b·n + a falls among the sorted keys src·n + dst: the
+        # permutation that sorting by (dst, src) gives, at a fraction of a lexsort's cost.
+        n = max(self.n, 1)
+        return _frozen(np.searchsorted(self.src * n + self.dst, self.dst * n + self.src))
 
     @property
     def n_directed(self) -> int:

@@ -13,6 +13,11 @@ the run's end): the same results, far fewer events. When moreover the protocol i
 once after set-up) and the links are counter-based, up to SLOT_BATCH slots are handed over at
 once (`SlotBatched.on_slots`), so that windows span those slots; a batch ends at every
 measurement, which then sees the state one slot at a time would leave.
+
+A graph that changes during a run (`graphs`: its schedule, `desim.topologies.dynamic`) changes
+at the start of a slot's tick, before its samples: the engine puts the new graph in the
+context's and the data's ``public["graph"]`` and tells the protocol (`FollowsGraph`); a slot
+batch never spans a change.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,7 +41,7 @@ from desim.kernel.network import (
     Network,
     pick_transport,
 )
-from desim.kernel.protocol import Context, DataSource, Protocol, SlotBatched
+from desim.kernel.protocol import Context, DataSource, FollowsGraph, Protocol, SlotBatched
 from desim.kernel.randomness import Streams
 from desim.kernel.recorder import Recorder, log_checkpoints
 from desim.kernel.transports import Windows
@@ -69,6 +75,8 @@ class Simulation:
     `windows` and `slot_batches` (both on by default) allow windows and slot batches where the
     protocol declares them (`WindowSafe`, `SlotBatched`); turned off, the run takes the slower
     mode they reproduce, e.g. to check that they give the same bytes (`desim.testing`).
+    `graphs`, for a graph that changes during the run, gives the slots it changes at
+    (``times``) and each change (``change(t)`` → new graph, added links, dropped links).
     """
 
     def __init__(
@@ -83,8 +91,15 @@ class Simulation:
         metrics: Sequence[Callable[..., dict[str, float]]] = (),
         windows: bool = True,
         slot_batches: bool = True,
+        graphs: Any = None,
     ) -> None:
         self.env = simpy.Environment()
+        self.graphs = graphs
+        self._changes: list[int] = [] if graphs is None else [int(x) for x in graphs.times]
+        if self._changes and not isinstance(protocol, FollowsGraph):
+            raise ValueError(
+                f"protocol {type(protocol).__name__} does not follow graph changes (FollowsGraph)"
+            )
         self.protocol = protocol
         self.data = data
         self.t_max = int(t_max)
@@ -120,6 +135,8 @@ class Simulation:
         a SimPy process: a process pays a generator resume and an event per slot on top); with
         slot batches, the ticks of slots t … t + k − 1 at once."""
         t = self._t = self._t + 1
+        if self._changes and self._changes[0] == t:
+            self._change_graph(t)
         i = (t - 1) % self._block_size
         if i == 0:
             self._block = None  # free the old block before drawing the next
@@ -133,6 +150,8 @@ class Simulation:
                 else SLOT_BATCH
             )
             k = min(k, SLOT_BATCH, self.t_max + 1 - t, self._block_size - i)
+            if self._changes:  # a batch ends before the next graph change
+                k = min(k, self._changes[0] - t)
             samples = self._block[i : i + k]
             self._t = t + k - 1
             self.network.at_tick(lambda: self.protocol.on_slots(t, samples))
@@ -145,6 +164,14 @@ class Simulation:
             At(self.env, 1, PRIORITY_TICK).callbacks.append(self._tick)
         else:
             self._next_tick = math.inf
+
+    def _change_graph(self, t: int) -> None:
+        """The graph changes before slot t: the new one goes public, the protocol is told."""
+        self._changes.pop(0)
+        graph, added, dropped = self.graphs.change(t)
+        self._ctx.public["graph"] = graph
+        self.data.public["graph"] = graph  # what metrics read of the graph in force
+        self.protocol.on_graph_change(t, added, dropped)  # type: ignore[attr-defined]
 
     def _next(self, k: int) -> None:
         """Schedule the next tick `k` slots from now (0: none is left)."""
@@ -197,6 +224,7 @@ class Simulation:
             links=self.links,
             call_at=self._call_at,
         )
+        self._ctx = ctx
         self.protocol.setup(ctx)
         transport = self.network.transport
         self.slot_batches = (

@@ -86,7 +86,8 @@ class Protocol:
     (`setup`, `on_samples`, `on_deliver`, `estimates`), a protocol may implement the hooks
     below (each has a default: nothing needed, nothing to check, nothing to report) and declare
     capabilities by its bases: `WindowSafe` (deliveries in windows), `SlotBatched` (several
-    slots at once). `docs/extending.md` describes them all.
+    slots at once), `FollowsGraph` (a graph that changes during a run). `docs/extending.md`
+    describes them all.
     """
 
     Params: ClassVar[type]
@@ -208,3 +209,24 @@ class SlotBatched(WindowSafe):
         """Whether this run may be handed several slots at once, decided from the parameters
         and asked once after `setup` (default: always)."""
         return True
+
+
+class FollowsGraph(Protocol, metaclass=ABCMeta):
+    """A protocol that follows a communication graph changing during a run ([topology]
+    ``rewire`` or ``sequence``: `desim.topologies.dynamic`); a study that changes the graph of
+    a protocol without this base is refused before any run.
+
+    Before slot t's samples, when the graph changes at t, the engine puts the new graph in
+    ``ctx.public["graph"]`` and calls `on_graph_change`; the protocol must say what happens to
+    the state it holds per link on a new and on a dropped link.
+    """
+
+    @classmethod
+    def check_graph_changes(cls, params: Any, links: Any) -> None:
+        """Raise `ValueError` (one line) when a run with `params` over the (unbound) `links`
+        cannot follow graph changes (default: every run can)."""
+
+    @abstractmethod
+    def on_graph_change(self, t: int, added: np.ndarray, dropped: np.ndarray) -> None:
+        """The graph changes before slot t: `added` and `dropped` are its new and its lost
+        links, (k, 2) arrays of agents (u, v), u < v; the new graph is ``ctx.public["graph"]``."""

@@ -30,7 +30,7 @@ class Streams:
     """
 
     #: Streams that depend only on the data set-up and the replicate, not on the protocol.
-    SHARED = frozenset({"data", "population", "topology"})
+    SHARED = frozenset({"data", "population", "topology", "rewire"})
 
     def __init__(self, root: int, replicate: int, shared_key: int, run_key: int) -> None:
         self.root = int(root)

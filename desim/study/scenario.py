@@ -26,10 +26,12 @@ import numpy as np
 from desim.kernel.engine import RunOutput, Simulation
 from desim.kernel.params import ConfigError, build
 from desim.kernel.plugins import load_plugins
+from desim.kernel.protocol import FollowsGraph
 from desim.kernel.randomness import Streams, stable_key
 from desim.kernel.recorder import log_checkpoints
 from desim.kernel.registry import DATA, LINKS, METRICS, PROTOCOLS, TOPOLOGIES
 from desim.network_models.realistic import NETWORK_TABLES, realistic_links, unknown_table_message
+from desim.topologies.dynamic import dynamics, rewire_stream, split
 from desim.topologies.files import build_graph
 
 
@@ -88,7 +90,8 @@ class Scenario:
             "network": self.network,
         }
         if self.topology is not None:  # absent keys keep older scenarios' streams unchanged
-            parts["topology"] = self.topology
+            # without how the graph changes: runs at every rewiring rate draw the same noise
+            parts["topology"] = split(self.topology)[0]
         return stable_key(parts)
 
     def as_dict(self) -> dict[str, Any]:
@@ -118,6 +121,8 @@ class Resolved:
     links: Any
     topology: Any = None
     metrics: tuple[Callable[..., dict[str, float]], ...] = ()
+    dynamics: Any = None
+    """How the graph changes during the run (`desim.topologies.dynamic.Dynamics`), or None."""
 
 
 def resolve(s: Scenario) -> Resolved:
@@ -157,7 +162,10 @@ def resolve(s: Scenario) -> Resolved:
             raise ConfigError(f"{label}: data: {exc}") from None
     try:  # trace and graph files are read here: their trouble is one line, never their content
         links = _resolve_links(_with_folder(s.network, s.folder, "network"))
-        topology = _resolve_topology(s, data_params)
+        topology, dynamics = _resolve_topology(s, data_params)
+        if dynamics is not None and not _reads_graph(cls, params):
+            dynamics = None  # a protocol that reads no graph runs as on a static one
+        _check_follows(label, cls, params, links, dynamics)
     except ConfigError:
         raise
     except (UnicodeError, OSError, csv.Error, ValueError, IndexError, KeyError) as exc:
@@ -173,7 +181,7 @@ def resolve(s: Scenario) -> Resolved:
     if isinstance(s.metrics, str) or not isinstance(s.metrics, list | tuple):
         raise ConfigError(f"metrics = {s.metrics!r}: must be a list of metric names")
     metrics = tuple(METRICS.lookup(name, "metrics") for name in s.metrics)
-    return Resolved(cls, params, data_params, links, topology, metrics)
+    return Resolved(cls, params, data_params, links, topology, metrics, dynamics)
 
 
 #: Longest horizon (and most checkpoints) a scenario may ask for.
@@ -230,11 +238,40 @@ def _resolve_links(network: dict[str, Any]) -> Any:
     return realistic_links(links, tables) if tables else links
 
 
-def _resolve_topology(s: Scenario, data_params: Any) -> Any:
-    """The validated topology of `s` (None without one), checked against the number of agents."""
+def _check_follows(label: str, cls: type, params: Any, links: Any, dynamics: Any) -> None:
+    """Refuse a graph that changes during the run for a protocol that cannot follow it."""
+    if dynamics is None:
+        return
+    if not issubclass(cls, FollowsGraph):
+        raise ConfigError(
+            f"{label}: [topology] rewire/sequence: protocol {cls.__name__} does not follow a "
+            "graph that changes during a run; remove rewire and sequence"
+        )
+    try:
+        cls.check_graph_changes(params, links)
+    except ValueError as exc:
+        raise ConfigError(f"{label}: [topology] rewire/sequence: {exc}") from None
+
+
+def _reads_graph(cls: type, params: Any) -> bool:
+    """Whether a protocol with `params` reads the [topology] (`Protocol.reads`, `reads_when`)."""
+    when = cls.reads_when.get("topology")
+    return "topology" in cls.reads or (when is not None and getattr(params, when[0]) == when[1])
+
+
+def _resolve_topology(s: Scenario, data_params: Any) -> tuple[Any, Any]:
+    """The validated topology of `s` (None without one), checked against the number of agents,
+    and how it changes during the run (None: it does not)."""
     if s.topology is None:
-        return None
-    topo = _plain_numbers(_with_folder(s.topology, s.folder, "topology"))
+        return None, None
+    static, _ = split(s.topology)
+    found = dynamics(s.topology, s.t_max)
+    return _static_topology(s, static, data_params), found if found.changes else None
+
+
+def _static_topology(s: Scenario, table: dict[str, Any], data_params: Any) -> Any:
+    """The validated graph model of a [topology] table without its dynamic keys."""
+    topo = _plain_numbers(_with_folder(table, s.folder, "topology"))
     if "model" not in topo:
         raise ConfigError(f"topology: model is required (allowed: {', '.join(TOPOLOGIES)})")
     topology = build(TOPOLOGIES.lookup(topo.pop("model"), "topology.model"), topo, "topology")
@@ -260,6 +297,8 @@ def check_setup(s: Scenario) -> None:
             data = r.data_params.make(streams.get("population"))
             if r.topology is not None:
                 data.public["graph"] = build_graph(r.topology, data, streams.get("topology"))
+            if r.dynamics is not None:
+                r.dynamics.check(data.public["graph"], s.t_max, s.folder)
             links = r.links.bind(data.n_agents, data.public, streams)
             r.protocol_cls.check_setup(r.protocol_params, data, links)  # its own checks
             if hasattr(data, "check_run"):  # what a data file must give this run (classes, rows)
@@ -286,8 +325,13 @@ def run(s: Scenario, streams: Streams | None = None) -> RunOutput:
     if streams is None:
         streams = Streams(s.seed, s.replicate, s.shared_key, s.run_key)
     data = r.data_params.make(streams.get("population"))
+    graphs = None
     if r.topology is not None:
         data.public["graph"] = build_graph(r.topology, data, streams.get("topology"))
+        if r.dynamics is not None:
+            graphs = r.dynamics.schedule(
+                data.public["graph"], s.t_max, lambda: rewire_stream(streams), s.folder
+            )
     if hasattr(data, "note_run"):  # what a data file's streams do over the run (exhausted)
         data.note_run(s.t_max)
     sim = Simulation(
@@ -299,5 +343,6 @@ def run(s: Scenario, streams: Streams | None = None) -> RunOutput:
         checkpoints=log_checkpoints(s.t_max, s.checkpoints),
         per_agent=s.per_agent,
         metrics=r.metrics,
+        graphs=graphs,
     )
     return sim.run()

@@ -90,9 +90,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from desim.kernel.messages import Batch
-from desim.kernel.protocol import Context
+from desim.kernel.protocol import Context, FollowsGraph
 from desim.kernel.registry import PROTOCOLS
 from desim.models.baselines import Local
+from desim.models.ccolme import rewire
 from desim.models.ccolme.edges import EdgeStates, Rows, common, newest
 from desim.models.ccolme.family import CColMEFamily
 from desim.models.ccolme.live_first import BUFFERS, LiveFirst
@@ -143,7 +144,7 @@ def _same_ends(batch: Batch, src: np.ndarray, dst: np.ndarray) -> bool:
 
 
 @PROTOCOLS.register("c-colme")
-class CColME(CColMEFamily):
+class CColME(CColMEFamily, FollowsGraph):
     """C-ColME (Galante et al.): consensus over estimated same-class neighbours of a graph."""
 
     Params = CColMEParams
@@ -157,6 +158,15 @@ class CColME(CColMEFamily):
     nb_n_prev = _View("n_prev", "t_b of the state before b's newest, per directed edge.")
     nb_size = _View("nb_size", "|C_b| as b told a, per directed edge (a's slot).", "_sizes")
     nb_size_at = _View("at", "When b sent the |C_b| a holds, per edge (ideal links: 0).", "_sizes")
+
+    @classmethod
+    def check_graph_changes(cls, params: Any, links: Any) -> None:
+        """A changing graph is followed over ideal links only (`desim.models.ccolme.rewire`)."""
+        rewire.check_links(links)
+
+    def on_graph_change(self, t: int, added: np.ndarray, dropped: np.ndarray) -> None:
+        """Lay the per-edge state out on the new graph (`desim.models.ccolme.rewire.follow`)."""
+        rewire.follow(self, self.ctx.public["graph"])
 
     def on_window_end(self) -> None:
         """Nothing left to finish: a window's batches are filed as they come, exactly
@@ -214,6 +224,8 @@ class CColME(CColMEFamily):
         self._unchanged = np.zeros(m, dtype=bool)
         self._unchanged.flags.writeable = False
         self._changed = self._unchanged  # C_a changed in this slot
+        self._rewired: np.ndarray | None = None  # C_a changed by a graph change (`rewire`)
+        self._relive = False  # back to the live-first path when it can (`rewire.relive`)
         self._handlers = (self._on_state, self._on_decision, self._on_size)
 
     # -- slot: sample, privatise, share ------------------------------------------------------
@@ -232,6 +244,8 @@ class CColME(CColMEFamily):
             if self.gate.silent:  # no room in the budget for any sample: nothing is shared
                 self.ctx.call_at(t, self._decided)
                 return
+        if self._relive:  # after a graph change (`rewire`)
+            rewire.relive(self)
         payload = self._state_payload()
         states = self.states
         if isinstance(states, LiveFirst):
@@ -423,6 +437,8 @@ class CColME(CColMEFamily):
                 self._kept_idx = np.flatnonzero(kept)
         else:
             self._changed = self._unchanged
+        if self._rewired is not None:  # the graph changed before this slot
+            self._changed, self._rewired = self._changed | self._rewired, None
         if self.params.restart == "hard":
             self._restart(self._changed)
         if not self._sends_sizes or len(self._kept_idx) == 0:

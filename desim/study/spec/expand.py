@@ -292,6 +292,21 @@ def _match_note(data: dict, topology: dict, folder: Path) -> str:
     return f"[topology]: {match.report}" if match.report else ""
 
 
+def _sequence_files(topology: dict | None, folder: Path) -> dict | None:
+    """`topology` with the sha256 of each graph file of its ``sequence`` added to the entry
+    (the files' bytes are part of the config hash, as a data file's: `_data_file`)."""
+    sequence = topology.get("sequence") if topology is not None else None
+    if not isinstance(sequence, list):
+        return topology
+    entries = []
+    for entry in sequence:
+        file = entry.get("file") if is_table(entry) else None
+        if isinstance(file, str) and (folder / file).is_file():
+            entry = {**entry, "sha256": _file_sha256(folder / file)}
+        entries.append(entry)
+    return {**topology, "sequence": entries}
+
+
 def _file_sha256(path: Path) -> str:
     """sha256 of the file `path`, hashed once while its size and modification time stay."""
     stat = path.stat()
@@ -318,6 +333,7 @@ def _scenario_at(
     network = _trace_files(network, folder, set() if checked is None else checked)
     data = _data_file(data, folder)
     topology = _graph_file(topology, folder)
+    topology = _sequence_files(topology, folder)
     names = _declared(spec)
     params = {k: v for k, v in defaults.items() if k in names}
     params.update(spec.params)

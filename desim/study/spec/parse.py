@@ -338,4 +338,9 @@ def _topology_table(raw: dict, file: Path) -> dict | None:
     TOPOLOGIES.lookup(topology["model"], "[topology]: model")
     if "path" in topology:
         check_input_file(file.parent, topology["path"], "[topology]: path", "graph file")
+    sequence = topology.get("sequence")
+    for i, entry in enumerate(sequence if isinstance(sequence, list) else []):
+        if is_table(entry):  # the entries' other faults: `desim.topologies.dynamic.dynamics`
+            where = f"[topology]: sequence[{i}]: file"
+            check_input_file(file.parent, entry.get("file"), where, "graph file")
     return topology

@@ -47,6 +47,7 @@ from desim.study.spec.model import (
     params_class,
 )
 from desim.study.spec.parse import StudyDocument, check_name
+from desim.topologies.dynamic import DYNAMIC_KEYS, Rewire
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,7 @@ def grid_columns(
     allowed = {
         "data": field_names(data_cls),
         "network": [*field_names(link_cls), *NETWORK_TABLES],
-        "topology": field_names(topo_cls) if topo_cls is not None else [],
+        "topology": [*field_names(topo_cls), *DYNAMIC_KEYS] if topo_cls is not None else [],
         "defaults": sorted(declared),
     }
     columns: dict[str, str] = {}
@@ -188,10 +189,17 @@ def grid_columns(
         root, _, key = path.partition(".")
         if root == "network" and "." in key:
             key = _network_grid_key(path, grid, network)
+        elif root == "topology" and key.startswith("rewire.") and topo_cls is not None:
+            key = key.partition(".")[2]
+            if key not in field_names(Rewire):
+                raise ConfigError(
+                    unknown_key_message(f"[grid]: {path!r}", key, field_names(Rewire))
+                )
         elif root not in GRID_ROOTS or not key or "." in key:
             raise ConfigError(
                 f"[grid]: {path!r}: a grid path must be data.<key>, network.<key>, "
-                "network.<sub-table>.<key>, topology.<key> or defaults.<key>"
+                "network.<sub-table>.<key>, topology.<key>, topology.rewire.<key> or "
+                "defaults.<key>"
             )
         elif root == "topology" and topo_cls is None:
             raise ConfigError(f"[grid]: {path!r}: the study has no [topology] table to sweep")

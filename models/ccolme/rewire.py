@@ -1,0 +1,148 @@
+"""C-ColME and Private-C-ColME on a graph that changes during a run (`desim.topologies.dynamic`).
+
+Before slot t's samples the graph G becomes G' (`CColME.on_graph_change`). What a holds per
+directed edge (a, b) is re-laid out in G''s CSR order:
+
+- a link of both graphs keeps everything a held on it: χ_a(b), χ_b(a) as b told it, b's states
+  (X̃_b, t_b, Y_b and the one before), |C_b| as b told it;
+- a new link starts as a neighbour does at set-up (seed 001's initialisation, Algorithm 1):
+  χ_a(b) = χ_b(a) = ``initial`` (C-ColME: kept; Private-C-ColME: not kept until a test keeps
+  it), no state of b held (t_b = 0: the optimistic distance keeps b, a stale test without a
+  previous state keeps b, the update does not mix b before it is heard from), and |C_b| = b's
+  |C_b| now (what set-up holds before any message; b's size send of the slot replaces it
+  before a mixes);
+- a dropped link's state is discarded: b leaves C_a, so |C_a| and the weights
+  W_ab = 1/(1 + max(|C_a|, |C_b|)), W_aa = 1 − Σ_b W_ab renormalise over the neighbours left
+  (W stays row-stochastic, and doubly stochastic where the decisions are symmetric).
+
+An agent whose C_a gained or lost a link this way has a changed neighbour set, so ``reset``
+restarts its age as a test's change would (``global``: everyone's). The run goes on on the
+per-edge delivery path (`desim.models.ccolme.edges.EdgeStates`): the live-first path holds one
+age for every state and cannot hold a new link's "none yet"; a run that was live-first returns
+to it (`relive`) once the newest state held on every edge is of one slot again (the next
+slot), with the same bits (the two paths give the same results). The test's
+γ = δ/(4 Σ_a deg a) keeps the set-up's Σ_a deg a (rewiring keeps it; a graph file of a
+sequence may not), as an agent's constant. Only ideal links are followed
+(`check_graph_changes`): a message in flight on a link that is dropped would have no edge to
+land on.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from desim.models.ccolme.edges import EdgeSlots, EdgeStates, Rows
+from desim.models.ccolme.live_first import LiveFirst
+from desim.models.ccolme.sizes import Sizes
+from desim.topologies.graph import Graph
+
+if TYPE_CHECKING:
+    from desim.models.ccolme.protocol import CColME
+
+
+def check_links(links: Any) -> None:
+    """Raise ValueError unless `links` are ideal (every message arrives in its slot)."""
+    if links is not None and not getattr(links, "ideal", False):
+        raise ValueError(
+            "C-ColME follows a changing graph over ideal links only (a message in flight on "
+            "a dropped link has nowhere to land); use [network] links = 'ideal'"
+        )
+
+
+def carried(old: Graph, new: Graph) -> np.ndarray:
+    """For every directed edge of `new` (CSR order), its index in `old`, or −1 (a new link)."""
+    n = old.n
+    old_keys = old.src * n + old.dst  # CSR order: sorted
+    new_keys = new.src * n + new.dst
+    if len(old_keys) == 0:
+        return np.full(len(new_keys), -1, dtype=np.int64)
+    pos = np.minimum(np.searchsorted(old_keys, new_keys), len(old_keys) - 1)
+    return np.where(old_keys[pos] == new_keys, pos, -1)
+
+
+class _Remap:
+    """Per-edge arrays of the old graph laid out over the new edges (`carried`)."""
+
+    def __init__(self, carry: np.ndarray) -> None:
+        self.n = len(carry)
+        self.new = carry < 0
+        self.any_new = bool(self.new.any())
+        self._at = np.flatnonzero(~self.new)
+        self._from = carry[self._at]
+
+    def __call__(self, values: np.ndarray, fresh: Any) -> np.ndarray:
+        """`values` over the new edges, `fresh` on the new links."""
+        if not self.any_new:
+            return values.take(self._from)
+        out = np.full(self.n, fresh, dtype=values.dtype)
+        out[self._at] = values.take(self._from)
+        return out
+
+
+def _edge_states(states: EdgeStates | LiveFirst, remap: _Remap) -> EdgeStates:
+    """b's states as a holds them, over the new edges (none yet on new links)."""
+    if isinstance(states, LiveFirst):
+        states = states.to_edge_states()
+    out = EdgeStates(remap.n)
+    for name in ("x", "n", "y", "x_prev", "n_prev"):
+        setattr(out, name, remap(getattr(states, name), 0.0))
+    out.n_all = None if remap.any_new else states.n_all
+    out.n_prev_all = None if remap.any_new else states.n_prev_all
+    return out
+
+
+def follow(proto: CColME, graph: Graph) -> None:
+    """Move `proto`'s per-edge state from its graph to `graph` (the module's rules)."""
+    old = proto.graph
+    remap = _Remap(carried(old, graph))
+    initial = proto.params.initial == "all"
+    kept_before = proto.kept
+    proto.chi = remap(proto.chi, initial)
+    proto.their_chi = remap(proto.their_chi, initial)
+    proto.their_chi_at = remap(proto.their_chi_at, 0.0)
+    proto.kept = kept = remap(kept_before, initial)
+    proto.states = _edge_states(proto.states, remap)
+    nb_size = remap(proto._sizes.nb_size, 0.0)
+    nb_at = remap(proto._sizes.at, 0.0)
+    # C_a moved where a kept link was dropped or a new link is kept
+    lost = np.bincount(old.src[kept_before], minlength=old.n)
+    lost -= np.bincount(graph.src[kept & ~remap.new], minlength=graph.n)
+    gained = np.bincount(graph.src[kept & remap.new], minlength=graph.n)
+    proto._rewired = (lost > 0) | (gained > 0)
+    # the graph's own arrays and everything built on them
+    proto.graph = graph
+    proto.src, proto.dst, proto.reverse = graph.src, graph.dst, graph.reverse
+    proto._slot_of = EdgeSlots(graph.n, graph.src * graph.n + graph.dst)
+    proto._csr = Rows(graph)
+    if proto.uses_oracle:
+        classes = proto.ctx.oracle_classes
+        proto._oracle_chi = classes[graph.src] == classes[graph.dst]
+    proto.size = proto._csr.count(kept)
+    proto._kept_idx = np.flatnonzero(kept)
+    proto._kept_version += 1
+    p = proto.params
+    proto._sizes = sizes = Sizes(graph, proto.size, proto._in_order, p.weights == "metropolis")
+    sizes._nb_size[~remap.new] = nb_size[~remap.new]
+    sizes.at = nb_at
+    proto._buffers, proto._sent = [], {}
+    proto._mixed_idx, proto._w = np.empty(0, dtype=np.int64), 0.0
+    proto._relive = proto._in_order and p.decisions == "irrevocable"
+
+
+def relive(proto: CColME) -> None:
+    """Back to the live-first path, before slot t's send, once every edge holds b's state of
+    one slot (S = χ's edges, holding those states; the previous ones are not read again)."""
+    states = proto.states
+    if not isinstance(states, EdgeStates) or states.n_all is None:
+        return
+    s = np.flatnonzero(proto.chi)
+    live = LiveFirst(proto.graph, s)
+    live._held = (0, s, states.x[s], states.y[s])
+    live._held_prev = (0, s, states.x_prev[s])
+    live.n_all = states.n_all
+    live.n_prev_all = states.n_prev_all if states.n_prev_all is not None else states.n_all
+    # S is C (C = χ without symmetric decisions): the update's Y_b need no gather
+    live._s_is_kept = None if proto.params.symmetric else proto._kept_version
+    proto.states, proto._relive = live, False
