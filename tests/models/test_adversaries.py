@@ -393,3 +393,17 @@ def test_a_grid_sweeps_whole_tables_and_baselines_record_nothing_of_them(tmp_pat
     assert tables == sweep
     local, _ = _run("local", {}, _classes(20), 5)  # (the metric reads no state of a baseline)
     assert METRICS.get("adversaries")(local, _classes(20)) == {}
+
+
+def test_the_top_level_table_reaches_the_scenarios_that_simulate_adversaries(tmp_path, capsys):
+    table = '[adversaries]\nfraction = 0.1\nbehaviour = "flip"'
+    folder = tmp_path / "top"
+    folder.mkdir()
+    text = STUDY.format(table=table, protocol="private-colme", extra="")
+    (folder / "study.toml").write_text(text + '\n[[scenario]]\nname = "L"\nprotocol = "local"\n')
+    params = {r.scenario.name: r.scenario.params for r in load_study(folder).runs}
+    assert params["P"]["adversaries"] == {"fraction": 0.1, "behaviour": "flip"}
+    assert "adversaries" not in params["L"]
+    both = table + '\n\n[defaults]\nadversaries = {fraction = 0.1, behaviour = "flip"}'
+    code, err = _validate(tmp_path, capsys, both)
+    assert code == 2 and "also set in [defaults]" in err and len(err.strip().splitlines()) == 1
