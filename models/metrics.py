@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from desim.kernel.registry import METRICS, applies_to, reads_tables, records
+from desim.models.adversaries import honest_mse
 from desim.models.privacy.accounting import ledger
 
 #: Accuracy tolerance of Galante et al.'s metric: an agent is right when |μ̂_a − μ_a| ≤ 0.1.
@@ -82,3 +83,28 @@ def privacy_rdp(protocol: Any, data: Any) -> dict[str, Any]:
     if spend is None:
         return {}
     return ledger(dataclasses.replace(spend, accountant="rdp"), per_agent=True, prefix="eps_rdp_")
+
+
+@METRICS.register("adversaries")
+@records("mse_honest", "accepting_adversaries", "adversaries_accepted")
+@applies_to("adversary_state")
+@reads_tables()
+def adversaries(protocol: Any, data: Any) -> dict[str, float]:
+    """Scores over the honest agents of a run with an [adversaries] table.
+
+    ``mse_honest`` is the MSE over honest agents; where the protocol decides whom it accepts
+    (Private-ColME's class beliefs), ``accepting_adversaries`` is the share of honest agents
+    that currently accept at least one adversary and ``adversaries_accepted`` the adversaries
+    an honest agent accepts, on average.
+    """
+    hook = getattr(protocol, "adversary_state", None)  # (protocols without adversaries)
+    state = hook() if hook is not None else None
+    if state is None:
+        return {}
+    mask, accepted = state
+    out = {"mse_honest": honest_mse(protocol.estimates(), data.means, mask)}
+    if accepted is not None:
+        honest = accepted[~mask]
+        out["accepting_adversaries"] = float(np.mean(honest > 0))
+        out["adversaries_accepted"] = float(np.mean(honest))
+    return out

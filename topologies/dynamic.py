@@ -30,7 +30,8 @@ import numpy as np
 
 from desim.kernel.params import ConfigError, build, param
 from desim.kernel.randomness import Streams
-from desim.topologies.generators import FromFile, _member, _pair_from_index
+from desim.topologies.files import FromFile
+from desim.topologies.generators import _member, _pair_from_index
 from desim.topologies.graph import Graph
 
 #: The [topology] keys that make the graph change during a run.

@@ -223,6 +223,7 @@ class Simulation:
             oracle_classes=self.data.classes.copy() if self.protocol.uses_oracle else None,
             links=self.links,
             call_at=self._call_at,
+            adversary_truth=self.data if getattr(self.protocol, "has_adversaries", False) else None,
         )
         self._ctx = ctx
         self.protocol.setup(ctx)

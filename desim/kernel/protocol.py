@@ -64,7 +64,9 @@ class Context:
     `links` is the run's bound link model (its `probabilities(n, within, server_within)` are
     public: PriCER optimises for them, optionally for messages that must arrive within a
     deadline); `call_at(when, fn)` calls `fn()` at time `when`, after that instant's deliveries
-    and before the recorder (deadlines, e.g. of `desim.kernel.server`).
+    and before the recorder (deadlines, e.g. of `desim.kernel.server`). `adversary_truth` is
+    the data source (its means and classes at the start), set only for a protocol that
+    simulates adversaries (`has_adversaries`): what omniscient adversaries report from.
     """
 
     n_agents: int
@@ -76,6 +78,7 @@ class Context:
     oracle_classes: np.ndarray | None = None
     links: Any = None
     call_at: Callable[[float, Callable[[], None]], None] | None = None
+    adversary_truth: DataSource | None = None
 
 
 class Protocol:

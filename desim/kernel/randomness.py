@@ -25,12 +25,15 @@ class Streams:
     """The random streams of one run.
 
     ``shared_key`` keys the streams that must be identical across the protocols compared in
-    one study (common random numbers: ``data``, ``population`` and ``topology``); ``run_key``
-    keys every other stream (DP noise, links, latency, ...), which belongs to one scenario.
+    one study (common random numbers: ``data``, ``population``, ``topology`` and
+    ``adversaries``); ``run_key`` keys every other stream (DP noise, links, latency, ...),
+    which belongs to one scenario.
     """
 
-    #: Streams that depend only on the data set-up and the replicate, not on the protocol.
-    SHARED = frozenset({"data", "population", "topology", "rewire"})
+    #: Streams that depend only on the data set-up and the replicate, not on the protocol
+    #: (``adversaries``: who the adversaries are, the same for every protocol compared;
+    #: ``rewire``: how a changing graph changes).
+    SHARED = frozenset({"data", "population", "topology", "rewire", "adversaries"})
 
     def __init__(self, root: int, replicate: int, shared_key: int, run_key: int) -> None:
         self.root = int(root)

@@ -3,7 +3,9 @@
 `CombinationSums` holds Σ_b T_{b→a}/Var[T_{b→a}] and Σ_b 1/Var[T_{b→a}] of every agent a, for
 populations where recomputing them from the M × M pair state at every estimate costs too much
 (`PrivateColME.incremental_above`). `rounds` and `has_repeats` split batches in which a key
-repeats into rounds of distinct keys, as the vectorised pair updates need.
+repeats into rounds of distinct keys, as the vectorised pair updates need. `trimmed_sums` gives
+the same two sums over the peers a coordinate-wise trimmed mean keeps (``combination =
+"trimmed"``).
 """
 
 from __future__ import annotations
@@ -115,3 +117,20 @@ def has_repeats(pair: np.ndarray) -> bool:
     """Whether some pair id occurs more than once."""
     ordered = np.sort(pair)
     return bool((ordered[1:] == ordered[:-1]).any())
+
+
+def trimmed_sums(
+    weight: np.ndarray, value: np.ndarray, beta: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Σ_b w_b T_b and Σ_b w_b over each row's peers left after a coordinate-wise trimmed mean's
+    trim (Yin et al. 2018): of the n peers with weight w_b > 0, the ⌊β·n⌋ lowest and the ⌊β·n⌋
+    highest T_b are dropped (ties in peer order), and Lemma 4's weights apply to the rest."""
+    peers = weight > 0
+    n = peers.sum(axis=1)
+    cut = np.floor(beta * n).astype(np.int64)
+    order = np.argsort(np.where(peers, value, np.inf), axis=1, kind="stable")
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(order.shape[1])[None, :], axis=1)
+    kept = peers & (rank >= cut[:, None]) & (rank < (n - cut)[:, None])
+    w = np.where(kept, weight, 0.0)
+    return np.where(kept, w * value, 0.0).sum(axis=1), w.sum(axis=1)

@@ -79,7 +79,8 @@ from desim.kernel.messages import Batch
 from desim.kernel.params import param
 from desim.kernel.protocol import Context, SlotBatched
 from desim.kernel.registry import METRICS, PROTOCOLS, applies_to, records
-from desim.models.colme.combination import CombinationSums
+from desim.models.adversaries import STREAM, ActiveAdversaries, Adversaries
+from desim.models.colme.combination import CombinationSums, trimmed_sums
 from desim.models.colme.delivery import Arrivals, Asynchronous, Synchronous, query_ids
 from desim.models.colme.graph import (
     EdgeBeliefs,
@@ -157,14 +158,42 @@ class PrivateColMEParams:
     peers: Literal["all", "topology"] = param(
         "all", "whom an agent queries: every other agent, or its [topology] neighbours only"
     )
+    adversaries: dict | None = param(
+        None,
+        "an [adversaries] table {fraction | agents, behaviour = shift | flip | mimic | collude, "
+        "…}: agents whose releases are corrupted (`desim.models.adversaries`)",
+    )
+    combination: Literal["weighted", "trimmed"] = param(
+        "weighted",
+        "Lemma 4's inverse-variance combination over the accepted peers, or the same over "
+        "those left after a coordinate-wise trimmed mean's trim (Yin et al. 2018)",
+    )
+    trim: float | None = param(
+        None,
+        "combination = 'trimmed': the share β of accepted peers dropped at each end",
+        ge=0,
+        lt=0.5,
+    )
 
     def __post_init__(self) -> None:
+        if self.adversaries is not None:
+            # the study's table, checked, kept as a (hashable) Adversaries
+            table = Adversaries.from_table(self.adversaries, ADVERSARY_BEHAVIOURS, "private-colme")
+            object.__setattr__(self, "adversaries", table)
+        if (self.combination == "trimmed") != (self.trim is not None):
+            raise ValueError(
+                f"trim = {self.trim!r}: combination = 'trimmed' needs trim (β in [0, 0.5)) "
+                f"and reads it alone (combination = {self.combination!r})"
+            )
         if self.budget is not None and not isinstance(self.budget, Budget):
             # the study's table, checked, kept as a (hashable) Budget
             object.__setattr__(self, "budget", Budget.from_table(self.budget, self.delta))
         if self.budget is not None and self.noise == "none":
             raise ValueError("budget: needs noise = 'gaussian' or 'laplace' (noise = 'none')")
 
+
+#: The [adversaries] behaviours meaningful for Private-ColME (what a release carries is a mean).
+ADVERSARY_BEHAVIOURS = ("shift", "flip", "mimic", "collude")
 
 # Indices of the message kinds (`PrivateColME.message_kinds`), as `Batch.single_kind` holds them.
 _QUERY, _RELEASE = range(2)
@@ -182,7 +211,7 @@ class PrivateColME(SlotBatched):
     #: (`legacy_values`: left out of config hashes and random-stream keys).
     reads_when: ClassVar[dict[str, tuple[str, Any]]] = {"topology": ("peers", "topology")}
     must_say: ClassVar[dict[str, str]] = {"topology": "peers"}
-    legacy_values: ClassVar[dict[str, Any]] = {"peers": "all"}
+    legacy_values: ClassVar[dict[str, Any]] = {"peers": "all", "combination": "weighted"}
     memory = {"pair": 40.0}
     #: Populations above this size keep each agent's combination sums Σ_b T/Var[T] and
     #: Σ_b 1/Var[T] up to date at every release (`estimates` in O(M)); up to it `estimates`
@@ -203,11 +232,23 @@ class PrivateColME(SlotBatched):
 
     @classmethod
     def check_setup(cls, params: PrivateColMEParams, data: Any, links: Any) -> None:
-        """Refuse peers = "topology" without a graph."""
+        """Refuse peers = "topology" without a graph, a trimmed combination on a graph, and
+        adversaries that are not agents of this population."""
         if params.peers == "topology" and data.public.get("graph") is None:
             raise ValueError(
                 "peers = 'topology': needs a [topology] table (or peers = 'all': every agent)"
             )
+        if params.combination == "trimmed" and params.peers == "topology":
+            raise ValueError(
+                "combination = 'trimmed': allowed with peers = 'all' (not yet on a graph)"
+            )
+        if params.adversaries is not None:
+            params.adversaries.check(data.n_agents, data.classes)
+
+    @property
+    def has_adversaries(self) -> bool:
+        """Whether the run has an [adversaries] table (`Context.adversary_truth` is then set)."""
+        return self.params.adversaries is not None
 
     def setup(self, ctx: Context) -> None:
         """The mechanisms, the per-pair state and the strategies of this run, chosen once."""
@@ -248,6 +289,12 @@ class PrivateColME(SlotBatched):
         #: What the rules read of the agents' own data: the running sums now, one slot.
         self.view = OneSlot(self.sums, None if self.known else self.sumsq, self.counts)
         self._setup_beliefs(ctx)
+        #: The run's adversaries (None without an [adversaries] table).
+        self.adversaries = (
+            ActiveAdversaries.build(p.adversaries, ctx.adversary_truth, ctx.streams.get(STREAM))
+            if p.adversaries is not None
+            else None
+        )
         self._theta, self._z = thresholds(p.theta, ctx.t_max)
         # on a graph the sums are recomputed edge by edge at each estimate (O(M·r), see
         # `edge_row_sums`): cheaper than keeping them current at every release
@@ -452,6 +499,8 @@ class PrivateColME(SlotBatched):
             )
         if self.graph is not None:
             payload[:, self.edge_column] = pair
+        if self.adversaries is not None:  # what an adversary's release carries instead
+            values = self.adversaries.report(b, values, sums / counts)
         payload[:, VALUE], payload[:, COUNT], payload[:, INDEX] = values, counts, j
         return payload
 
@@ -557,7 +606,9 @@ class PrivateColME(SlotBatched):
         own_var = self.sigma2 if self.known else self.own_variance()
         with np.errstate(divide="ignore"):
             own = self.counts / own_var  # t/σ_a² (or t/V_a, eq. (5))
-        if self.incremental:
+        if self.params.combination == "trimmed":  # (the pair state, whatever the population)
+            pairs_num, pairs_den = trimmed_sums(*self._row_terms(slice(None)), self.params.trim)
+        elif self.incremental:
             pairs_num, pairs_den = self.sums_w.totals(self.row_sums)
         else:
             pairs_num, pairs_den = self.row_sums(slice(None))
@@ -568,13 +619,32 @@ class PrivateColME(SlotBatched):
         `rows` include, recomputed from the pair state (O(M) per row)."""
         if self.graph is not None:
             return edge_row_sums(self, rows)
+        weight, value = self._row_terms(rows)
+        return (weight * value).sum(axis=1), weight.sum(axis=1)
+
+    def _row_terms(self, rows: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
+        """1/Var[T_{b→a}] of the b ≠ a that agents a in `rows` include (0 for the others) and
+        T_{b→a}, one row per agent a."""
         sigma2 = self.sigma2[None, :] if self.known else self.v_hat[rows]
         var = self.stat.variance(sigma2, rows)
         with np.errstate(divide="ignore"):
             weight = np.where(self.included[rows], 1.0 / var, 0.0)
         agents = np.arange(len(self.sums))[rows]
         weight[np.arange(len(agents)), agents] = 0.0  # a itself
-        return (weight * self.stat.value_of(rows)).sum(axis=1), weight.sum(axis=1)
+        return weight, self.stat.value_of(rows)
+
+    def adversary_state(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(which agents are adversaries, how many adversaries each agent includes in C_a), for
+        the `adversaries` metric; None without an [adversaries] table."""
+        if self.adversaries is None:
+            return None
+        mask = self.adversaries.mask
+        if self.graph is None:
+            accepted = self.included[:, mask].sum(axis=1) - (self.included.diagonal() & mask)
+        else:
+            kept = self.included & mask[self.graph.dst]
+            accepted = np.bincount(self.graph.src[kept], minlength=len(mask))
+        return mask, accepted
 
     def privacy_spend(self) -> Spend | None:
         """The releases so far, for the `privacy` ledger (None without noise).

@@ -43,12 +43,40 @@ def gaussian_weight(
     return a
 
 
-def moment_sigma_theta2(y: np.ndarray, sampling_var: np.ndarray, noise_var: np.ndarray) -> float:
+def moment_sigma_theta2(
+    y: np.ndarray,
+    sampling_var: np.ndarray,
+    noise_var: np.ndarray,
+    spread: float | None = None,
+) -> float:
     """σ̂_θ² = max(0, S²_y − mean(σ_x²/n) − mean(σ_q²)) from the uploads y (unbiased before the
-    clip: E S²_y = σ_θ² + mean σ_x²/n + mean σ_q² for independent uploads)."""
+    clip: E S²_y = σ_θ² + mean σ_x²/n + mean σ_q² for independent uploads); `spread`, when
+    given, stands for S²_y (a robust estimate of the uploads' variance, `mad_variance`)."""
     if len(y) < 2:
         raise ValueError("moment_sigma_theta2 needs at least two uploads")
-    return max(0.0, float(np.var(y, ddof=1) - np.mean(sampling_var) - np.mean(noise_var)))
+    s2 = float(np.var(y, ddof=1)) if spread is None else spread
+    return max(0.0, float(s2 - np.mean(sampling_var) - np.mean(noise_var)))
+
+
+#: 1/Φ⁻¹(3/4): the median absolute deviation of Gaussian data times it estimates their σ.
+MAD_TO_SIGMA = 1.482602218505602
+
+
+def mad_variance(y: np.ndarray) -> float:
+    """(1.4826 · median |y − median y|)²: a variance estimate of Gaussian uploads that a
+    minority of outliers cannot move far (breakdown point 1/2; Hampel 1974)."""
+    return float((MAD_TO_SIGMA * np.median(np.abs(y - np.median(y)))) ** 2)
+
+
+def robust_location(y: np.ndarray, how: str, trim: float | None = None) -> float:
+    """The uploads' median (``median``), or their trimmed mean (``trimmed``: the ⌊β·m⌋ lowest
+    and highest of the m uploads dropped, β = `trim`): Yin et al. (2018)'s coordinate-wise
+    robust aggregates, in one dimension."""
+    if how == "median":
+        return float(np.median(y))
+    cut = int(np.floor(trim * len(y)))
+    kept = np.sort(y)[cut : len(y) - cut]
+    return float(kept.mean())
 
 
 def loo_moments(y: np.ndarray, moments: Moments = "consistent") -> tuple[np.ndarray, np.ndarray]:

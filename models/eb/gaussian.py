@@ -22,12 +22,18 @@ import numpy as np
 from desim.kernel.params import param
 from desim.kernel.registry import PROTOCOLS
 from desim.kernel.server import Round
-from desim.models.eb.estimators import gaussian_weight, moment_sigma_theta2
+from desim.models.eb.estimators import (
+    gaussian_weight,
+    mad_variance,
+    moment_sigma_theta2,
+    robust_location,
+)
 from desim.models.eb.server import (
     COUNT,
     NOISE_VAR,
     VALUE,
     ServerEstimation,
+    check_upload_adversaries,
     check_upload_budget,
 )
 
@@ -65,9 +71,15 @@ class UploadParams:
         "per-agent privacy budget {epsilon, delta, action = stop | degrade} against the server: "
         "an upload that would exceed it is not made, or made noisier (`desim.models.eb.server`)",
     )
+    adversaries: dict | None = param(
+        None,
+        "an [adversaries] table {fraction | agents, behaviour = shift | flip | collude | "
+        "inflate, …}: agents whose uploads are corrupted (`desim.models.adversaries`)",
+    )
 
     def __post_init__(self) -> None:
         check_upload_budget(self)
+        check_upload_adversaries(self)
 
 
 @dataclass(frozen=True)
@@ -83,8 +95,21 @@ class EBGaussianParams(UploadParams):
     r: float = param(1.0, "r, a known bound |μ| ≤ r (Theorem 2's clipping radius b)", ge=0)
     clip: float | None = param(None, "b, the clipping radius (default: Theorem 2's)", gt=0)
     bits: int = param(8, "k, bits of the quantiser (37)", ge=1, le=52)
+    moments: Literal["mean", "median", "trimmed"] = param(
+        "mean",
+        "the server's μ̂ and S²: mean and variance of the uploads (the paper), or robust ones: "
+        "their median or trimmed mean, and S² from their median absolute deviation",
+    )
+    trim: float | None = param(
+        None, "moments = 'trimmed': the share β of uploads dropped at each end", ge=0, lt=0.5
+    )
 
     def __post_init__(self) -> None:
+        if (self.moments == "trimmed") != (self.trim is not None):
+            raise ValueError(
+                f"trim = {self.trim!r}: moments = 'trimmed' needs trim (β in [0, 0.5)) and "
+                f"reads it alone (moments = {self.moments!r})"
+            )
         if (
             self.mechanism in ("gaussian", "quantiser")
             and self.clip is None
@@ -103,17 +128,23 @@ class EBGaussian(ServerEstimation):
 
     Params = EBGaussianParams
     broadcast_width = 4  # μ̂, σ̂_θ², mean σ_q², m_r
+    #: A scenario stating the paper's moments keeps the hashes of one from before `moments`.
+    legacy_values = {"moments": "mean"}
 
     def aggregate(self, r: Round) -> tuple[np.ndarray, np.ndarray] | None:
         if len(r) < 2:
             return None
         y, counts, noise = r.payload[:, VALUE], r.payload[:, COUNT], r.payload[:, NOISE_VAR]
-        if self.params.sigma_theta is not None:
-            st2 = self.params.sigma_theta**2
-        else:
-            st2 = moment_sigma_theta2(y, self.sampling_variance(r.src, counts), noise)
+        p = self.params
         m_r = len(y)
-        row = np.array([y.sum() / m_r, st2, noise.sum() / m_r, m_r])
+        robust = p.moments != "mean"
+        if p.sigma_theta is not None:
+            st2 = p.sigma_theta**2
+        else:
+            spread = mad_variance(y) if robust else None
+            st2 = moment_sigma_theta2(y, self.sampling_variance(r.src, counts), noise, spread)
+        centre = robust_location(y, p.moments, p.trim) if robust else y.sum() / m_r
+        row = np.array([centre, st2, noise.sum() / m_r, m_r])
         return self._agents, np.broadcast_to(row, (len(self._agents), 4))
 
     def weight(self, agents: np.ndarray) -> np.ndarray:

@@ -71,6 +71,7 @@ from desim.kernel.messages import Batch
 from desim.kernel.protocol import Context, WindowSafe
 from desim.kernel.registry import METRICS, applies_to, records
 from desim.kernel.server import ParameterServer, Round, server_address
+from desim.models.adversaries import STREAM, ActiveAdversaries, Adversaries
 from desim.models.eb import mechanisms as mech
 from desim.models.privacy.accounting import Spend, psum_multiplier, psum_noise, tight_multiplier
 from desim.models.privacy.bits import popcount, set_bits
@@ -160,6 +161,28 @@ class ServerEstimation(WindowSafe):
             )
         self._to_server: np.ndarray | None = None
         self._from_server: np.ndarray | None = None
+        #: The run's adversaries (None without an [adversaries] table).
+        self.adversaries = (
+            ActiveAdversaries.build(p.adversaries, ctx.adversary_truth, ctx.streams.get(STREAM))
+            if getattr(p, "adversaries", None) is not None
+            else None
+        )
+
+    @property
+    def has_adversaries(self) -> bool:
+        """Whether the run has an [adversaries] table (`Context.adversary_truth` is then set)."""
+        return getattr(self.params, "adversaries", None) is not None
+
+    @classmethod
+    def check_setup(cls, params: Any, data: Any, links: Any) -> None:
+        """Refuse adversaries that are not agents of this population."""
+        if getattr(params, "adversaries", None) is not None:
+            params.adversaries.check(data.n_agents, data.classes)
+
+    def adversary_state(self) -> tuple[np.ndarray, None] | None:
+        """(which agents are adversaries, None: the server accepts every upload), for the
+        `adversaries` metric; None without an [adversaries] table."""
+        return None if self.adversaries is None else (self.adversaries.mask, None)
 
     def communicates(self) -> bool:
         """Whether this configuration talks to the server at all (known priors do not)."""
@@ -226,6 +249,9 @@ class ServerEstimation(WindowSafe):
                 s2 = mech.quantiser_sigma2(b, p.bits)
                 value = mech.quantise(clipped, b, p.bits, self._rng)
             noise_var[:] = s2
+        if self.adversaries is not None:  # what an adversary's upload carries instead
+            value = self.adversaries.report(agents, value, xbar)
+            counts = self.adversaries.counts(agents, counts)
         return np.stack([value, counts, noise_var], axis=1)
 
     def gaussian_sigma2(self, b: float) -> float:
@@ -412,6 +438,21 @@ def _tagged(r: int, payload: np.ndarray) -> np.ndarray:
     out[:, 0] = r
     out[:, 1:] = payload
     return out
+
+
+#: The [adversaries] behaviours meaningful for the server protocols (uploads carry a mean and a
+#: count, which the server's moments read).
+ADVERSARY_BEHAVIOURS = ("shift", "flip", "collude", "inflate")
+
+
+def check_upload_adversaries(params: Any) -> None:
+    """Check an upload protocol's ``adversaries`` table and keep it as a (hashable)
+    `Adversaries`."""
+    if params.adversaries is not None:
+        table = Adversaries.from_table(
+            params.adversaries, ADVERSARY_BEHAVIOURS, "the empirical-Bayes server protocols"
+        )
+        object.__setattr__(params, "adversaries", table)
 
 
 def check_upload_budget(params: Any) -> None:

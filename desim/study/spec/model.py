@@ -28,7 +28,11 @@ TOP_KEYS = (
     "curve",
     "plot",
     "grid",
+    "adversaries",
 )
+#: The top-level table that reaches, as the parameter of that name, every scenario whose protocol
+#: declares it (as a [defaults] key would): the adversaries of `desim.models.adversaries`.
+ADVERSARIES = "adversaries"
 #: The tables a grid path may start with.
 GRID_ROOTS = ("data", "network", "topology", "defaults")
 #: The [network] sub-tables whose `file` (a trace) is relative to the study folder.

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from desim.kernel.params import ConfigError, build, unknown_key_message
+from desim.kernel.params import ConfigError, build, field_names, unknown_key_message
 from desim.kernel.plugins import load_plugins
 from desim.kernel.registry import (
     AVAILABILITY,
@@ -24,6 +24,7 @@ from desim.network_models.latency import SIZE_PROPORTIONAL, latency_model
 from desim.network_models.realistic import NETWORK_TABLES, unknown_table_message
 from desim.study.spec.errors import ConfigErrors, Errors, messages_of
 from desim.study.spec.model import (
+    ADVERSARIES,
     MAX_DEPTH,
     MAX_NAME,
     MAX_STUDY_BYTES,
@@ -158,6 +159,9 @@ def parse_study(raw: dict, file: Path) -> StudyDocument:
         with errors.check():
             METRICS.lookup(name, "[study]: metrics")
     defaults = errors.attempt(lambda: dict(_table(raw, "defaults", {})))
+    if ADVERSARIES in raw and defaults is not None:
+        with errors.check():
+            defaults[ADVERSARIES] = _adversaries_table(raw)
     grid = errors.attempt(lambda: dict(_table(raw, "grid", {})))
     tables = {}
     for key, type_key, registry in (
@@ -221,6 +225,23 @@ def _data_table(raw: dict) -> dict:
             f"[data]: model is required (a data model name; allowed: {', '.join(DATA)})"
         )
     return data
+
+
+def _adversaries_table(raw: dict) -> dict:
+    """The [adversaries] table, which reaches every scenario whose protocol simulates adversaries
+    (declares the parameter `ADVERSARIES`) as a [defaults] key would; its keys are checked by
+    the protocols (`desim.models.adversaries`)."""
+    table = _table(raw, ADVERSARIES, {})
+    if ADVERSARIES in raw.get("defaults", {}):
+        raise ConfigError("[adversaries]: also set in [defaults]; keep one of them")
+    scenarios = raw.get("scenario") if isinstance(raw.get("scenario"), list) else []
+    readers = [name for name, cls in PROTOCOLS.items() if ADVERSARIES in field_names(cls.Params)]
+    if not any(is_table(t) and t.get("protocol") in readers for t in scenarios):
+        raise ConfigError(
+            f"[adversaries]: no scenario's protocol simulates adversaries (those that do: "
+            f"{', '.join(readers)})"
+        )
+    return dict(table)
 
 
 def _settings(raw: dict) -> StudyTable:
