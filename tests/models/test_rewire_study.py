@@ -1,4 +1,4 @@
-"""What studies/robustness-dynamic-graph/README.md claims, checked against its committed results:
+"""What studies/robustness/dynamic-graph/README.md claims, checked against its committed results:
 each test names the sentence it guards, so a re-run that moves a number past the text fails
 here instead of leaving the text wrong."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-STUDY = Path(__file__).resolve().parents[2] / "studies" / "robustness-dynamic-graph"
+STUDY = Path(__file__).resolve().parents[2] / "studies" / "robustness/dynamic-graph"
 
 
 def _mse() -> pd.DataFrame:

@@ -24,10 +24,10 @@ def _final_mse(study: str) -> pd.DataFrame:
 
 
 def test_efron_morris_shrinkage_beats_the_players_own_averages():
-    """real-data-efron-morris/README.md: local 0.004184; EB consistent 0.001509 (63.9 %), as
+    """real-data/efron-morris/README.md: local 0.004184; EB consistent 0.001509 (63.9 %), as
     printed 0.001730 (58.7 %); private as printed gains at most 3.2 %; the private consistent
     plug-in is local in at least 48 of 50 replicates at every ε₀."""
-    m = _final_mse("real-data-efron-morris")
+    m = _final_mse("real-data/efron-morris")
     mean = m.groupby("scenario")["value"].mean()
     local = mean["local"]
     assert local == pytest.approx(0.004184, abs=5e-7)
@@ -86,7 +86,7 @@ def _prepared(tmp_path) -> tuple[Path, pd.DataFrame]:
     each county's outcomes (rows: FIPS, columns: years) worked out here from the returns."""
     folder = tmp_path / "elections"
     shutil.copytree(
-        STUDIES / "real-data-county-elections",
+        STUDIES / "real-data/county-elections",
         folder,
         ignore=shutil.ignore_patterns("folds", "results*", "figures*"),
     )
@@ -134,16 +134,16 @@ def test_county_elections_study_runs_on_a_file_of_the_mit_schema(tmp_path):
 
 
 def test_prepare_names_a_missing_column(tmp_path):
-    prepare = runpy.run_path(str(STUDIES / "real-data-county-elections" / "prepare.py"))
+    prepare = runpy.run_path(str(STUDIES / "real-data/county-elections" / "prepare.py"))
     bad = synthetic_returns(4).drop(columns="mode")
     with pytest.raises(SystemExit, match="the file has no column 'mode'"):
         prepare["outcomes"](bad)
 
 
 def test_radon_shrinkage_gains_17_percent_and_privacy_only_from_eps_8():
-    """real-data-radon/README.md: local 0.4002, EB 0.3314 (17.2 %); private within ±0.3 % of
+    """real-data/radon/README.md: local 0.4002, EB 0.3314 (17.2 %); private within ±0.3 % of
     local for ε₀ ≤ 4, 4.5 % and 11.6 % lower at ε₀ = 8 and 16."""
-    m = _final_mse("real-data-radon")
+    m = _final_mse("real-data/radon")
     mean = m.groupby(["scenario", "epsilon"])["value"].mean()
     local = mean["local"].iloc[0]
     assert local == pytest.approx(0.4002, abs=5e-5)
@@ -155,9 +155,9 @@ def test_radon_shrinkage_gains_17_percent_and_privacy_only_from_eps_8():
 
 
 def test_radon_unbalanced_gains_25_percent_and_keeps_more_under_privacy():
-    """real-data-radon/README.md (unbalanced/): local 0.6445, EB 0.4859 (24.6 %); private 0 /
+    """real-data/radon/README.md (unbalanced/): local 0.6445, EB 0.4859 (24.6 %); private 0 /
     1.0 / 2.3 / 5.0 / 14.0 / 18.8 % lower at ε₀ = 0.5 … 16."""
-    m = _final_mse("real-data-radon/unbalanced")
+    m = _final_mse("real-data/radon/unbalanced")
     mean = m.groupby(["scenario", "epsilon"])["value"].mean()
     local = mean["local"].iloc[0]
     assert local == pytest.approx(0.6445, abs=5e-5)
