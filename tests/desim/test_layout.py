@@ -252,6 +252,7 @@ def test_a_built_wheel_installs_desim_only(tmp_path):
         "desim/network_models/availability.py",
         "desim/study/cli.py",
         "desim/study/spec/parse.py",
+        "desim/topologies/data/county_adjacency.txt.gz",  # package data: the bundled graph
         *(f"desim/models/{family}/__init__.py" for family in FAMILIES),
     ):
         assert module in names
