@@ -133,22 +133,7 @@ def resolve(s: Scenario) -> Resolved:
     if not isinstance(s.name, str):
         raise ConfigError(f"scenario: name = {s.name!r}: must be a string")
     label = f"scenario {s.name!r}" if s.name else "scenario"
-    if not isinstance(s.per_agent, bool):
-        raise ConfigError(f"{label}: per_agent = {s.per_agent!r}: must be true or false")
-    for name, low, high in (
-        ("t_max", 1, MAX_T),
-        ("seed", 0, 2**63 - 1),
-        ("replicate", 0, 2**31 - 1),
-        ("checkpoints", 2, MAX_T),
-    ):
-        _check_int(label, name, getattr(s, name), low, high)
-    for name, kind in (("params", dict), ("data", dict), ("network", dict)):
-        if not isinstance(getattr(s, name), kind):
-            raise ConfigError(f"{label}: {name} = {getattr(s, name)!r}: must be a table (dict)")
-    if s.topology is not None and not isinstance(s.topology, dict):
-        raise ConfigError(f"{label}: topology = {s.topology!r}: must be a table (dict) or None")
-    if not isinstance(s.protocol, str):
-        raise ConfigError(f"{label}: protocol = {s.protocol!r}: must be a protocol name")
+    _check_fields(s, label)
     cls = PROTOCOLS.lookup(s.protocol, f"{label}: protocol")
     params = build(cls.Params, _plain_numbers(s.params), label)
     data = _plain_numbers(_with_folder(dict(s.data), s.folder, "data"))
@@ -186,6 +171,26 @@ def resolve(s: Scenario) -> Resolved:
 
 #: Longest horizon (and most checkpoints) a scenario may ask for.
 MAX_T = 10**9
+
+
+def _check_fields(s: Scenario, label: str) -> None:
+    """Refuse a scenario field of the wrong type or range (before any of it is read)."""
+    if not isinstance(s.per_agent, bool):
+        raise ConfigError(f"{label}: per_agent = {s.per_agent!r}: must be true or false")
+    for name, low, high in (
+        ("t_max", 1, MAX_T),
+        ("seed", 0, 2**63 - 1),
+        ("replicate", 0, 2**31 - 1),
+        ("checkpoints", 2, MAX_T),
+    ):
+        _check_int(label, name, getattr(s, name), low, high)
+    for name, kind in (("params", dict), ("data", dict), ("network", dict)):
+        if not isinstance(getattr(s, name), kind):
+            raise ConfigError(f"{label}: {name} = {getattr(s, name)!r}: must be a table (dict)")
+    if s.topology is not None and not isinstance(s.topology, dict):
+        raise ConfigError(f"{label}: topology = {s.topology!r}: must be a table (dict) or None")
+    if not isinstance(s.protocol, str):
+        raise ConfigError(f"{label}: protocol = {s.protocol!r}: must be a protocol name")
 
 
 def _check_int(label: str, name: str, value: Any, low: int, high: int) -> None:

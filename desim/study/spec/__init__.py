@@ -122,6 +122,14 @@ def load_study(
         raise with_file(exc, str(file), file.resolve().parent) from None
 
 
+def _add_curve_errors(errors: Errors, curve_errors: Errors) -> None:
+    """The curves' errors after the runs': a bad [defaults] value is said once, not per user."""
+    said = {_fault(m) for m in errors.messages}
+    for message in curve_errors.messages:
+        if _fault(message) + _DEFAULTS not in said:
+            errors.add(message)
+
+
 def _quick_hint(message: str, t_max: int) -> str:
     """A fault about the horizon, under --quick, says that the quick horizon caused it and where
     to change it (a switch at slot 2000 is no fault of a study of 10⁴ slots)."""
@@ -162,10 +170,7 @@ def build_study(
     runs = errors.attempt(expand_runs, doc, h, v, points)
     curve_errors = Errors()
     jobs = curve_errors.attempt(expand_curves, doc, h, v, points)
-    said = {_fault(m) for m in errors.messages}
-    for message in curve_errors.messages:  # a bad [defaults] value is said once, not per user
-        if _fault(message) + _DEFAULTS not in said:
-            errors.add(message)
+    _add_curve_errors(errors, curve_errors)
     if quick:
         errors.messages = [_quick_hint(m, h.t_max) for m in errors.messages]
     errors.raise_any()
