@@ -149,3 +149,39 @@ def test_robustness_drift_nothing_recovers_and_local_meets_its_biased_closed_for
         ["local", private, "EB-Gaussian (PM-I, ε = 1)"]
     )
     assert round(ratio.min()) == 15 and round(ratio.max()) == 22
+
+
+def test_robustness_adversaries_table_and_where_each_family_breaks():
+    """robustness/adversaries/README.md: the honest agents' MSE at T = 3000 (local 8.0e-5);
+    Private-ColME 4.3e-6 without adversaries, shifts of 1 never accepted, mimicry worse than
+    local only at f = 0.3 (1.0e-4), trimmed −36 % / −22 % at f = 0.1 / 0.2 and +15 % without
+    adversaries; eb-gaussian within 4 % of its f = 0 value; eb-mixture 1.9e-6 at f = 0 and
+    above local from f = 0.1 (55× and 3400× its f = 0 value)."""
+    m = pd.read_parquet(STUDIES / "robustness" / "adversaries" / "results" / "metrics.parquet")
+    last = m[m["t"] == m["t"].max()]
+    mean = last.groupby(["scenario", "metric"])["value"].mean()
+
+    def honest(name: str) -> float:
+        return mean[(name, "mse_honest")] if (name, "mse_honest") in mean else mean[(name, "mse")]
+
+    local = mean[("local", "mse")]
+    assert round(local, 6) == 8.0e-5
+    assert round(honest("Private-ColME, f = 0"), 7) == 4.3e-6
+    for f in (0.1, 0.2, 0.3):
+        assert mean[(f"Private-ColME, shift 1 f = {f}", "adversaries_accepted")] == 0
+    mimic = [honest(f"Private-ColME, mimic f = {f}") for f in (0.1, 0.2, 0.3)]
+    assert mimic[0] < local and mimic[1] < local < mimic[2]
+    trimmed = [honest(f"Private-ColME trimmed, mimic f = {f}") for f in (0.1, 0.2)]
+    assert [round(100 * (x / y - 1)) for x, y in zip(trimmed, mimic, strict=False)] == [-36, -22]
+    clean = honest("Private-ColME trimmed, f = 0") / honest("Private-ColME, f = 0")
+    assert round(100 * (clean - 1)) == 15
+    eb0 = honest("EB, f = 0")
+    for defence in ("EB", "EB median", "EB trimmed"):
+        for shift in ("0.1", "1"):
+            for f in (0.1, 0.2, 0.3):
+                assert abs(honest(f"{defence}, shift {shift} f = {f}") / eb0 - 1) <= 0.045
+    mix0 = honest("EB-mixture, f = 0")
+    assert round(mix0, 7) == 1.9e-6
+    assert round(honest("EB-mixture, shift 0.1 f = 0.1") / mix0) == 55
+    assert round(honest("EB-mixture, shift 1 f = 0.1") / mix0, -2) == 3400
+    assert honest("EB-mixture, shift 0.1 f = 0.1") > local
