@@ -93,6 +93,9 @@ METRIC_LABELS = {
     "repeated": "answers re-sent unchanged (total)",
     "budget_exhausted": "share of agents at their budget (withheld or degraded a release)",
     "budget_withheld": "releases withheld by privacy budgets (total)",
+    "mse_honest": "mean squared error of the honest agents",
+    "accepting_adversaries": "share of honest agents accepting an adversary",
+    "adversaries_accepted": "adversaries accepted per honest agent",
 }
 #: Who a privacy ledger metric ``eps_<who>_<stat>`` measures the ε against, and over what.
 LEDGER_WHO = {
