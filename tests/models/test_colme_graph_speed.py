@@ -20,7 +20,7 @@ def test_rr_over_neighbours_gives_the_same_edges_in_any_slot_order():
     for t in [1, 2, 3, 4, 5, 9, 10, 11, 3, 4, 12]:  # in order, then jumps back and forth
         a, b, e = stepped.targets(t)
         np.testing.assert_array_equal(e, nb.edge(a, (t - 1) % nb.degree[a] + 1))
-        np.testing.assert_array_equal(b, g.dst[e])
+        np.testing.assert_array_equal(b, nb.dst[e])
 
 
 @pytest.mark.parametrize("mechanism", ["pm1", "pm2"])
