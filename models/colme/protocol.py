@@ -443,7 +443,8 @@ class PrivateColME(SlotBatched):
         else:
             values, j, fresh = self.mech.release(None, None, sums, counts, pair=pair)
             who, to = None, None
-        payload = np.empty((len(b), self.release_width))
+        # by column (Fortran order): each column is written here and read on arrival whole
+        payload = np.empty((len(b), self.release_width), order="F")
         if self.params.variance == "sch-var-1":
             if self.graph is not None:
                 who, to = np.divmod(pair, self._side)
