@@ -474,7 +474,13 @@ class PrivateColME(SlotBatched):
             a, b, values, t_b, j, consecutive=last is None, pair=pair
         )
         if self.known:
-            var = self.sigma2[b] * data + self.sigma2_dp * noise
+            # on a graph σ_b² by pair: a slot's pairs are mostly contiguous, its b scattered
+            sigma2 = (
+                self.sigma2[b]
+                if self.graph is None
+                else self.graph.of_responders(self.sigma2, pair)
+            )
+            var = sigma2 * data + self.sigma2_dp * noise
             if not isinstance(n, float):  # (the scalar n = 1: x/1 is x, no pass needed)
                 var /= n * n
             n_other = t_b
