@@ -37,6 +37,8 @@ class OneSlot:
     def counts_of(self, who: np.ndarray, slot: np.ndarray) -> np.ndarray:
         """Sample counts of agents `who` as of `slot`: every agent has the same (one sample per
         slot), so a read-only view of one copied value stands for all, not a gather."""
+        if len(who) < 1024:  # (a gather costs less than making the view at this size)
+            return self.counts[who]
         # (the constructor with stride 0 costs a fraction of np.broadcast_to, at every slot)
         same = np.ndarray((len(who),), buffer=self.counts[:1].copy(), strides=(0,))
         same.flags.writeable = False
