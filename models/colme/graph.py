@@ -1,10 +1,13 @@
 """Private-ColME on a communication graph (``peers = "topology"``): an agent queries only its
 neighbours, and every per-pair state is held for the directed edges that exist.
 
-A pair b → a is named by the index e of the directed edge a → b in the graph's compressed sparse
-rows (`desim.topologies.graph.Graph`: ordered by querier a, then by neighbour b), so the pair
-state of M agents of degree r takes O(M·r) memory, not O(M²). Edge indices grow with a·M + b, the
-dense layout's pair index, so batches sorted by pair are in the same order in both layouts.
+A pair b → a is named by a pair index p of the directed edge a → b, so the pair state of M
+agents of degree r takes O(M·r) memory, not O(M²). Pairs are numbered by RR position first,
+then by querier: block q holds, in agent order, every agent's neighbour at RR position q + 1
+(those of degree > q). Under RR every querier of one degree is at the same position in a slot,
+so on a regular graph a slot's queries touch one contiguous block of every per-pair array,
+not one cache line per query scattered over all of them. Sums over a's neighbours run in the
+graph's CSR order (by neighbour), as before this numbering: `csr_pairs` maps CSR edges to pairs.
 
 RR over neighbours keeps the dense RR's order: agent a's neighbours taken cyclically from the
 first one above a (a+1, a+2, … mod M, skipping non-neighbours), one per slot; rRR skips the
@@ -18,28 +21,50 @@ from typing import Any
 
 import numpy as np
 
+from desim.models.colme.pairs import revise
 from desim.models.colme.schedule import max_pair_releases
 from desim.topologies.graph import Graph
 
 
 class Neighbours:
-    """Each agent's neighbours in RR order, and the edge index of each (agent, RR position)."""
+    """Each agent's neighbours in RR order, and the pair index of each (agent, RR position)."""
 
     def __init__(self, graph: Graph) -> None:
         self.n = graph.n
-        self.indptr, self.src, self.dst = graph.indptr, graph.src, graph.dst
+        self.indptr = graph.indptr
         self.degree = graph.degree
-        #: Edges, one per ordered pair (querier, neighbour): the number of pairs held.
+        #: Pairs, one per ordered pair (querier, neighbour): the number of pairs held.
         self.n_pairs = graph.n_directed
+        src, dst = graph.src, graph.dst  # by CSR edge
         # neighbours below a come first in a's row: RR starts after them (at the first above a)
-        self.below = np.bincount(self.src[self.dst < self.src], minlength=self.n)
+        self.below = np.bincount(src[dst < src], minlength=self.n)
         #: Agents with at least one neighbour: those that query.
         self.querying = np.flatnonzero(self.degree > 0)
+        # the RR position (from 0) of every CSR edge, then the pairs: by position, then querier
+        place = np.arange(self.n_pairs) - self.indptr[src]
+        position = (place - self.below[src]) % self.degree[src]
+        order = np.argsort(position * self.n + src)  # distinct keys: any sort gives this
+        csr_pairs = np.empty(self.n_pairs, dtype=np.int64)
+        csr_pairs[order] = np.arange(self.n_pairs)
+        #: The pair index of every CSR edge (a's edges in order of neighbour).
+        self.csr_pairs = _frozen(csr_pairs)
+        #: The querier a and the neighbour b of every pair.
+        self.src, self.dst = _frozen(src[order]), _frozen(dst[order])
+        self.csr_src = src
+        #: block[q]: the first pair at RR position q + 1 (block[q + 1] − block[q] agents).
+        self.block = np.concatenate(([0], np.cumsum(np.bincount(position, minlength=1))))
+        # rr[indptr[a] + q]: the pair of agent a's neighbour at RR position q + 1
+        self._rr = np.empty(self.n_pairs, dtype=np.int64)
+        self._rr[self.indptr[src] + position] = self.csr_pairs
+        self._responders: tuple[np.ndarray | None, np.ndarray] = (None, np.empty(0))
 
     def edge(self, a: np.ndarray, position: np.ndarray) -> np.ndarray:
-        """Edge index of agent a's neighbour at RR position(s) 1 … deg(a) (cyclic)."""
-        d = self.degree[a]
-        return self.indptr[a] + (self.below[a] + position - 1) % d
+        """Pair index of agent a's neighbour at RR position(s) 1 … deg(a) (cyclic)."""
+        return self._rr[self.indptr[a] + (position - 1) % self.degree[a]]
+
+    def at_place(self, a: np.ndarray, place: np.ndarray) -> np.ndarray:
+        """Pair index of agent a's neighbour at RR position place + 1 (0 ≤ place < deg(a))."""
+        return self._rr[self.indptr[a] + place]
 
     def min_degree(self) -> int:
         """The smallest degree of a querying agent (0 when none queries)."""
@@ -50,11 +75,20 @@ class Neighbours:
         return int(self.degree.max(initial=0))
 
     def edges_of(self, agents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The edges of `agents` (their rows, in order) and the position in `agents` of each."""
+        """The pairs of `agents` (each agent's in CSR order, by neighbour) and the position in
+        `agents` of each."""
         d = self.degree[agents]
         owner = np.repeat(np.arange(len(agents)), d)
         first = np.repeat(self.indptr[agents] - np.cumsum(d) + d, d)
-        return first + np.arange(len(owner)), owner
+        return self.csr_pairs[first + np.arange(len(owner))], owner
+
+    def of_responders(self, values: np.ndarray, e: np.ndarray | slice) -> np.ndarray:
+        """values[b] of the neighbour b of pairs `e`; `values` (one per agent) must not change
+        during the run: the gather over every pair is made once and kept."""
+        held, by_pair = self._responders
+        if held is not values:
+            self._responders = held, by_pair = values, values.take(self.dst)
+        return by_pair[e]
 
 
 def max_neighbour_releases(schedule: str, neighbours: Neighbours, t_max: int) -> int:
@@ -74,13 +108,8 @@ class EdgeBeliefs:
         ).astype(np.int64)
 
     def revise_pairs(self, a: np.ndarray, pair: np.ndarray, decision: np.ndarray) -> None:
-        """Set χ_a(b) of distinct edges `pair` (from agents a) to `decision`."""
-        before = self.flat.take(pair)
-        if np.count_nonzero(decision != before):
-            self.flat[pair] = decision
-            change = decision.astype(np.int64) - before
-            m = len(self.n_included)
-            self.n_included += np.bincount(a, weights=change, minlength=m).astype(np.int64)
+        """Set χ_a(b) of distinct pairs `pair` (from agents a) to `decision`."""
+        revise(self.flat, self.n_included, a, pair, decision)
 
 
 class NeighbourRoundRobin:
@@ -88,33 +117,38 @@ class NeighbourRoundRobin:
     + 1."""
 
     def __init__(self, neighbours: Neighbours) -> None:
-        self.nb = neighbours
-        self.agents = a = neighbours.querying
-        # each querier's row start, RR start within it and degree, read every slot
-        self._first, self._below = neighbours.indptr[a], neighbours.below[a]
-        self._degree = neighbours.degree[a]
-        # each querier's place in its row in the slot last asked for: slot t + 1 moves it one
-        # step (an add and a compare, not two integer divisions per querier)
+        self.nb = nb = neighbours
+        self.agents = a = nb.querying
+        self._first, self._degree = nb.indptr[a], nb.degree[a]
+        # one degree for every querier (a regular graph): slot t's pairs are the block of RR
+        # position (t − 1) mod d + 1, a range (views of these, not gathers)
+        self._uniform = len(a) > 0 and bool((self._degree == self._degree[0]).all())
+        self._pairs = _frozen(np.arange(nb.n_pairs))
+        # otherwise each querier's RR place (from 0) in the slot last asked for: slot t + 1
+        # moves it one step (an add and a compare, not an integer division per querier)
         self._slot, self._place = 0, np.zeros(0, dtype=np.int64)
 
     def targets(self, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The queriers a, queried neighbours b and edges a → b of slot t (`Neighbours.edge`
+        """The queriers a, queried neighbours b and pairs a → b of slot t (`Neighbours.edge`
         at position (t − 1) mod deg(a) + 1)."""
+        if self._uniform:
+            first = self.nb.block[(t - 1) % int(self._degree[0])]
+            span = slice(first, first + len(self.agents))
+            return self.agents, self.nb.dst[span], self._pairs[span]
         d, place = self._degree, self._place
         if t == self._slot + 1 and self._slot > 0:
             place += 1
             place[place == d] = 0
         else:
-            place = self._below + (t - 1) % d
-            place %= d
+            place = (t - 1) % d
         self._slot, self._place = t, place
-        e = place + self._first
+        e = self.nb._rr.take(place + self._first)
         return self.agents, self.nb.dst.take(e), e
 
     def batch(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The queriers, queried neighbours and edges of several slots, slot by slot."""
+        """The queriers, queried neighbours and pairs of several slots, slot by slot."""
         a = np.tile(self.agents, len(slots))
-        d = np.tile(self.nb.degree[self.agents], len(slots))
+        d = np.tile(self._degree, len(slots))
         e = self.nb.edge(a, (np.repeat(slots, len(self.agents)) - 1) % d + 1)
         return a, self.nb.dst[e], e
 
@@ -130,7 +164,7 @@ class NeighbourRestrictedRoundRobin:
         self.offset = np.zeros(neighbours.n, dtype=np.int64)  # position last queried, 0 = none
 
     def targets(self, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The queriers a (those including some neighbour), their neighbours b and edges."""
+        """The queriers a (those including some neighbour), their neighbours b and pairs."""
         nb = self.nb
         agents = self.agents[self.beliefs.n_included > 0]
         offset = self.offset[agents]
@@ -141,7 +175,7 @@ class NeighbourRestrictedRoundRobin:
         while len(todo):  # look a window of positions ahead, as the dense rRR does
             a, d = agents[todo], degree[todo, None]
             cand = (offset[todo, None] + ahead - 1) % d + 1
-            hit = flat[nb.indptr[a][:, None] + (nb.below[a][:, None] + cand - 1) % d]
+            hit = flat[nb.at_place(a[:, None], cand - 1)]
             first = hit.argmax(axis=1)
             rows = np.arange(len(todo))
             found = hit[rows, first]
@@ -154,31 +188,34 @@ class NeighbourRestrictedRoundRobin:
 
 def edge_row_sums(protocol: Any, rows: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
     """`PrivateColME.row_sums` on a graph: Σ_b T_{b→a}/Var[T_{b→a}] and Σ_b 1/Var[T_{b→a}] over
-    the neighbours b that agents a in `rows` include, from the edge state.
+    the neighbours b that agents a in `rows` include, from the pair state.
 
     Up to `incremental_above` agents each row is laid out as the dense one (M columns, 0 where
     there is no pair) and summed the same way, so a complete graph gives the bits of
-    peers = "all"; above, the rows are summed edge by edge (O(M·r)).
+    peers = "all"; above, the rows are summed edge by edge in CSR order (O(M·r)).
     """
     p, nb = protocol, protocol.graph
     agents = np.arange(nb.n)[rows]
-    if isinstance(rows, slice) and len(agents) == nb.n:  # every agent: every edge, in order
+    every = isinstance(rows, slice) and len(agents) == nb.n
+    if every:  # every pair, in pair order (contiguous); summed below in CSR order
         e, owner = slice(None), nb.src
     else:
         e, owner = nb.edges_of(agents)
     weight, value = _edge_terms(p, e)
     k = len(agents)
     if nb.n > p.incremental_above:
-        return np.bincount(owner, weight * value, minlength=k), np.bincount(
-            owner, weight, minlength=k
-        )
+        weighted = weight * value
+        if every:  # (the terms of a's neighbours in CSR order: the summation order of before)
+            weighted, weight = weighted.take(nb.csr_pairs), weight.take(nb.csr_pairs)
+            owner = nb.csr_src
+        return np.bincount(owner, weighted, minlength=k), np.bincount(owner, weight, minlength=k)
     w, v = np.zeros((k, nb.n)), np.zeros((k, nb.n))
     w[owner, nb.dst[e]], v[owner, nb.dst[e]] = weight, value
     return (w * v).sum(axis=1), w.sum(axis=1)
 
 
 def _edge_terms(p: Any, e: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
-    """The weight 1/Var[T_{b→a}] (0 for an excluded b) and T_{b→a} of edges `e`.
+    """The weight 1/Var[T_{b→a}] (0 for an excluded b) and T_{b→a} of pairs `e`.
 
     Where every block is the last release alone (``last`` under PM-I) n is 0 or 1, so T = block
     sum / 1 and Var = (σ_b²D + σ_DP²A)/1 are the block sum and the numerator themselves: the
@@ -186,14 +223,15 @@ def _edge_terms(p: Any, e: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
     """
     n, total, data, noise = p.stat.pair_columns(e)
     last_only = p.stat.compact and p.stat.mechanism == "pm1"
-    sigma2 = p.sigma2[p.graph.dst[e]] if p.known else p.v_hat[e]
+    sigma2 = p.graph.of_responders(p.sigma2, e) if p.known else p.v_hat[e]
     with np.errstate(invalid="ignore"):
-        num = sigma2 * data + p.sigma2_dp * noise
+        num = sigma2 * data
+        num += p.sigma2_dp * noise
     if last_only:
         taken = n > 0
         value = np.where(taken, total, 0.0)
-        with np.errstate(divide="ignore"):
-            return np.where(p.beliefs.flat[e] & taken, 1.0 / num, 0.0), value
+        keep = p.beliefs.flat[e] & taken
+        return np.divide(1.0, num, out=np.zeros_like(num), where=keep), value
     value = np.divide(total, n, out=np.zeros_like(total), where=n > 0)
     var = np.divide(num, n * n, out=np.full_like(num, np.inf), where=n > 0)
     with np.errstate(divide="ignore"):
@@ -212,3 +250,9 @@ def responder_spend(
     every = np.zeros(nb.n, dtype=per.dtype)
     np.add.at(every, nb.dst, per)
     return one, every
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """`a`, read-only: the run's pair numbering is fixed once built."""
+    a.flags.writeable = False
+    return a

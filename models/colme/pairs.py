@@ -29,12 +29,21 @@ class ClassBeliefs:
 
     def revise_pairs(self, a: np.ndarray, pair: np.ndarray, decision: np.ndarray) -> None:
         """Set χ_a(b) of distinct pairs a·M + b (from agents a) to `decision`."""
-        m = len(self.n_included)
-        before = self.flat.take(pair)
-        if np.count_nonzero(decision != before):  # decisions settle: most releases change none
-            self.flat[pair] = decision
-            change = decision.astype(np.int64) - before
-            self.n_included += np.bincount(a, weights=change, minlength=m).astype(np.int64)
+        revise(self.flat, self.n_included, a, pair, decision)
+
+
+def revise(
+    flat: np.ndarray, n_included: np.ndarray, a: np.ndarray, pair: np.ndarray, decision: np.ndarray
+) -> None:
+    """Set flat[pair] (distinct pairs, from agents a) to `decision` and keep each agent's count
+    of included pairs, `n_included`, in step; both in place."""
+    changed = (decision != flat.take(pair)).nonzero()[0]
+    if len(changed):  # decisions settle: most releases change none, so only those are written
+        flat[pair.take(changed)] = now = decision.take(changed).astype(bool, copy=False)
+        m = len(n_included)
+        a = a.take(changed)
+        n_included += np.bincount(a[now], minlength=m)
+        n_included -= np.bincount(a[~now], minlength=m)
 
 
 class LastReleases:

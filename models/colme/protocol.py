@@ -490,7 +490,8 @@ class PrivateColME(SlotBatched):
         else:
             values, j, fresh = self.mech.release(None, None, sums, counts, pair=pair)
             who, to = None, None
-        payload = np.empty((len(b), self.release_width))
+        # by column (Fortran order): each column is written here and read on arrival whole
+        payload = np.empty((len(b), self.release_width), order="F")
         if self.params.variance == "sch-var-1":
             if self.graph is not None:
                 who, to = np.divmod(pair, self._side)
@@ -522,7 +523,13 @@ class PrivateColME(SlotBatched):
             a, b, values, t_b, j, consecutive=last is None, pair=pair
         )
         if self.known:
-            var = self.sigma2[b] * data + self.sigma2_dp * noise
+            # on a graph σ_b² by pair: a slot's pairs are mostly contiguous, its b scattered
+            sigma2 = (
+                self.sigma2[b]
+                if self.graph is None
+                else self.graph.of_responders(self.sigma2, pair)
+            )
+            var = sigma2 * data + self.sigma2_dp * noise
             if not isinstance(n, float):  # (the scalar n = 1: x/1 is x, no pass needed)
                 var /= n * n
             n_other = t_b

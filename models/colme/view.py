@@ -27,15 +27,22 @@ class OneSlot:
         self, who: np.ndarray, slot: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         """Sums, sums of squares (None if not kept) and counts of agents `who` as of `slot`."""
-        return self.sums[who], None if self.sumsq is None else self.sumsq[who], self.counts[who]
+        sumsq = None if self.sumsq is None else self.sumsq.take(who)
+        return self.sums.take(who), sumsq, self.counts_of(who, slot)
 
     def sums_of(self, who: np.ndarray, slot: np.ndarray) -> np.ndarray:
         """Sums of agents `who` as of `slot`."""
-        return self.sums[who]
+        return self.sums.take(who)
 
     def counts_of(self, who: np.ndarray, slot: np.ndarray) -> np.ndarray:
-        """Sample counts of agents `who` as of `slot`."""
-        return self.counts[who]
+        """Sample counts of agents `who` as of `slot`: every agent has the same (one sample per
+        slot), so a read-only view of one copied value stands for all, not a gather."""
+        if len(who) < 1024:  # (a gather costs less than making the view at this size)
+            return self.counts[who]
+        # (the constructor with stride 0 costs a fraction of np.broadcast_to, at every slot)
+        same = np.ndarray((len(who),), buffer=self.counts[:1].copy(), strides=(0,))
+        same.flags.writeable = False
+        return same
 
     def clock(self, slot: np.ndarray) -> np.floating:
         """The sample count t as of `slot`, the same for every agent (one sample per slot)."""

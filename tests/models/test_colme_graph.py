@@ -127,12 +127,13 @@ def test_every_delivery_mode_gives_the_same_bytes_on_a_sparse_graph(params, netw
 def test_rr_over_neighbours_queries_each_neighbour_once_per_degree_slots():
     # agent 0: neighbours 1, 3; agent 2: 1, 3 — a 4-cycle plus the chord {1, 3}
     g = Graph.from_edges(4, np.array([0, 1, 2, 3, 1]), np.array([1, 2, 3, 0, 3]))
-    rr = NeighbourRoundRobin(Neighbours(g))
+    nb = Neighbours(g)
+    rr = NeighbourRoundRobin(nb)
     seen = {a: [] for a in range(4)}
     for t in range(1, 7):
         a, b, e = rr.targets(t)
-        np.testing.assert_array_equal(g.src[e], a)
-        np.testing.assert_array_equal(g.dst[e], b)
+        np.testing.assert_array_equal(nb.src[e], a)
+        np.testing.assert_array_equal(nb.dst[e], b)
         for x, y in zip(a, b, strict=True):
             seen[int(x)].append(int(y))
     assert seen[0] == [1, 3] * 3  # from the first neighbour above a, cyclically

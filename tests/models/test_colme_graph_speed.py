@@ -1,6 +1,8 @@
 """The shortcuts of Private-ColME on a graph give what the direct forms give: RR's stepped
-cursor the edges of `Neighbours.edge` in any slot order, and a release named by its flat pair
-the release named by (b, a), with the same draws."""
+cursor the edges of `Neighbours.edge` in any slot order, a release named by its flat pair
+the release named by (b, a), with the same draws; pairs numbered by RR position name every
+edge once, a slot's pairs on a regular graph are one block, and the beliefs' counts follow
+every revision."""
 
 from __future__ import annotations
 
@@ -8,8 +10,12 @@ import numpy as np
 import pytest
 
 from desim.models.colme.graph import NeighbourRoundRobin, Neighbours
+from desim.models.colme.pairs import ClassBeliefs
 from desim.models.privacy.release import PSumRelease
+from desim.topologies.generators import RandomRegular
 from desim.topologies.graph import Graph
+
+IRREGULAR = Graph.from_edges(6, np.array([0, 0, 0, 1, 2, 3, 4]), np.array([1, 2, 3, 2, 4, 5, 5]))
 
 
 def test_rr_over_neighbours_gives_the_same_edges_in_any_slot_order():
@@ -20,7 +26,7 @@ def test_rr_over_neighbours_gives_the_same_edges_in_any_slot_order():
     for t in [1, 2, 3, 4, 5, 9, 10, 11, 3, 4, 12]:  # in order, then jumps back and forth
         a, b, e = stepped.targets(t)
         np.testing.assert_array_equal(e, nb.edge(a, (t - 1) % nb.degree[a] + 1))
-        np.testing.assert_array_equal(b, g.dst[e])
+        np.testing.assert_array_equal(b, nb.dst[e])
 
 
 @pytest.mark.parametrize("mechanism", ["pm1", "pm2"])
@@ -38,3 +44,45 @@ def test_a_release_named_by_its_flat_pair_is_the_release_named_by_b_and_a(mechan
         for x, y in zip(got, again, strict=True):
             np.testing.assert_array_equal(x, y)
     np.testing.assert_array_equal(by_agents.count, by_pair.count)
+
+
+@pytest.mark.parametrize(
+    "graph", [IRREGULAR, RandomRegular(degree=4).make(30, np.random.default_rng(2))]
+)
+def test_pairs_name_every_directed_edge_once_in_rr_order(graph):
+    nb = Neighbours(graph)
+    assert sorted(nb.csr_pairs) == list(range(graph.n_directed))
+    np.testing.assert_array_equal(nb.src[nb.csr_pairs], graph.src)
+    np.testing.assert_array_equal(nb.dst[nb.csr_pairs], graph.dst)
+    for a in range(graph.n):  # RR position k: the k-th neighbour from the first above a
+        row = graph.dst[graph.indptr[a] : graph.indptr[a + 1]]
+        rr = np.concatenate((row[row > a], row[row < a]))
+        for k, b in enumerate(rr, start=1):
+            e = nb.edge(np.array([a]), np.array([k]))
+            assert (nb.src[e][0], nb.dst[e][0]) == (a, b)
+            # block k − 1 holds position k of every agent of degree ≥ k, in agent order
+            assert nb.block[k - 1] <= e[0] < nb.block[k]
+
+
+def test_a_slot_on_a_regular_graph_is_one_block_of_pairs():
+    nb = Neighbours(RandomRegular(degree=4).make(30, np.random.default_rng(2)))
+    rr = NeighbourRoundRobin(nb)
+    for t in range(1, 10):
+        a, b, e = rr.targets(t)
+        first = nb.block[(t - 1) % 4]
+        np.testing.assert_array_equal(e, np.arange(first, first + 30))
+        np.testing.assert_array_equal(e, nb.edge(a, np.full(30, (t - 1) % 4 + 1)))
+        np.testing.assert_array_equal(b, nb.dst[e])
+
+
+def test_revised_beliefs_keep_their_counts():
+    rng = np.random.default_rng(5)
+    m = 7
+    beliefs = ClassBeliefs(np.ones((m, m), dtype=bool))
+    for _ in range(20):
+        a = rng.permutation(m)[:4]
+        b = rng.integers(0, m, 4)
+        decision = rng.random(4) < 0.5
+        beliefs.revise(a, b, decision)
+        np.testing.assert_array_equal(beliefs.included[a, b], decision)
+        np.testing.assert_array_equal(beliefs.n_included, beliefs.included.sum(axis=1))
