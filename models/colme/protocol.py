@@ -469,10 +469,9 @@ class PrivateColME(SlotBatched):
         it."""
         if self.gate is None:
             return self._release(b, a, pair, slot)
-        now = self.view.clock(slot)
-        ok = self.gate.admit(b, self.made(b, a, pair), now)
+        ok = self.gate.admit(b, self.made(b, a, pair), self.view.clock(slot))
         if self._degraded_scale is not None:
-            return self._release(b, a, pair, slot, self._degrade(b, a, pair, ok, now))
+            return self._release(b, a, pair, slot, self._degrade(b, a, pair, ok))
         if ok.all():
             return self._release(b, a, pair, slot)
         payload = np.zeros((len(b), self.release_width))
@@ -481,16 +480,15 @@ class PrivateColME(SlotBatched):
         return payload
 
     def _degrade(
-        self, b: np.ndarray, a: np.ndarray, pair: np.ndarray, ok: np.ndarray, now: np.ndarray
+        self, b: np.ndarray, a: np.ndarray, pair: np.ndarray, ok: np.ndarray
     ) -> np.ndarray | None:
-        """The noise scale of releases b → a under ``degrade`` (None: none degraded), and j_d
-        of the pairs that degrade now. A release is degraded if the gate did not admit it, or
-        (``colluding``) if its agent hit its budget before this instant: from then on every
-        release of the agent, so no sample of it enters more than k* p-sums at m. Against
-        ``one`` the gate's refusals alone are per pair and final (counts only grow)."""
+        """The noise scale of releases b → a under ``degrade`` (None: none degraded); sets j_d
+        of the pairs that degrade now. A pair degrades from the first of its releases the gate
+        refuses, and stays degraded (`desim.models.privacy.budget`: its releases at m are a
+        prefix, so no sample enters more first-sample p-sums at m than the gate counted)."""
         degraded = ~ok
-        if self.params.budget.against == "colluding":
-            degraded |= self.gate.hit_at[b] < now
+        if self._any_degraded:
+            degraded |= self.made(b, a, pair) >= self.degraded_from[pair]  # j ≥ j_d
         if not degraded.any():
             return None
         self._any_degraded = True

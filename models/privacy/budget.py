@@ -22,17 +22,18 @@ needs and r the releases of the most exposed sample the horizon still allows
 (`degraded_multiplier`, once per run). Every release carries its noise variance (public
 arithmetic), so the receiver weighs the noisier ones for what they are.
 
-On Private-ColME ``degrade`` is per pair against ``one`` (pair b → a degrades from the release
-j_d whose count of b's first sample passes k*: j_d = 2^k* under PM-II, 1 under PM-I with k* = 0)
-and per agent against ``colluding`` (once b's count passed k*, every later release of b, to
-every querier, so no sample enters more than k* p-sums at m: a later sample lies in no more
-p-sums at m than the first, and in no more in all). Either way the releases of a pair at m
-form a prefix 1 … j_d − 1. The querier's Var[T] weighs each p-sum by the variance it was drawn
-with (`desim.models.colme.statistic.PairStatistic`), and the ledger splits each first-sample
-count into those before and from j_d (`split_degraded`). It is refused with Laplace noise
-(releases of two Laplace scales compose to no one Laplace release, which k*, m' and the ledger
-assume) and with estimated variances (Sch-Var-1's release and Sch-Var-2's estimate subtract a
-bias that assumes one σ_DP² for every p-sum): `check_degrade`.
+On Private-ColME ``degrade`` is per pair: pair b → a degrades from the first of its releases
+the gate refuses, j_d, and stays degraded (against ``one``: j_d = 2^k* under PM-II, 1 under
+PM-I with k* = 0; against ``colluding``: the releases that would add a p-sum of b's first sample
+past k*, and every later release of those pairs). A pair's releases at m are thus a prefix
+1 … j_d − 1, so any later sample lies in no more p-sums at m than the first (which the gate
+counts, ≤ k*) and in no more p-sums in all: a ≤ k* at m and d ≤ `most` − a at m' compose to at
+most k*/m² + (`most` − k*)/m'², the budget. The querier's Var[T] weighs each p-sum by the
+variance it was drawn with (`desim.models.colme.statistic.PairStatistic`), and the ledger splits
+each first-sample count into those before and from j_d (`split_degraded`). It is refused with
+Laplace noise (releases of two Laplace scales compose to no one Laplace release, which k*, m'
+and the ledger assume) and with estimated variances (Sch-Var-1's release and Sch-Var-2's
+estimate subtract a bias that assumes one σ_DP² for every p-sum): `check_degrade`.
 
 The budget's δ is the ledger's: the `privacy` metric reports ε at the budget's δ when a run has
 a budget (its default is the protocol's δ, which the ledger reports otherwise), so the ledger

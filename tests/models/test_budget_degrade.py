@@ -158,9 +158,10 @@ def test_var_t_of_degraded_pm2_tree_nodes_by_hand():
 
 
 def test_var_t_of_degraded_pm1_psums_under_mean_of_means_by_hand():
-    """PM-I, ``mom``, against colluding: an agent degrades every release from its hit slot on
-    (ideal RR: one release per slot), so p-sum i of pair b → a carries ρσ_DP² iff release i was
-    made at t_i ≥ hit_at[b]. With the block of all κ releases,
+    """PM-I, ``mom``, against colluding: ideal RR gives b's first release to a new querier in
+    each of slots 1 … M − 1; the gate admits k* of them, and a pair whose first release it
+    refused (made at t_1 ≥ hit_at[b]) degrades from j_d = 1: its p-sums all carry ρσ_DP², the
+    others' σ_DP². With the block of all κ releases,
     Var[T] = (σ_b² Σ_{j,j'} 1/max(t_j, t_j') + Σ_i v_i (Σ_{j ≥ i} 1/t_j)²)/κ²."""
     m, t_max = 5, 30
     params = degrade("pm1", 1.5, "colluding", weights="mom")
@@ -168,17 +169,21 @@ def test_var_t_of_degraded_pm1_psums_under_mean_of_means_by_hand():
     assert 0 < proto.gate.capacity < m - 1
     s2, rho = proto.sigma2_dp, (proto.degraded_m / proto._multiplier) ** 2
     var = proto.stat.variance(proto.sigma2[None, :])
+    seen = set()
     for a in range(m):
         for b in range(m):
             if a == b:
                 continue
             t, j = releases(proto, a, b)
             np.testing.assert_array_equal(j, np.arange(1, len(j) + 1))
-            v = np.where(t >= proto.gate.hit_at[b], rho * s2, s2)
+            degraded = t[0] >= proto.gate.hit_at[b]
+            seen.add(bool(degraded))
+            v = np.full(len(t), rho * s2 if degraded else s2)
             data = (1.0 / np.maximum.outer(t, t)).sum()
             tail = np.cumsum((1.0 / t)[::-1])[::-1]  # Σ_{j ≥ i} 1/t_j
             want = (proto.sigma2[b] * data + (v * tail**2).sum()) / len(t) ** 2
             assert var[a, b] == pytest.approx(want, rel=1e-12)
+    assert seen == {False, True}
 
 
 # -- what degrade buys ---------------------------------------------------------------------------
