@@ -80,6 +80,7 @@ def test_a_degrade_agent_ends_its_horizon_at_its_budget(mechanism, against, epsi
     seed=st.integers(0, 2**16),
 )
 @settings(max_examples=10, deadline=None)
+@pytest.mark.slow  # ten runs on lossy links, the ledger at every slot: about 5 s
 def test_a_degrade_agent_never_exceeds_its_budget_on_lossy_links(
     mechanism, against, m, t_max, budget, seed
 ):
