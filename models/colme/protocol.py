@@ -465,15 +465,15 @@ class PrivateColME(SlotBatched):
     ) -> np.ndarray:
         """Payloads of new releases of agents b to agents a (distinct pairs `pair`; ASKED
         unset), with b's state after `slot` of the view. Under a budget, a release it does not
-        admit is not made: its row has j = 0 (`withheld`), and the delivery sends nothing for
-        it."""
+        admit is not made (``stop``: its row has j = 0, `withheld`, and the delivery sends
+        nothing for it) or made with more noise (``degrade``: `_degrade`)."""
         if self.gate is None:
             return self._release(b, a, pair, slot)
         ok = self.gate.admit(b, self.made(b, a, pair), self.view.clock(slot))
+        if ok.all() and not self._any_degraded:  # (a budget not hit yet costs the gate only)
+            return self._release(b, a, pair, slot)
         if self._degraded_scale is not None:
             return self._release(b, a, pair, slot, self._degrade(b, a, pair, ok))
-        if ok.all():
-            return self._release(b, a, pair, slot)
         payload = np.zeros((len(b), self.release_width))
         if ok.any():
             payload[ok] = self._release(b[ok], a[ok], pair[ok], slot[ok])
