@@ -208,12 +208,15 @@ class PrivateColME(SlotBatched):
     @classmethod
     def memory_per_unit(cls, params: PrivateColMEParams, t_max: int) -> dict[str, float]:
         """Bytes per agent pair: T and its variance, beliefs and last releases, more with MoM
-        weights and estimated variances, and per dyadic level with PM-II and windowed MoM."""
+        weights, estimated variances and a ``degrade`` budget, and per dyadic level with PM-II
+        and windowed MoM."""
         levels = math.floor(math.log2(max(t_max, 1))) + 1
         per_pair = cls.memory["pair"]
         per_pair += 28.0 * (params.weights != "last") + 40.0 * (params.variance != "known")
         per_pair += 8.0 * levels * (params.mechanism == "pm2")
         per_pair += 10.0 * levels * (params.weights == "wmom")
+        # ``degrade``: each pair's j_d (int32) and, under ``last`` weights, its release's c_j
+        per_pair += 12.0 * (params.budget is not None and params.budget.action == "degrade")
         return {"edge" if params.peers == "topology" else "pair": per_pair}
 
     @classmethod
