@@ -334,6 +334,7 @@ class PrivateColME(SlotBatched):
         self._degraded_scale: float | None = None  # m'/m under ``degrade``
         self._degraded_ratio = 1.0
         self._any_degraded = False  # whether some release was degraded yet
+        self.budget_binds = False  # (`_budget_gate`)
         self.degraded_m, self.degraded_from = math.inf, None  # (``degrade``: `_degrade_from`)
         self.gate = self._budget_gate(ctx) if p.budget is not None else None
         if p.variance == "sch-var-1":
@@ -361,6 +362,9 @@ class PrivateColME(SlotBatched):
         k_star = capacity(
             p.noise, self._multiplier, budget.epsilon, budget.delta, most, p.accountant
         )
+        #: Whether the budget can bind at all (k* < the most this run can count): when it
+        #: cannot, no release consults the gate (its counts stay 0), so it costs nothing.
+        self.budget_binds = k_star < most
         if budget.action == "degrade" and k_star < most:
             budget = self._degrade_from(k_star, most)
         return StopGate(budget, p.mechanism, per_release, m, k_star)
@@ -470,7 +474,7 @@ class PrivateColME(SlotBatched):
         unset), with b's state after `slot` of the view. Under a budget, a release it does not
         admit is not made (``stop``: its row has j = 0, `withheld`, and the delivery sends
         nothing for it) or made with more noise (``degrade``: `_degrade`)."""
-        if self.gate is None:
+        if self.gate is None or not self.budget_binds:
             return self._release(b, a, pair, slot)
         ok = self.gate.admit(b, self.made(b, a, pair), self.view.clock(slot))
         if ok.all() and not self._any_degraded:  # (a budget not hit yet costs the gate only)
