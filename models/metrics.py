@@ -59,8 +59,9 @@ def links(protocol: Any, data: Any) -> dict[str, float]:
 @records("eps_*")
 @applies_to("privacy_spend")
 def privacy(protocol: Any, data: Any) -> dict[str, Any]:
-    """The privacy ledger: ε each agent has spent so far at the protocol's δ, per the accountant
-    (`desim.models.privacy.accounting`), from the releases it made (lost on a link or not).
+    """The privacy ledger: ε each agent has spent so far at the protocol's δ (its budget's, with
+    a ``budget``), per the accountant (`desim.models.privacy.accounting`), from the releases it
+    made (lost on a link or not).
 
     ``eps_<who>_mean`` / ``eps_<who>_max`` over agents, for each recipient set the protocol
     names: Private-ColME ``one`` (the most informed single querier, the papers' threat model)
@@ -68,8 +69,17 @@ def privacy(protocol: Any, data: Any) -> dict[str, Any]:
     ``neighbour`` (the most informed neighbour) and ``server``; the empirical-Bayes uploads
     ``server``. Every agent's own ε, ``eps_<who>``, goes to agents.parquet (`per_agent`).
     """
-    spend = protocol.privacy_spend()
+    spend = _at_budget_delta(protocol, protocol.privacy_spend())
     return ledger(spend, per_agent=True) if spend is not None else {}
+
+
+def _at_budget_delta(protocol: Any, spend: Any) -> Any:
+    """`spend` at the δ of the protocol's budget, if it has one (the δ its budget is checked
+    at, `desim.models.privacy.budget`), so the ledger answers the budget's question."""
+    gate = protocol.budget_gate() if hasattr(protocol, "budget_gate") else None
+    if spend is None or gate is None or gate.budget.delta == spend.delta:
+        return spend
+    return dataclasses.replace(spend, delta=gate.budget.delta)
 
 
 @METRICS.register("privacy-rdp")
@@ -79,7 +89,7 @@ def privacy_rdp(protocol: Any, data: Any) -> dict[str, Any]:
     """The `privacy` ledger per the RDP accountant instead of PLD, a cross-check beside it:
     ``eps_rdp_<who>_mean`` / ``eps_rdp_<who>_max`` (and ``eps_rdp_<who>`` per agent), never
     below the PLD ledger's ε for the same releases."""
-    spend = protocol.privacy_spend()
+    spend = _at_budget_delta(protocol, protocol.privacy_spend())
     if spend is None:
         return {}
     return ledger(dataclasses.replace(spend, accountant="rdp"), per_agent=True, prefix="eps_rdp_")

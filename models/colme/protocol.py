@@ -70,7 +70,7 @@ delivery strategies (ideal links, everything else) in `delivery`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -104,7 +104,16 @@ from desim.models.colme.statistic import PairStatistic, SchVar2
 from desim.models.colme.variance import sample_variance, welch_accepts
 from desim.models.colme.view import OneSlot, SlotBatch
 from desim.models.privacy.accounting import Spend, psum_multiplier
-from desim.models.privacy.budget import Budget, StopGate, capacity, first_sample_psums
+from desim.models.privacy.budget import (
+    ACTIONS,
+    Budget,
+    StopGate,
+    capacity,
+    check_degrade,
+    degraded_multiplier,
+    first_sample_psums,
+    split_degraded,
+)
 from desim.models.privacy.release import PSumRelease, SampleVarianceRelease, levels_for
 from desim.models.privacy.tree import calibrated_psum_noise
 
@@ -152,8 +161,9 @@ class PrivateColMEParams:
     )
     budget: dict | None = param(
         None,
-        "per-agent privacy budget {epsilon, delta, against = one | colluding, action = stop}: "
-        "a release that would exceed it is not made (`desim.models.privacy.budget`)",
+        "per-agent privacy budget {epsilon, delta, against = one | colluding, action = stop | "
+        "degrade}: a release that would exceed it is not made, or made with more noise "
+        "(`desim.models.privacy.budget`)",
     )
     peers: Literal["all", "topology"] = param(
         "all", "whom an agent queries: every other agent, or its [topology] neighbours only"
@@ -187,9 +197,12 @@ class PrivateColMEParams:
             )
         if self.budget is not None and not isinstance(self.budget, Budget):
             # the study's table, checked, kept as a (hashable) Budget
-            object.__setattr__(self, "budget", Budget.from_table(self.budget, self.delta))
+            budget = Budget.from_table(self.budget, self.delta, ACTIONS)
+            object.__setattr__(self, "budget", budget)
         if self.budget is not None and self.noise == "none":
             raise ValueError("budget: needs noise = 'gaussian' or 'laplace' (noise = 'none')")
+        if self.budget is not None and self.budget.action == "degrade":
+            check_degrade(self.noise, self.variance)
 
 
 #: The [adversaries] behaviours meaningful for Private-ColME (what a release carries is a mean).
@@ -197,6 +210,8 @@ ADVERSARY_BEHAVIOURS = ("shift", "flip", "mimic", "collude")
 
 # Indices of the message kinds (`PrivateColME.message_kinds`), as `Batch.single_kind` holds them.
 _QUERY, _RELEASE = range(2)
+# j_d of a pair none of whose releases was degraded (above every j: j < 2³¹).
+_NEVER = np.iinfo(np.int32).max
 
 
 @PROTOCOLS.register("private-colme")
@@ -222,12 +237,15 @@ class PrivateColME(SlotBatched):
     @classmethod
     def memory_per_unit(cls, params: PrivateColMEParams, t_max: int) -> dict[str, float]:
         """Bytes per agent pair: T and its variance, beliefs and last releases, more with MoM
-        weights and estimated variances, and per dyadic level with PM-II and windowed MoM."""
+        weights, estimated variances and a ``degrade`` budget, and per dyadic level with PM-II
+        and windowed MoM."""
         levels = math.floor(math.log2(max(t_max, 1))) + 1
         per_pair = cls.memory["pair"]
         per_pair += 28.0 * (params.weights != "last") + 40.0 * (params.variance != "known")
         per_pair += 8.0 * levels * (params.mechanism == "pm2")
         per_pair += 10.0 * levels * (params.weights == "wmom")
+        # ``degrade``: each pair's j_d (int32) and, under ``last`` weights, its release's c_j
+        per_pair += 12.0 * (params.budget is not None and params.budget.action == "degrade")
         return {"edge" if params.peers == "topology" else "pair": per_pair}
 
     @classmethod
@@ -265,7 +283,13 @@ class PrivateColME(SlotBatched):
         self._setup_releases(ctx)
         levels = levels_for(ctx.t_max)
         self.stat = PairStatistic(
-            m, p.mechanism, p.weights, self.sigma2_dp, levels, n_pairs=self.n_pairs
+            m,
+            p.mechanism,
+            p.weights,
+            self.sigma2_dp,
+            levels,
+            n_pairs=self.n_pairs,
+            degraded_ratio=self._degraded_ratio,
         )
         #: V_{b→a}, a's current estimate of σ_b² (+∞: none yet), when variances are unknown.
         shape = (m, m) if self.graph is None else self.n_pairs
@@ -354,6 +378,11 @@ class PrivateColME(SlotBatched):
         self.mech = PSumRelease(
             side, p.mechanism, p.noise, self.sigma2_dp, ctx.streams.get("dp-noise"), ctx.t_max
         )
+        self._degraded_scale: float | None = None  # m'/m under ``degrade``
+        self._degraded_ratio = 1.0
+        self._any_degraded = False  # whether some release was degraded yet
+        self.budget_binds = False  # (`_budget_gate`)
+        self.degraded_m, self.degraded_from = math.inf, None  # (``degrade``: `_degrade_from`)
         self.gate = self._budget_gate(ctx) if p.budget is not None else None
         if p.variance == "sch-var-1":
             self.var_release = SampleVarianceRelease(
@@ -368,7 +397,8 @@ class PrivateColME(SlotBatched):
 
     def _budget_gate(self, ctx: Context) -> StopGate:
         """The per-agent budget's gate: k* found once by the accountant, for counts up to the
-        most this run can make (every querier's κ_max releases)."""
+        most this run can make (every querier's κ_max releases); for ``degrade`` also m', once
+        (`_degrade_from`)."""
         p, m = self.params, ctx.n_agents
         per_release = 2 if p.variance == "sch-var-1" else 1
         kappa = np.array([self._max_pair_releases(ctx.t_max)])
@@ -379,7 +409,31 @@ class PrivateColME(SlotBatched):
         k_star = capacity(
             p.noise, self._multiplier, budget.epsilon, budget.delta, most, p.accountant
         )
-        return StopGate(p.budget, p.mechanism, per_release, m, k_star)
+        #: Whether the budget can bind at all (k* < the most this run can count): when it
+        #: cannot, no release consults the gate (its counts stay 0), so it costs nothing.
+        self.budget_binds = k_star < most
+        if budget.action == "degrade" and k_star < most:
+            budget = self._degrade_from(k_star, most)
+        return StopGate(budget, p.mechanism, per_release, m, k_star)
+
+    def _degrade_from(self, k_star: int, most: int) -> Budget:
+        """Set up ``degrade``: m' for the `most` − k* releases past k*, the noise scale m'/m of
+        a degraded release, ρ = (m'/m)² and each pair's j_d (`degraded_from`). Returns the
+        budget the gate enforces: ``stop`` when k* releases at m already use it all (no m'
+        fits: the rest cannot be made at any noise)."""
+        p, budget = self.params, self.params.budget
+        m_prime = degraded_multiplier(
+            self._multiplier, k_star, most - k_star, budget.epsilon, budget.delta, p.accountant
+        )
+        if not math.isfinite(m_prime):
+            return replace(budget, action="stop")
+        #: m', the multiplier of every degraded release.
+        self.degraded_m = m_prime
+        self._degraded_scale = m_prime / self._multiplier
+        self._degraded_ratio = self._degraded_scale**2
+        #: j_d of each pair (its index): from its release j_d on, its p-sums carry ρσ_DP².
+        self.degraded_from = np.full(self.n_pairs, _NEVER, dtype=np.int32)
+        return budget
 
     def _max_pair_releases(self, t_max: int) -> int:
         """κ_max: the most releases one responder can make to one querier in slots 1…t_max."""
@@ -465,30 +519,56 @@ class PrivateColME(SlotBatched):
     ) -> np.ndarray:
         """Payloads of new releases of agents b to agents a (distinct pairs `pair`; ASKED
         unset), with b's state after `slot` of the view. Under a budget, a release it does not
-        admit is not made: its row has j = 0 (`withheld`), and the delivery sends nothing for
-        it."""
-        if self.gate is None:
+        admit is not made (``stop``: its row has j = 0, `withheld`, and the delivery sends
+        nothing for it) or made with more noise (``degrade``: `_degrade`)."""
+        if self.gate is None or not self.budget_binds:
             return self._release(b, a, pair, slot)
         ok = self.gate.admit(b, self.made(b, a, pair), self.view.clock(slot))
-        if ok.all():
+        if ok.all() and not self._any_degraded:  # (a budget not hit yet costs the gate only)
             return self._release(b, a, pair, slot)
+        if self._degraded_scale is not None:
+            return self._release(b, a, pair, slot, self._degrade(b, a, pair, ok))
         payload = np.zeros((len(b), self.release_width))
         if ok.any():
             payload[ok] = self._release(b[ok], a[ok], pair[ok], slot[ok])
         return payload
 
+    def _degrade(
+        self, b: np.ndarray, a: np.ndarray, pair: np.ndarray, ok: np.ndarray
+    ) -> np.ndarray | None:
+        """The noise scale of releases b → a under ``degrade`` (None: none degraded); sets j_d
+        of the pairs that degrade now. A pair degrades from the first of its releases the gate
+        refuses, and stays degraded (`desim.models.privacy.budget`: its releases at m are a
+        prefix, so no sample enters more first-sample p-sums at m than the gate counted)."""
+        degraded = ~ok
+        if self._any_degraded:
+            degraded |= self.made(b, a, pair) >= self.degraded_from[pair]  # j ≥ j_d
+        if not degraded.any():
+            return None
+        self._any_degraded = True
+        j = self.made(b, a, pair)[degraded] + 1
+        first = pair[degraded]
+        self.degraded_from[first] = np.minimum(self.degraded_from[first], j)
+        return np.where(degraded, self._degraded_scale, 1.0)
+
     def _release(
-        self, b: np.ndarray, a: np.ndarray, pair: np.ndarray, slot: np.ndarray
+        self,
+        b: np.ndarray,
+        a: np.ndarray,
+        pair: np.ndarray,
+        slot: np.ndarray,
+        scale: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Payloads of releases b → a that are made (`release`)."""
+        """Payloads of releases b → a that are made (`release`; `scale`: their new noise's
+        multiple under ``degrade``)."""
         sums, sumsq, counts = self.view.own(b, slot)
         # the mechanisms' pair: (b, a), or on a graph the edge's place in their square, whose
         # flat index is the edge itself
         if self.graph is None:
-            values, j, fresh = self.mech.release(b, a, sums, counts)
+            values, j, fresh = self.mech.release(b, a, sums, counts, scale)
             who, to = b, a
         else:
-            values, j, fresh = self.mech.release(None, None, sums, counts, pair=pair)
+            values, j, fresh = self.mech.release(None, None, sums, counts, scale, pair=pair)
             who, to = None, None
         # by column (Fortran order): each column is written here and read on arrival whole
         payload = np.empty((len(b), self.release_width), order="F")
@@ -519,8 +599,11 @@ class PrivateColME(SlotBatched):
         pair = self.pairs_of(a, b, payload, self.edge_column)
         if self.incremental:  # the terms these pairs contributed so far, to be replaced
             old = self._terms(a, b, pair, *self.stat.terms(pair))
+        # j_d of the pair: public arithmetic a release carries (the responder's rule), read here
+        # from the responder's record, which is final for every node release j uses
+        degraded_from = self.degraded_from[pair] if self._any_degraded else None
         value, data, noise, n = self.stat.update(
-            a, b, values, t_b, j, consecutive=last is None, pair=pair
+            a, b, values, t_b, j, consecutive=last is None, pair=pair, degraded_from=degraded_from
         )
         if self.known:
             # on a graph σ_b² by pair: a slot's pairs are mostly contiguous, its b scattered
@@ -663,20 +746,49 @@ class PrivateColME(SlotBatched):
         """
         if self.params.noise == "none":
             return None
-        if self.graph is None:
-            per = first_sample_psums(self.params.mechanism, self.mech.count)
-            one, every = per.max(axis=1), per.sum(axis=1)
-        else:
-            one, every = responder_spend(self, first_sample_psums)
+        one, every = self._per_responder(first_sample_psums)
         if self.params.variance == "sch-var-1":
             one, every = 2 * one, 2 * every
         m = self._multiplier
-        return Spend(
-            self.params.noise,
-            self.params.delta,
-            {"one": (m, one), "all": (m, every)},
-            self.params.accountant,
-        )
+        against = {"one": (m, one), "all": (m, every)}
+        if self._any_degraded:
+            against = self._degraded_spend(one, every)
+        return Spend(self.params.noise, self.params.delta, against, self.params.accountant)
+
+    def _per_responder(self, per_pair: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Per responder b, the most of `per_pair(mechanism, κ)` over its queriers and their
+        sum, κ being each pair's releases made (`mech.count`)."""
+        if self.graph is None:
+            per = per_pair(self.params.mechanism, self.mech.count)
+            return per.max(axis=1), per.sum(axis=1)
+        return responder_spend(self, per_pair)
+
+    def _degraded_spend(self, one: np.ndarray, every: np.ndarray) -> dict[str, tuple]:
+        """The ledger's (multipliers, counts) under ``degrade``: an agent with a degraded p-sum
+        holding its first sample gives, per recipient set, one Gaussian release of multiplier
+        (k/m² + k'/m'²)^(−1/2) for k such p-sums at m and k' at m' (the most precise querier's
+        for ``one``, their sum for ``all``), which they compose to exactly; the others keep
+        (m, count)."""
+        m, m_prime = self._multiplier, self.degraded_m
+        first = self.degraded_from
+        if self.graph is None:  # [a, b] → the mechanism's [b, a]
+            first = first.reshape(self.mech.count.shape).T
+
+        def precision(mechanism: str, kappa: np.ndarray) -> np.ndarray:
+            early, late = split_degraded(mechanism, kappa, first)
+            return early / m**2 + late / m_prime**2
+
+        one_p = self._per_responder(precision)[0]
+        # ``all`` from the integer sums: the same bits whatever order the queriers are summed in
+        early = self._per_responder(lambda mech, kappa: split_degraded(mech, kappa, first)[0])[1]
+        late = self._per_responder(lambda mech, kappa: split_degraded(mech, kappa, first)[1])[1]
+        every_p = early / m**2 + late / m_prime**2
+        hit = late > 0
+        with np.errstate(divide="ignore"):
+            return {
+                "one": (np.where(hit, 1 / np.sqrt(one_p), m), np.where(hit, 1, one)),
+                "all": (np.where(hit, 1 / np.sqrt(every_p), m), np.where(hit, 1, every)),
+            }
 
 
 @PROTOCOLS.register("private-colme-oracle")

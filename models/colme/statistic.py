@@ -24,6 +24,13 @@ reset when j >> ℓ differs from κ >> ℓ (a node a has not seen before), not o
 bit. When every j is κ + 1 (always so with ideal links) the update does exactly the synchronous
 arithmetic.
 
+Under a ``degrade`` budget (`desim.models.privacy.budget`) the p-sums a pair's releases complete
+from its release j_d on carry ρσ_DP² (ρ = (m'/m)², one per run) instead of σ_DP². Each node then
+enters A with the variance it was drawn with: A = Σ_nodes ρ_node (Σ_{j in block using it} 1/t_j)².
+PM-I's update needs only c_j = Var Z_j/σ_DP² = Σ_{i ≤ j} ρ_i in place of j (`noise_count`);
+PM-II's weighs each node by whether the release that made it, ⌊j/2^ℓ⌋·2^ℓ, is ≥ j_d
+(`node_noise`). Without a degraded release the updates are the ones above, bit for bit.
+
 `SchVar2` is Sch-Var-2 (§V-B), a's estimate of σ_b² from the same releases.
 """
 
@@ -54,7 +61,9 @@ class PairStatistic:
         sigma2_dp: float,
         levels: int,
         n_pairs: int | None = None,
+        degraded_ratio: float = 1.0,
     ) -> None:
+        # `degraded_ratio` is ρ, a degraded p-sum's noise variance over σ_DP² (`update`).
         # `n_pairs` (default M²) holds only the pairs that exist, by the caller's pair index
         # (Private-ColME on a graph: its edges); the [a, b] views are then not available
         n_pairs = n_agents * n_agents if n_pairs is None else n_pairs
@@ -62,6 +71,10 @@ class PairStatistic:
         self.mechanism = mechanism
         self.weights = weights
         self.sigma2_dp = float(sigma2_dp)
+        self.degraded_ratio = float(degraded_ratio)
+        # ``last`` under PM-I after a degraded release: c_j of each pair's last release, where
+        # A = c_j·D·D (κ·D·D until then, so it is made at the first degraded update)
+        self._count: np.ndarray | None = None
         # ``last`` keeps no block: n is 1 from the first release on and every sum restarts at
         # each release, so only what the last release fixed is stored: the block sum, D and,
         # under PM-II, A (under PM-I, A = κ·D·D, the very floats the update computes), with κ
@@ -118,7 +131,11 @@ class PairStatistic:
             return state[..., 1], state[..., 2], state[..., 3], state[..., 4]
         kappa = self._kappa.reshape(self.n_agents, self.n_agents)[rows].astype(float)
         total, data = state[..., 0], state[..., 1]
-        noise = state[..., 2] if self.mechanism == "pm2" else kappa * data * data
+        if self.mechanism == "pm2":
+            noise = state[..., 2]
+        else:
+            count = kappa if self._count is None else self._count.reshape(self.n_agents, -1)[rows]
+            noise = count * data * data
         return (kappa > 0).astype(float), total, data, noise
 
     def pair_columns(
@@ -131,7 +148,10 @@ class PairStatistic:
             return state[:, 1], state[:, 2], state[:, 3], state[:, 4]
         kappa = self._kappa[pair].astype(float)
         total, data = state[:, 0], state[:, 1]
-        noise = state[:, 2] if self.mechanism == "pm2" else kappa * data * data
+        if self.mechanism == "pm2":
+            noise = state[:, 2]
+        else:
+            noise = (kappa if self._count is None else self._count[pair]) * data * data
         return (kappa > 0).astype(float), total, data, noise
 
     @property
@@ -186,7 +206,8 @@ class PairStatistic:
         total, data = self._flat.take(pair, axis=0).T  # (one pass: a pair's cells are adjacent)
         n = (kappa > 0).astype(float)
         value = np.divide(total, n, out=np.zeros_like(total), where=n > 0)
-        return value, data, kappa * data * data, n
+        count = kappa if self._count is None else self._count.take(pair)
+        return value, data, count * data * data, n
 
     def last_index(self, pair: np.ndarray) -> np.ndarray:
         """κ of the flat pairs a·n_agents + b: the index j of the last release a took from b."""
@@ -203,9 +224,11 @@ class PairStatistic:
         j: np.ndarray,
         consecutive: bool = False,
         pair: np.ndarray | None = None,
+        degraded_from: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Take releases `values` from b to a, the j-th each, made when b had t samples
-        (`pair`: their pair indices, default a·M + b).
+        (`pair`: their pair indices, default a·M + b; `degraded_from`: each pair's j_d, from
+        which its p-sums carry ρσ_DP², or None when no release anywhere was degraded).
 
         Every j must exceed the pair's κ (gaps are allowed) and the pairs must be distinct;
         `consecutive` says that every j is κ + 1 (the caller knows: nothing was lost).
@@ -217,17 +240,17 @@ class PairStatistic:
         if self.compact and self.mechanism == "pm1":  # gaps change nothing: every sum restarts
             if not consecutive and (j <= self._kappa[pair]).any():
                 raise ValueError("a release index j must exceed the last one taken (κ)")
-            return self._update_last_pm1(pair, values, t, j)
+            return self._update_last_pm1(pair, values, t, j, degraded_from)
         rows = self._rows(pair, kappa_only=self.compact)  # ``last`` restarts every sum below
         kappa, n, total, data, noise, node_total = rows.T  # views: updated in place below
         if not consecutive and (kappa + 1 != j).any():
-            return self._update_with_gaps(pair, rows, values, t, j)
+            return self._update_with_gaps(pair, rows, values, t, j, degraded_from)
         if self.weights == "last":
             rows[:, 1:] = 0.0
         else:
             restart = j == 1 if self.weights == "mom" else (j & (j - 1)) == 0
             rows[restart, 1:] = 0.0
-        u = self._take(rows, values, t, j)
+        u = self._take(rows, values, t, j, degraded_from)
         if self.mechanism == "pm2":
             if self.weights != "last":
                 nodes = self._node.take(pair, axis=0)
@@ -235,34 +258,65 @@ class PairStatistic:
             else:
                 nodes = np.zeros((len(pair), self.levels))
             nodes[np.arange(len(pair)), lowest_set_bit(j)] = 0.0  # the node that starts at j
-            self._take_nodes(pair, rows, j, u, nodes)
+            self._take_nodes(pair, rows, j, u, nodes, degraded_from)
         return self._finish(pair, rows)
 
+    def noise_count(self, j: np.ndarray, degraded_from: np.ndarray) -> np.ndarray:
+        """PM-I: c_j = Var Z_j/σ_DP² of releases j, whose p-sums i ≥ j_d carry ρσ_DP²."""
+        early = np.minimum(j, degraded_from - 1)
+        return early + (j - early) * self.degraded_ratio
+
+    def node_noise(self, j: np.ndarray, degraded_from: np.ndarray) -> np.ndarray:
+        """PM-II: each level's node variance over σ_DP² in releases j (ρ where the release that
+        made the node, ⌊j/2^ℓ⌋·2^ℓ, is ≥ j_d; 1 otherwise), as (releases, levels)."""
+        level = np.arange(self.levels)
+        made_by = (j[:, None] >> level) << level
+        return np.where(made_by >= degraded_from[:, None], self.degraded_ratio, 1.0)
+
     def _update_last_pm1(
-        self, pair: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray
+        self,
+        pair: np.ndarray,
+        values: np.ndarray,
+        t: np.ndarray,
+        j: np.ndarray,
+        degraded_from: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """`update` for ``last`` weights under PM-I: the general path's floats (with gaps in j
         or not), without its packed rows.
 
         That path restarts every sum at 0 and adds the release once (`_take`): n = 1, block sum
-        0 + R, D = 0 + (2·1 − 1)·u = u and A = 0 + (2u·0 + j·u·u) = j·u·u exactly, u = 1/t.
+        0 + R, D = 0 + (2·1 − 1)·u = u and A = 0 + (2u·0 + j·u·u) = j·u·u exactly, u = 1/t
+        (c_j·u·u after a degraded release: c_j is then kept per pair).
         """
         u = 1.0 / t
+        count = j
+        if degraded_from is not None:
+            if self._count is None:
+                self._count = self._kappa.astype(float)
+            count = self.noise_count(j, degraded_from)
+            self._count[pair] = count
         total = values + 0.0  # 0 + R as `_take` forms it (a −0.0 becomes +0.0 there too)
         self._kappa[pair] = j.astype(np.int32)  # (a cast before the scatter is cheaper)
         cell = np.empty(len(pair), dtype=np.complex128)  # the bits of total and u, unchanged
         cell.real, cell.imag = total, u
         self._pairs[pair] = cell
-        return total, u, j * u * u, 1.0
+        return total, u, count * u * u, 1.0
 
     def _take(
-        self, rows: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray
+        self,
+        rows: np.ndarray,
+        values: np.ndarray,
+        t: np.ndarray,
+        j: np.ndarray,
+        degraded_from: np.ndarray | None = None,
     ) -> np.ndarray:
         """Add release j (value, made at t) to the packed `rows` in place: κ, block length and
         sum, the data term and, for PM-I, the noise term; returns u = 1/t.
 
         PM-I: release j uses every p-sum 1..j and each gains u (p-sums after the last one taken
-        are new, their sums 0, so this holds with gaps too).
+        are new, their sums 0, so this holds with gaps too). With p-sum variances ρ_i σ_DP²,
+        ΔA = Σ_{i≤j} ρ_i (2u S_i + u²) = 2u·Σ_i ρ_i S_i + c_j u², so the last row keeps
+        Σ_i ρ_i S_i and j becomes c_j (`noise_count`).
         """
         kappa, n, total, data, noise, node_total = rows.T
         u = 1.0 / t
@@ -271,8 +325,9 @@ class PairStatistic:
         total += values
         data += (2 * n - 1) * u
         if self.mechanism == "pm1":
-            noise += 2 * u * node_total + j * u * u
-            node_total += j * u
+            count = j if degraded_from is None else self.noise_count(j, degraded_from)
+            noise += 2 * u * node_total + count * u * u
+            node_total += count * u
         return u
 
     def _update_with_gaps(
@@ -282,6 +337,7 @@ class PairStatistic:
         values: np.ndarray,
         t: np.ndarray,
         j: np.ndarray,
+        degraded_from: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """`update` when some j skips indices: blocks and PM-II nodes follow j's identity."""
         kappa, n, total, data, noise, node_total = rows.T
@@ -295,7 +351,7 @@ class PairStatistic:
         else:  # j's highest set bit lies above κ's (every bit of κ), so a new dyadic block
             restart = (j ^ last) > last
         rows[restart, 1:] = 0.0
-        u = self._take(rows, values, t, j)
+        u = self._take(rows, values, t, j, degraded_from)
         if self.mechanism == "pm2":
             level = np.arange(self.levels)
             # the node a level holds is j's own only if j and κ agree on every bit from ℓ up
@@ -305,17 +361,27 @@ class PairStatistic:
                 if self.compact  # ``last``: restart
                 else np.where(same & ~restart[:, None], self._node.take(pair, axis=0), 0.0)
             )
-            self._take_nodes(pair, rows, j, u, nodes)
+            self._take_nodes(pair, rows, j, u, nodes, degraded_from)
         return self._finish(pair, rows)
 
     def _take_nodes(
-        self, pair: np.ndarray, rows: np.ndarray, j: np.ndarray, u: np.ndarray, nodes: np.ndarray
+        self,
+        pair: np.ndarray,
+        rows: np.ndarray,
+        j: np.ndarray,
+        u: np.ndarray,
+        nodes: np.ndarray,
+        degraded_from: np.ndarray | None = None,
     ) -> None:
         """PM-II: release j uses the tree nodes of its set bits; each gains u. `nodes` holds
-        each used node's sum before this release (0 for a node that starts with it)."""
+        each used node's sum before this release (0 for a node that starts with it); a node
+        adds to A in proportion to its variance (`node_noise`)."""
         noise = rows[:, 4]
         used = set_bits(j, self.levels)
-        noise += (used * (2 * u[:, None] * nodes + (u * u)[:, None])).sum(axis=1)
+        gain = used * (2 * u[:, None] * nodes + (u * u)[:, None])
+        if degraded_from is not None:
+            gain *= self.node_noise(j, degraded_from)
+        noise += gain.sum(axis=1)
         if not self.compact:
             self._node[pair] = nodes + used * u[:, None]
 

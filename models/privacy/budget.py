@@ -22,10 +22,28 @@ needs and r the releases of the most exposed sample the horizon still allows
 (`degraded_multiplier`, once per run). Every release carries its noise variance (public
 arithmetic), so the receiver weighs the noisier ones for what they are.
 
-The same budget table serves every private protocol (`set_budget`): Private-ColME (``stop``),
-the empirical-Bayes uploads (`desim.models.eb.server`), Private-C-ColME (`SampleGate`) and
-PriCER (`desim.models.pricer.protocol`: ``stop`` against its own recipient sets, "neighbour" or
-"server", given to `set_budget` as `recipients`; one count of rounds per node).
+On Private-ColME ``degrade`` is per pair: pair b → a degrades from the first of its releases
+the gate refuses, j_d, and stays degraded (against ``one``: j_d = 2^k* under PM-II, 1 under
+PM-I with k* = 0; against ``colluding``: the releases that would add a p-sum of b's first sample
+past k*, and every later release of those pairs). A pair's releases at m are thus a prefix
+1 … j_d − 1, so any later sample lies in no more p-sums at m than the first (which the gate
+counts, ≤ k*) and in no more p-sums in all: a ≤ k* at m and d ≤ `most` − a at m' compose to at
+most k*/m² + (`most` − k*)/m'², the budget. The querier's Var[T] weighs each p-sum by the
+variance it was drawn with (`desim.models.colme.statistic.PairStatistic`), and the ledger splits
+each first-sample count into those before and from j_d (`split_degraded`). It is refused with
+Laplace noise (releases of two Laplace scales compose to no one Laplace release, which k*, m'
+and the ledger assume) and with estimated variances (Sch-Var-1's release and Sch-Var-2's
+estimate subtract a bias that assumes one σ_DP² for every p-sum): `check_degrade`.
+
+The budget's δ is the ledger's: the `privacy` metric reports ε at the budget's δ when a run has
+a budget (its default is the protocol's δ, which the ledger reports otherwise), so the ledger
+answers the question the budget asks.
+
+The same budget table serves every private protocol (`set_budget`): Private-ColME (``stop``,
+``degrade``), the empirical-Bayes uploads (`desim.models.eb.server`), Private-C-ColME
+(`SampleGate`) and PriCER (`desim.models.pricer.protocol`: ``stop`` against its own recipient
+sets, "neighbour" or "server", given to `set_budget` as `recipients`; one count of rounds per
+node).
 
 The `budget` metric records at every checkpoint the fraction of agents that have hit their
 budget (``budget_exhausted``: withheld a release, or degraded one) and the releases withheld so
@@ -153,6 +171,31 @@ def degraded_spend(
         inv = (k_star / multiplier**2 if k_star else 0.0) + (count[past] - k_star) / degraded**2
         mult[past] = 1.0 / np.sqrt(inv)
     return mult, np.where(past, 1, count)
+
+
+def check_degrade(noise: str, variance: str) -> None:
+    """Refuse Private-ColME's ``degrade`` where it is not exact (ValueError, one line): with
+    Laplace noise, or with data variances estimated (Sch-Var-1, Sch-Var-2)."""
+    if noise != "gaussian":
+        raise ValueError(
+            f"budget.action = 'degrade': needs noise = 'gaussian' (noise = {noise!r}: Laplace "
+            "releases of two scales do not compose to one, as k* and m' assume); use 'stop'"
+        )
+    if variance != "known":
+        raise ValueError(
+            f"budget.action = 'degrade': needs variance = 'known' (variance = {variance!r} "
+            "corrects a bias that assumes one σ_DP² per p-sum); use 'stop'"
+        )
+
+
+def split_degraded(
+    mechanism: str, kappa: np.ndarray, degraded_from: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(early, late): the p-sums holding a responder's first sample after κ releases to one
+    recipient (`first_sample_psums`) made by releases before j_d = `degraded_from` (at m) and
+    from it on (at m'); the node of level s is made by release 2^s, PM-I's p-sum by release 1."""
+    early = first_sample_psums(mechanism, np.minimum(kappa, degraded_from - 1))
+    return early, first_sample_psums(mechanism, kappa) - early
 
 
 def capacity(

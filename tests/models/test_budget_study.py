@@ -53,3 +53,15 @@ def test_degrade_ends_at_the_budget_and_ccolme_binds_all_or_nothing():
     assert (out.drop(columns=["ε_B=0.5 stop", "ε_B=0.5 degrade"]) == 0).all().all()
     x = _at_end("ccolme")
     assert (x["ε_B=0.5 stop"] == x["local"]).all()
+
+
+def test_colme_degrade_spends_its_budget_and_never_beats_stop():
+    eps = _at_end("colme", "eps_all_max")
+    x = _at_end("colme")
+    for mech in ("PM-I", "PM-II"):
+        for b in (0.5, 1, 2, 4):
+            spent = eps[f"{mech} ε_B={b:g} degrade"]
+            assert (spent <= b * (1 + 1e-9)).all() and (spent >= 0.99 * b).all()
+            degraded, stopped = x[f"{mech} ε_B={b:g} degrade"], x[f"{mech} ε_B={b:g} stop"]
+            assert degraded.mean() >= stopped.mean() - math.hypot(_se(degraded), _se(stopped))
+        assert x[f"{mech} ε_B=0.5 degrade"].mean() > x["local"].mean()
