@@ -70,7 +70,7 @@ delivery strategies (ideal links, everything else) in `delivery`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -80,6 +80,7 @@ from desim.kernel.params import param
 from desim.kernel.protocol import Context, SlotBatched
 from desim.kernel.registry import METRICS, PROTOCOLS, applies_to, records
 from desim.models.adversaries import STREAM, ActiveAdversaries, Adversaries
+from desim.models.colme.budget import ReleaseBudget
 from desim.models.colme.combination import CombinationSums, trimmed_sums
 from desim.models.colme.delivery import Arrivals, Asynchronous, Synchronous, query_ids
 from desim.models.colme.graph import (
@@ -108,11 +109,8 @@ from desim.models.privacy.budget import (
     ACTIONS,
     Budget,
     StopGate,
-    capacity,
     check_degrade,
-    degraded_multiplier,
     first_sample_psums,
-    split_degraded,
 )
 from desim.models.privacy.release import PSumRelease, SampleVarianceRelease, levels_for
 from desim.models.privacy.tree import calibrated_psum_noise
@@ -210,8 +208,6 @@ ADVERSARY_BEHAVIOURS = ("shift", "flip", "mimic", "collude")
 
 # Indices of the message kinds (`PrivateColME.message_kinds`), as `Batch.single_kind` holds them.
 _QUERY, _RELEASE = range(2)
-# j_d of a pair none of whose releases was degraded (above every j: j < 2³¹).
-_NEVER = np.iinfo(np.int32).max
 
 
 @PROTOCOLS.register("private-colme")
@@ -289,7 +285,7 @@ class PrivateColME(SlotBatched):
             self.sigma2_dp,
             levels,
             n_pairs=self.n_pairs,
-            degraded_ratio=self._degraded_ratio,
+            degraded_ratio=1.0 if self.release_budget is None else self.release_budget.ratio,
         )
         #: V_{b→a}, a's current estimate of σ_b² (+∞: none yet), when variances are unknown.
         shape = (m, m) if self.graph is None else self.n_pairs
@@ -313,12 +309,6 @@ class PrivateColME(SlotBatched):
         #: What the rules read of the agents' own data: the running sums now, one slot.
         self.view = OneSlot(self.sums, None if self.known else self.sumsq, self.counts)
         self._setup_beliefs(ctx)
-        #: The run's adversaries (None without an [adversaries] table).
-        self.adversaries = (
-            ActiveAdversaries.build(p.adversaries, ctx.adversary_truth, ctx.streams.get(STREAM))
-            if p.adversaries is not None
-            else None
-        )
         self._theta, self._z = thresholds(p.theta, ctx.t_max)
         # on a graph the sums are recomputed edge by edge at each estimate (O(M·r), see
         # `edge_row_sums`): cheaper than keeping them current at every release
@@ -366,11 +356,12 @@ class PrivateColME(SlotBatched):
             p.delta,
             horizon,
             p.calibration,
-            self._max_pair_releases(horizon),
+            self.kappa_max(horizon),
             p.variance == "sch-var-1",
             p.accountant,
         )
-        self._multiplier = psum_multiplier(p.noise, self.sigma2_dp, L) if L > 0 else 0.0
+        #: m, the privacy multiplier of every p-sum (σ_DP over its sensitivity).
+        self.multiplier = psum_multiplier(p.noise, self.sigma2_dp, L) if L > 0 else 0.0
         # on a graph the mechanisms hold a square of side ⌈√E⌉ ≥ the edges: edge e is their
         # pair (e // side, e % side), and their flat index is e
         side = m if self.graph is None else max(1, math.isqrt(self.n_pairs - 1) + 1)
@@ -378,12 +369,18 @@ class PrivateColME(SlotBatched):
         self.mech = PSumRelease(
             side, p.mechanism, p.noise, self.sigma2_dp, ctx.streams.get("dp-noise"), ctx.t_max
         )
-        self._degraded_scale: float | None = None  # m'/m under ``degrade``
-        self._degraded_ratio = 1.0
-        self._any_degraded = False  # whether some release was degraded yet
-        self.budget_binds = False  # (`_budget_gate`)
-        self.degraded_m, self.degraded_from = math.inf, None  # (``degrade``: `_degrade_from`)
-        self.gate = self._budget_gate(ctx) if p.budget is not None else None
+        #: The per-agent budget's strategy (None without a budget).
+        self.release_budget = (
+            ReleaseBudget(self, ctx, self.kappa_max(ctx.t_max)) if p.budget is not None else None
+        )
+        #: Its gate (None without a budget), for the `budget` metric.
+        self.gate = None if self.release_budget is None else self.release_budget.gate
+        #: The run's adversaries, whose releases carry what their behaviour says (None: none).
+        self.adversaries = (
+            ActiveAdversaries.build(p.adversaries, ctx.adversary_truth, ctx.streams.get(STREAM))
+            if p.adversaries is not None
+            else None
+        )
         if p.variance == "sch-var-1":
             self.var_release = SampleVarianceRelease(
                 side,
@@ -395,47 +392,7 @@ class PrivateColME(SlotBatched):
                 ctx.t_max,
             )
 
-    def _budget_gate(self, ctx: Context) -> StopGate:
-        """The per-agent budget's gate: k* found once by the accountant, for counts up to the
-        most this run can make (every querier's κ_max releases); for ``degrade`` also m', once
-        (`_degrade_from`)."""
-        p, m = self.params, ctx.n_agents
-        per_release = 2 if p.variance == "sch-var-1" else 1
-        kappa = np.array([self._max_pair_releases(ctx.t_max)])
-        most = int(first_sample_psums(p.mechanism, kappa)[0]) * per_release
-        if p.budget.against == "colluding":  # every querier of the responder
-            most *= m - 1 if self.graph is None else self.graph.max_degree()
-        budget = p.budget
-        k_star = capacity(
-            p.noise, self._multiplier, budget.epsilon, budget.delta, most, p.accountant
-        )
-        #: Whether the budget can bind at all (k* < the most this run can count): when it
-        #: cannot, no release consults the gate (its counts stay 0), so it costs nothing.
-        self.budget_binds = k_star < most
-        if budget.action == "degrade" and k_star < most:
-            budget = self._degrade_from(k_star, most)
-        return StopGate(budget, p.mechanism, per_release, m, k_star)
-
-    def _degrade_from(self, k_star: int, most: int) -> Budget:
-        """Set up ``degrade``: m' for the `most` − k* releases past k*, the noise scale m'/m of
-        a degraded release, ρ = (m'/m)² and each pair's j_d (`degraded_from`). Returns the
-        budget the gate enforces: ``stop`` when k* releases at m already use it all (no m'
-        fits: the rest cannot be made at any noise)."""
-        p, budget = self.params, self.params.budget
-        m_prime = degraded_multiplier(
-            self._multiplier, k_star, most - k_star, budget.epsilon, budget.delta, p.accountant
-        )
-        if not math.isfinite(m_prime):
-            return replace(budget, action="stop")
-        #: m', the multiplier of every degraded release.
-        self.degraded_m = m_prime
-        self._degraded_scale = m_prime / self._multiplier
-        self._degraded_ratio = self._degraded_scale**2
-        #: j_d of each pair (its index): from its release j_d on, its p-sums carry ρσ_DP².
-        self.degraded_from = np.full(self.n_pairs, _NEVER, dtype=np.int32)
-        return budget
-
-    def _max_pair_releases(self, t_max: int) -> int:
+    def kappa_max(self, t_max: int) -> int:
         """κ_max: the most releases one responder can make to one querier in slots 1…t_max."""
         p = self.params
         if self.graph is None:
@@ -520,36 +477,10 @@ class PrivateColME(SlotBatched):
         """Payloads of new releases of agents b to agents a (distinct pairs `pair`; ASKED
         unset), with b's state after `slot` of the view. Under a budget, a release it does not
         admit is not made (``stop``: its row has j = 0, `withheld`, and the delivery sends
-        nothing for it) or made with more noise (``degrade``: `_degrade`)."""
-        if self.gate is None or not self.budget_binds:
+        nothing for it) or made with more noise (``degrade``: `ReleaseBudget`)."""
+        if self.release_budget is None or not self.release_budget.binds:
             return self._release(b, a, pair, slot)
-        ok = self.gate.admit(b, self.made(b, a, pair), self.view.clock(slot))
-        if ok.all() and not self._any_degraded:  # (a budget not hit yet costs the gate only)
-            return self._release(b, a, pair, slot)
-        if self._degraded_scale is not None:
-            return self._release(b, a, pair, slot, self._degrade(b, a, pair, ok))
-        payload = np.zeros((len(b), self.release_width))
-        if ok.any():
-            payload[ok] = self._release(b[ok], a[ok], pair[ok], slot[ok])
-        return payload
-
-    def _degrade(
-        self, b: np.ndarray, a: np.ndarray, pair: np.ndarray, ok: np.ndarray
-    ) -> np.ndarray | None:
-        """The noise scale of releases b → a under ``degrade`` (None: none degraded); sets j_d
-        of the pairs that degrade now. A pair degrades from the first of its releases the gate
-        refuses, and stays degraded (`desim.models.privacy.budget`: its releases at m are a
-        prefix, so no sample enters more first-sample p-sums at m than the gate counted)."""
-        degraded = ~ok
-        if self._any_degraded:
-            degraded |= self.made(b, a, pair) >= self.degraded_from[pair]  # j ≥ j_d
-        if not degraded.any():
-            return None
-        self._any_degraded = True
-        j = self.made(b, a, pair)[degraded] + 1
-        first = pair[degraded]
-        self.degraded_from[first] = np.minimum(self.degraded_from[first], j)
-        return np.where(degraded, self._degraded_scale, 1.0)
+        return self.release_budget.release(b, a, pair, slot)
 
     def _release(
         self,
@@ -598,10 +529,11 @@ class PrivateColME(SlotBatched):
         j = payload[:, INDEX].astype(np.int64)
         pair = self.pairs_of(a, b, payload, self.edge_column)
         if self.incremental:  # the terms these pairs contributed so far, to be replaced
-            old = self._terms(a, b, pair, *self.stat.terms(pair))
+            old = _pair_terms(self, a, b, pair, *self.stat.terms(pair))
         # j_d of the pair: public arithmetic a release carries (the responder's rule), read here
         # from the responder's record, which is final for every node release j uses
-        degraded_from = self.degraded_from[pair] if self._any_degraded else None
+        budget = self.release_budget
+        degraded_from = None if budget is None else budget.degraded_from_of(pair)
         value, data, noise, n = self.stat.update(
             a, b, values, t_b, j, consecutive=last is None, pair=pair, degraded_from=degraded_from
         )
@@ -618,7 +550,7 @@ class PrivateColME(SlotBatched):
             n_other = t_b
         else:
             k = j if last is None else taken  # releases taken (every one, without gaps)
-            v_b = self._data_variance(pair, payload, j, last, k)
+            v_b = _data_variance(self, pair, payload, j, last, k)
             self.v_hat.ravel()[pair] = v_b
             var = (v_b * data + self.sigma2_dp * noise) / (n * n)  # data > 0: ∞ stays ∞
             n_other = t_b if self.params.welch_df == "printed" else k.astype(float)
@@ -626,43 +558,6 @@ class PrivateColME(SlotBatched):
         if self.incremental:
             self.sums_w.replace(a, *old, *contribution(decision, value, var))
         self.beliefs.revise_pairs(a, pair, decision)
-
-    def _data_variance(
-        self,
-        pair: np.ndarray,
-        payload: np.ndarray,
-        j: np.ndarray,
-        last: np.ndarray | None,
-        k: np.ndarray,
-    ) -> np.ndarray:
-        """V_{b→a}: Sch-Var-1's released variance (a negative one means "unknown": +∞), or
-        Sch-Var-2's estimate from the releases taken (`model.sch_var_2_estimate`)."""
-        if self.params.variance == "sch-var-1":
-            v_b = payload[:, VARIANCE]
-            return np.where(v_b >= 0, v_b, np.inf)
-        v_raw, k_noise, k = self.schvar2.update(
-            pair, payload[:, VALUE], payload[:, COUNT], j, self.sigma2_dp, last, k
-        )
-        bayes = self.params.variance == "sch-var-2-bayes"
-        return sch_var_2_estimate(v_raw, k_noise, k, bayes, self.params.prior)
-
-    def _terms(
-        self,
-        a: np.ndarray,
-        b: np.ndarray,
-        pair: np.ndarray,
-        value: np.ndarray,
-        data: np.ndarray,
-        noise: np.ndarray,
-        n: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The current terms T/Var[T] and 1/Var[T] of pairs (a, b) in a's combination sums
-        (0 for excluded pairs), from their statistic state as `estimates` computes them."""
-        sigma2 = self.sigma2[b] if self.known else self.v_hat.ravel()[pair]
-        with np.errstate(invalid="ignore"):
-            num = sigma2 * data + self.sigma2_dp * noise
-        var = np.divide(num, n * n, out=np.full_like(num, np.inf), where=n > 0)
-        return contribution(self.beliefs.flat[pair], value, var)
 
     def _test(
         self,
@@ -685,19 +580,15 @@ class PrivateColME(SlotBatched):
             sums / t - value, sample_variance(sums, sumsq, t), t, var, n_other, theta
         )
 
-    def own_variance(self, a: np.ndarray | slice = slice(None)) -> np.ndarray:
-        """V_a^{(t)}, each agent's sample variance of its own data (+∞ before 2 samples)."""
-        return sample_variance(self.sums[a], self.sumsq[a], self.counts[a])
-
     # -- estimates -------------------------------------------------------------------------
     def estimates(self) -> np.ndarray:
         """μ_a of every agent: Lemma 4's inverse-variance combination (`model.combine`)."""
         local = self.sums / np.maximum(self.counts, 1)
-        own_var = self.sigma2 if self.known else self.own_variance()
+        own_var = self.sigma2 if self.known else sample_variance(self.sums, self.sumsq, self.counts)
         with np.errstate(divide="ignore"):
             own = self.counts / own_var  # t/σ_a² (or t/V_a, eq. (5))
         if self.params.combination == "trimmed":  # (the pair state, whatever the population)
-            pairs_num, pairs_den = trimmed_sums(*self._row_terms(slice(None)), self.params.trim)
+            pairs_num, pairs_den = trimmed_sums(*_row_terms(self, slice(None)), self.params.trim)
         elif self.incremental:
             pairs_num, pairs_den = self.sums_w.totals(self.row_sums)
         else:
@@ -709,19 +600,8 @@ class PrivateColME(SlotBatched):
         `rows` include, recomputed from the pair state (O(M) per row)."""
         if self.graph is not None:
             return edge_row_sums(self, rows)
-        weight, value = self._row_terms(rows)
+        weight, value = _row_terms(self, rows)
         return (weight * value).sum(axis=1), weight.sum(axis=1)
-
-    def _row_terms(self, rows: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
-        """1/Var[T_{b→a}] of the b ≠ a that agents a in `rows` include (0 for the others) and
-        T_{b→a}, one row per agent a."""
-        sigma2 = self.sigma2[None, :] if self.known else self.v_hat[rows]
-        var = self.stat.variance(sigma2, rows)
-        with np.errstate(divide="ignore"):
-            weight = np.where(self.included[rows], 1.0 / var, 0.0)
-        agents = np.arange(len(self.sums))[rows]
-        weight[np.arange(len(agents)), agents] = 0.0  # a itself
-        return weight, self.stat.value_of(rows)
 
     def adversary_state(self) -> tuple[np.ndarray, np.ndarray] | None:
         """(which agents are adversaries, how many adversaries each agent includes in C_a), for
@@ -746,49 +626,77 @@ class PrivateColME(SlotBatched):
         """
         if self.params.noise == "none":
             return None
-        one, every = self._per_responder(first_sample_psums)
+        one, every = _per_responder(self, first_sample_psums)
         if self.params.variance == "sch-var-1":
             one, every = 2 * one, 2 * every
-        m = self._multiplier
+        m = self.multiplier
         against = {"one": (m, one), "all": (m, every)}
-        if self._any_degraded:
-            against = self._degraded_spend(one, every)
+        if self.release_budget is not None:
+            against = self.release_budget.spend(lambda f: _per_responder(self, f), one, every)
         return Spend(self.params.noise, self.params.delta, against, self.params.accountant)
 
-    def _per_responder(self, per_pair: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Per responder b, the most of `per_pair(mechanism, κ)` over its queriers and their
-        sum, κ being each pair's releases made (`mech.count`)."""
-        if self.graph is None:
-            per = per_pair(self.params.mechanism, self.mech.count)
-            return per.max(axis=1), per.sum(axis=1)
-        return responder_spend(self, per_pair)
 
-    def _degraded_spend(self, one: np.ndarray, every: np.ndarray) -> dict[str, tuple]:
-        """The ledger's (multipliers, counts) under ``degrade``: an agent with a degraded p-sum
-        holding its first sample gives, per recipient set, one Gaussian release of multiplier
-        (k/m² + k'/m'²)^(−1/2) for k such p-sums at m and k' at m' (the most precise querier's
-        for ``one``, their sum for ``all``), which they compose to exactly; the others keep
-        (m, count)."""
-        m, m_prime = self._multiplier, self.degraded_m
-        first = self.degraded_from
-        if self.graph is None:  # [a, b] → the mechanism's [b, a]
-            first = first.reshape(self.mech.count.shape).T
+# -- the protocol's arithmetic over its pair state (functions: the class stays readable) --
 
-        def precision(mechanism: str, kappa: np.ndarray) -> np.ndarray:
-            early, late = split_degraded(mechanism, kappa, first)
-            return early / m**2 + late / m_prime**2
 
-        one_p = self._per_responder(precision)[0]
-        # ``all`` from the integer sums: the same bits whatever order the queriers are summed in
-        early = self._per_responder(lambda mech, kappa: split_degraded(mech, kappa, first)[0])[1]
-        late = self._per_responder(lambda mech, kappa: split_degraded(mech, kappa, first)[1])[1]
-        every_p = early / m**2 + late / m_prime**2
-        hit = late > 0
-        with np.errstate(divide="ignore"):
-            return {
-                "one": (np.where(hit, 1 / np.sqrt(one_p), m), np.where(hit, 1, one)),
-                "all": (np.where(hit, 1 / np.sqrt(every_p), m), np.where(hit, 1, every)),
-            }
+def _per_responder(protocol: Any, per_pair: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per responder b, the most of `per_pair(mechanism, κ)` over its queriers and their
+    sum, κ being each pair's releases made (`mech.count`)."""
+    if protocol.graph is None:
+        per = per_pair(protocol.params.mechanism, protocol.mech.count)
+        return per.max(axis=1), per.sum(axis=1)
+    return responder_spend(protocol, per_pair)
+
+
+def _data_variance(
+    protocol: Any,
+    pair: np.ndarray,
+    payload: np.ndarray,
+    j: np.ndarray,
+    last: np.ndarray | None,
+    k: np.ndarray,
+) -> np.ndarray:
+    """V_{b→a}: Sch-Var-1's released variance (a negative one means "unknown": +∞), or
+    Sch-Var-2's estimate from the releases taken (`model.sch_var_2_estimate`)."""
+    if protocol.params.variance == "sch-var-1":
+        v_b = payload[:, VARIANCE]
+        return np.where(v_b >= 0, v_b, np.inf)
+    v_raw, k_noise, k = protocol.schvar2.update(
+        pair, payload[:, VALUE], payload[:, COUNT], j, protocol.sigma2_dp, last, k
+    )
+    bayes = protocol.params.variance == "sch-var-2-bayes"
+    return sch_var_2_estimate(v_raw, k_noise, k, bayes, protocol.params.prior)
+
+
+def _pair_terms(
+    protocol: Any,
+    a: np.ndarray,
+    b: np.ndarray,
+    pair: np.ndarray,
+    value: np.ndarray,
+    data: np.ndarray,
+    noise: np.ndarray,
+    n: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The current terms T/Var[T] and 1/Var[T] of pairs (a, b) in a's combination sums
+    (0 for excluded pairs), from their statistic state as `estimates` computes them."""
+    sigma2 = protocol.sigma2[b] if protocol.known else protocol.v_hat.ravel()[pair]
+    with np.errstate(invalid="ignore"):
+        num = sigma2 * data + protocol.sigma2_dp * noise
+    var = np.divide(num, n * n, out=np.full_like(num, np.inf), where=n > 0)
+    return contribution(protocol.beliefs.flat[pair], value, var)
+
+
+def _row_terms(protocol: Any, rows: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
+    """1/Var[T_{b→a}] of the b ≠ a that agents a in `rows` include (0 for the others) and
+    T_{b→a}, one row per agent a."""
+    sigma2 = protocol.sigma2[None, :] if protocol.known else protocol.v_hat[rows]
+    var = protocol.stat.variance(sigma2, rows)
+    with np.errstate(divide="ignore"):
+        weight = np.where(protocol.included[rows], 1.0 / var, 0.0)
+    agents = np.arange(len(protocol.sums))[rows]
+    weight[np.arange(len(agents)), agents] = 0.0  # a itself
+    return weight, protocol.stat.value_of(rows)
 
 
 @PROTOCOLS.register("private-colme-oracle")

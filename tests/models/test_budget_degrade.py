@@ -63,7 +63,7 @@ def test_a_degrade_agent_ends_its_horizon_at_its_budget(mechanism, against, epsi
     m, t_max = 6, 5 * 16
     proto, wide = simulate(degrade(mechanism, epsilon, against, weights=weights), m, t_max)
     who = "one" if against == "one" else "all"
-    assert proto.degraded_m > proto._multiplier and proto.gate.withheld.sum() == 0
+    assert proto.release_budget.degraded_m > proto.multiplier and proto.gate.withheld.sum() == 0
     assert (wide[f"eps_{who}_max"] <= epsilon * (1 + 1e-9)).all()
     final = proto.privacy_spend().epsilons()[who]
     assert (final <= epsilon * (1 + 1e-9)).all() and (final >= 0.99 * epsilon).all()
@@ -94,10 +94,10 @@ def test_a_degrade_agent_never_exceeds_its_budget_on_lossy_links(
     who = "one" if against == "one" else "all"
     eps = proto.privacy_spend().epsilons()[who]
     assert (eps <= budget * (1 + 1e-9)).all() and proto.gate.withheld.sum() == 0
-    if proto.degraded_from is None:  # k* covers the horizon: nothing to degrade
+    if proto.release_budget.degraded_from is None:  # k* covers the horizon: nothing to degrade
         return
-    mult, m_prime = proto._multiplier, proto.degraded_m
-    first = proto.degraded_from.reshape(m, m).T  # [b, a]
+    mult, m_prime = proto.multiplier, proto.release_budget.degraded_m
+    first = proto.release_budget.degraded_from.reshape(m, m).T  # [b, a]
     for b in range(m):
         held = []  # per querier: p-sums holding b's first sample made at m, and at m'
         for a in range(m):
@@ -143,8 +143,11 @@ def test_var_t_of_degraded_pm2_tree_nodes_by_hand():
     params = degrade("pm2", eps2 * 1.0001, "one")
     proto, _ = simulate(params, m, t_max, cls=Recorded, ledger=False)
     off_diagonal = ~np.eye(m, dtype=bool)
-    assert proto.gate.capacity == 2 and (proto.degraded_from.reshape(m, m)[off_diagonal] == 4).all()
-    s2, rho = proto.sigma2_dp, (proto.degraded_m / proto._multiplier) ** 2
+    assert (
+        proto.gate.capacity == 2
+        and (proto.release_budget.degraded_from.reshape(m, m)[off_diagonal] == 4).all()
+    )
+    s2, rho = proto.sigma2_dp, (proto.release_budget.degraded_m / proto.multiplier) ** 2
     var = proto.stat.variance(proto.sigma2[None, :])
     for a in range(m):
         for b in range(m):
@@ -168,7 +171,7 @@ def test_var_t_of_degraded_pm1_psums_under_mean_of_means_by_hand():
     params = degrade("pm1", 1.5, "colluding", weights="mom")
     proto, _ = simulate(params, m, t_max, cls=Recorded, ledger=False)
     assert 0 < proto.gate.capacity < m - 1
-    s2, rho = proto.sigma2_dp, (proto.degraded_m / proto._multiplier) ** 2
+    s2, rho = proto.sigma2_dp, (proto.release_budget.degraded_m / proto.multiplier) ** 2
     var = proto.stat.variance(proto.sigma2[None, :])
     seen = set()
     for a in range(m):
@@ -231,10 +234,10 @@ def test_degrade_gives_the_same_bytes_in_every_delivery_mode(mechanism, against,
         {**degrade(mechanism, epsilon, against), "weights": "wmom"},
         t_max=80,
         metrics=("budget", "privacy"),
-        state=("gate.hit_at", "gate.exposure", "mech.count", "degraded_from"),
+        state=("gate.hit_at", "gate.exposure", "mech.count", "release_budget.degraded_from"),
     ):
         proto = runs["instants"].protocol
-        assert proto._any_degraded and proto.gate.withheld.sum() == 0
+        assert proto.release_budget.any_degraded and proto.gate.withheld.sum() == 0
 
 
 def test_degrade_on_a_complete_graph_gives_the_bytes_of_all_peers():
@@ -262,7 +265,7 @@ def test_degrade_on_a_complete_graph_gives_the_bytes_of_all_peers():
 def test_a_degrade_budget_that_never_binds_changes_nothing():
     _, free = simulate({"mechanism": "pm2"}, 6, 60, seed=3)
     proto, budgeted = simulate(degrade("pm2", 1e6, "colluding"), 6, 60, seed=3)
-    assert proto.degraded_from is None and not np.isfinite(proto.gate.hit_at).any()
+    assert proto.release_budget.degraded_from is None and not np.isfinite(proto.gate.hit_at).any()
     keep = [c for c in budgeted.columns if not c.startswith("budget")]
     assert free.to_csv().encode() == budgeted[keep].to_csv().encode()
 

@@ -1,0 +1,148 @@
+"""A per-agent privacy budget on Private-ColME's releases (``budget = {…}``), as a strategy the
+protocol holds when a study sets one: the gate that decides which release fits (``stop``: the
+others are not made), and under ``degrade`` from which release each pair b → a adds the larger
+noise m' that keeps the horizon within the budget (its j_d), with the ledger's view of them.
+
+Why per pair and as a prefix: a pair degrades from the first of its releases the gate refuses
+and stays degraded, so the releases a pair makes at the nominal multiplier m are a prefix of its
+releases and no sample enters more first-sample p-sums at m than the gate counted
+(`desim.models.privacy.budget`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from desim.kernel.protocol import Context
+from desim.models.privacy.budget import (
+    Budget,
+    StopGate,
+    capacity,
+    degraded_multiplier,
+    first_sample_psums,
+    split_degraded,
+)
+
+#: j_d of a pair none of whose releases was degraded (above every j: j < 2³¹).
+NEVER = np.iinfo(np.int32).max
+
+
+class ReleaseBudget:
+    """The budget of one run of Private-ColME: its `gate` (k* found once by the accountant, for
+    counts up to the most this run can make) and, under ``degrade``, m' found once."""
+
+    def __init__(self, protocol: Any, ctx: Context, kappa_max: int) -> None:
+        p, m = protocol.params, ctx.n_agents
+        self.protocol = protocol
+        per_release = 2 if p.variance == "sch-var-1" else 1
+        most = int(first_sample_psums(p.mechanism, np.array([kappa_max]))[0]) * per_release
+        if p.budget.against == "colluding":  # every querier of the responder
+            most *= m - 1 if protocol.graph is None else protocol.graph.max_degree()
+        budget = p.budget
+        multiplier = protocol.multiplier
+        k_star = capacity(p.noise, multiplier, budget.epsilon, budget.delta, most, p.accountant)
+        #: Whether the budget can bind at all (k* < the most this run can count): when it
+        #: cannot, no release consults the gate (its counts stay 0), so it costs nothing.
+        self.binds = k_star < most
+        #: m'/m, the noise scale of a degraded release (None: nothing is ever degraded).
+        self.scale: float | None = None
+        #: ρ = (m'/m)², a degraded p-sum's noise variance over σ_DP².
+        self.ratio = 1.0
+        #: m', the multiplier of every degraded release (∞: none).
+        self.degraded_m = math.inf
+        #: j_d of each pair (its index): from its release j_d on, its p-sums carry ρσ_DP².
+        self.degraded_from: np.ndarray | None = None
+        #: Whether some release was degraded yet.
+        self.any_degraded = False
+        if budget.action == "degrade" and self.binds:
+            budget = self._degrade_from(k_star, most, multiplier)
+        #: The gate every release passes while the budget can bind.
+        self.gate = StopGate(budget, p.mechanism, per_release, m, k_star)
+
+    def _degrade_from(self, k_star: int, most: int, multiplier: float) -> Budget:
+        """Set up ``degrade``: m' for the `most` − k* releases past k*. Returns the budget the
+        gate enforces: ``stop`` when k* releases at m already use it all (no m' fits: the rest
+        cannot be made at any noise)."""
+        p, budget = self.protocol.params, self.protocol.params.budget
+        m_prime = degraded_multiplier(
+            multiplier, k_star, most - k_star, budget.epsilon, budget.delta, p.accountant
+        )
+        if not math.isfinite(m_prime):
+            return replace(budget, action="stop")
+        self.degraded_m = m_prime
+        self.scale = m_prime / multiplier
+        self.ratio = self.scale**2
+        self.degraded_from = np.full(self.protocol.n_pairs, NEVER, dtype=np.int32)
+        return budget
+
+    def release(
+        self, b: np.ndarray, a: np.ndarray, pair: np.ndarray, slot: np.ndarray
+    ) -> np.ndarray:
+        """The protocol's `release` under a budget that can bind: a release the gate does not
+        admit is not made (``stop``: its row has j = 0, `withheld`, and the delivery sends
+        nothing for it) or made with more noise (``degrade``)."""
+        protocol = self.protocol
+        ok = self.gate.admit(b, self.protocol.made(b, a, pair), protocol.view.clock(slot))
+        if ok.all() and not self.any_degraded:  # (a budget not hit yet costs the gate only)
+            return protocol._release(b, a, pair, slot)
+        if self.scale is not None:
+            return protocol._release(b, a, pair, slot, self._degrade(b, a, pair, ok))
+        payload = np.zeros((len(b), protocol.release_width))
+        if ok.any():
+            payload[ok] = protocol._release(b[ok], a[ok], pair[ok], slot[ok])
+        return payload
+
+    def _degrade(
+        self, b: np.ndarray, a: np.ndarray, pair: np.ndarray, ok: np.ndarray
+    ) -> np.ndarray | None:
+        """The noise scale of releases b → a under ``degrade`` (None: none degraded); sets j_d
+        of the pairs that degrade now: from the first of their releases the gate refuses."""
+        degraded = ~ok
+        if self.any_degraded:
+            degraded |= self.protocol.made(b, a, pair) >= self.degraded_from[pair]  # j ≥ j_d
+        if not degraded.any():
+            return None
+        self.any_degraded = True
+        j = self.protocol.made(b, a, pair)[degraded] + 1
+        first = pair[degraded]
+        self.degraded_from[first] = np.minimum(self.degraded_from[first], j)
+        return np.where(degraded, self.scale, 1.0)
+
+    def degraded_from_of(self, pair: np.ndarray) -> np.ndarray | None:
+        """j_d of the pairs `pair` (None while no release was degraded: the old arithmetic)."""
+        return self.degraded_from[pair] if self.any_degraded else None
+
+    def spend(self, per_responder: Any, one: np.ndarray, every: np.ndarray) -> dict[str, tuple]:
+        """The ledger's (multipliers, counts) per recipient set: (m, `one`) and (m, `every`)
+        while nothing was degraded; after, an agent with a degraded p-sum holding its first
+        sample gives one Gaussian release of multiplier (k/m² + k'/m'²)^(−1/2) for k such
+        p-sums at m and k' at m' (the most precise querier's for ``one``, their sum for
+        ``all``), which they compose to exactly; the others keep (m, count).
+        `per_responder(per_pair)` gives per responder the most of `per_pair(mechanism, κ)`
+        over its queriers and their sum."""
+        m = self.protocol.multiplier
+        if not self.any_degraded:
+            return {"one": (m, one), "all": (m, every)}
+        m_prime, first = self.degraded_m, self.degraded_from
+        if self.protocol.graph is None:  # [a, b] → the mechanism's [b, a]
+            first = first.reshape(self.protocol.mech.count.shape).T
+
+        def precision(mechanism: str, kappa: np.ndarray) -> np.ndarray:
+            early, late = split_degraded(mechanism, kappa, first)
+            return early / m**2 + late / m_prime**2
+
+        one_p = per_responder(precision)[0]
+        # ``all`` from the integer sums: the same bits whatever order the queriers are summed in
+        early = per_responder(lambda mech, kappa: split_degraded(mech, kappa, first)[0])[1]
+        late = per_responder(lambda mech, kappa: split_degraded(mech, kappa, first)[1])[1]
+        every_p = early / m**2 + late / m_prime**2
+        hit = late > 0
+        with np.errstate(divide="ignore"):
+            return {
+                "one": (np.where(hit, 1 / np.sqrt(one_p), m), np.where(hit, 1, one)),
+                "all": (np.where(hit, 1 / np.sqrt(every_p), m), np.where(hit, 1, every)),
+            }
