@@ -100,4 +100,6 @@ class CColMEFamily(WindowSafe):
 
     def neighbour_decisions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(a, b, b ∈ C_a) for every directed edge of G: the estimated same-class links."""
-        return self.src, self.dst, self.kept.copy()
+        kept = self.kept.view()  # read-only, not a copy: a checkpoint reads it at once
+        kept.flags.writeable = False
+        return self.src, self.dst, kept
