@@ -100,6 +100,4 @@ class CColMEFamily(WindowSafe):
 
     def neighbour_decisions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(a, b, b ∈ C_a) for every directed edge of G: the estimated same-class links."""
-        kept = self.kept.view()  # read-only, not a copy: a checkpoint reads it at once
-        kept.flags.writeable = False
-        return self.src, self.dst, kept
+        return self.src, self.dst, self.kept.copy()
