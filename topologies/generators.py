@@ -7,8 +7,8 @@ every scenario of a study sees the same graph for the same data set-up and repli
 does both and warns when the graph is disconnected. Watts–Strogatz and Barabási–Albert graphs
 come from networkx (seeded from the stream, so they are reproducible for a given networkx
 version); random r-regular graphs are networkx's `random_regular_graph` (networkx 3.x) redone
-here with the same random draws, vectorised where the draws allow (the same graph, several
-times faster, without importing networkx); the others are drawn with numpy and scipy.
+here with the same random draws, vectorised (the same graph, several times faster, without
+importing networkx); the others are drawn with numpy and scipy.
 """
 
 from __future__ import annotations
@@ -115,10 +115,10 @@ def random_regular_keys(d: int, n: int, seed: int) -> np.ndarray:
     a loop or an existing link goes back, with its nodes, to a list of leftover stubs — ordered
     by each node's first appearance among the rejected pairs, as networkx's dict — which is
     shuffled and paired again, until none is left (success) or no leftover pair could ever be
-    linked (a new attempt, from the same random stream). Only the shuffles run in Python (they
-    must consume the stream as `random.shuffle` does); the pairing is vectorised: a pair is kept
-    iff it is no loop, not yet a link and the first of its kind in this pass. The shuffles are
-    `shuffled`: `random.shuffle`'s permutation and stream, computed with numpy.
+    linked (a new attempt, from the same random stream). The shuffles must consume the stream as
+    `random.shuffle` does: `shuffled` computes its permutation from the same words with numpy.
+    The pairing is vectorised: a pair is kept iff it is no loop, not yet a link and the first
+    of its kind in this pass.
     """
     if d == 0:
         return np.empty(0, dtype=np.int64)
