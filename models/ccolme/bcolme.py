@@ -104,9 +104,11 @@ def outgoing_tables(
     Written into `out` (rows × slots) when given."""
     sums = row_sums(indptr, held)
     out = np.empty_like(held) if out is None else out
-    for k in range(len(held)):  # row by row: np.take is several times faster than [:, idx]
-        np.take(sums[k], dst, out=out[k])
-        out[k] -= np.take(held[k], reverse)
+    # slot by slot, all rows at once: one random read per slot fetches a slot's rows together,
+    # where row by row costs a cache miss per row once the arrays outgrow the cache
+    got = np.take(np.ascontiguousarray(sums.T), dst, axis=0)
+    back = np.take(np.ascontiguousarray(held.T), reverse, axis=0)
+    np.subtract(got.T, back.T, out=out)
     return out
 
 
@@ -203,7 +205,7 @@ class BColME(CColMEFamily):
     def _send(self, t: int, s: np.ndarray, c: np.ndarray) -> None:
         """Message s = (a, b) goes from b to a, filed in a's slot s: X̃_b, t, then the sums
         S and c at depths 1 … κ−2 of b's tables but the entry about a."""
-        g, d = self.graph, self.depth
+        g = self.graph
         if self._buffers:  # ideal links: the send before last is held by nobody now
             self._buffers.reverse()
             payload = self._buffers[0]
@@ -211,8 +213,8 @@ class BColME(CColMEFamily):
             payload = np.empty_like(self.held)
         np.take(self.mean, self.dst, out=payload[0])
         payload[1] = t
-        outgoing_tables(g.indptr, self.dst, self.reverse, s, out=payload[2 : d + 1])
-        outgoing_tables(g.indptr, self.dst, self.reverse, c, out=payload[d + 1 :])
+        # S then c (depths 0 … κ−3, sent as 1 … κ−2): payload rows 2 … d, then d + 1 …
+        outgoing_tables(g.indptr, self.dst, self.reverse, np.concatenate([s, c]), out=payload[2:])
         self.ctx.send("table", self.dst, self.src, payload.T)
 
     def on_deliver(self, batch: Batch) -> None:
