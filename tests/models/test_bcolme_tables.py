@@ -10,7 +10,7 @@ from desim.topologies.generators import RandomRegular
 
 def test_outgoing_tables_are_the_row_by_row_sums_bit_for_bit():
     """Each row k and slot s = (a, b): Σ of b's row-k entries minus the one about a, the same
-    floats as gathering row by row (several rows at once, and zero rows)."""
+    floats as a plain gather per row (several rows, and zero rows)."""
     rng = np.random.default_rng(8)
     g = RandomRegular(7).make(500, rng)
     for rows in (0, 1, 6):
