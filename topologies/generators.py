@@ -7,8 +7,8 @@ every scenario of a study sees the same graph for the same data set-up and repli
 does both and warns when the graph is disconnected. Watts–Strogatz and Barabási–Albert graphs
 come from networkx (seeded from the stream, so they are reproducible for a given networkx
 version); random r-regular graphs are networkx's `random_regular_graph` (networkx 3.x) redone
-here with the same random draws, vectorised where the draws allow (the same graph, several
-times faster, without importing networkx); the others are drawn with numpy and scipy.
+here with the same random draws, vectorised (the same graph, several times faster, without
+importing networkx); the others are drawn with numpy and scipy.
 """
 
 from __future__ import annotations
@@ -114,9 +114,10 @@ def random_regular_keys(d: int, n: int, seed: int) -> np.ndarray:
     a loop or an existing link goes back, with its nodes, to a list of leftover stubs — ordered
     by each node's first appearance among the rejected pairs, as networkx's dict — which is
     shuffled and paired again, until none is left (success) or no leftover pair could ever be
-    linked (a new attempt, from the same random stream). Only the shuffles run in Python (they
-    must consume the stream as `random.shuffle` does); the pairing is vectorised: a pair is kept
-    iff it is no loop, not yet a link and the first of its kind in this pass.
+    linked (a new attempt, from the same random stream). The shuffles must consume the stream as
+    `random.shuffle` does: `shuffled` computes its permutation from the same words with numpy.
+    The pairing is vectorised: a pair is kept iff it is no loop, not yet a link and the first
+    of its kind in this pass.
     """
     if d == 0:
         return np.empty(0, dtype=np.int64)
@@ -129,10 +130,9 @@ def random_regular_keys(d: int, n: int, seed: int) -> np.ndarray:
 
 def _regular_attempt(d: int, n: int, draw: random.Random) -> np.ndarray | None:
     links = np.empty(0, dtype=np.int64)  # sorted keys
-    stubs = list(range(n)) * d
-    while stubs:
-        draw.shuffle(stubs)
-        pairs = np.array(stubs, dtype=np.int64).reshape(-1, 2)
+    stubs = np.tile(np.arange(n, dtype=np.int64), d)  # list(range(n)) * d
+    while len(stubs):
+        pairs = shuffled(stubs, draw).reshape(-1, 2)
         low, high = pairs.min(axis=1), pairs.max(axis=1)
         key = low * n + high
         ok = low != high
@@ -152,8 +152,114 @@ def _regular_attempt(d: int, n: int, draw: random.Random) -> np.ndarray | None:
         nodes, counts = nodes[np.argsort(where)], counts[np.argsort(where)]
         if not _suitable(links, nodes.tolist(), n):
             return None
-        stubs = np.repeat(nodes, counts).tolist()
+        stubs = np.repeat(nodes, counts)
     return links
+
+
+#: Words of `random.Random`'s stream drawn at a time, at most.
+WORDS = 1 << 20
+#: Lists shorter than this are shuffled by `random.shuffle` itself (numpy's set-up costs more).
+SMALL = 1 << 12
+
+
+def shuffled(x: np.ndarray, draw: random.Random) -> np.ndarray:
+    """A copy of x in the order `draw.shuffle(list(x))` gives, leaving `draw` where that
+    shuffle leaves it: the same permutation from the same 32-bit words of the Mersenne Twister,
+    computed with numpy (Python's shuffle pays an interpreted call per item)."""
+    if len(x) < SMALL or len(x) > 1 << 32:  # beyond 2³²: more than one word per draw
+        out = x.tolist()
+        draw.shuffle(out)
+        return np.array(out, dtype=x.dtype)
+    return x[_swapped(len(x), _shuffle_draws(len(x), draw))]
+
+
+def _twister(draw: random.Random) -> np.random.MT19937:
+    """numpy's Mersenne Twister in the state of `draw` (the two keep the same state)."""
+    _, words, _ = draw.getstate()
+    mt = np.random.MT19937()
+    key = np.array(words[:-1], dtype=np.uint32)
+    mt.state = {"bit_generator": "MT19937", "state": {"key": key, "pos": words[-1]}}
+    return mt
+
+
+def _shuffle_draws(count: int, draw: random.Random) -> np.ndarray:
+    """The j that `random.shuffle` draws for a list of `count` items, for i = count − 1, …, 1
+    in turn: ``randbelow(i + 1)``, a word's top k bits (k the bit length of i + 1) redrawn while
+    they are ≥ i + 1. `draw` is left after the last word used.
+
+    Whether a word is taken depends on how many were taken before it, which a chunk of c words
+    bounds: from n = i + 1 at its start, every word meets an n in (n − c, n], so a word below
+    n − c + 1 is taken and one at least n is redrawn, whatever came before; the chunk's outcomes
+    are exact up to its first word in between, which is decided with the exact n, and the next
+    chunk starts after it. With c ≈ √n about c²/n words of a chunk fall in between.
+    """
+    mt = _twister(draw)
+    out = np.empty(count - 1, dtype=np.int64)
+    words = np.empty(0, dtype=np.int64)
+    base = used = filled = 0  # stream index of words[0]; words used; draws made
+    n = count
+    while n >= 2:
+        k = n.bit_length()
+        # about √n words: one or two of them fall between, where the chunk is read again;
+        # n keeps its bit length over the chunk
+        c = min(math.isqrt(n) + 1, n - (1 << (k - 1)) + 1)
+        if used + c > base + len(words):
+            more = mt.random_raw(min(WORDS, 2 * n)).astype(np.int64)  # n draws: about 1.4 n
+            words = np.concatenate([words[used - base :], more])
+            base = used
+        r = words[used - base : used - base + c] >> (32 - k)
+        between = (r >= n - c + 1) & (r < n)
+        a = int(between.argmax()) if between.any() else c
+        taken = r[:a][r[:a] < n]
+        out[filled : filled + len(taken)] = taken
+        filled, n, used = filled + len(taken), n - len(taken), used + a
+        if a < c:
+            if r[a] < n:
+                out[filled] = r[a]
+                filled, n = filled + 1, n - 1
+            used += 1
+    mt = _twister(draw)
+    for lo in range(0, used, WORDS):  # leave `draw` after the words used
+        mt.random_raw(min(WORDS, used - lo), output=False)
+    key, pos = mt.state["state"]["key"], mt.state["state"]["pos"]
+    draw.setstate((3, (*key.tolist(), int(pos)), draw.getstate()[2]))
+    return out
+
+
+def _swapped(count: int, j: np.ndarray) -> np.ndarray:
+    """The index of the item each place of a list of `count` holds after the swaps
+    x[i] ↔ x[j_i] for i = count − 1, …, 1 in turn (`j` in that order).
+
+    Place i is final after its swap: it takes what place j_i held then, which is the item i'
+    put there by the last earlier swap onto j_i (the least i' > i with j_i' = j_i), or item j_i
+    if none. What place i' held just before its own swap is, in the same way, what the last
+    earlier swap onto i' put there (the least i'' > i' with j_i'' = i'), or item i': chains
+    that pointer jumping follows to their ends. Place 0 holds what place 0 held at the end.
+    """
+    step = np.arange(count - 1, 0, -1, dtype=np.int64)
+    key = np.sort(j * count + step)  # swaps by the place they hit, then by i
+    hit, at = np.divmod(key, count)
+    same = hit[1:] == hit[:-1]
+    later = np.full(len(key), -1, dtype=np.int64)  # the next swap onto the same place
+    later[:-1] = np.where(same, at[1:], -1)
+    first = np.flatnonzero(np.concatenate(([True], ~same)))
+    # the least i' > p with j_i' = p: the first swap onto p, or the next if that is p's own
+    onto = np.where(at[first] == hit[first], later[first], at[first])
+    end = np.arange(count, dtype=np.int64)
+    has = onto >= 0
+    end[hit[first][has]] = onto[has]
+    going = hit[first][has]  # the places with a chain to follow
+    while len(going):  # pointer jumping, each place to the end of its chain
+        nxt = end[going]
+        jumped = end[nxt]
+        moved = jumped != nxt
+        end[going] = jumped
+        going = going[moved]
+    out = np.empty(count, dtype=np.int64)
+    # place i = at takes what the last earlier swap onto j_i = hit put there, or item j_i
+    out[at] = np.where(later >= 0, end[np.maximum(later, 0)], hit)
+    out[0] = end[0]
+    return out
 
 
 def _member(key: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:

@@ -157,14 +157,17 @@ class BColME(CColMEFamily):
         self._whole_t: float | None = None  # n_b of every held message when one whole send
         self._buffers = [np.empty_like(self.held) for _ in range(2)] if self._in_order else []
         self._estimate = np.zeros(g.n)
+        self._tables: tuple[np.ndarray, np.ndarray] | None = None  # (S, c) buffers of `tables`
 
     def tables(self) -> tuple[np.ndarray, np.ndarray]:
         """a's tables (S, c) at depths 0 … κ−2 (rows), one column per slot (a, b): b's newest
-        message where b is kept and heard from, zero elsewhere."""
+        message where b is kept and heard from, zero elsewhere. The arrays are reused: they
+        hold this slot's tables until the next call."""
         h, d = self.held, self.depth
         use = np.logical_and(self.kept, h[1] > 0).astype(float)  # one cast, reused by rows
-        s = np.empty((d, h.shape[1]))
-        c = np.empty_like(s)
+        if self._tables is None:  # reused: read only within the slot (fresh ones fault pages)
+            self._tables = np.empty((d, h.shape[1])), np.empty((d, h.shape[1]))
+        s, c = self._tables
         np.multiply(h[0], use, out=s[0])
         c[0] = use
         np.multiply(h[2 : d + 1], use, out=s[1:])
