@@ -55,7 +55,7 @@ QUICK_DIGESTS = {
     "privacy-accounting/fig2": "1bd98280ed0d1788",
     "privacy-accounting/pricer": "b5c092aca2ba459c",
     "privacy-budgets/ccolme": "c6b4f10ebbbc3828",
-    "privacy-budgets/colme": "afd49e173f544265",
+    "privacy-budgets/colme": "b135eed120a3c77e",  # issue 30: degrade scenarios added
     "privacy-budgets/eb": "a0c820400b1ebc9f",
     "robustness/drift": "05cbfbc62d475843",
     "robustness/adversaries": "ee9d208a7fd09456",
