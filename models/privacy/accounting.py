@@ -137,11 +137,18 @@ def rdp_epsilon(noise: str, multiplier: float, count: int, delta: float) -> floa
     return float(acc.compose(_event(noise, multiplier, count)).get_epsilon(delta))
 
 
+@lru_cache(maxsize=4096)
+def gaussian_sigma(epsilon: float, delta: float) -> float:
+    """σ*: the least noise multiplier of one Gaussian release that is (ε, δ)-DP, by the analytic
+    Gaussian mechanism's closed form (Balle & Wang; dp-accounting's `get_sigma_gaussian`)."""
+    return float(_dp().get_sigma_gaussian(epsilon, delta))
+
+
 def _tight_rdp(noise: str, epsilon: float, delta: float, count: int) -> float:
     """`tight_multiplier` per the RDP accountant: a bracket grown from the PLD-free first guess
     (the exact Gaussian, or basic composition for Laplace), Brent's bisection, a nudge up."""
     if noise == "gaussian":
-        hi = float(_dp().get_sigma_gaussian(epsilon, delta)) * math.sqrt(count)
+        hi = gaussian_sigma(epsilon, delta) * math.sqrt(count)
     else:
         hi = count / epsilon
     while rdp_epsilon(noise, hi, count, delta) > epsilon:  # RDP needs more than the exact noise
@@ -194,7 +201,7 @@ def tight_multiplier(
     # the accountant's pessimistic grid needs a hair more than; basic composition for Laplace),
     # halved until it is not
     if noise == "gaussian":
-        exact = float(_dp().get_sigma_gaussian(epsilon, delta)) * math.sqrt(count)
+        exact = gaussian_sigma(epsilon, delta) * math.sqrt(count)
         if epsilon > PLD_MAX_EPSILON:  # the PLD grid would be huge; the closed form is exact
             return exact
         hi = 1.01 * exact

@@ -53,6 +53,7 @@ far (``budget_withheld``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -60,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from desim.kernel.registry import METRICS, applies_to, records
-from desim.models.privacy.accounting import epsilon_spent, tight_multiplier
+from desim.models.privacy.accounting import epsilon_spent, gaussian_sigma, tight_multiplier
 
 #: The budget's recipient sets, as the ledger names them.
 AGAINST: dict[str, str] = {"one": "one", "colluding": "all"}
@@ -214,6 +215,8 @@ def capacity(
 
     if cap <= 0 or not fits(1):
         return 0
+    if noise == "gaussian" and accountant == "pld":
+        return _gaussian_capacity(float(multiplier), float(epsilon), float(delta), cap, fits)
     lo, hi = 1, 2  # fits(lo); grow hi until it does not fit or passes cap
     while hi <= cap and fits(hi):
         lo, hi = hi, 2 * hi
@@ -225,6 +228,22 @@ def capacity(
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     return lo
+
+
+def _gaussian_capacity(
+    multiplier: float, epsilon: float, delta: float, cap: int, fits: Callable[[int], bool]
+) -> int:
+    """`capacity` for Gaussian noise under the PLD ledger, which takes k releases as exactly one
+    of multiplier m/√k (`epsilon_spent`): k* = ⌊(m/σ*)²⌋ for σ* the least multiplier with
+    (ε, δ), then stepped to the ledger's own boundary (both calibrations are searches with a
+    tolerance), so the answer is the bisection's in two or three ledger calls, not twelve."""
+    sigma = gaussian_sigma(epsilon, delta)
+    k = max(1, min(cap, math.floor((multiplier / sigma) ** 2)))
+    while k > 1 and not fits(k):
+        k -= 1
+    while k < cap and fits(k + 1):
+        k += 1
+    return k
 
 
 def first_sample_psums(mechanism: str, kappa: np.ndarray) -> np.ndarray:

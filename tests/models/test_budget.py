@@ -242,3 +242,23 @@ def test_a_study_with_a_budget_runs_and_summarises(tmp_path, capsys, no_figures)
     rows = summary_rows(folder, "budget_exhausted", capsys)
     assert float(rows["stop"][1]) > 0  # at t_max some agents have withheld a release
     assert "unlimited" not in rows  # no budget, nothing recorded
+
+
+@pytest.mark.parametrize("multiplier", [0.4, 2.0, 14.6])
+@pytest.mark.parametrize(("epsilon", "cap"), [(0.5, 1), (1.0, 7), (4.0, 1000), (40.0, 50)])
+def test_gaussian_capacity_from_the_closed_form_is_the_ledger_s_own_boundary(
+    multiplier, epsilon, cap
+):
+    """k* for Gaussian noise starts from ⌊(m/σ*)²⌋ (k releases are one of multiplier m/√k):
+    it must be exactly the largest k ≤ cap whose ledger ε fits, as the ledger counts it."""
+    delta = 1e-6
+
+    def fits(k: int) -> bool:
+        return epsilon_spent("gaussian", multiplier, k, delta) <= epsilon
+
+    lo, hi = 0, cap + 1  # fits(lo) (0 releases spend nothing), not fits(hi) or beyond cap
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    expected = lo
+    assert capacity("gaussian", multiplier, epsilon, delta, cap) == expected
