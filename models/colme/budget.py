@@ -86,28 +86,28 @@ class ReleaseBudget:
         admit is not made (``stop``: its row has j = 0, `withheld`, and the delivery sends
         nothing for it) or made with more noise (``degrade``)."""
         protocol = self.protocol
-        ok = self.gate.admit(b, self.protocol.made(b, a, pair), protocol.view.clock(slot))
+        made = protocol.made(b, a, pair)
+        ok = self.gate.admit(b, made, protocol.view.clock(slot))
         if ok.all() and not self.any_degraded:  # (a budget not hit yet costs the gate only)
             return protocol._release(b, a, pair, slot)
         if self.scale is not None:
-            return protocol._release(b, a, pair, slot, self._degrade(b, a, pair, ok))
+            return protocol._release(b, a, pair, slot, self._degrade(made, pair, ok))
         payload = np.zeros((len(b), protocol.release_width))
         if ok.any():
             payload[ok] = protocol._release(b[ok], a[ok], pair[ok], slot[ok])
         return payload
 
-    def _degrade(
-        self, b: np.ndarray, a: np.ndarray, pair: np.ndarray, ok: np.ndarray
-    ) -> np.ndarray | None:
-        """The noise scale of releases b → a under ``degrade`` (None: none degraded); sets j_d
-        of the pairs that degrade now: from the first of their releases the gate refuses."""
+    def _degrade(self, made: np.ndarray, pair: np.ndarray, ok: np.ndarray) -> np.ndarray | None:
+        """The noise scale of the releases of pairs `pair` (`made` releases so far) under
+        ``degrade`` (None: none degraded); sets j_d of the pairs that degrade now: from the
+        first of their releases the gate refuses."""
         degraded = ~ok
         if self.any_degraded:
-            degraded |= self.protocol.made(b, a, pair) >= self.degraded_from[pair]  # j ≥ j_d
+            degraded |= made >= self.degraded_from[pair]  # j ≥ j_d
         if not degraded.any():
             return None
         self.any_degraded = True
-        j = self.protocol.made(b, a, pair)[degraded] + 1
+        j = made[degraded] + 1
         first = pair[degraded]
         self.degraded_from[first] = np.minimum(self.degraded_from[first], j)
         return np.where(degraded, self.scale, 1.0)

@@ -300,7 +300,11 @@ class StopGate:
             if self.budget.action == "stop":  # (degrade: the release is made, noisier)
                 self.withheld += np.bincount(refused, minlength=len(self.withheld))
             when = np.broadcast_to(np.asarray(now, dtype=float), b.shape)[~ok]
-            np.minimum.at(self.hit_at, refused, when)
+            # only refusals earlier than an agent's recorded hit change it (after its first
+            # refusal, none): the minimum over few entries, not over every refused release
+            earlier = when < self.hit_at[refused]
+            if earlier.any():
+                np.minimum.at(self.hit_at, refused[earlier], when[earlier])
         return ok
 
     def withhold(self, b: np.ndarray) -> None:
