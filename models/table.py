@@ -23,7 +23,6 @@ horizon outlasts some agents' rows says so (`ExhaustedWarning`, in its sidecar).
 from __future__ import annotations
 
 import functools
-import hashlib
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from desim.kernel.fingerprint import sha256_file
 from desim.kernel.params import param
 from desim.kernel.protocol import DataSource
 from desim.kernel.registry import DATA
@@ -82,15 +82,9 @@ class TableData:
 
             return make_samples(self)
         path = Path(self.file)
-        if self.sha256 and _sha256(path) != self.sha256:
+        if self.sha256 and sha256_file(path) != self.sha256:
             raise ValueError(f"file {path.name!r} changed since the study was expanded; run again")
         return TableSamples(self, read_table(path, self.truth == "column"))
-
-
-def _sha256(path: Path) -> str:
-    """sha256 (hex) of the bytes of `path`, as the study layer fingerprints the file."""
-    with path.open("rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 @dataclass

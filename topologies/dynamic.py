@@ -20,7 +20,6 @@ are told). `graph_at(t)` gives the graph in force at slot t.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from desim.kernel.fingerprint import sha256_file
 from desim.kernel.params import ConfigError, build, param
 from desim.kernel.randomness import Streams
 from desim.topologies.files import FromFile
@@ -138,17 +138,11 @@ def dynamics(table: dict[str, Any], t_max: int) -> Dynamics:
     return Dynamics(sequence=tuple(out))
 
 
-def file_sha256(path: Path) -> str:
-    """sha256 (hex) of the bytes of `path`."""
-    with path.open("rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
 def read_switch(switch: Switch, n: int, folder: str = "") -> Graph:
     """The graph of a sequence entry on n agents (ValueError: unreadable, an unknown agent,
     or a file that changed since the study was expanded)."""
     path = Path(folder) / switch.file if folder else Path(switch.file)
-    if switch.sha256 and path.is_file() and file_sha256(path) != switch.sha256:
+    if switch.sha256 and path.is_file() and sha256_file(path) != switch.sha256:
         raise ValueError(f"{switch.file}: changed since the study was expanded; run again")
     try:
         return FromFile(path=str(path), format="edgelist").make(n, np.random.default_rng(0))

@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import functools
 import gzip
-import hashlib
 import re
 import warnings
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from desim.kernel.fingerprint import sha256_file
 from desim.kernel.params import param
 from desim.kernel.registry import TOPOLOGIES
 from desim.topologies.generators import Topology, TopologyWarning, _nx
@@ -88,7 +89,7 @@ class FromFile(Topology):
             raise ValueError(f"path = {self.path!r}: no such file")
         if file.stat().st_size == 0:
             raise ValueError(f"path = {self.path!r}: the file is empty")
-        if self.sha256 and sha256_of(file) != self.sha256:
+        if self.sha256 and sha256_file(file) != self.sha256:
             raise ValueError(f"{file.name}: changed since the study was expanded; run again")
         return file
 
@@ -128,18 +129,7 @@ class FromFile(Topology):
                 raise ValueError(f"{file.name}: unmatched = 'drop': this data cannot drop agents")
             restrict(match.kept)
         graph = Graph.from_edges(len(match.kept), match.u, match.v)
-        return self._warn_if_disconnected(graph)
-
-    def _warn_if_disconnected(self, graph: Graph) -> Graph:
-        if graph.n_components > 1:
-            sizes = np.bincount(graph.components)
-            warnings.warn(
-                f"{self}: the graph is disconnected ({graph.n_components} components, the "
-                f"largest has {sizes.max()} of {graph.n} agents)",
-                TopologyWarning,
-                stacklevel=3,
-            )
-        return graph
+        return self.warn_if_disconnected(graph)
 
 
 def build_graph(topology: Any, data: Any, rng: np.random.Generator) -> Graph:
@@ -149,12 +139,6 @@ def build_graph(topology: Any, data: Any, rng: np.random.Generator) -> Graph:
     if on_data is not None:
         return on_data(data, rng)
     return topology.build(data.n_agents, rng)
-
-
-def sha256_of(file: Path) -> str:
-    """sha256 (hex) of the bytes of `file`."""
-    with file.open("rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 # --------------------------------------------------------------------------------------------
@@ -239,14 +223,20 @@ def _node(nodes: dict[str, int], name: str) -> int:
     return nodes.setdefault(name, len(nodes))
 
 
-def _edge_lines(fh, name: str, nodes: dict[str, int], u: list[int], v: list[int]) -> None:
-    """Read an edge list with node ids: "a b" per line, # comments, commas as spaces."""
+def _edge_fields(fh: Iterable[str], name: object) -> Iterator[tuple[int, str, list[str]]]:
+    """(line number, line, its fields) of every line of an edge list that holds something:
+    # starts a comment, commas count as spaces, a NUL byte is refused."""
     for lineno, line in enumerate(fh, start=1):
         if "\x00" in line:  # UTF-16 text or a binary file may decode, but is no edge list
             raise ValueError(f"{name}:{lineno}: {_NOT_TEXT}")
         text = line.split("#", 1)[0].replace(",", " ").split()
-        if not text:
-            continue
+        if text:
+            yield lineno, line, text
+
+
+def _edge_lines(fh, name: str, nodes: dict[str, int], u: list[int], v: list[int]) -> None:
+    """Read an edge list with node ids: "a b" per line, # comments, commas as spaces."""
+    for lineno, line, text in _edge_fields(fh, name):
         if len(text) < 2:
             raise ValueError(f"{name}:{lineno}: {_shown(line)}: expected two node ids")
         if text[0] == text[1]:
@@ -411,12 +401,7 @@ def _read_edgelist(file: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
 def _edges(file: Path, n: int, u: list[int], v: list[int]) -> None:
     """Append the edges of edge-list `file` to `u` and `v`, each line checked."""
     with file.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if "\x00" in line:  # UTF-16 text or a binary file may decode, but is no edge list
-                raise ValueError(f"{file}:{lineno}: {_NOT_TEXT}")
-            text = line.split("#", 1)[0].replace(",", " ").split()
-            if not text:
-                continue
+        for lineno, line, text in _edge_fields(fh, file):
             try:
                 a, b = int(text[0]), int(text[1])
             except (ValueError, IndexError):

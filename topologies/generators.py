@@ -43,14 +43,18 @@ class Topology:
     def build(self, n: int, rng: np.random.Generator) -> Graph:
         """`check`, `make`, and a `TopologyWarning` when G is not connected."""
         self.check(n)
-        graph = self.make(n, rng)
+        return self.warn_if_disconnected(self.make(n, rng))
+
+    def warn_if_disconnected(self, graph: Graph) -> Graph:
+        """`graph`, after a `TopologyWarning` (at the caller of the method that built it) when
+        it is not connected."""
         if graph.n_components > 1:
             sizes = np.bincount(graph.components)
             warnings.warn(
                 f"{self}: the graph is disconnected ({graph.n_components} components, the "
-                f"largest has {sizes.max()} of {n} agents)",
+                f"largest has {sizes.max()} of {graph.n} agents)",
                 TopologyWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
         return graph
 

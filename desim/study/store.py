@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 from filelock import FileLock, Timeout
 
 import desim
+from desim.kernel.fingerprint import sha256_file
 from desim.kernel.params import ConfigError
 
 RUNS_DIR = "runs"
@@ -182,15 +183,6 @@ def clean_temporaries(folder: Path) -> None:
 
 # --------------------------------------------------------------------------------------------
 # hashes
-
-
-def sha256_file(path: Path) -> str:
-    """sha256 (hex) of the bytes of `path`."""
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def fingerprint(frame: pd.DataFrame) -> str:

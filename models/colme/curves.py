@@ -87,6 +87,10 @@ class OracleCurve:
         """σ_DP² of Lemma 1 or 2 at this curve's budget (split for PM-II as in §VII), or the
         tight σ_DP² (`desim.models.privacy.tree.calibrated_psum_noise`)."""
         agents = int(self.agents if self.agents is not None else data.agents)
+        return self._calibrated(data, t_max, agents)
+
+    def _calibrated(self, data: Any, t_max: int, agents: int) -> float:
+        """σ_DP² for a querier whose round robin runs over `agents` − 1 peers (κ_max)."""
         return calibrated_psum_noise(
             self.noise,
             data.support_half_width(),
@@ -169,16 +173,7 @@ class NeighbourOracleCurve(OracleCurve):
         """σ_DP² as the protocol on the graph calibrates it (κ_max of the smallest degree)."""
         degrees = self.degrees(data)
         smallest = int(degrees[degrees > 0].min(initial=1))
-        return calibrated_psum_noise(
-            self.noise,
-            data.support_half_width(),
-            self.mechanism,
-            self.epsilon,
-            self.delta,
-            t_max,
-            self.calibration,
-            max_pair_releases(self.schedule, smallest + 1, t_max),
-        )[0]
+        return self._calibrated(data, t_max, smallest + 1)
 
     def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:
         """(mean, stderr) of Prop. 3 (or Remark 3) over neighbours on the grid `t`."""

@@ -140,15 +140,20 @@ def test_prepare_names_a_missing_column(tmp_path):
         prepare["outcomes"](bad)
 
 
+def _radon(study: str) -> tuple[float, float, pd.Series]:
+    """Local's and EB's final MSE (means over replicates) and private EB's gain over local,
+    by ε₀, of a radon study."""
+    mean = _final_mse(study).groupby(["scenario", "epsilon"])["value"].mean()
+    local = mean["local"].iloc[0]
+    return local, mean["EB, σ_θ by moments"].iloc[0], 1 - mean["private, σ_θ by moments"] / local
+
+
 def test_radon_shrinkage_gains_17_percent_and_privacy_only_from_eps_8():
     """real-data/radon/README.md: local 0.4002, EB 0.3314 (17.2 %); private within ±0.3 % of
     local for ε₀ ≤ 4, 4.5 % and 11.6 % lower at ε₀ = 8 and 16."""
-    m = _final_mse("real-data/radon")
-    mean = m.groupby(["scenario", "epsilon"])["value"].mean()
-    local = mean["local"].iloc[0]
+    local, eb, gain = _radon("real-data/radon")
     assert local == pytest.approx(0.4002, abs=5e-5)
-    assert mean["EB, σ_θ by moments"].iloc[0] == pytest.approx(0.3314, abs=5e-5)
-    gain = 1 - mean["private, σ_θ by moments"] / local
+    assert eb == pytest.approx(0.3314, abs=5e-5)
     assert gain[gain.index <= 4].abs().max() < 0.003
     assert gain[8.0] == pytest.approx(0.045, abs=5e-4)
     assert gain[16.0] == pytest.approx(0.116, abs=5e-4)
@@ -157,10 +162,7 @@ def test_radon_shrinkage_gains_17_percent_and_privacy_only_from_eps_8():
 def test_radon_unbalanced_gains_25_percent_and_keeps_more_under_privacy():
     """real-data/radon/README.md (unbalanced/): local 0.6445, EB 0.4859 (24.6 %); private 0 /
     1.0 / 2.3 / 5.0 / 14.0 / 18.8 % lower at ε₀ = 0.5 … 16."""
-    m = _final_mse("real-data/radon/unbalanced")
-    mean = m.groupby(["scenario", "epsilon"])["value"].mean()
-    local = mean["local"].iloc[0]
+    local, eb, gain = _radon("real-data/radon/unbalanced")
     assert local == pytest.approx(0.6445, abs=5e-5)
-    assert mean["EB, σ_θ by moments"].iloc[0] == pytest.approx(0.4859, abs=5e-5)
-    gain = 1 - mean["private, σ_θ by moments"] / local
+    assert eb == pytest.approx(0.4859, abs=5e-5)
     np.testing.assert_allclose(gain, [0.0, 0.010, 0.023, 0.050, 0.140, 0.188], atol=5e-4)

@@ -13,12 +13,13 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from desim.kernel.fingerprint import sha256_file as sha256_of
 from desim.models.table import TableData
 from desim.study.cli import main
 from desim.study.spec import load_study
 from desim.study.spec.limits import horizon, study_sizes
 from desim.study.spec.parse import parse_study
-from desim.topologies.files import COUNTIES, FromFile, id_key, read_graph, sha256_of
+from desim.topologies.files import COUNTIES, FromFile, id_key, read_graph
 
 STUDY = """\
 [study]
