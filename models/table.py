@@ -110,7 +110,7 @@ def read_table(path: Path, with_truth: bool) -> AgentRows:
     order beside the sorted ones; rows of one agent are then sorted by `order` a group of
     agents at a time."""
     name = path.name
-    names = _column_names(path)
+    names = column_names(path)
     missing = [c for c in ("agent", "value") if c not in names]
     if missing:
         shown = ", ".join(map(repr, names[:10]))
@@ -120,7 +120,7 @@ def read_table(path: Path, with_truth: bool) -> AgentRows:
     ids, length = agent_counts(path)
     wanted = [c for c in COLUMNS if c in names and (c != "truth" or with_truth)]
     placed = _Placed(ids, length, "order" in wanted, name)
-    for batch in _batches(path, wanted):
+    for batch in record_batches(path, wanted):
         placed.add(batch)
     out = AgentRows(ids, placed.values, placed.start, length, placed.classes(), placed.truth)
     if placed.order is not None:
@@ -169,12 +169,14 @@ class _Placed:
         where = self.next[sorted_codes] + rank
         if len(where) and (where >= self.end[sorted_codes]).any():
             raise ValueError(f"{self.name}: changed while it was read; run again")
-        self.values[where] = _numeric(column["value"], "value", self.name, self.row)[by_agent]
+        self.values[where] = numeric_column(column["value"], "value", self.name, self.row)[by_agent]
         if self.order is not None:
-            self.order[where] = _numeric(column["order"], "order", self.name, self.row)[by_agent]
+            self.order[where] = numeric_column(column["order"], "order", self.name, self.row)[
+                by_agent
+            ]
         self.next += np.bincount(codes, minlength=len(self.ids))
         if "truth" in column:
-            truth = _numeric(column["truth"], "truth", self.name, self.row)
+            truth = numeric_column(column["truth"], "truth", self.name, self.row)
             self.truth = self._constant(self.truth, codes, truth, "truth")
         if "class" in column:
             self._classes(column["class"], codes)
@@ -245,7 +247,7 @@ def _sort_by_order(rows: AgentRows, order: np.ndarray) -> None:
 _GROUP = 1 << 20
 
 
-def _column_names(path: Path) -> list[str]:
+def column_names(path: Path) -> list[str]:
     """The file's column names (the CSV header, the parquet schema)."""
     kind = FORMATS[path.suffix.lower()]
     _check_head(path, kind)
@@ -277,7 +279,7 @@ def _agent_counts(path: str, size: int, mtime_ns: int) -> tuple[list, np.ndarray
     file = Path(path)
     ids, rows = None, np.zeros(0, dtype=np.int64)
     categories: set = set()
-    for batch in _batches(file, ["agent"]):
+    for batch in record_batches(file, ["agent"]):
         agent = batch.column(0)
         if agent.null_count:
             raise ValueError(f"{file.name}: column 'agent' has {agent.null_count} empty values")
@@ -303,7 +305,7 @@ def _agent_counts(path: str, size: int, mtime_ns: int) -> tuple[list, np.ndarray
     return ids.to_pylist(), rows
 
 
-def _batches(path: Path, columns: list[str]):
+def record_batches(path: Path, columns: list[str]):
     """The file's `columns` (those present) in record batches of about `_BLOCK` bytes of text
     or `_ROWS` parquet rows: never the whole file at once. pyarrow's errors become one line."""
     kind = FORMATS[path.suffix.lower()]
@@ -370,7 +372,7 @@ def _check_head(path: Path, kind: str) -> None:
         raise ValueError(f"{name}: not a CSV text file (it holds binary bytes)")
 
 
-def _numeric(array, column: str, name: str, row: int) -> np.ndarray:
+def numeric_column(array, column: str, name: str, row: int) -> np.ndarray:
     """A block of a numeric column as float64 numpy (its first data row is `row` + 1),
     refused when it has empty or non-finite values."""
     import pyarrow as pa

@@ -2,7 +2,8 @@
 Connected Networks with Peer-To-Peer Privacy"): private relaying to a parameter server.
 
 `protocol` (the two-stage relaying protocol and its metrics), `optimiser` (Alg. 3: relay
-weights and noise), `curves` (the optimised objective), `data` (the vector data of Fig. 4).
+weights and noise), `curves` (the optimised objective), `data` (the vector data of Fig. 4),
+`table` (the vectors read from a file).
 """
 
-from desim.models.pricer import curves, data, protocol  # noqa: F401  (registration)
+from desim.models.pricer import curves, data, protocol, table  # noqa: F401  (registration)

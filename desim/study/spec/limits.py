@@ -296,11 +296,32 @@ def table_sizes(data: dict, grid: dict, folder: Path | None) -> tuple[int, int]:
     return agents, rows
 
 
+def vector_sizes(data: dict, folder: Path | None) -> tuple[int, int]:
+    """(nodes, dimension) of the file a ``vector-table`` study reads, from its agent column and
+    header alone; (0, 0) without one or when it cannot be read (the set-up checks name it)."""
+    if folder is None or data.get("model") != "vector-table":
+        return 0, 0
+    from desim.models.table import agent_counts, column_names  # here: only such studies read
+
+    try:
+        check_input_file(folder, data.get("file"), "[data]: file", "data file", limit=None)
+        columns = data.get("columns")
+        d = (
+            len(columns)
+            if isinstance(columns, list)
+            else len(column_names(folder / data["file"])) - 1
+        )
+        return len(agent_counts(folder / data["file"])[0]), d
+    except (ConfigError, ValueError, TypeError, KeyError, OSError):
+        return 0, 0
+
+
 def study_sizes(h: Horizon, doc: StudyDocument) -> Sizes:
     """The largest agents, dimension and directed edges the study's grid reaches."""
     table = table_sizes(h.data, doc.grid, doc.file.parent)[0]
-    agents = max(_largest_in(h.data, doc.grid, "data", "agents") or 1, table)
-    dimension = _largest_in(h.data, doc.grid, "data", "dimension") or 1
+    vectors = vector_sizes(h.data, doc.file.parent)
+    agents = max(_largest_in(h.data, doc.grid, "data", "agents") or 1, table, vectors[0])
+    dimension = max(_largest_in(h.data, doc.grid, "data", "dimension") or 1, vectors[1])
     means = h.data.get("class_means")
     classes = len(means) if isinstance(means, list) and means else 2
     return Sizes(agents, dimension, _edges(doc, agents), classes)
