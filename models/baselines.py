@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from desim.kernel.params import param
-from desim.kernel.protocol import Context, Protocol
+from desim.kernel.protocol import Context, StopsSampling
 from desim.kernel.registry import CURVES, PROTOCOLS
 
 
@@ -25,7 +25,7 @@ class NoParams:
 
 
 @PROTOCOLS.register("local")
-class Local(Protocol):
+class Local(StopsSampling):
     """Every agent estimates its mean by its own running mean X̄_a (MSE σ²/t, Prop. 1)."""
 
     Params = NoParams
@@ -35,19 +35,31 @@ class Local(Protocol):
     def setup(self, ctx: Context) -> None:
         super().setup(ctx)
         self.sums = np.zeros(ctx.n_agents)
-        self.counts = 0
+        #: Samples taken: one count for all, or each agent's own once some stop sampling.
+        self.counts: int | np.ndarray = 0
 
     def on_samples(self, t: int, samples: np.ndarray) -> None:
         self.sums += samples
         self.counts += 1
 
+    def stop_sampling(self) -> None:
+        """Count each agent's own samples (a stopped agent's mean is over those it had)."""
+        self.counts = np.zeros(self.ctx.n_agents, dtype=np.int64)
+        self.on_samples = self._on_fresh_samples  # chosen once: the common case stays as it is
+
+    def _on_fresh_samples(self, t: int, samples: np.ndarray) -> None:
+        fresh = ~np.isnan(samples)
+        self.sums += np.where(fresh, samples, 0.0)
+        self.counts += fresh
+
     def estimates(self) -> np.ndarray:
-        return self.sums / max(self.counts, 1)
+        return self.sums / np.maximum(self.counts, 1)
 
 
 @PROTOCOLS.register("ideal")
 class Ideal(Local):
-    """Every agent averages all samples of its true class (MSE σ²/(|C_a| t), Prop. 2).
+    """Every agent averages all samples of its true class (MSE σ²/(|C_a| t), Prop. 2; when
+    agents stop sampling, all the samples its class has taken).
 
     This is the paper's "public data with known classes" benchmark, so it uses the truth.
     """
@@ -57,6 +69,9 @@ class Ideal(Local):
 
     def estimates(self) -> np.ndarray:
         classes = self.ctx.oracle_classes
+        if np.ndim(self.counts):  # some agents stopped: the class's samples over their number
+            taken = np.bincount(classes, weights=self.counts)
+            return (np.bincount(classes, weights=self.sums) / np.maximum(taken, 1))[classes]
         size = np.bincount(classes)
         class_mean = np.bincount(classes, weights=self.sums) / np.maximum(size, 1)
         return class_mean[classes] / max(self.counts, 1)

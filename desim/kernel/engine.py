@@ -41,7 +41,14 @@ from desim.kernel.network import (
     Network,
     pick_transport,
 )
-from desim.kernel.protocol import Context, DataSource, FollowsGraph, Protocol, SlotBatched
+from desim.kernel.protocol import (
+    Context,
+    DataSource,
+    FollowsGraph,
+    Protocol,
+    SlotBatched,
+    StopsSampling,
+)
 from desim.kernel.randomness import Streams
 from desim.kernel.recorder import Recorder, log_checkpoints
 from desim.kernel.transports import Windows
@@ -103,6 +110,11 @@ class Simulation:
         self.protocol = protocol
         self.data = data
         self.t_max = int(t_max)
+        self._stops = data.stops_before(self.t_max)
+        if self._stops and not isinstance(protocol, StopsSampling):
+            raise ValueError(
+                f"protocol {type(protocol).__name__} needs a sample every slot (StopsSampling)"
+            )
         self.streams = streams
         # the links of this run: probabilities fixed now (graph, own streams), public to all
         self.links = (links or IdealLinks()).bind(data.n_agents, data.public, streams)
@@ -227,6 +239,8 @@ class Simulation:
         )
         self._ctx = ctx
         self.protocol.setup(ctx)
+        if self._stops:
+            self.protocol.stop_sampling()
         transport = self.network.transport
         self.slot_batches = (
             self._allow_batches

@@ -44,6 +44,12 @@ class DataSource:
         """
         return self
 
+    def stops_before(self, t_max: int) -> bool:
+        """Whether some agent's samples stop before slot `t_max`: its later samples are NaN,
+        "no new sample" (a table's stream that runs out with ``exhausted = "stop"``); only a
+        `StopsSampling` protocol can run then (default: never)."""
+        return False
+
     def sample(self, rng: np.random.Generator, n_slots: int) -> np.ndarray:
         """`n_slots` consecutive slots of samples, shape (n_slots, n_agents).
 
@@ -89,8 +95,8 @@ class Protocol:
     (`setup`, `on_samples`, `on_deliver`, `estimates`), a protocol may implement the hooks
     below (each has a default: nothing needed, nothing to check, nothing to report) and declare
     capabilities by its bases: `WindowSafe` (deliveries in windows), `SlotBatched` (several
-    slots at once), `FollowsGraph` (a graph that changes during a run). `docs/extending.md`
-    describes them all.
+    slots at once), `FollowsGraph` (a graph that changes during a run), `StopsSampling`
+    (agents whose samples stop before the horizon). `docs/extending.md` describes them all.
     """
 
     Params: ClassVar[type]
@@ -233,3 +239,23 @@ class FollowsGraph(Protocol, metaclass=ABCMeta):
     def on_graph_change(self, t: int, added: np.ndarray, dropped: np.ndarray) -> None:
         """The graph changes before slot t: `added` and `dropped` are its new and its lost
         links, (k, 2) arrays of agents (u, v), u < v; the new graph is ``ctx.public["graph"]``."""
+
+
+class StopsSampling(Protocol, metaclass=ABCMeta):
+    """A protocol whose agents may stop sampling before the horizon (`DataSource.stops_before`:
+    a table whose streams run out with ``exhausted = "stop"``); a study that stops the samples
+    of a protocol without this base is refused before any run.
+
+    When some agent stops before the horizon, the engine calls `stop_sampling` once after
+    `setup`; from then on a NaN sample means that agent has no new sample, and its estimate
+    keeps to the samples it had.
+    """
+
+    @classmethod
+    def check_stops(cls, params: Any) -> None:
+        """Raise `ValueError` (one line) when a run with `params` cannot have agents stop
+        sampling (default: every run can)."""
+
+    @abstractmethod
+    def stop_sampling(self) -> None:
+        """Some agents stop sampling during this run: from now on a NaN sample is no sample."""

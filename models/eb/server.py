@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 
 from desim.kernel.messages import Batch
-from desim.kernel.protocol import Context, WindowSafe
+from desim.kernel.protocol import Context, StopsSampling, WindowSafe
 from desim.kernel.registry import METRICS, applies_to, records
 from desim.kernel.server import ParameterServer, Round, server_address
 from desim.models.adversaries import STREAM, ActiveAdversaries, Adversaries
@@ -89,7 +89,7 @@ from desim.models.privacy.release import PSumRelease
 VALUE, COUNT, NOISE_VAR = range(3)
 
 
-class ServerEstimation(WindowSafe):
+class ServerEstimation(WindowSafe, StopsSampling):
     """Base of the empirical-Bayes protocols: rounds, uploads, broadcasts, local state.
 
     Subclasses set `broadcast_width`, and implement `aggregate` (the server's round) and
@@ -190,8 +190,7 @@ class ServerEstimation(WindowSafe):
 
     # -- agents: samples, uploads ----------------------------------------------------------
     def on_samples(self, t: int, samples: np.ndarray) -> None:
-        self.sums += samples
-        self.counts += 1
+        self._take(samples)
         if t % self.every or not self.communicates():
             return
         r = t // self.every
@@ -211,6 +210,32 @@ class ServerEstimation(WindowSafe):
         if len(agents):
             self.ctx.send("upload", agents, dst, _tagged(r, self.upload(agents)))
         self.uploads_sent[agents] += 1
+
+    def _take(self, samples: np.ndarray) -> None:
+        """Add a slot's samples to the agents' sums and counts."""
+        self.sums += samples
+        self.counts += 1
+
+    def _take_fresh(self, samples: np.ndarray) -> None:
+        """`_take` when agents stop sampling: a NaN sample adds nothing."""
+        fresh = ~np.isnan(samples)
+        self.sums += np.where(fresh, samples, 0.0)
+        self.counts += fresh
+
+    @classmethod
+    def check_stops(cls, params: Any) -> None:
+        """Refuse PM-I/PM-II uploads when agents stop sampling: a stopped agent would upload
+        the p-sums of the same samples again, which the ledger (per sample) does not count."""
+        if params.mechanism in ("pm1", "pm2"):
+            raise ValueError(
+                f"mechanism = {params.mechanism!r}: agents that stop sampling would release "
+                "the same samples' p-sums again; use 'gaussian', or exhausted = 'cycle'"
+            )
+
+    def stop_sampling(self) -> None:
+        """Each agent's count is its own (a stopped agent uploads the mean of what it had)."""
+        self.check_stops(self.params)
+        self._take = self._take_fresh  # chosen once: the common case stays as it is
 
     def upload(self, agents: np.ndarray) -> np.ndarray:
         """Upload rows [value, count, noise variance] of `agents`, through the mechanism."""

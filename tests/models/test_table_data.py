@@ -177,10 +177,85 @@ def test_class_protocols_and_metrics_need_a_class_column(tmp_path, capsys):
     assert main(["validate", str(study(tmp_path, with_classes, protocol="ideal"))]) == 0
 
 
-def test_stop_is_refused_beyond_the_shortest_stream(tmp_path, capsys):
-    err = refused(study(tmp_path, exhausted="stop", t_max=4), capsys)
+def test_stop_beyond_the_shortest_stream_is_refused_for_protocols_that_need_every_sample(
+    tmp_path, capsys
+):
+    err = refused(study(tmp_path, exhausted="stop", t_max=4, protocol="private-colme"), capsys)
     assert "agent 'a' has 3 rows but t_max = 4" in err
+    assert "those that can stop sampling: " in err and "local" in err and "eb-gaussian" in err
     assert main(["validate", str(study(tmp_path, exhausted="stop", t_max=3))]) == 0
+    assert main(["validate", str(study(tmp_path, exhausted="stop", t_max=4))]) == 0  # local
+
+
+def _stopped(protocol, t_max=10, text=CSV, **data):
+    """`protocol` run to `t_max` on the streams of `text` with ``exhausted = "stop"``."""
+    from desim.kernel.engine import Simulation
+    from desim.kernel.randomness import Streams
+
+    source = TableData(file=str(text), exhausted="stop", **data).make(None)
+    Simulation(protocol, source, t_max, Streams(1, 0, 1, 2), checkpoints=np.array([t_max])).run()
+    return protocol, source
+
+
+def test_an_agent_that_stops_sampling_keeps_the_mean_of_the_samples_it_had(tmp_path):
+    from desim.models.baselines import Local, NoParams
+
+    (tmp_path / "d.csv").write_text(CSV)
+    local, source = _stopped(Local(NoParams()), text=tmp_path / "d.csv")
+    assert source.stops_before(10) and not source.stops_before(3)
+    np.testing.assert_array_equal(local.counts, [3, 4])
+    np.testing.assert_array_equal(local.estimates(), [sum(s) / len(s) for s in STREAMS])
+
+
+def test_ideal_pools_every_sample_its_class_took_when_agents_stop(tmp_path):
+    from desim.models.baselines import Ideal, NoParams
+
+    rows = CSV.replace("order,truth", "order,truth,class").splitlines()
+    text = "\n".join([rows[0], *(r + ",0" for r in rows[1:]), "c,9.0,0,1.0,1", ""])
+    (tmp_path / "d.csv").write_text(text)
+    ideal, _ = _stopped(Ideal(NoParams()), text=tmp_path / "d.csv")
+    pooled = sum(map(sum, STREAMS)) / sum(map(len, STREAMS))  # 11 / 7
+    np.testing.assert_allclose(ideal.estimates(), [pooled, pooled, 9.0], rtol=1e-15)
+
+
+def test_the_server_protocols_upload_each_agents_own_count_when_it_stops(
+    tmp_path, capsys, no_figures
+):
+    from desim.kernel.params import build
+    from desim.kernel.registry import PROTOCOLS
+
+    (tmp_path / "d.csv").write_text(CSV)
+    cls = PROTOCOLS.get("eb-gaussian")
+    eb, _ = _stopped(cls(build(cls.Params, {}, "eb")), text=tmp_path / "d.csv")
+    np.testing.assert_array_equal(eb.counts, [3, 4])
+    np.testing.assert_array_equal(eb.sums, [sum(s) for s in STREAMS])
+    folder = study(tmp_path, exhausted="stop", t_max=5, protocol="eb-gaussian")
+    assert main(["run", str(folder), "--no-progress"]) == 0
+    assert "stop sampling (shortest: 'a', 3 rows)" in capsys.readouterr().err + "".join(
+        json.loads(p.read_text())["warnings"][0]
+        for p in (folder / "results" / "runs").glob("*.json")
+    )
+
+
+def test_pm_uploads_are_refused_when_agents_stop_sampling(tmp_path, capsys):
+    folder = study(tmp_path, exhausted="stop", t_max=5, protocol="eb-gaussian")
+    toml = (folder / "study.toml").read_text()
+    (folder / "study.toml").write_text(toml + 'mechanism = "pm1"\nepsilon = 1.0\n')
+    err = refused(folder, capsys)
+    assert "mechanism = 'pm1': agents that stop sampling" in err
+
+
+def test_the_engine_refuses_stopped_samples_for_a_protocol_that_needs_every_one(tmp_path):
+    from desim.kernel.engine import Simulation
+    from desim.kernel.params import build
+    from desim.kernel.randomness import Streams
+    from desim.kernel.registry import PROTOCOLS
+
+    (tmp_path / "d.csv").write_text(CSV)
+    source = TableData(file=str(tmp_path / "d.csv"), exhausted="stop").make(None)
+    cls = PROTOCOLS.get("private-colme")
+    with pytest.raises(ValueError, match="needs a sample every slot"):
+        Simulation(cls(build(cls.Params, {}, "p")), source, 5, Streams(1, 0, 1, 2))
 
 
 def test_the_files_sha256_is_in_the_run_record_and_editing_it_makes_results_stale(
