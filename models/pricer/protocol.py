@@ -157,8 +157,8 @@ class PricerParams:
     trim: float | None = param(
         None, "aggregation = 'trimmed': the share β of relays dropped at each end", ge=0, lt=0.5
     )
-    #: Without a budget or adversaries the config hash is the one from before they existed.
-    hash_omits_absent: ClassVar = ("budget", "adversaries", "trim")
+    #: Without a budget the config hash is the one from before the parameter existed.
+    hash_omits_absent: ClassVar = ("budget",)
 
     def __post_init__(self) -> None:
         if self.budget is not None and self.strategy != "pricer":
