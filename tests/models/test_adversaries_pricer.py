@@ -67,22 +67,37 @@ def test_a_shift_moves_the_servers_sum_by_every_share_the_adversaries_send_and_r
 
 
 def test_collusion_relays_shares_as_if_their_senders_held_the_target():
-    """ColRel (σ = 0): collusion to target τ makes an adversary's shares α_bj τ and the honest
-    shares it relays α_ib τ: the estimate moves by (1/n) Σ of α(τ − x) over those shares."""
+    """Collusion to target τ makes an adversary's shares α_bj τ + n_bj and the honest shares
+    it relays α_ib τ + n_ib (their noise as it came): with the honest run's noise draws the
+    estimate moves by (1/n) Σ of α(τ − x) over those shares, exactly."""
     tau, bad = 3.0, [4]
-    clean, _ = _run({"strategy": "colrel"})
-    proto, _ = _run(
-        {
-            "strategy": "colrel",
-            "adversaries": {"agents": bad, "behaviour": "collude", "target": tau},
-        }
-    )
+    clean, _ = _run({})
+    proto, _ = _run({"adversaries": {"agents": bad, "behaviour": "collude", "target": tau}})
     A, adv, x = proto.A, proto.adversaries.mask, _vectors().x
     off = ~np.eye(N, dtype=bool)
+    relays = off & ~adv[:, None] & adv[None, :]
+    assert A[relays].any()  # (honest shares reach the adversary)
     moved = A[adv].sum(axis=1)[:, None] * (tau - x[adv])  # own shares, own term included
-    relayed = (A * (off & ~adv[:, None] & adv[None, :]))[:, :, None] * (tau - x)[:, None, :]
+    relayed = (A * relays)[:, :, None] * (tau - x)[:, None, :]
     expected = (moved.sum(axis=0) + relayed.sum(axis=(0, 1))) / N
     np.testing.assert_allclose(proto.estimate - clean.estimate, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_a_flipping_relay_reflects_the_honest_shares_it_forwards_noise_and_all():
+    """A flipping relay j forwards −(α_ij x_i + n_ij) + 2α_ij x̄ for a share of honest i, and a
+    share of another adversary as it came; an honest relay forwards every share as it came."""
+    x = _vectors().x
+    spec = Adversaries.from_table({"agents": [1, 2], "behaviour": "flip"}, ("flip",), "pricer")
+    adv = VectorAdversaries(spec, spec.draw(N, np.random.default_rng(0)), x)
+    src, dst = np.array([0, 2, 0, 5]), np.array([1, 1, 3, 2])
+    alpha = np.array([[0.5], [0.25], [0.75], [2.0]])
+    rows = alpha * x[src] + np.arange(4 * D).reshape(4, D) / 100  # shares with their noise
+    got = adv.relayed(src, dst, alpha, rows)
+    centre = x.mean(axis=0)
+    np.testing.assert_allclose(got[0], -rows[0] + 2 * 0.5 * centre)  # honest 0 → adversary 1
+    np.testing.assert_array_equal(got[1], rows[1])  # adversary 2 → adversary 1: as it came
+    np.testing.assert_array_equal(got[2], rows[2])  # honest relay 3
+    np.testing.assert_allclose(got[3], -rows[3] + 2 * 2.0 * centre)  # honest 5 → adversary 2
 
 
 def test_flip_reflects_an_adversarys_vector_and_skip_noise_drops_only_its_noise():
