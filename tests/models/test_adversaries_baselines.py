@@ -127,3 +127,14 @@ def test_a_bad_adversaries_sweep_is_refused_in_one_line(tmp_path: Path, capsys, 
     assert main(["validate", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert fragment in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_baseline_refuses_adversaries_that_are_not_its_agents(tmp_path: Path, capsys):
+    text = STUDY.replace("fraction = 0.1\n", "agents = [25]\n").replace(
+        '[grid]\n"adversaries.fraction" = [0.1, 0.3]\n', ""
+    )
+    text = text[: text.index("[[scenario]]")] + '[[scenario]]\nname = "local"\nprotocol = "local"\n'
+    (tmp_path / "study.toml").write_text(text)
+    assert main(["validate", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "25 is not an agent" in err and len(err.strip().splitlines()) == 1, err
