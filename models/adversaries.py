@@ -238,9 +238,89 @@ class ActiveAdversaries:
         return np.where(self.mask[who], counts * self.spec.factor, counts)
 
 
+def coordinatewise_location(rows: np.ndarray, how: str, trim: float | None = None) -> np.ndarray:
+    """The coordinate-wise median (``median``) or trimmed mean (``trimmed``: the ⌊β·m⌋ lowest
+    and highest values of each coordinate of the m vectors `rows` dropped, β = `trim`) of Yin
+    et al. (2018): robust aggregates of vectors a minority of which may be corrupted."""
+    rows = np.asarray(rows, dtype=float)
+    if how == "median":
+        return np.median(rows, axis=0)
+    m = len(rows)
+    cut = int(np.floor(trim * m))
+    return np.sort(rows, axis=0)[cut : m - cut].mean(axis=0)
+
+
 def honest_mse(estimates: np.ndarray, means: np.ndarray, mask: np.ndarray) -> float:
     """The mean squared error over the honest agents (those `mask` does not mark)."""
     err2 = (np.asarray(estimates, dtype=float) - means) ** 2
     if err2.ndim > 1:  # vector estimates: squared Euclidean error per agent
         err2 = err2.sum(axis=tuple(range(1, err2.ndim)))
     return float(err2[~mask].mean())
+
+
+class VectorAdversaries(ActiveAdversaries):
+    """The adversaries of a run on vector data (PriCER, `desim.models.pricer.data`): what the
+    shares they send and the relays they forward carry.
+
+    Adversary b sends its shares and its own relay term with the vector x'_b = sign_b x_b +
+    add_b in place of x_b: shift x_b + s·1, flip 2x̄ − x_b (x̄ the nodes' mean vector),
+    collude target·1. Every share from an honest node i that b relays carries instead what
+    it would carry had i been such an adversary: α_ib x'_i plus the noise it came with
+    (negated under flip); shares from other adversaries are relayed as they came.
+    """
+
+    def __init__(self, spec: Adversaries, mask: np.ndarray, x: np.ndarray) -> None:
+        self.spec = spec
+        self.mask = mask
+        self.ids = np.flatnonzero(mask)
+        self.sign = np.ones(len(mask))
+        #: add_b, one row of d coordinates per node (zero for honest nodes).
+        self.add = np.zeros(x.shape)
+        self._x = x
+        b = self.ids
+        if spec.behaviour == "shift":
+            self.add[b] = spec.shift
+        elif spec.behaviour == "flip":
+            self.sign[b] = -1.0
+            self.add[b] = 2.0 * x.mean(axis=0)
+        elif spec.behaviour == "collude":
+            self.add[b] = spec.target - x[b]
+
+    @classmethod
+    def build(cls, spec: Adversaries | None, truth: Any, rng: Any) -> VectorAdversaries | None:
+        """The run's adversaries from the validated table `spec` (None: no table), the vector
+        data `truth` (its x_i) and the ``adversaries`` stream."""
+        if spec is None:
+            return None
+        mask = spec.draw(truth.n_agents, rng)
+        return cls(spec, mask, np.asarray(truth.x, dtype=float))
+
+    def vectors(self, x: np.ndarray) -> np.ndarray:
+        """The vectors the nodes send shares of: x'_b for the adversaries, x_i for the others."""
+        out = np.array(x, dtype=float)
+        b = self.ids
+        out[b] = self.sign[b, None] * x[b] + self.add[b]
+        return out
+
+    def own_noise(self, who: np.ndarray, noise: np.ndarray | float) -> np.ndarray | float:
+        """The noise of messages sent by `who`: without the adversaries' under ``skip_noise``."""
+        if not self.spec.skip_noise or np.isscalar(noise):
+            return noise
+        return noise * ~self.mask[who, None]
+
+    def relayed(
+        self, src: np.ndarray, dst: np.ndarray, alpha: np.ndarray, rows: np.ndarray
+    ) -> np.ndarray:
+        """The shares `rows` (α_ij x_i + n_ij from `src` i to `dst` j, `alpha` = α_ij as a
+        column) as their receivers forward them: corrupted where j is an adversary and i not."""
+        bad = self.mask[dst] & ~self.mask[src]
+        if not bad.any():
+            return rows
+        out = rows.copy()
+        i, j = src[bad], dst[bad]
+        if self.spec.behaviour == "collude":
+            add = self.spec.target - self._x[i]  # as if x_i were the target
+        else:
+            add = self.add[j]  # shift: + s·1; flip: 2x̄ (with the row negated)
+        out[bad] = self.sign[j, None] * rows[bad] + alpha[bad] * add
+        return out

@@ -17,6 +17,7 @@ from numpy.typing import ArrayLike
 from desim.kernel.params import param
 from desim.kernel.protocol import Context, StopsSampling
 from desim.kernel.registry import CURVES, PROTOCOLS
+from desim.models.adversaries import BEHAVIOURS, STREAM, Adversaries
 
 
 @dataclass(frozen=True)
@@ -24,19 +25,53 @@ class NoParams:
     """A protocol without parameters."""
 
 
+@dataclass(frozen=True)
+class BaselineParams:
+    """The baselines' one parameter: an [adversaries] table, read only by the metric."""
+
+    adversaries: dict | None = param(
+        None,
+        "an [adversaries] table: which agents are adversaries, so that the `adversaries` "
+        "metric scores the honest ones (a baseline sends nothing an adversary could corrupt)",
+    )
+    #: Without adversaries the config hash is the one from before the parameter existed.
+    hash_omits_absent: ClassVar = ("adversaries",)
+
+    def __post_init__(self) -> None:
+        if self.adversaries is not None:  # every behaviour: none changes what a baseline does
+            table = Adversaries.from_table(self.adversaries, tuple(BEHAVIOURS), "the baselines")
+            object.__setattr__(self, "adversaries", table)
+
+
 @PROTOCOLS.register("local")
 class Local(StopsSampling):
     """Every agent estimates its mean by its own running mean X̄_a (MSE σ²/t, Prop. 1)."""
 
-    Params = NoParams
+    Params = BaselineParams
     reads = frozenset()  # no messages, no graph: [network] and [topology] are not its
     reads_exact = True  # no draws of its own: one trajectory whatever the network and graph
+
+    @classmethod
+    def check_setup(cls, params: Any, data: Any, links: Any) -> None:
+        """Refuse adversaries that are not agents of this population."""
+        if getattr(params, "adversaries", None) is not None:
+            params.adversaries.check(data.n_agents, data.classes)
 
     def setup(self, ctx: Context) -> None:
         super().setup(ctx)
         self.sums = np.zeros(ctx.n_agents)
         #: Samples taken: one count for all, or each agent's own once some stop sampling.
         self.counts: int | np.ndarray = 0
+        spec = getattr(self.params, "adversaries", None)
+        #: Which agents are adversaries (the same draw as every protocol's), None without.
+        self.adversary_mask = (
+            None if spec is None else spec.draw(ctx.n_agents, ctx.streams.get(STREAM))
+        )
+
+    def adversary_state(self) -> tuple[np.ndarray, None] | None:
+        """(which agents are adversaries, None: a baseline accepts no one), for the
+        `adversaries` metric; None without an [adversaries] table."""
+        return None if self.adversary_mask is None else (self.adversary_mask, None)
 
     def on_samples(self, t: int, samples: np.ndarray) -> None:
         self.sums += samples

@@ -13,6 +13,13 @@ Privacy).
   Var X̄ = σ² + (μ(1−μ) − σ²)/n, not σ²), and â = σ̂²/(σ̂² + (μ̂(1−μ̂) − σ̂²)/n).
   ``moments = "printed"`` is eq. (6) as printed: σ̂_i² from deviations to each μ̂_l, and
   â = n/(μ̂(1−μ̂)/σ̂² − 1 + n) — without the −1 for the private estimator, as Theorem 4 prints it.
+- ``robust = "median"`` / ``"trimmed"`` (a defence against adversarial uploads, desim's
+  extension): the server fits the prior from robust moments instead — the uploads' median or
+  trimmed mean (β = `trim` at each end) for μ̂ and the median absolute deviation for S²
+  (`desim.models.eb.estimators.robust_moments`), the same for every agent (one upload moves a
+  median by O(1/m), like leaving it out does); the rest of the fit is unchanged. Their price
+  without adversaries: the median estimates the uploads' median, not their mean, when the prior
+  is skewed. Refused with ``rr``: two-valued uploads have no informative median or MAD.
 - ``subtract = true`` removes the mechanism's known variance e^ε₀/(e^ε₀ − 1)² from the
   uploads' variance before the moments are used (the paper does not).
 
@@ -37,6 +44,7 @@ from desim.models.eb.estimators import (
     bernoulli_weight,
     loo_moments,
     prior_variance,
+    robust_moments,
 )
 from desim.models.eb.gaussian import UploadParams
 from desim.models.eb.server import COUNT, NOISE_VAR, VALUE, ServerEstimation
@@ -55,10 +63,30 @@ class EBBernoulliParams(UploadParams):
     subtract: bool = param(False, "subtract the mechanism's variance e^ε₀/(e^ε₀−1)² from S²")
     alpha: float | None = param(None, "α of the known Beta prior (moments = known)", gt=0)
     beta: float | None = param(None, "β of the known Beta prior (moments = known)", gt=0)
+    robust: Literal["none", "median", "trimmed"] = param(
+        "none",
+        "the server's prior fit from the uploads' mean and variance (none), or from robust "
+        "moments: their median or trimmed mean, and S² from their median absolute deviation",
+    )
+    trim: float | None = param(
+        None, "robust = 'trimmed': the share β of uploads dropped at each end", ge=0, lt=0.5
+    )
 
     def __post_init__(self) -> None:
         if self.moments == "known" and (self.alpha is None or self.beta is None):
             raise ValueError("moments = 'known' needs alpha and beta (the Beta prior)")
+        if (self.robust == "trimmed") != (self.trim is not None):
+            raise ValueError(
+                f"trim = {self.trim!r}: robust = 'trimmed' needs trim (β in [0, 0.5)) and "
+                f"reads it alone (robust = {self.robust!r})"
+            )
+        if self.robust != "none" and (self.moments == "known" or self.mechanism == "rr"):
+            known = self.moments == "known"
+            why = "a known prior fits nothing" if known else "rr uploads are two-valued"
+            raise ValueError(
+                f"robust = {self.robust!r}: not with moments = {self.moments!r}, mechanism = "
+                f"{self.mechanism!r}: {why}"
+            )
         super().__post_init__()
 
 
@@ -77,11 +105,14 @@ class EBBernoulli(ServerEstimation):
             return None
         p = self.params
         y, counts = r.payload[:, VALUE], r.payload[:, COUNT]
-        mu_all, s2_all = all_moments(y)
         out = np.empty((len(self._agents), 2))
-        out[:] = mu_all, s2_all
-        mu, s2 = loo_moments(y, "printed" if p.moments == "printed" else "consistent")
-        out[r.src, 0], out[r.src, 1] = mu, s2
+        if p.robust != "none":  # one robust fit for every agent (see the module's note)
+            out[:] = robust_moments(y, p.robust, p.trim)
+        else:
+            mu_all, s2_all = all_moments(y)
+            out[:] = mu_all, s2_all
+            mu, s2 = loo_moments(y, "printed" if p.moments == "printed" else "consistent")
+            out[r.src, 0], out[r.src, 1] = mu, s2
         if p.subtract:
             out[:, 1] -= r.payload[:, NOISE_VAR].mean()
         if p.moments == "consistent":

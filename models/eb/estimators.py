@@ -79,6 +79,14 @@ def robust_location(y: np.ndarray, how: str, trim: float | None = None) -> float
     return float(kept.mean())
 
 
+def robust_moments(y: np.ndarray, how: str, trim: float | None = None) -> tuple[float, float]:
+    """(location, spread) of the uploads y that a minority of outliers cannot move far: their
+    median or trimmed mean (`robust_location`) and the variance from their median absolute
+    deviation (`mad_variance`) — the robust stand-ins for (mean, sample variance) in a
+    method-of-moments prior fit."""
+    return robust_location(y, how, trim), mad_variance(y)
+
+
 def loo_moments(y: np.ndarray, moments: Moments = "consistent") -> tuple[np.ndarray, np.ndarray]:
     """(μ̂_i, σ̂_i²) of eq. (6) for every uploader i, leaving its own upload out.
 
@@ -216,3 +224,56 @@ def cluster(
     order = np.argsort(centres, kind="stable")
     sizes = np.bincount(labels, minlength=k).astype(float)
     return centres[order], sizes[order] / len(y)
+
+
+#: Random starts of trimmed k-means in the first round (Cuesta-Albertos et al. 1997's
+#: algorithm: the best of several starts, as trimmed Lloyd steps find a local optimum only).
+TRIMMED_STARTS = 20
+
+
+def trimmed_cluster(
+    y: np.ndarray, start: np.ndarray, iterations: int, trim: float
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Trimmed k-means (Cuesta-Albertos, Gordaliza & Matrán 1997) on the uploads, from the
+    centres `start`: each of `iterations` Lloyd steps assigns every upload to its nearest
+    centre, leaves out the ⌊β·m⌋ uploads farthest from theirs (β = `trim`) and moves each
+    centre to the mean of the uploads it keeps. Returns the centres in increasing order,
+    p_l = |S_l|/(m − ⌊β·m⌋) over the kept uploads, and the kept uploads' sum of squared
+    distances to their centres (the trimmed objective); a cluster left empty keeps its centre
+    and gets p_l = 0."""
+    y = np.asarray(y, dtype=float)
+    centres = np.array(start, dtype=float)
+    k, m = len(centres), len(y)
+    kept_n = m - int(np.floor(trim * m))
+    rows = np.arange(m)
+    for _ in range(iterations):
+        dist = (y[:, None] - centres[None, :]) ** 2
+        labels = dist.argmin(axis=1)
+        # stable: among equally far uploads the earlier ones are kept
+        keep = np.argsort(dist[rows, labels], kind="stable")[:kept_n]
+        sums = np.bincount(labels[keep], weights=y[keep], minlength=k)
+        sizes = np.bincount(labels[keep], minlength=k)
+        centres = np.where(sizes > 0, sums / np.maximum(sizes, 1), centres)
+    dist = (y[:, None] - centres[None, :]) ** 2
+    labels = dist.argmin(axis=1)
+    keep = np.argsort(dist[rows, labels], kind="stable")[:kept_n]
+    sizes = np.bincount(labels[keep], minlength=k).astype(float)
+    order = np.argsort(centres, kind="stable")
+    return centres[order], sizes[order] / kept_n, float(dist[keep, labels[keep]].sum())
+
+
+def trimmed_cluster_restarts(
+    y: np.ndarray, k: int, rng: np.random.Generator, iterations: int, trim: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Trimmed k-means from `TRIMMED_STARTS` starts, each k distinct uploads drawn from `rng`:
+    (centres, p_l) of the start whose trimmed objective is least."""
+    y = np.asarray(y, dtype=float)
+    if len(y) < k:
+        raise ValueError(f"trimmed_cluster_restarts: {len(y)} uploads cannot make k = {k} clusters")
+    best: tuple[np.ndarray, np.ndarray, float] | None = None
+    for _ in range(TRIMMED_STARTS):
+        start = y[rng.choice(len(y), size=k, replace=False)]
+        got = trimmed_cluster(y, start, iterations, trim)
+        if best is None or got[2] < best[2]:
+            best = got
+    return best[0], best[1]

@@ -14,6 +14,15 @@ the posterior is not exactly this, but X̄_i is close to Gaussian once n_i is mo
   stream in the first round, then warm-started from the previous round's centres, `lloyd`
   iterations per round) and broadcasts (μ_1..μ_k, p_1..p_k), p_l = |S_l|/m_r.
 
+- ``trim = β`` (a defence against adversarial uploads, desim's extension): the server's
+  clustering is trimmed k-means (Cuesta-Albertos, Gordaliza & Matrán 1997): every Lloyd step
+  leaves out the ⌊β·m_r⌋ uploads farthest from their centre before the centres move, and p_l
+  counts the kept uploads. The first round takes the best of 20 starts (k uploads drawn from
+  the ``kmeans`` stream each), as the authors' algorithm does (trimmed Lloyd steps only find
+  a local optimum, and k-means++ seeds land on the outliers first); later rounds warm-start.
+  Without adversaries it costs the tails of every cluster: centres of well separated clusters
+  barely move (symmetric tails), but p_l loses the uploads that lie between clusters.
+
 Algorithm 1 uploads the posterior means θ_i^t; here the uploads are the privatised running
 means, because only those have a release mechanism (p-sums of samples) — uploading θ_i^t would
 leak X̄_i through the weights. With fresh data every round, warm-started clustering is one
@@ -31,7 +40,12 @@ from desim.kernel.params import param
 from desim.kernel.protocol import Context
 from desim.kernel.registry import PROTOCOLS
 from desim.kernel.server import Round
-from desim.models.eb.estimators import cluster, posterior_mean
+from desim.models.eb.estimators import (
+    cluster,
+    posterior_mean,
+    trimmed_cluster,
+    trimmed_cluster_restarts,
+)
 from desim.models.eb.gaussian import UploadParams
 from desim.models.eb.server import VALUE, ServerEstimation
 
@@ -50,8 +64,20 @@ class EBMixtureParams(UploadParams):
     centres: list[float] | None = param(None, "μ_1..μ_k of a known prior")
     weights: list[float] | None = param(None, "p_1..p_k of a known prior (default: equal)", ge=0)
     lloyd: int = param(10, "Lloyd iterations of k-means per server round", ge=1)
+    trim: float | None = param(
+        None,
+        "β of trimmed k-means: the share of uploads farthest from their centre left out of "
+        "every Lloyd step (absent: plain k-means)",
+        ge=0,
+        lt=0.5,
+    )
 
     def __post_init__(self) -> None:
+        if self.trim is not None and self.prior == "known":
+            raise ValueError(
+                f"trim = {self.trim!r}: trims the server's clustering, which prior = 'known' "
+                "does not run; remove trim"
+            )
         if self.prior == "known":
             if self.centres is None or len(self.centres) != self.k:
                 raise ValueError(f"prior = 'known' needs centres: a list of k = {self.k} means")
@@ -86,9 +112,13 @@ class EBMixture(ServerEstimation):
         k = self.params.k
         if len(r) < k:
             return None
-        centres, weights = cluster(
-            r.payload[:, VALUE], k, self._kmeans_rng, self._centres, self.params.lloyd
-        )
+        p, y = self.params, r.payload[:, VALUE]
+        if p.trim is None:
+            centres, weights = cluster(y, k, self._kmeans_rng, self._centres, p.lloyd)
+        elif self._centres is None:
+            centres, weights = trimmed_cluster_restarts(y, k, self._kmeans_rng, p.lloyd, p.trim)
+        else:
+            centres, weights, _ = trimmed_cluster(y, self._centres, p.lloyd, p.trim)
         self._centres = centres
         row = np.concatenate([centres, weights])
         return self._agents, np.broadcast_to(row, (len(self._agents), 2 * k))

@@ -51,6 +51,18 @@ is still drawn (and dropped for the stopped nodes), so the other nodes' noise is
 run without a budget. ``degrade`` is refused: Alg. 3 optimises A and σ jointly for the
 pairwise ε_ij, and a node's noisier later shares would break both the unbiasedness of (3) and
 the design's MSE, which a per-node σ' would have to be re-optimised for.
+
+Adversaries (``adversaries = {…}``, `desim.models.adversaries.VectorAdversaries`): an
+adversary controls what its messages carry — the shares it sends (of x'_b instead of x_b, with
+its noise unless ``skip_noise``) and the relay it forwards (its own term and, for every share
+an honest node sent it, what that share would carry had its sender been such an adversary). It
+never touches another node's vector or shares elsewhere. The defence is what the relays
+allow (``aggregation = "median" | "trimmed"``): the server sees one sum per relay, never who
+contributed what, so it can cut whole relays — an adversary's own — by the coordinate-wise
+median or trimmed mean (Yin et al. 2018) of the relays received, scaled by (relays
+received)/n to stay comparable with Alg. 2's (1/n) Σ; the shares an adversary sent honest
+relays are inside their sums and stay. Without adversaries the robust aggregate is biased
+wherever the relays' expectations differ (the design makes only their sum unbiased).
 """
 
 from __future__ import annotations
@@ -67,6 +79,12 @@ from desim.kernel.params import param
 from desim.kernel.protocol import Context, DataSource, Protocol, WindowSafe
 from desim.kernel.registry import METRICS, PROTOCOLS, applies_to, records
 from desim.kernel.server import ParameterServer, Round, RoundCollector, tag
+from desim.models.adversaries import (
+    STREAM,
+    Adversaries,
+    VectorAdversaries,
+    coordinatewise_location,
+)
 from desim.models.pricer.optimiser import (
     Problem,
     Solution,
@@ -126,6 +144,19 @@ class PricerParams:
         "server, action = stop}: a node whose next round would exceed it stops sending "
         "(`desim.models.pricer.protocol`)",
     )
+    adversaries: dict | None = param(
+        None,
+        "an [adversaries] table {fraction | agents, behaviour = shift | flip | collude, …}: "
+        "nodes whose shares and relays are corrupted (`desim.models.adversaries`)",
+    )
+    aggregation: Literal["mean", "median", "trimmed"] = param(
+        "mean",
+        "the server's x̂̄: the sum of the relays received over n (Alg. 2), or their coordinate-"
+        "wise median or trimmed mean times (relays received)/n (a defence against adversaries)",
+    )
+    trim: float | None = param(
+        None, "aggregation = 'trimmed': the share β of relays dropped at each end", ge=0, lt=0.5
+    )
     #: Without a budget the config hash is the one from before the parameter existed.
     hash_omits_absent: ClassVar = ("budget",)
 
@@ -135,7 +166,20 @@ class PricerParams:
                 f"budget: needs strategy = 'pricer' (private relaying); "
                 f"strategy = {self.strategy!r}"
             )
+        if (self.aggregation == "trimmed") != (self.trim is not None):
+            raise ValueError(
+                f"trim = {self.trim!r}: aggregation = 'trimmed' needs trim (β in [0, 0.5)) and "
+                f"reads it alone (aggregation = {self.aggregation!r})"
+            )
         set_budget(self, self.delta, ("stop",), THREATS)
+        if self.adversaries is not None:  # kept as a (hashable) Adversaries
+            table = Adversaries.from_table(self.adversaries, ADVERSARY_BEHAVIOURS, "pricer")
+            object.__setattr__(self, "adversaries", table)
+
+
+#: The [adversaries] behaviours meaningful for PriCER (shares carry a vector; no classes to
+#: mimic, no counts to inflate).
+ADVERSARY_BEHAVIOURS = ("shift", "flip", "collude")
 
 
 class RoundGate:
@@ -184,6 +228,8 @@ class Pricer(WindowSafe):
         Only the link probabilities are needed: the condition (3) of unbiasedness fails for
         such a node whatever the privacy budgets, so the optimiser is not run.
         """
+        if params.adversaries is not None:
+            params.adversaries.check(data.n_agents, data.classes)
         if params.strategy == "naive" or "R" not in data.public or "d" not in data.public:
             return
         n = data.n_agents
@@ -243,6 +289,20 @@ class Pricer(WindowSafe):
         #: The server's current estimate x̂̄ (zero before the first round closes).
         self.estimate = np.zeros(self.d)
         self.gate = self._budget_gate(ctx.t_max)
+        #: The run's adversaries (None without an [adversaries] table).
+        self.adversaries = VectorAdversaries.build(
+            p.adversaries, ctx.adversary_truth, ctx.streams.get(STREAM)
+        )
+
+    @property
+    def has_adversaries(self) -> bool:
+        """Whether the run has an [adversaries] table (`Context.adversary_truth` is then set)."""
+        return self.params.adversaries is not None
+
+    def adversary_state(self) -> tuple[np.ndarray, None] | None:
+        """(which nodes are adversaries, None: the server takes every relay), for the
+        `adversaries` metric; None without an [adversaries] table."""
+        return None if self.adversaries is None else (self.adversaries.mask, None)
 
     def _budget_gate(self, t_max: int) -> RoundGate | None:
         """The budget's gate: k*_i per node for its multiplier against the threat model (None
@@ -272,12 +332,22 @@ class Pricer(WindowSafe):
         x = samples  # (n, d): the nodes' fixed vectors
         self.share_rounds = t  # rounds started: every share of round t is sent in it
         now = self.ctx.now()
+        adv = self.adversaries
         if self.params.strategy == "naive":  # straight to the server
             self.server.open(t, now + self.params.server_deadline)
-            self.ctx.send("relay", self._nodes, np.full(len(x), self.server.address), tag(t, x))
+            sent = x if adv is None else adv.vectors(x)
+            self.ctx.send("relay", self._nodes, np.full(len(x), self.server.address), tag(t, sent))
             return
-        shares = self._weights * x[self._src] + self._noise(len(self._src))
-        self._own[t] = np.diag(self.A)[:, None] * x + self._noise(len(x))  # x̃_jj
+        if adv is None:
+            shares = self._weights * x[self._src] + self._noise(len(self._src))
+            self._own[t] = np.diag(self.A)[:, None] * x + self._noise(len(x))  # x̃_jj
+        else:  # adversaries send shares of x'_b (`VectorAdversaries`); same noise draws
+            xs = adv.vectors(x)
+            shares = self._weights * xs[self._src] + adv.own_noise(
+                self._src, self._noise(len(self._src))
+            )
+            own = adv.own_noise(self._nodes, self._noise(len(x)))
+            self._own[t] = np.diag(self.A)[:, None] * xs + own
         self.stage1.open(t, now + self.params.relay_deadline)
         src, dst = self._src, self._dst
         if self.gate is not None:
@@ -293,7 +363,11 @@ class Pricer(WindowSafe):
         """Stage-1 deadline of round r: every node forwards its aggregate (2) to the server."""
         local = self._own.pop(r.r)
         if len(r):
-            np.add.at(local, r.dst, r.payload)
+            payload = r.payload
+            if self.adversaries is not None:  # what adversary relays forward instead
+                alpha = self.A[r.src, r.dst][:, None]
+                payload = self.adversaries.relayed(r.src, r.dst, alpha, payload)
+            np.add.at(local, r.dst, payload)
         self.server.open(r.r, self.ctx.now() + self.params.server_deadline)
         nodes = self._nodes
         if self.gate is not None:  # stopped nodes: no relay either (it holds their own share)
@@ -304,8 +378,16 @@ class Pricer(WindowSafe):
         self.ctx.send("relay", nodes, np.full(len(local), self.server.address), tag(r.r, local))
 
     def _aggregate(self, r: Round) -> None:
-        """The server's deadline of round r: x̂̄ = (1/n) Σ of the aggregates received (Alg. 2)."""
-        self.estimate = r.payload.sum(axis=0) / self.ctx.n_agents
+        """The server's deadline of round r: x̂̄ = (1/n) Σ of the aggregates received (Alg. 2),
+        or (m_r/n) × their coordinate-wise median or trimmed mean (`aggregation`)."""
+        p = self.params
+        if p.aggregation == "mean":
+            self.estimate = r.payload.sum(axis=0) / self.ctx.n_agents
+        elif len(r):
+            centre = coordinatewise_location(r.payload, p.aggregation, p.trim)
+            self.estimate = centre * (len(r) / self.ctx.n_agents)
+        else:
+            self.estimate = np.zeros(self.d)
 
     def on_deliver(self, batch: Batch) -> None:
         self.stage1.receive(batch)

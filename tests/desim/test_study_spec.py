@@ -58,7 +58,8 @@ QUICK_DIGESTS = {
     "privacy-budgets/colme": "b135eed120a3c77e",  # issue 30: degrade scenarios added
     "privacy-budgets/eb": "a0c820400b1ebc9f",
     "robustness/drift": "05cbfbc62d475843",
-    "robustness/adversaries": "ee9d208a7fd09456",
+    "robustness/adversaries": "ebf9dbfadf045671",
+    "robustness/adversaries/pricer": "5ca5f23e005e632e",
     "server-vs-peers/outages": "498d21980dcd39fe",
     "server-vs-peers": "59323f3474317d82",
     "stragglers-whatif/estimation": "3b52ed87adbd90ba",

@@ -113,7 +113,10 @@ def test_validate_refuses_a_bad_adversaries_table_in_one_line(tmp_path, capsys, 
 
 def test_an_adversaries_table_no_scenario_reads_is_refused(tmp_path, capsys):
     code, err = _validate(
-        tmp_path, capsys, '[adversaries]\nfraction = 0.1\nbehaviour = "flip"', protocol="local"
+        tmp_path,
+        capsys,
+        '[topology]\nmodel = "complete"\n\n[adversaries]\nfraction = 0.1\nbehaviour = "flip"',
+        protocol="b-colme",
     )
     assert code == 2 and "no scenario's protocol simulates adversaries" in err, err
 
@@ -403,7 +406,7 @@ def test_the_top_level_table_reaches_the_scenarios_that_simulate_adversaries(tmp
     (folder / "study.toml").write_text(text + '\n[[scenario]]\nname = "L"\nprotocol = "local"\n')
     params = {r.scenario.name: r.scenario.params for r in load_study(folder).runs}
     assert params["P"]["adversaries"] == {"fraction": 0.1, "behaviour": "flip"}
-    assert "adversaries" not in params["L"]
+    assert params["L"]["adversaries"] == params["P"]["adversaries"]  # (for its metric)
     both = table + '\n\n[defaults]\nadversaries = {fraction = 0.1, behaviour = "flip"}'
     code, err = _validate(tmp_path, capsys, both)
     assert code == 2 and "also set in [defaults]" in err and len(err.strip().splitlines()) == 1

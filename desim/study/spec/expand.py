@@ -22,6 +22,7 @@ from desim.study.spec.hashing import (
 )
 from desim.study.spec.limits import Horizon
 from desim.study.spec.model import (
+    ADVERSARIES,
     CURVE_TOPOLOGY_KEY,
     TRACE_TABLES,
     CurveJob,
@@ -151,6 +152,8 @@ def reaching(spec: ScenarioSpec | CurveSpec, grid: dict) -> set[str]:
         root, _, key = path.partition(".")
         if root == "defaults":
             ok = key in names
+        elif root == ADVERSARIES:  # a key of the [adversaries] table, which reaches its readers
+            ok = ADVERSARIES in names
         elif isinstance(spec, CurveSpec):
             ok = root == "data" or (root == "topology" and CURVE_TOPOLOGY_KEY in names)
         else:
@@ -195,7 +198,9 @@ def _apply_point(
     for path, value in point.values.items():
         root, _, key = path.partition(".")
         sub, _, subkey = key.partition(".")
-        if subkey:  # network.<sub-table>.<key>: a copy of the sub-table, shared by every point
+        if root == ADVERSARIES:  # a copy of the table with the point's value
+            defaults[ADVERSARIES] = {**defaults[ADVERSARIES], key: value}
+        elif subkey:  # network.<sub-table>.<key>: a copy of the sub-table, shared by every point
             tables[root][sub] = {**tables[root].get(sub, {}), subkey: value}
         else:
             tables[root][key] = value

@@ -33,8 +33,8 @@ TOP_KEYS = (
 #: The top-level table that reaches, as the parameter of that name, every scenario whose protocol
 #: declares it (as a [defaults] key would): the adversaries of `desim.models.adversaries`.
 ADVERSARIES = "adversaries"
-#: The tables a grid path may start with.
-GRID_ROOTS = ("data", "network", "topology", "defaults")
+#: The tables a grid path may start with (``adversaries.<key>``: a key of the [adversaries] table).
+GRID_ROOTS = ("data", "network", "topology", "defaults", ADVERSARIES)
 #: The [network] sub-tables whose `file` (a trace) is relative to the study folder.
 TRACE_TABLES = ("outages", "nodes")
 #: The curve parameter that receives the study's [topology] table (at each grid point).

@@ -28,12 +28,14 @@ from desim.kernel.registry import (
     TOPOLOGIES,
     metric_applies,
 )
+from desim.models.adversaries import KEYS as ADVERSARY_KEYS
 from desim.network_models.realistic import NETWORK_TABLES, table_keys, unknown_table_message
 from desim.study.scenario import Scenario, check_setup
 from desim.study.spec.errors import Errors, messages_of
 from desim.study.spec.figures import plot_specs
 from desim.study.spec.hashing import canonical_hash
 from desim.study.spec.model import (
+    ADVERSARIES,
     CURVE_TOPOLOGY_KEY,
     GRID_ROOTS,
     LEDGER_PREFIX,
@@ -78,6 +80,7 @@ def validate_study(doc: StudyDocument) -> Validated:
             raise ConfigError(unknown_key_message("[defaults]", key, sorted(known)))
     columns = grid_columns(doc.grid, data_cls, link_cls, topo_cls, known, doc.network)
     _check_grid_reaches(doc.grid, [*scenarios, *curves])
+    _check_adversaries_grid(doc.grid, doc.defaults, scenarios)
     for spec in scenarios:
         check_where(spec, doc.grid)
     plots = plot_specs(doc.plots, scenarios, curves, doc.settings.title, list(columns.values()))
@@ -183,6 +186,7 @@ def grid_columns(
         "network": [*field_names(link_cls), *NETWORK_TABLES],
         "topology": [*field_names(topo_cls), *DYNAMIC_KEYS] if topo_cls is not None else [],
         "defaults": sorted(declared),
+        ADVERSARIES: list(ADVERSARY_KEYS),
     }
     columns: dict[str, str] = {}
     for path, values in grid.items():
@@ -198,8 +202,8 @@ def grid_columns(
         elif root not in GRID_ROOTS or not key or "." in key:
             raise ConfigError(
                 f"[grid]: {path!r}: a grid path must be data.<key>, network.<key>, "
-                "network.<sub-table>.<key>, topology.<key>, topology.rewire.<key> or "
-                "defaults.<key>"
+                "network.<sub-table>.<key>, topology.<key>, topology.rewire.<key>, "
+                "adversaries.<key> or defaults.<key>"
             )
         elif root == "topology" and topo_cls is None:
             raise ConfigError(f"[grid]: {path!r}: the study has no [topology] table to sweep")
@@ -253,6 +257,22 @@ def _check_grid_reaches(grid: dict, specs: list[ScenarioSpec | CurveSpec]) -> No
                     f"[grid]: {path!r}: {kind} {spec.name!r} sets {key} = "
                     f"{spec.params[key]!r} itself, so the sweep would not reach it; "
                     f"remove {key} from that {kind}"
+                )
+
+
+def _check_adversaries_grid(grid: dict, defaults: dict, scenarios: list[ScenarioSpec]) -> None:
+    """Refuse a sweep of an [adversaries] key without that table, or that a scenario's own
+    ``adversaries = {…}`` would hide."""
+    for path in grid:
+        if path.partition(".")[0] != ADVERSARIES:
+            continue
+        if ADVERSARIES not in defaults:
+            raise ConfigError(f"[grid]: {path!r}: the study has no [adversaries] table to sweep")
+        for spec in scenarios:
+            if ADVERSARIES in spec.params:
+                raise ConfigError(
+                    f"[grid]: {path!r}: scenario {spec.name!r} sets adversaries itself, so the "
+                    "sweep would not reach it; remove adversaries from that scenario"
                 )
 
 
