@@ -75,6 +75,15 @@ class TableData:
                 f"file = {self.file!r}: allowed extensions: {', '.join(sorted(FORMATS))}"
             )
 
+    def check_curve(self, kind: str) -> None:
+        """Refuse every closed-form curve (`ValueError`, one line): a curve is the expected MSE
+        of samples drawn from a model's distributions, and a table's samples are fixed rows."""
+        raise ValueError(
+            f"kind {kind!r}: data model 'table' has no closed-form curves (its samples are the "
+            "data's fixed rows, not draws from a distribution; the 'local' and 'ideal' "
+            "protocols, as scenarios, give their exact MSE on the data): remove the [[curve]]"
+        )
+
     def make(self, rng: np.random.Generator) -> TableSamples:
         """Read the file (no draws from `rng`) and return the data source."""
         if self.rdatasets is not None:
