@@ -81,7 +81,7 @@ class TableData:
         raise ValueError(
             f"kind {kind!r}: data model 'table' has no closed-form curves (its samples are the "
             "data's fixed rows, not draws from a distribution; the 'local' and 'ideal' "
-            "protocols, as scenarios, give their exact MSE on the data): remove the [[curve]]"
+            "protocols, as scenarios, give their MSE on the data): remove the [[curve]]"
         )
 
     def make(self, rng: np.random.Generator) -> TableSamples:
