@@ -450,7 +450,7 @@ def _draw_against_slot(
         here = _at_point(stats, point)
         for k, name in enumerate(spec.scenarios):
             line = here[here["scenario"] == name]
-            if line.empty:  # e.g. every replicate of it failed
+            if line.empty or line["value_mean"].isna().all():  # every replicate failed or NaN
                 continue
             extras = []
             for metric in spec.dashed:

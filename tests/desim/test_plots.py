@@ -278,3 +278,16 @@ def test_the_same_results_draw_the_same_bytes(tmp_path, suffix):
     first = path.read_bytes()
     assert main(["plot", str(tmp_path / "s")]) == 0
     assert path.read_bytes() == first
+
+
+def test_a_scenario_whose_every_value_is_nan_is_left_out_of_its_figure(tmp_path):
+    folder = write_study(tmp_path / "s", TOY_STUDY.replace("replicates = 2", "replicates = 1"))
+    study = load_study(folder)
+    run_study(study, progress=False)
+    path = folder / "results" / "metrics.parquet"
+    metrics = pd.read_parquet(path)
+    first = metrics["scenario"].iloc[0]
+    metrics.loc[metrics["scenario"] == first, "value"] = np.nan  # e.g. 0/0 in every run
+    metrics.to_parquet(path)
+    (figure,) = draw_figures(study)
+    assert figure.stat().st_size > 10_000
