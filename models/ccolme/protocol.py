@@ -109,7 +109,7 @@ from desim.models.ccolme.model import (
     small_component,
 )
 from desim.models.ccolme.params import CColMEParams, PrivateCColMEParams
-from desim.models.ccolme.robust import Adversarial, GraphAdversaries, RobustConsensus
+from desim.models.ccolme.robust import Adversarial
 from desim.models.ccolme.sizes import Sizes
 from desim.topologies.graph import Graph
 
@@ -150,7 +150,6 @@ class CColME(Adversarial, CColMEFamily, FollowsGraph):
 
     Params = CColMEParams
     message_kinds = ("state", "decision", "size")
-    legacy_values: ClassVar[dict[str, Any]] = {"consensus": "weighted"}
     memory = {"edge": 256.0, "agent": 400.0}
 
     nb_x = _View("x", "X̃_b of b's newest state held by a, per directed edge (a's slot).")
@@ -187,9 +186,7 @@ class CColME(Adversarial, CColMEFamily, FollowsGraph):
         self._csr = Rows(g)
         #: σ̃_a² = σ_a² + σ_DP², the variance of a privatised sample.
         self.sigma2_tilde = self._test.sigma2_tilde
-        #: The run's adversaries and the robust consensus step (None: none; `robust`).
-        self.adversaries = GraphAdversaries.build(self.params, ctx)
-        self.robust = RobustConsensus.of(self.params)
+        self.setup_robustness(ctx)
         self._setup_state(g.n, g.n_directed)
 
     def _setup_state(self, m: int, e: int) -> None:
@@ -208,9 +205,9 @@ class CColME(Adversarial, CColMEFamily, FollowsGraph):
         self.size = self._csr.count(self.kept)  # |C_a|
         self._kept_idx = np.flatnonzero(self.kept)
         self._kept_version = 0  # counted up whenever C (any agent's kept set) moves
-        told = None if self.adversaries is None else self.adversaries.told
-        self._sizes = Sizes(self.graph, self.size, self._in_order, p.weights == "metropolis", told)
-        self._sends_sizes = p.weights == "metropolis" or p.fallback != "none"
+        metropolis = p.weights == "metropolis"
+        self._sizes = Sizes(self.graph, self.size, self._in_order, metropolis, self.told)
+        self._sends_sizes = metropolis or p.fallback != "none"
         # the delivery path, chosen once: live-first or per edge (see the module's docstring)
         live = self._in_order and p.decisions == "irrevocable"
         #: What a holds of b's states: the live-first or the per-edge delivery path.
@@ -241,9 +238,7 @@ class CColME(Adversarial, CColMEFamily, FollowsGraph):
         self.t = t
         self.raw_sum += samples
         self.priv_sum += self.privatise(samples)
-        self._mean = self.priv_sum / t
-        if self.adversaries is not None:  # what an adversary's states derive from instead
-            self._mean = self.adversaries.mean(self._mean, self.raw_sum, t)
+        self._mean = self.shared_mean(t)
         # message e carries the state of b = dst[e] to a = src[e], filed in a's slot e;
         # columns are contiguous (the transpose of a C array) for the receiver's arithmetic;
         # mode="clip" (the indices are valid): "raise" would gather into a buffered copy
@@ -531,8 +526,7 @@ class CColME(Adversarial, CColMEFamily, FollowsGraph):
         # Y_a over a's mixed edges, in a reused buffer when every edge is mixed
         terms = self._csr.spread(self.y, counts) if len(starts) else None
         mixed = mix(self.y, nb_y, self._w, counts, rows, starts, terms)
-        if self.robust is not None:  # the median or trimmed mean instead of W Y
-            mixed = self.robust.mix(self.y, nb_y, counts)
+        mixed = self.robust_mix(mixed, nb_y, counts)
         oma = one_minus_alpha(self.t - self.start, p.alpha_c, p.alpha_p)
         self.y = consensus_update(self._mean, mixed, oma)
         if p.restart == "galante":

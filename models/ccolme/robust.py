@@ -24,7 +24,7 @@ W are not used (`mixing_matrix` still describes eq. (2)).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -86,7 +86,36 @@ class GraphAdversaries:
 
 
 class Adversarial:
-    """The hooks of a C-ColME protocol with an ``adversaries`` field (a mixin)."""
+    """The hooks of a C-ColME protocol with ``adversaries`` and ``consensus`` fields (a mixin):
+    set-up, what its states derive from, the sizes told, the consensus step's mix, the metric."""
+
+    #: ``consensus = "weighted"`` is the step from before the field existed (config hashes).
+    legacy_values: ClassVar[dict[str, Any]] = {"consensus": "weighted"}
+    #: The run's adversaries (None: none).
+    adversaries: GraphAdversaries | None = None
+    #: The robust consensus step (None: eq. (2)'s weighted mix).
+    robust: RobustConsensus | None = None
+
+    def setup_robustness(self, ctx: Any) -> None:
+        """Draw the run's adversaries and choose the consensus step, once."""
+        self.adversaries = GraphAdversaries.build(self.params, ctx)
+        self.robust = RobustConsensus.of(self.params)
+
+    @property
+    def told(self) -> np.ndarray | None:
+        """Per agent the factor on the |C_b| it tells (None: every agent tells its own)."""
+        return None if self.adversaries is None else self.adversaries.told
+
+    def shared_mean(self, t: int) -> np.ndarray:
+        """X̃^(t) = Σ_s (X + Z)/t, the adversaries' rows as they report them: what every state
+        and test of slot t derives from."""
+        mean = self.priv_sum / t
+        return mean if self.adversaries is None else self.adversaries.mean(mean, self.raw_sum, t)
+
+    def robust_mix(self, mixed: np.ndarray, nb_y: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """The consensus step's mix: `mixed` (W Y), or the robust aggregate over Y_a and the
+        mixed Y_b (`nb_y`, `counts` per agent, CSR order)."""
+        return mixed if self.robust is None else self.robust.mix(self.y, nb_y, counts)
 
     @classmethod
     def check_setup(cls, params: Any, data: Any, links: Any) -> None:
