@@ -59,6 +59,7 @@ QUICK_DIGESTS = {
     "privacy-budgets/eb": "a0c820400b1ebc9f",
     "robustness/drift": "05cbfbc62d475843",
     "robustness/adversaries": "ee9d208a7fd09456",
+    "robustness/adversaries/ccolme": "a3de59fdaecd7f6f",
     "server-vs-peers/outages": "498d21980dcd39fe",
     "server-vs-peers": "59323f3474317d82",
     "stragglers-whatif/estimation": "3b52ed87adbd90ba",
