@@ -29,7 +29,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from desim.models.adversaries import STREAM, ActiveAdversaries, Adversaries
-from desim.models.colme.combination import trimmed_sums
 
 #: The [adversaries] behaviours meaningful for C-ColME and Private-C-ColME (a state carries a
 #: mean, the ``size`` message a count that eq. (2) weighs by).
@@ -168,9 +167,14 @@ class RobustConsensus:
             table.sort(axis=1)
             rows = np.arange(m)
             return (table[rows, counts // 2] + table[rows, (counts + 1) // 2]) / 2.0
-        weight = np.zeros((m, width))
-        value = np.zeros((m, width))
-        weight[owner, column] = 1.0
+        # the families stay apart, so this is Private-ColME's trim (`trimmed_sums`) with equal
+        # weights, written again: ranks in each row by value (stable), padding +∞ ranked last
+        value = np.full((m, width), np.inf)
         value[owner, column] = nb_y
-        sums, kept = trimmed_sums(weight, value, self.trim)  # type: ignore[arg-type]
-        return (y + sums) / (1.0 + kept)
+        order = np.argsort(value, axis=1, kind="stable")
+        rank = np.empty_like(order)
+        np.put_along_axis(rank, order, np.arange(width)[None, :], axis=1)
+        cut = np.floor(self.trim * counts).astype(np.int64)  # type: ignore[operator]
+        kept = (rank >= cut[:, None]) & (rank < (counts - cut)[:, None])
+        sums = np.where(kept, value, 0.0).sum(axis=1)
+        return (y + sums) / (1.0 + kept.sum(axis=1))
