@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from desim.kernel.params import param
+from desim.models.ccolme.robust import check_params
 from desim.models.privacy.budget import SAMPLE_DELTA, set_budget
 
 _DOCS: dict[str, tuple[str, dict[str, float]]] = {
@@ -29,6 +30,16 @@ _DOCS: dict[str, tuple[str, dict[str, float]]] = {
     "weights": ("W: 1/(1+max(|C_a|,|C_b|)) (metropolis) or 1/(1+max degree of G)", {}),
     "fallback": ("report the local mean (raw or privatised) when |C̃_a| seems 1 or 2", {}),
     "max_age": ("mix only neighbours whose latest state is at most this many slots old", {"ge": 0}),
+    "adversaries": (
+        "an [adversaries] table {fraction | agents, behaviour = shift | flip | mimic | collude | "
+        "inflate, …}: agents whose states or sizes are corrupted (`desim.models.ccolme.robust`)",
+        {},
+    ),
+    "consensus": ("mix: eq. (2)'s weights, or the median or trimmed mean (Yin et al. 2018)", {}),
+    "trim": (
+        "consensus = 'trimmed': the share β of mixed neighbours dropped at each end",
+        {"ge": 0, "lt": 0.5},
+    ),
 }
 
 
@@ -47,9 +58,11 @@ Initial = Literal["all", "none"]
 Values = Literal["fresh", "stale"]
 Weights = Literal["metropolis", "max-degree"]
 Fallback = Literal["none", "local", "private-local"]
+Consensus = Literal["weighted", "median", "trimmed"]
 
 
 def _check(p: Any) -> None:
+    check_params(p, "C-ColME and Private-C-ColME")
     if p.decisions == "irrevocable" and p.initial == "none":
         raise ValueError(
             "decisions = 'irrevocable' only drops neighbours, so it needs initial = 'all'"
@@ -78,6 +91,9 @@ class CColMEParams:
     weights: Weights = _p("weights", "metropolis")
     fallback: Fallback = _p("fallback", "none")
     max_age: float = _p("max_age", math.inf)
+    adversaries: dict | None = _p("adversaries", None)
+    consensus: Consensus = _p("consensus", "weighted")
+    trim: float | None = _p("trim", None)
 
     def __post_init__(self) -> None:
         _check(self)

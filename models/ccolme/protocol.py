@@ -109,6 +109,7 @@ from desim.models.ccolme.model import (
     small_component,
 )
 from desim.models.ccolme.params import CColMEParams, PrivateCColMEParams
+from desim.models.ccolme.robust import Adversarial
 from desim.models.ccolme.sizes import Sizes
 from desim.topologies.graph import Graph
 
@@ -144,7 +145,7 @@ def _same_ends(batch: Batch, src: np.ndarray, dst: np.ndarray) -> bool:
 
 
 @PROTOCOLS.register("c-colme")
-class CColME(CColMEFamily, FollowsGraph):
+class CColME(Adversarial, CColMEFamily, FollowsGraph):
     """C-ColME (Galante et al.): consensus over estimated same-class neighbours of a graph."""
 
     Params = CColMEParams
@@ -185,6 +186,7 @@ class CColME(CColMEFamily, FollowsGraph):
         self._csr = Rows(g)
         #: σ̃_a² = σ_a² + σ_DP², the variance of a privatised sample.
         self.sigma2_tilde = self._test.sigma2_tilde
+        self.setup_robustness(ctx)
         self._setup_state(g.n, g.n_directed)
 
     def _setup_state(self, m: int, e: int) -> None:
@@ -203,8 +205,9 @@ class CColME(CColMEFamily, FollowsGraph):
         self.size = self._csr.count(self.kept)  # |C_a|
         self._kept_idx = np.flatnonzero(self.kept)
         self._kept_version = 0  # counted up whenever C (any agent's kept set) moves
-        self._sizes = Sizes(self.graph, self.size, self._in_order, p.weights == "metropolis")
-        self._sends_sizes = p.weights == "metropolis" or p.fallback != "none"
+        metropolis = p.weights == "metropolis"
+        self._sizes = Sizes(self.graph, self.size, self._in_order, metropolis, self.told)
+        self._sends_sizes = metropolis or p.fallback != "none"
         # the delivery path, chosen once: live-first or per edge (see the module's docstring)
         live = self._in_order and p.decisions == "irrevocable"
         #: What a holds of b's states: the live-first or the per-edge delivery path.
@@ -235,7 +238,7 @@ class CColME(CColMEFamily, FollowsGraph):
         self.t = t
         self.raw_sum += samples
         self.priv_sum += self.privatise(samples)
-        self._mean = self.priv_sum / t
+        self._mean = self.shared_mean(t)
         # message e carries the state of b = dst[e] to a = src[e], filed in a's slot e;
         # columns are contiguous (the transpose of a C array) for the receiver's arithmetic;
         # mode="clip" (the indices are valid): "raise" would gather into a buffered copy
@@ -523,6 +526,7 @@ class CColME(CColMEFamily, FollowsGraph):
         # Y_a over a's mixed edges, in a reused buffer when every edge is mixed
         terms = self._csr.spread(self.y, counts) if len(starts) else None
         mixed = mix(self.y, nb_y, self._w, counts, rows, starts, terms)
+        mixed = self.robust_mix(mixed, nb_y, counts)
         oma = one_minus_alpha(self.t - self.start, p.alpha_c, p.alpha_p)
         self.y = consensus_update(self._mean, mixed, oma)
         if p.restart == "galante":

@@ -123,7 +123,8 @@ def follow(proto: CColME, graph: Graph) -> None:
     proto._kept_idx = np.flatnonzero(kept)
     proto._kept_version += 1
     p = proto.params
-    proto._sizes = sizes = Sizes(graph, proto.size, proto._in_order, p.weights == "metropolis")
+    metropolis, told = p.weights == "metropolis", proto._sizes.told
+    proto._sizes = sizes = Sizes(graph, proto.size, proto._in_order, metropolis, told)
     sizes._nb_size[~remap.new] = nb_size[~remap.new]
     sizes.at = nb_at
     proto._buffers, proto._sent = [], {}

@@ -23,10 +23,22 @@ from desim.topologies.graph import Graph
 class Sizes:
     """a's record of |C_b| per directed edge, the size sends, and eq. (2)'s W_ab."""
 
-    def __init__(self, graph: Graph, size: np.ndarray, in_order: bool, metropolis: bool) -> None:
-        """Start from |C| = `size` (before any message: every b's own ``initial`` |C_b|)."""
+    def __init__(
+        self,
+        graph: Graph,
+        size: np.ndarray,
+        in_order: bool,
+        metropolis: bool,
+        told: np.ndarray | None = None,
+    ) -> None:
+        """Start from |C| = `size` (before any message: every b's own ``initial`` |C_b|);
+        `told`: per agent, the factor on the |C_b| it tells (an inflating adversary's)."""
         self._g, self._in_order, self._metropolis = graph, in_order, metropolis
+        #: The factor on each agent's told |C_b| (None: every agent tells its own).
+        self.told = told
         self._nb_size = size[graph.dst].astype(float)  # |C_b| as b told a (`nb_size`)
+        if told is not None:
+            self._nb_size *= told[graph.dst]
         #: The send time of the |C_b| held, per edge (0: the prior; kept without ideal links).
         self.at = np.zeros(graph.n_directed)
         self._agents = np.arange(graph.n)
@@ -42,6 +54,8 @@ class Sizes:
         self._w_cache: tuple[int, np.ndarray | float] | None = None  # (C's version, W_ab)
         if in_order:  # per edge: |C_b| (float) and eq. (2)'s W_ab, updated where C moves
             self._size_dst = size[graph.dst].astype(float)
+            if told is not None:
+                self._size_dst *= told[graph.dst]
             self._w_full = edge_weight(size[graph.src], self._size_dst)
 
     # -- sending -----------------------------------------------------------------------------
@@ -61,6 +75,8 @@ class Sizes:
                 np.take(self._size_dst, kept_idx, out=payload[:, 0], mode="clip")
             else:
                 payload[:, 0] = size[sender]
+                if self.told is not None:
+                    payload[:, 0] *= self.told[sender]
         # in order (ideal links) and unchanged: the last payload, delivered at once and read
         # only for its sizes (not its send times), is taken again
         self._payload = payload if self._in_order else None
@@ -123,6 +139,8 @@ class Sizes:
         own = np.repeat(first - (np.cumsum(deg) - deg), deg) + np.arange(int(deg.sum()))
         e = np.concatenate([own, g.reverse[own]])
         self._size_dst[e] = size[g.dst[e]]
+        if self.told is not None:
+            self._size_dst[e] *= self.told[g.dst[e]]
         if self._metropolis:
             self._w_full[e] = edge_weight(size[g.src[e]], self._size_dst[e])
 

@@ -62,6 +62,7 @@ QUICK_DIGESTS = {
     "robustness/drift": "05cbfbc62d475843",
     "robustness/adversaries": "ebf9dbfadf045671",
     "robustness/adversaries/pricer": "5ca5f23e005e632e",
+    "robustness/adversaries/ccolme": "a3de59fdaecd7f6f",
     "server-vs-peers/outages": "498d21980dcd39fe",
     "server-vs-peers": "59323f3474317d82",
     "stragglers-whatif/estimation": "3b52ed87adbd90ba",

@@ -1,0 +1,180 @@
+"""Adversaries and a robust consensus step for C-ColME and Private-C-ColME (docs/adversaries.md).
+
+**Adversaries** (`[adversaries]`, `desim.models.adversaries`). An adversary b runs the protocol
+on a corrupted privatised running mean: X̃_b is replaced by what its behaviour says (shift,
+flip, mimic, collude), every slot, before anything is sent, so that its state (X̃_b, t, Y_b),
+its own tests and decisions, and the Y_b it mixes are those of an agent whose samples were
+corrupted that way. Its Laplace noise is drawn and added as an honest agent's would be (the
+same draws as the run without adversaries); with ``skip_noise`` it starts from its raw mean
+instead. ``inflate`` multiplies the neighbour-set size |C_b| it tells its kept neighbours (the
+``size`` message, which eq. (2)'s W_ab = 1/(1 + max(|C_a|, |C_b|)) and the fallback read) by
+``factor``; its values stay honest. It never touches another agent's data or sends.
+
+**Robust consensus** (`consensus`, Yin et al. 2018, docs/papers.md §6). Instead of the weighted
+mix (W Y)_a, an agent combines its own Y_a and the Y_b of the neighbours it mixes by their
+median (``median``: the ⌊·⌋ middle of the 1 + |mixed| values, the mean of the two middle ones
+when even), or by a trimmed mean (``trimmed``: of its n mixed neighbours the ⌊β·n⌋ lowest and
+⌊β·n⌋ highest Y_b are dropped and the rest averaged with Y_a, its own value always kept, as
+Private-ColME's trimmed combination keeps its own mean). The α schedule is unchanged:
+Y_a ← (1 − α) X̃_a + α·v_a. When ⌊β·n⌋ (or, for the median, fewer than half the values) bounds
+the adversaries an agent mixes, v_a lies between the smallest and the largest honest value it
+holds, so no adversary can pull an honest agent outside the honest agents' range. The weights
+W are not used (`mixing_matrix` still describes eq. (2)).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from desim.models.adversaries import STREAM, ActiveAdversaries, Adversaries
+
+#: The [adversaries] behaviours meaningful for C-ColME and Private-C-ColME (a state carries a
+#: mean, the ``size`` message a count that eq. (2) weighs by).
+ADVERSARY_BEHAVIOURS = ("shift", "flip", "mimic", "collude", "inflate")
+#: The consensus steps: eq. (2)'s weighted mix, or a robust aggregate.
+CONSENSUS = ("weighted", "median", "trimmed")
+
+
+def check_params(params: Any, family: str) -> None:
+    """Check the ``adversaries``, ``consensus`` and ``trim`` fields of C-ColME's parameters,
+    keeping the table as a (hashable) `Adversaries`; ValueError with one line otherwise."""
+    if params.adversaries is not None:
+        table = Adversaries.from_table(params.adversaries, ADVERSARY_BEHAVIOURS, family)
+        object.__setattr__(params, "adversaries", table)
+    if (params.consensus == "trimmed") != (params.trim is not None):
+        raise ValueError(
+            f"trim = {params.trim!r}: consensus = 'trimmed' needs trim (β in [0, 0.5)) "
+            f"and reads it alone (consensus = {params.consensus!r})"
+        )
+
+
+class GraphAdversaries:
+    """The adversaries of one C-ColME run: their corrupted means and the sizes they tell."""
+
+    def __init__(self, active: ActiveAdversaries) -> None:
+        """Wrap the run's `ActiveAdversaries` (mask, behaviour's affine map)."""
+        self.active = active
+        #: Per agent the factor on the |C_b| it tells (``inflate``), else None.
+        self.told = (
+            np.where(active.mask, active.spec.factor, 1.0)
+            if active.spec.behaviour == "inflate"
+            else None
+        )
+
+    @classmethod
+    def build(cls, params: Any, ctx: Any) -> GraphAdversaries | None:
+        """The run's adversaries from `params.adversaries` (None without the table), drawn from
+        the ``adversaries`` stream."""
+        spec = params.adversaries
+        if spec is None:
+            return None
+        return cls(ActiveAdversaries.build(spec, ctx.adversary_truth, ctx.streams.get(STREAM)))
+
+    def mean(self, mean: np.ndarray, raw_sum: np.ndarray, t: int) -> np.ndarray:
+        """X̃ with the adversaries' rows as their behaviour reports them (from the raw running
+        mean under ``skip_noise``): what every state and test of slot t derives from."""
+        active, bad = self.active, self.active.ids
+        if not active.corrupts_values or len(bad) == 0:
+            return mean
+        honest = raw_sum[bad] / t if active.spec.skip_noise else None
+        out = mean.copy()  # only the adversaries' rows are mapped (`ActiveAdversaries.report`)
+        out[bad] = active.report(bad, mean[bad], honest)
+        return out
+
+
+class Adversarial:
+    """The hooks of a C-ColME protocol with ``adversaries`` and ``consensus`` fields (a mixin):
+    set-up, what its states derive from, the sizes told, the consensus step's mix, the metric."""
+
+    #: ``consensus = "weighted"`` is the step from before the field existed (config hashes).
+    legacy_values: ClassVar[dict[str, Any]] = {"consensus": "weighted"}
+    #: The run's adversaries (None: none).
+    adversaries: GraphAdversaries | None = None
+    #: The robust consensus step (None: eq. (2)'s weighted mix).
+    robust: RobustConsensus | None = None
+
+    def setup_robustness(self, ctx: Any) -> None:
+        """Draw the run's adversaries and choose the consensus step, once."""
+        self.adversaries = GraphAdversaries.build(self.params, ctx)
+        self.robust = RobustConsensus.of(self.params)
+
+    @property
+    def told(self) -> np.ndarray | None:
+        """Per agent the factor on the |C_b| it tells (None: every agent tells its own)."""
+        return None if self.adversaries is None else self.adversaries.told
+
+    def shared_mean(self, t: int) -> np.ndarray:
+        """X̃^(t) = Σ_s (X + Z)/t, the adversaries' rows as they report them: what every state
+        and test of slot t derives from."""
+        mean = self.priv_sum / t
+        return mean if self.adversaries is None else self.adversaries.mean(mean, self.raw_sum, t)
+
+    def robust_mix(self, mixed: np.ndarray, nb_y: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """The consensus step's mix: `mixed` (W Y), or the robust aggregate over Y_a and the
+        mixed Y_b (`nb_y`, `counts` per agent, CSR order)."""
+        return mixed if self.robust is None else self.robust.mix(self.y, nb_y, counts)
+
+    @classmethod
+    def check_setup(cls, params: Any, data: Any, links: Any) -> None:
+        """Refuse adversaries that are not agents of this population."""
+        if params.adversaries is not None:
+            params.adversaries.check(data.n_agents, data.classes)
+
+    @property
+    def has_adversaries(self) -> bool:
+        """Whether the run has an [adversaries] table (`Context.adversary_truth` is then set)."""
+        return self.params.adversaries is not None
+
+    def adversary_state(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(which agents are adversaries, how many adversaries each agent keeps in C_a), for the
+        `adversaries` metric; None without an [adversaries] table."""
+        if self.adversaries is None:
+            return None
+        mask = self.adversaries.active.mask
+        kept = self.kept & mask[self.dst]
+        return mask, np.bincount(self.src[kept], minlength=len(mask))
+
+
+class RobustConsensus:
+    """The consensus step's robust aggregate over an agent's own Y_a and its mixed Y_b."""
+
+    def __init__(self, how: str, trim: float | None) -> None:
+        """`how`: ``median`` or ``trimmed`` (with `trim` = β)."""
+        self.how, self.trim = how, trim
+
+    @classmethod
+    def of(cls, params: Any) -> RobustConsensus | None:
+        """The strategy of `params.consensus` (None: eq. (2)'s weighted mix)."""
+        if params.consensus == "weighted":
+            return None
+        return cls(params.consensus, params.trim)
+
+    def mix(self, y: np.ndarray, nb_y: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """v_a for every agent a from Y_a (`y`) and the Y_b of its `counts[a]` mixed neighbours,
+        consecutive in `nb_y` (CSR order), a new array."""
+        m = len(y)
+        width = int(counts.max()) if m and len(nb_y) else 0
+        if width == 0:
+            return y.copy()
+        owner = np.repeat(np.arange(m), counts)
+        column = np.arange(len(nb_y)) - (np.cumsum(counts) - counts)[owner]
+        if self.how == "median":  # own value in column 0, padding +∞ (sorted last)
+            table = np.full((m, width + 1), np.inf)
+            table[:, 0] = y
+            table[owner, column + 1] = nb_y
+            table.sort(axis=1)
+            rows = np.arange(m)
+            return (table[rows, counts // 2] + table[rows, (counts + 1) // 2]) / 2.0
+        # the families stay apart, so this is Private-ColME's trim (`trimmed_sums`) with equal
+        # weights, written again: ranks in each row by value (stable), padding +∞ ranked last
+        value = np.full((m, width), np.inf)
+        value[owner, column] = nb_y
+        order = np.argsort(value, axis=1, kind="stable")
+        rank = np.empty_like(order)
+        np.put_along_axis(rank, order, np.arange(width)[None, :], axis=1)
+        cut = np.floor(self.trim * counts).astype(np.int64)  # type: ignore[operator]
+        kept = (rank >= cut[:, None]) & (rank < (counts - cut)[:, None])
+        sums = np.where(kept, value, 0.0).sum(axis=1)
+        return (y + sums) / (1.0 + kept.sum(axis=1))
