@@ -17,6 +17,7 @@ from numpy.typing import ArrayLike
 from desim.kernel.params import param
 from desim.kernel.protocol import Context, Protocol
 from desim.kernel.registry import CURVES, PROTOCOLS
+from desim.models.forgetting import Forget, ForgettingSums, forget_param
 
 
 @dataclass(frozen=True)
@@ -24,11 +25,28 @@ class NoParams:
     """A protocol without parameters."""
 
 
+#: The forgetting rules of the baselines: each is a weighted mean of an agent's own samples with
+#: public weights, so all three are exact (`desim.models.forgetting`).
+BASELINE_FORGET = ("window", "rate", "reset")
+
+
+@dataclass(frozen=True)
+class BaselineParams(NoParams):
+    """Parameters of the local and ideal baselines: only their forgetting rule."""
+
+    forget: dict | None = forget_param()
+
+    def __post_init__(self) -> None:
+        if self.forget is not None:  # the study's table, checked, kept as a (hashable) Forget
+            forget = Forget.from_table(self.forget, BASELINE_FORGET, "local / ideal", "all")
+            object.__setattr__(self, "forget", forget)
+
+
 @PROTOCOLS.register("local")
 class Local(Protocol):
     """Every agent estimates its mean by its own running mean X̄_a (MSE σ²/t, Prop. 1)."""
 
-    Params = NoParams
+    Params = BaselineParams
     reads = frozenset()  # no messages, no graph: [network] and [topology] are not its
     reads_exact = True  # no draws of its own: one trajectory whatever the network and graph
 
@@ -36,12 +54,20 @@ class Local(Protocol):
         super().setup(ctx)
         self.sums = np.zeros(ctx.n_agents)
         self.counts = 0
+        forget = getattr(self.params, "forget", None)
+        #: The forgetting statistic of every agent's samples (None: every sample counts).
+        self.forgetting = None if forget is None else ForgettingSums(forget, ctx.n_agents)
 
     def on_samples(self, t: int, samples: np.ndarray) -> None:
+        if self.forgetting is not None:
+            self.forgetting.add(t, samples)
+            return
         self.sums += samples
         self.counts += 1
 
     def estimates(self) -> np.ndarray:
+        if self.forgetting is not None:
+            return self.forgetting.mean()
         return self.sums / max(self.counts, 1)
 
 
@@ -58,8 +84,12 @@ class Ideal(Local):
     def estimates(self) -> np.ndarray:
         classes = self.ctx.oracle_classes
         size = np.bincount(classes)
-        class_mean = np.bincount(classes, weights=self.sums) / np.maximum(size, 1)
-        return class_mean[classes] / max(self.counts, 1)
+        if self.forgetting is not None:  # the class's forgetting sums over its weight total
+            sums, weight = self.forgetting.sums, self.forgetting.weight
+        else:
+            sums, weight = self.sums, self.counts
+        class_mean = np.bincount(classes, weights=sums) / np.maximum(size, 1)
+        return class_mean[classes] / max(weight, 1)
 
 
 # ------------------------------------------------------------------ closed forms

@@ -73,6 +73,7 @@ from desim.kernel.registry import METRICS, applies_to, records
 from desim.kernel.server import ParameterServer, Round, server_address
 from desim.models.adversaries import STREAM, ActiveAdversaries, Adversaries
 from desim.models.eb import mechanisms as mech
+from desim.models.eb.forgetting import UploadForgetting
 from desim.models.privacy.accounting import Spend, psum_multiplier, psum_noise, tight_multiplier
 from desim.models.privacy.bits import popcount, set_bits
 from desim.models.privacy.budget import (
@@ -153,6 +154,11 @@ class ServerEstimation(WindowSafe):
                 p.calibration, p.epsilon, p.delta, self.rounds, p.accountant
             )
         self.gate = self._budget_gate()
+        forget = getattr(p, "forget", None)
+        #: Every agent's forgetting statistic (None: the running mean; `eb.forgetting`).
+        self.forgetting = (
+            None if forget is None else UploadForgetting(forget, m, p.mechanism, self.every)
+        )
         if self.communicates():
             self.server = ParameterServer(ctx, "upload", 3, self._close)
             self._kind_codes = (
@@ -190,8 +196,11 @@ class ServerEstimation(WindowSafe):
 
     # -- agents: samples, uploads ----------------------------------------------------------
     def on_samples(self, t: int, samples: np.ndarray) -> None:
-        self.sums += samples
-        self.counts += 1
+        if self.forgetting is None:
+            self.sums += samples
+            self.counts += 1
+        else:  # sums/counts become the forgetting mean and n_eff
+            self.forgetting.add(t, samples, self.sums, self.counts)
         if t % self.every or not self.communicates():
             return
         r = t // self.every
@@ -220,6 +229,8 @@ class ServerEstimation(WindowSafe):
         noise_var = np.zeros(len(agents))
         if p.mechanism == "none":
             value = xbar
+        elif p.mechanism in ("pm1", "pm2") and self.forgetting is not None:
+            value, counts, noise_var = self.forgetting.release(self.release, agents, self.sigma2_dp)
         elif p.mechanism in ("pm1", "pm2"):
             scale = None
             if self.degraded_after is not None:
