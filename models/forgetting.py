@@ -90,6 +90,7 @@ class ForgettingSums:
 
     def __init__(self, forget: Forget, n_agents: int) -> None:
         self.forget = forget
+        self.rule = forget.rule
         self.sums = np.zeros(n_agents)
         #: Σ_s w_s and Σ_s w_s² of the samples so far.
         self.weight = 0.0
@@ -101,17 +102,17 @@ class ForgettingSums:
 
     def add(self, t: int, samples: np.ndarray) -> None:
         """Take every agent's sample of slot `t` (slots in order)."""
-        f = self.forget
-        if f.rule == "rate":
+        f, rule = self.forget, self.rule
+        if rule == "rate":
             self.sums *= f.rate
             self.sums += samples
             self.weight = f.rate * self.weight + 1.0
             self.weight2 = f.rate * f.rate * self.weight2 + 1.0
             return
-        if f.rule == "reset" and t == f.reset:
+        if rule == "reset" and t == f.reset:
             self.sums[:] = 0.0
             self.weight = self.weight2 = 0.0
-        if f.rule == "window":
+        if rule == "window":
             row = self._ring[self._seen % f.window]
             if self._seen >= f.window:
                 self.sums -= row
@@ -177,40 +178,45 @@ class PrefixWindow:
 
     def __init__(self, forget: Forget, n_pairs: int, kept: int) -> None:
         self.forget = forget
-        # `kept` prefixes per pair: the most releases of one pair within a window, plus one
-        depth = kept if forget.rule == "window" else 1
-        self._t = np.zeros((n_pairs, depth))
-        self._p = np.zeros((n_pairs, depth))
-        self._j = np.zeros((n_pairs, depth), dtype=np.int64)
+        self.reset = forget.rule == "reset"
+        # `kept` ≥ the most releases of one pair within W + 1 slots, plus one. Pair p's release
+        # k (k = 0: the empty prefix, t = 0) is one complex cell (t_k, t_k R_k) at
+        # p·depth + k mod depth: one gather reads both. Releases are taken in order, each one
+        # (ideal links, no budget), so the base's index is where its search stopped.
+        self._depth = kept + 1 if forget.rule == "window" else 1
+        self._ring = np.zeros(n_pairs * self._depth, dtype=np.complex128)
+        self._j = np.zeros(n_pairs, dtype=np.int64)  # (reset: the base's j)
+        #: Whether a reset's base is stored, per pair.
         self._stored = np.zeros(n_pairs, dtype=np.int64)
+        #: The oldest release of each pair still inside its window.
+        self._head = np.zeros(n_pairs, dtype=np.int64)
 
     def take(
         self, pair: np.ndarray, value: np.ndarray, t: np.ndarray, j: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Take releases (distinct pairs, in increasing j per pair): (n, S̃, i) with n = t_j −
-        t_i the samples the window keeps, S̃ its noisy sum and i the base release (n = 0: no
-        whole p-sum in the window yet)."""
+        """Take releases (distinct pairs, each the pair's next): (n, S̃, i) with n = t_j − t_i
+        the samples the window keeps, S̃ its noisy sum and i the base release (n = 0: no whole
+        p-sum in the window yet)."""
         prefix = value * t
-        if self.forget.rule == "reset":
+        if self.reset:
             return self._take_reset(pair, prefix, t, j)
-        depth = self._t.shape[1]
-        rows_t, rows_p, rows_j = self._t[pair], self._p[pair], self._j[pair]
-        stored = self._stored[pair]
-        # the oldest stored prefix (or the empty one) with t_j − t_i ≤ W
-        inside = (t[:, None] - rows_t <= self.forget.window) & (
-            np.arange(depth)[None, :] < np.minimum(stored, depth)[:, None]
-        )
-        empty = t <= self.forget.window  # the empty prefix (t_i = 0) is still inside
-        oldest = np.where(inside, rows_t, np.inf).argmin(axis=1)
-        found = inside.any(axis=1) & ~empty
-        row = np.arange(len(pair))
-        base_t = np.where(found, rows_t[row, oldest], np.where(empty, 0.0, t))
-        base_p = np.where(found, rows_p[row, oldest], np.where(empty, 0.0, prefix))
-        base_j = np.where(found, rows_j[row, oldest], np.where(empty, 0, j))
-        slot = stored % depth  # the ring's next place: the oldest prefix goes
-        self._t[pair, slot], self._p[pair, slot], self._j[pair, slot] = t, prefix, j
-        self._stored[pair] = stored + 1
-        return t - base_t, prefix - base_p, base_j
+        depth = self._depth
+        head = self._head.take(pair)
+        first = pair * depth
+        # this release first (release j is the pair's j-th: `kept` bounds the releases in a
+        # window, so it never overwrites one inside), so the search below stops at it at the
+        # latest (n = 0: no whole p-sum inside)
+        self._ring[first + j % depth] = t + 1j * prefix
+        # the oldest release with t_j − t_i ≤ W: heads move on (about one release a call)
+        start = t - self.forget.window
+        old = self._ring.take(first + head % depth)
+        move = old.real < start
+        while move.any():
+            head += move
+            old = self._ring.take(first + head % depth)
+            move = old.real < start
+        self._head[pair] = head
+        return t - old.real, prefix - old.imag, head
 
     def _take_reset(
         self, pair: np.ndarray, prefix: np.ndarray, t: np.ndarray, j: np.ndarray
@@ -218,13 +224,16 @@ class PrefixWindow:
         """`take` under ``reset = τ``: before slot τ the base is the empty prefix; from τ on it is
         the first release whose prefix ends at or after slot τ − 1 (n = 0 until a later one)."""
         tau = self.forget.reset
-        record = (t >= tau - 1) & (self._stored[pair] == 0)  # the first such release: the base
-        self._t[pair[record], 0] = t[record]
-        self._p[pair[record], 0] = prefix[record]
-        self._j[pair[record], 0] = j[record]
-        self._stored[pair[record]] = 1
-        use = t >= tau  # before τ the statistic is every sample's
-        base_t = np.where(use, self._t[pair, 0], 0.0)
-        base_p = np.where(use, self._p[pair, 0], 0.0)
-        base_j = np.where(use, self._j[pair, 0], 0)
-        return t - base_t, prefix - base_p, base_j
+        if t.max(initial=0) < tau - 1:  # (before τ − 1: every sample, nothing to keep)
+            return t, prefix, np.zeros_like(j)
+        record = (t >= tau - 1) & (self._stored.take(pair) == 0)  # the first such: the base
+        if record.any():
+            new = pair[record]
+            self._ring[new] = t[record] + 1j * prefix[record]
+            self._j[new] = j[record]
+            self._stored[new] = 1
+        base, base_j = self._ring.take(pair), self._j.take(pair)
+        if t.min() < tau:  # before τ the statistic is every sample's
+            use = t >= tau
+            base, base_j = np.where(use, base, 0.0), np.where(use, base_j, 0)
+        return t - base.real, prefix - base.imag, base_j

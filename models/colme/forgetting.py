@@ -96,11 +96,16 @@ class ReleaseWindows:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Take releases (value R_j, made at t_b) of pairs `pair`: their (T^W, Var[T^W])."""
         n, noisy_sum, i = self.prefixes.take(pair, values, t_b, j)
-        noise = difference_noise_count(self.mechanism, j, i)
-        have = n > 0
-        n_safe = np.where(have, n, 1.0)
-        value = np.where(have, noisy_sum / n_safe, 0.0)
-        var = np.where(have, (sigma2_b * n + sigma2_dp * noise) / (n_safe * n_safe), np.inf)
+        # (PM-I: the p-sums between, j − i, inline: the usual case, every slot)
+        noise = j - i if self.mechanism == "pm1" else difference_noise_count("pm2", j, i)
+        if n.all():  # (the usual case: every window holds a p-sum)
+            value = noisy_sum / n
+            var = (sigma2_b * n + sigma2_dp * noise) / (n * n)
+        else:
+            have = n > 0
+            n_safe = np.where(have, n, 1.0)
+            value = np.where(have, noisy_sum / n_safe, 0.0)
+            var = np.where(have, (sigma2_b * n + sigma2_dp * noise) / (n_safe * n_safe), np.inf)
         self.value.ravel()[pair] = value
         self.var.ravel()[pair] = var
         return value, var
@@ -108,9 +113,9 @@ class ReleaseWindows:
     def accepts(
         self, a: np.ndarray, sigma2_a: np.ndarray, value: np.ndarray, var: np.ndarray, z: Any
     ) -> np.ndarray:
-        """The z-test of §III-C1 with a's own forgetting mean (n_a samples' worth) for X̄_a."""
-        n_own = max(self.own.effective(), 1.0)
-        return z_accepts(self.own.mean()[a] * n_own, n_own, sigma2_a, value, var, z)
+        """The z-test of §III-C1 with a's own window (its n_a samples' sum) for X̄_a."""
+        # (a window's or a reset's weights are 1: the weight total is n_a)
+        return z_accepts(self.own.sums[a], self.own.weight, sigma2_a, value, var, z)
 
     def estimates(self, included: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
         """Lemma 4 over the pairs' windowed statistics and each agent's own forgetting mean."""
