@@ -17,7 +17,7 @@ from numpy.typing import ArrayLike
 from desim.kernel.params import param
 from desim.kernel.protocol import Context, Protocol
 from desim.kernel.registry import CURVES, PROTOCOLS
-from desim.models.forgetting import Forget, ForgettingSums, forget_param
+from desim.models.forgetting import Forget, ForgettingSums, forget_param, weighted_mean_mse
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,14 @@ def drift_mse(t: ArrayLike, data: Any) -> np.ndarray:
         return (drift.rate * (tt - 1)) ** 2 / 4
     if drift.model == "random-walk":
         return drift.step**2 * (tt - 1) * (2 * tt - 1) / (6 * tt)
+    after = tt >= drift.at
+    return np.where(after, switch_jump2(data) * ((drift.at - 1) / tt) ** 2, 0.0)
+
+
+def switch_jump2(data: Any) -> float:
+    """A switch's squared jump over the population: the switched share times E[(μ_c −
+    μ_{c+1})²], the class c of a switched agent drawn like the agents' classes."""
+    drift = data.drift_model
     means = np.asarray(data.class_means, dtype=float)
     jump2 = (np.roll(means, -1) - means) ** 2  # class c to c + 1 (the last to the first)
     M = int(data.agents)
@@ -147,8 +155,7 @@ def drift_mse(t: ArrayLike, data: Any) -> np.ndarray:
     else:
         weights = np.full(len(means), 1 / len(means))
     share = max(1, round(drift.fraction * M)) / M
-    after = tt >= drift.at
-    return np.where(after, share * float(weights @ jump2) * ((drift.at - 1) / tt) ** 2, 0.0)
+    return share * float(weights @ jump2)
 
 
 # ------------------------------------------------------------------ curves
@@ -176,17 +183,47 @@ class LocalCurve:
     """Prop. 1: every agent keeps its own running mean, MSE = mean_a σ_a² / t (plus the squared
     bias a [data.drift] gives, `drift_mse`)."""
 
+    forget: dict | None = param(
+        None,
+        "the local baseline's forget table {window = W | rate = λ | reset = τ} "
+        "(`desim.models.forgetting`; with drift: linear or switch)",
+    )
     #: Whether the curve is the closed form under [data.drift] too (others are refused then).
     follows_drift: ClassVar[bool] = True
+    #: Curves from before `forget` keep their config hashes (`desim.study.spec.hashing`).
+    hash_omits_absent: ClassVar = ("forget",)
+
+    def check(self, data: Any) -> None:
+        """Refuse a bad forget table, and one under a random walk (no closed form here)."""
+        if self.forget is not None:
+            Forget.from_table(self.forget, BASELINE_FORGET, "kind 'local'", "all")
+        drift = getattr(data, "drift_model", None)
+        if self.forget is not None and drift is not None and drift.model == "random-walk":
+            raise ValueError(
+                "kind 'local' with forget: no closed form under drift model = 'random-walk' "
+                "(allowed: linear, switch)"
+            )
 
     def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(mean, zeros) of Prop. 1 on the grid `t`."""
+        """(mean, zeros) of Prop. 1 on the grid `t` (with forget: `weighted_mean_mse`)."""
         tt = time_grid(t)
+        if self.forget is not None:
+            return _forgetting_curve(tt, data, self.forget), np.zeros_like(tt)
         # Classes are equally likely, so the agent average of σ_a² is the class average.
         mse = local_mse(tt, class_variances(data))
         if getattr(data, "drift", None) is not None:
             mse = mse + drift_mse(tt, data)
         return mse, np.zeros_like(tt)
+
+
+def _forgetting_curve(t: np.ndarray, data: Any, table: dict) -> np.ndarray:
+    """The local baseline's MSE with a forget table at times `t` (their integer slots)."""
+    forget = Forget.from_table(table, BASELINE_FORGET, "kind 'local'", "all")
+    drift = getattr(data, "drift_model", None)
+    rate = drift.rate if drift is not None and drift.model == "linear" else 0.0
+    switch = (drift.at, switch_jump2(data)) if drift is not None and drift.model == "switch" else ()
+    sigma2 = float(np.mean(class_variances(data)))
+    return weighted_mean_mse(np.rint(t), sigma2, forget, rate, switch)
 
 
 @CURVES.register("ideal")

@@ -133,24 +133,34 @@ class ForgettingSums:
         return self.weight * self.weight / self.weight2 if self.weight2 > 0 else 0.0
 
 
+def forgetting_weights(slot: int, forget: Forget) -> np.ndarray:
+    """w_k of the samples of ages k = 0 … slot − 1 (k = t − s) in the forgetting mean at `slot`."""
+    ages = np.arange(slot, dtype=float)
+    if forget.rule == "window":
+        return (ages < forget.window).astype(float)
+    if forget.rule == "rate":
+        return forget.rate**ages
+    last = slot - forget.reset if slot >= forget.reset else slot  # the oldest age kept
+    return (ages <= last).astype(float)
+
+
 def weighted_mean_mse(
-    t: np.ndarray, sigma2: float, forget: Forget, rate: float = 0.0
+    t: np.ndarray, sigma2: float, forget: Forget, rate: float = 0.0, switch: tuple = ()
 ) -> np.ndarray:
-    """MSE at slots `t` of an agent's forgetting mean of i.i.d. samples of variance σ² whose
-    mean moves by `rate` per slot (0: fixed): σ²/n_eff plus the squared drift bias
-    (rate · Σ_k w_k k / Σ_k w_k)², k the samples' ages (the local baseline's closed form)."""
+    """MSE at slots `t` of an agent's forgetting mean of independent samples of variance σ²
+    (the local baseline's closed form): σ²/n_eff plus the squared bias of a mean that moves by
+    `rate` per slot, (rate · Σ_k w_k k/Σ_k w_k)², or of a `switch` = (τ, E[Δ²] times the share
+    that switches) at slot τ, E[Δ²]·(Σ_{k ≥ t − τ + 1} w_k/Σ_k w_k)² from τ on (the weight left
+    on samples drawn before it)."""
     out = np.empty(len(t))
     for i, slot in enumerate(np.asarray(t, dtype=np.int64)):
-        ages = np.arange(slot, dtype=float)  # k = t − s for s = t, t − 1, …, 1
-        if forget.rule == "window":
-            w = (ages < forget.window).astype(float)
-        elif forget.rule == "rate":
-            w = forget.rate**ages
-        else:
-            last = slot - forget.reset if slot >= forget.reset else slot  # the oldest age kept
-            w = (ages <= last).astype(float)
+        w = forgetting_weights(int(slot), forget)
+        ages = np.arange(len(w), dtype=float)
         total = w.sum()
-        out[i] = sigma2 * (w * w).sum() / total**2 + (rate * (w * ages).sum() / total) ** 2
+        bias2 = (rate * (w * ages).sum() / total) ** 2
+        if switch and slot >= switch[0]:
+            bias2 += switch[1] * (w[int(slot - switch[0] + 1) :].sum() / total) ** 2
+        out[i] = sigma2 * (w * w).sum() / total**2 + bias2
     return out
 
 

@@ -21,12 +21,13 @@ from desim.kernel.engine import Simulation
 from desim.kernel.params import ConfigError, build
 from desim.kernel.plugins import load_plugins
 from desim.kernel.randomness import Streams
-from desim.kernel.registry import DATA, METRICS, PROTOCOLS
+from desim.kernel.registry import CURVES, DATA, METRICS, PROTOCOLS
 from desim.models.baselines import BaselineParams, Ideal, Local
 from desim.models.forgetting import (
     Forget,
     PrefixWindow,
     difference_noise_count,
+    forgetting_weights,
     weighted_mean_mse,
 )
 from desim.study.scenario import Scenario, resolve
@@ -278,3 +279,31 @@ def test_eb_with_a_reset_after_a_switch_beats_the_running_mean():
     _, reset = _eb({**params, "forget": {"reset": 30}}, 300, drift)
     _, plain = _eb(params, 300, drift)
     assert reset["mse"] < plain["mse"] / 3
+
+
+# ---------------------------------------------------------------------------- the local curve
+
+
+@pytest.mark.parametrize("forget", [{"window": 6}, {"rate": 0.8}, {"reset": 11}])
+def test_the_local_curve_with_forgetting_matches_a_switch_simulated(forget):
+    """Half the agents switch at τ = 11 between classes 0 and 1 (E[Δ²] = 1): the weight left on
+    pre-switch samples, squared, times the switched share, plus σ²/n_eff."""
+    tau, t = 11, 14
+    drift = {"model": "switch", "fraction": 0.5, "at": tau}
+    data = {"agents": AGENTS, "sigma": SIGMA, "class_means": [0.0, 1.0], "drift": drift}
+    spec = build(DATA.get("classes"), data, "data")
+    curve = CURVES.get("local")(forget=forget).curve(np.array([float(t)]), spec)[0][0]
+    measured, _ = _mse(_local(**forget), _source(drift, class_means=[0.0, 1.0]), t)
+    w = forgetting_weights(t, build(Forget, forget, "forget"))
+    old = w[t - tau + 1 :].sum() / w.sum()  # the weight on samples before τ
+    var = SIGMA**2 * (w * w).sum() / w.sum() ** 2
+    assert curve == pytest.approx(0.5 * old**2 + var, rel=1e-12)
+    # SE: exactly half the agents carry bias² old² (Var e² = 2v² + 4 old² v), the rest none
+    se = math.sqrt((2 * var**2 + 2 * old**2 * var) / AGENTS)
+    assert abs(measured - curve) < 4 * se
+
+
+def test_the_local_curve_refuses_forget_under_a_random_walk():
+    spec = build(DATA.get("classes"), {"drift": {"model": "random-walk", "step": 0.1}}, "data")
+    with pytest.raises(ValueError, match="no closed form under drift model = 'random-walk'"):
+        CURVES.get("local")(forget={"window": 3}).check(spec)
