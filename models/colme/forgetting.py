@@ -85,6 +85,14 @@ class ReleaseWindows:
         self.value = np.zeros((n_agents, n_agents))
         self.var = np.full((n_agents, n_agents), np.inf)
 
+    def add(self, t: int, samples: np.ndarray) -> None:
+        """Slot t's own samples; at a reset every pair's T^W is undefined until its next
+        difference (T over samples before τ is forgotten too)."""
+        self.own.add(t, samples)
+        if t == self.own.forget.reset:
+            self.var.fill(np.inf)
+            self.value.fill(0.0)
+
     def take(
         self,
         pair: np.ndarray,

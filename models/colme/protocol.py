@@ -448,7 +448,7 @@ class PrivateColME(SlotBatched):
             self.sumsq += samples * samples
         self.counts += 1
         if self.forget is not None:
-            self.forget.own.add(t, samples)
+            self.forget.add(t, samples)
         self.delivery.ask(t, *self.schedule.targets(t))  # (a, b) or on a graph (a, b, edges)
 
     def on_slots(self, t: int, samples: np.ndarray) -> None:

@@ -307,3 +307,12 @@ def test_the_local_curve_refuses_forget_under_a_random_walk():
     spec = build(DATA.get("classes"), {"drift": {"model": "random-walk", "step": 0.1}}, "data")
     with pytest.raises(ValueError, match="no closed form under drift model = 'random-walk'"):
         CURVES.get("local")(forget={"window": 3}).check(spec)
+
+
+def test_private_colme_forgets_every_peer_statistic_at_a_reset():
+    """Just after a reset at τ = 200 (M = 8: a pair's releases every 7 slots), no peer has a
+    whole p-sum after τ − 1 yet: every T^W is undefined and each estimate is the agent's own
+    mean of the samples from τ on."""
+    proto, _ = _colme({"mechanism": "pm1", "forget": {"reset": 200}}, 8, 202)
+    assert np.isinf(proto.forget.var).all()
+    np.testing.assert_allclose(proto.estimates(), proto.forget.own.sums / 3, rtol=1e-12)
