@@ -57,7 +57,7 @@ QUICK_DIGESTS = {
     "privacy-budgets/ccolme": "c6b4f10ebbbc3828",
     "privacy-budgets/colme": "b135eed120a3c77e",  # issue 30: degrade scenarios added
     "privacy-budgets/eb": "a0c820400b1ebc9f",
-    "robustness/drift": "05cbfbc62d475843",
+    "robustness/drift": "4df4ee01039754ee",
     "robustness/adversaries": "ee9d208a7fd09456",
     "server-vs-peers/outages": "498d21980dcd39fe",
     "server-vs-peers": "59323f3474317d82",
