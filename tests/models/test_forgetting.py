@@ -316,3 +316,75 @@ def test_private_colme_forgets_every_peer_statistic_at_a_reset():
     proto, _ = _colme({"mechanism": "pm1", "forget": {"reset": 200}}, 8, 202)
     assert np.isinf(proto.forget.var).all()
     np.testing.assert_allclose(proto.estimates(), proto.forget.own.sums / 3, rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------- through the CLI
+
+FORGET_STUDY = """
+[study]
+title = "forgetting"
+replicates = 1
+t_max = 30
+checkpoints = 3
+
+[data]
+model = "classes"
+agents = 8
+
+[data.drift]
+model = "switch"
+fraction = 0.5
+at = 10
+
+[[scenario]]
+name = "p"
+protocol = "private-colme"
+forget = {forget}
+
+[[scenario]]
+name = "local"
+protocol = "local"
+forget = {{reset = 10}}
+
+[[curve]]
+name = "local, reset"
+kind = "local"
+forget = {{reset = 10}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("forget", "fragment"),
+    [
+        ("{window = 14}", None),
+        ("{reset = 10}", None),
+        ("{rate = 0.9}", "scenario 'p': forget: rate = 0.9: private-colme allows window, reset"),
+        ("{window = 3, rate = 0.9}", "forget = {window, rate}: give exactly one of"),
+        ("{size = 3}", "size"),
+    ],
+)
+def test_a_study_with_forget_tables_validates_or_is_refused_in_one_line(
+    forget, fragment, tmp_path, capsys
+):
+    from desim.study.cli import main
+
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "study.toml").write_text(FORGET_STUDY.format(forget=forget))
+    if fragment is not None:
+        assert main(["validate", str(folder)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert fragment in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+        return
+    assert main(["validate", str(folder)]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_study_with_forget_tables_runs(tmp_path, capsys):
+    from desim.study.cli import main
+
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "study.toml").write_text(FORGET_STUDY.format(forget="{window = 14}"))
+    assert main(["run", str(folder), "--workers", "1"]) == 0, capsys.readouterr().err
+    assert (folder / "results" / "metrics.parquet").exists()
