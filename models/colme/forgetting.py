@@ -72,6 +72,16 @@ def check_forget_links(params: Any, links: Any) -> None:
         raise ValueError("forget: needs ideal links (releases taken in order, one per query)")
 
 
+def release_windows(protocol: Any) -> ReleaseWindows | None:
+    """The windows of a Private-ColME run with a ``forget`` table (None without one): their
+    rings hold the most releases of one pair within W + 1 slots (`kappa_max`), plus one."""
+    p = protocol.params
+    if p.forget is None:
+        return None
+    kept = protocol.kappa_max((p.forget.window or 1) + 1) + 1
+    return ReleaseWindows(p.forget, protocol.ctx.n_agents, p.mechanism, kept)
+
+
 class ReleaseWindows:
     """The windowed statistic T^W_{b→a} and Var[T^W] of every ordered pair, and every agent's
     own forgetting mean (the strategy Private-ColME chooses once under ``forget``)."""

@@ -83,7 +83,7 @@ from desim.models.adversaries import STREAM, ActiveAdversaries, Adversaries
 from desim.models.colme.budget import ReleaseBudget
 from desim.models.colme.combination import CombinationSums, trimmed_sums
 from desim.models.colme.delivery import Arrivals, Asynchronous, Synchronous, query_ids
-from desim.models.colme.forgetting import ReleaseWindows, check_forget, check_forget_links
+from desim.models.colme.forgetting import check_forget, check_forget_links, release_windows
 from desim.models.colme.graph import (
     EdgeBeliefs,
     NeighbourRestrictedRoundRobin,
@@ -326,12 +326,7 @@ class PrivateColME(SlotBatched):
         # where the engine hands over several slots at once (`on_slots`, `batches_slots`), the
         # windows read the state of each slot from a batch view
         self._batch_view = SlotBatch() if self.asynchronous and self.batches_slots() else None
-        #: The windows over the releases taken (None: T over every release, as the paper has).
-        self.forget = (
-            ReleaseWindows(p.forget, m, p.mechanism, self.kappa_max((p.forget.window or 1) + 1) + 1)
-            if p.forget is not None
-            else None
-        )
+        self.forget = release_windows(self)  # T^W over the releases (None: T over every one)
 
     def _setup_beliefs(self, ctx: Context) -> None:
         """C_a^{(0)} of every agent and the schedule that reads it (over every other agent, or

@@ -84,6 +84,12 @@ class UploadForgetting:
             kept = (forget.window // every + 2) if forget.rule == "window" else 1
             self.prefixes = PrefixWindow(forget, n_agents, kept)
 
+    @classmethod
+    def build(cls, params: Any, n_agents: int, every: int) -> UploadForgetting | None:
+        """The forgetting of a run with these parameters (None without a ``forget`` table)."""
+        forget = getattr(params, "forget", None)
+        return None if forget is None else cls(forget, n_agents, params.mechanism, every)
+
     def add(self, t: int, samples: np.ndarray, sums: np.ndarray, counts: np.ndarray) -> None:
         """Take slot t's samples; write into the protocol's `sums` and `counts` the forgetting
         mean times n_eff and n_eff (so that sums/counts is the mean and σ²/counts its

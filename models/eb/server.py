@@ -154,11 +154,7 @@ class ServerEstimation(WindowSafe):
                 p.calibration, p.epsilon, p.delta, self.rounds, p.accountant
             )
         self.gate = self._budget_gate()
-        forget = getattr(p, "forget", None)
-        #: Every agent's forgetting statistic (None: the running mean; `eb.forgetting`).
-        self.forgetting = (
-            None if forget is None else UploadForgetting(forget, m, p.mechanism, self.every)
-        )
+        self.forgetting = UploadForgetting.build(p, m, self.every)  # (None: the running mean)
         if self.communicates():
             self.server = ParameterServer(ctx, "upload", 3, self._close)
             self._kind_codes = (
