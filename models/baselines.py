@@ -18,6 +18,13 @@ from desim.kernel.params import param
 from desim.kernel.protocol import Context, StopsSampling
 from desim.kernel.registry import CURVES, PROTOCOLS
 from desim.models.adversaries import BEHAVIOURS, STREAM, Adversaries
+from desim.models.forgetting import (
+    Forget,
+    ForgettingSums,
+    forget_param,
+    refuse_when_stopping,
+    weighted_mean_mse,
+)
 
 
 @dataclass(frozen=True)
@@ -25,19 +32,29 @@ class NoParams:
     """A protocol without parameters."""
 
 
-@dataclass(frozen=True)
-class BaselineParams:
-    """The baselines' one parameter: an [adversaries] table, read only by the metric."""
+#: The forgetting rules of the baselines: each is a weighted mean of an agent's own samples with
+#: public weights, so all three are exact (`desim.models.forgetting`).
+BASELINE_FORGET = ("window", "rate", "reset")
 
+
+@dataclass(frozen=True)
+class BaselineParams(NoParams):
+    """Parameters of the local and ideal baselines: their forgetting rule, and an
+    [adversaries] table read only by the metric."""
+
+    forget: dict | None = forget_param()
     adversaries: dict | None = param(
         None,
         "an [adversaries] table: which agents are adversaries, so that the `adversaries` "
         "metric scores the honest ones (a baseline sends nothing an adversary could corrupt)",
     )
-    #: Without adversaries the config hash is the one from before the parameter existed.
-    hash_omits_absent: ClassVar = ("adversaries",)
+    #: Without these the config hash is the one from before the parameters existed.
+    hash_omits_absent: ClassVar = ("forget", "adversaries")
 
     def __post_init__(self) -> None:
+        if self.forget is not None:  # the study's table, checked, kept as a (hashable) Forget
+            forget = Forget.from_table(self.forget, BASELINE_FORGET, "local / ideal", "all")
+            object.__setattr__(self, "forget", forget)
         if self.adversaries is not None:  # every behaviour: none changes what a baseline does
             table = Adversaries.from_table(self.adversaries, tuple(BEHAVIOURS), "the baselines")
             object.__setattr__(self, "adversaries", table)
@@ -72,13 +89,25 @@ class Local(StopsSampling):
         """(which agents are adversaries, None: a baseline accepts no one), for the
         `adversaries` metric; None without an [adversaries] table."""
         return None if self.adversary_mask is None else (self.adversary_mask, None)
+        forget = getattr(self.params, "forget", None)
+        #: The forgetting statistic of every agent's samples (None: every sample counts).
+        self.forgetting = None if forget is None else ForgettingSums(forget, ctx.n_agents)
 
     def on_samples(self, t: int, samples: np.ndarray) -> None:
+        if self.forgetting is not None:
+            self.forgetting.add(t, samples)
+            return
         self.sums += samples
         self.counts += 1
 
+    @classmethod
+    def check_stops(cls, params: Any) -> None:
+        """Refuse a ``forget`` rule when agents stop sampling."""
+        refuse_when_stopping(params)
+
     def stop_sampling(self) -> None:
         """Count each agent's own samples (a stopped agent's mean is over those it had)."""
+        self.check_stops(self.params)
         self.counts = np.zeros(self.ctx.n_agents, dtype=np.int64)
         self.on_samples = self._on_fresh_samples  # chosen once: the common case stays as it is
 
@@ -88,6 +117,8 @@ class Local(StopsSampling):
         self.counts += fresh
 
     def estimates(self) -> np.ndarray:
+        if self.forgetting is not None:
+            return self.forgetting.mean()
         return self.sums / np.maximum(self.counts, 1)
 
 
@@ -108,8 +139,12 @@ class Ideal(Local):
             taken = np.bincount(classes, weights=self.counts)
             return (np.bincount(classes, weights=self.sums) / np.maximum(taken, 1))[classes]
         size = np.bincount(classes)
-        class_mean = np.bincount(classes, weights=self.sums) / np.maximum(size, 1)
-        return class_mean[classes] / max(self.counts, 1)
+        if self.forgetting is not None:  # the class's forgetting sums over its weight total
+            sums, weight = self.forgetting.sums, self.forgetting.weight
+        else:
+            sums, weight = self.sums, self.counts
+        class_mean = np.bincount(classes, weights=sums) / np.maximum(size, 1)
+        return class_mean[classes] / max(weight, 1)
 
 
 # ------------------------------------------------------------------ closed forms
@@ -159,6 +194,14 @@ def drift_mse(t: ArrayLike, data: Any) -> np.ndarray:
         return (drift.rate * (tt - 1)) ** 2 / 4
     if drift.model == "random-walk":
         return drift.step**2 * (tt - 1) * (2 * tt - 1) / (6 * tt)
+    after = tt >= drift.at
+    return np.where(after, switch_jump2(data) * ((drift.at - 1) / tt) ** 2, 0.0)
+
+
+def switch_jump2(data: Any) -> float:
+    """A switch's squared jump over the population: the switched share times E[(μ_c −
+    μ_{c+1})²], the class c of a switched agent drawn like the agents' classes."""
+    drift = data.drift_model
     means = np.asarray(data.class_means, dtype=float)
     jump2 = (np.roll(means, -1) - means) ** 2  # class c to c + 1 (the last to the first)
     M = int(data.agents)
@@ -167,8 +210,7 @@ def drift_mse(t: ArrayLike, data: Any) -> np.ndarray:
     else:
         weights = np.full(len(means), 1 / len(means))
     share = max(1, round(drift.fraction * M)) / M
-    after = tt >= drift.at
-    return np.where(after, share * float(weights @ jump2) * ((drift.at - 1) / tt) ** 2, 0.0)
+    return share * float(weights @ jump2)
 
 
 # ------------------------------------------------------------------ curves
@@ -196,17 +238,47 @@ class LocalCurve:
     """Prop. 1: every agent keeps its own running mean, MSE = mean_a σ_a² / t (plus the squared
     bias a [data.drift] gives, `drift_mse`)."""
 
+    forget: dict | None = param(
+        None,
+        "the local baseline's forget table {window = W | rate = λ | reset = τ} "
+        "(`desim.models.forgetting`; with drift: linear or switch)",
+    )
     #: Whether the curve is the closed form under [data.drift] too (others are refused then).
     follows_drift: ClassVar[bool] = True
+    #: Curves from before `forget` keep their config hashes (`desim.study.spec.hashing`).
+    hash_omits_absent: ClassVar = ("forget",)
+
+    def check(self, data: Any) -> None:
+        """Refuse a bad forget table, and one under a random walk (no closed form here)."""
+        if self.forget is not None:
+            Forget.from_table(self.forget, BASELINE_FORGET, "kind 'local'", "all")
+        drift = getattr(data, "drift_model", None)
+        if self.forget is not None and drift is not None and drift.model == "random-walk":
+            raise ValueError(
+                "kind 'local' with forget: no closed form under drift model = 'random-walk' "
+                "(allowed: linear, switch)"
+            )
 
     def curve(self, t: np.ndarray, data: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(mean, zeros) of Prop. 1 on the grid `t`."""
+        """(mean, zeros) of Prop. 1 on the grid `t` (with forget: `weighted_mean_mse`)."""
         tt = time_grid(t)
+        if self.forget is not None:
+            return _forgetting_curve(tt, data, self.forget), np.zeros_like(tt)
         # Classes are equally likely, so the agent average of σ_a² is the class average.
         mse = local_mse(tt, class_variances(data))
         if getattr(data, "drift", None) is not None:
             mse = mse + drift_mse(tt, data)
         return mse, np.zeros_like(tt)
+
+
+def _forgetting_curve(t: np.ndarray, data: Any, table: dict) -> np.ndarray:
+    """The local baseline's MSE with a forget table at times `t` (their integer slots)."""
+    forget = Forget.from_table(table, BASELINE_FORGET, "kind 'local'", "all")
+    drift = getattr(data, "drift_model", None)
+    rate = drift.rate if drift is not None and drift.model == "linear" else 0.0
+    switch = (drift.at, switch_jump2(data)) if drift is not None and drift.model == "switch" else ()
+    sigma2 = float(np.mean(class_variances(data)))
+    return weighted_mean_mse(np.rint(t), sigma2, forget, rate, switch)
 
 
 @CURVES.register("ideal")

@@ -83,6 +83,7 @@ from desim.models.adversaries import STREAM, ActiveAdversaries, Adversaries
 from desim.models.colme.budget import ReleaseBudget
 from desim.models.colme.combination import CombinationSums, trimmed_sums
 from desim.models.colme.delivery import Arrivals, Asynchronous, Synchronous, query_ids
+from desim.models.colme.forgetting import check_forget, check_forget_links, release_windows
 from desim.models.colme.graph import (
     EdgeBeliefs,
     NeighbourRestrictedRoundRobin,
@@ -104,6 +105,7 @@ from desim.models.colme.schedule import RestrictedRoundRobin, RoundRobin, max_pa
 from desim.models.colme.statistic import PairStatistic, SchVar2
 from desim.models.colme.variance import sample_variance, welch_accepts
 from desim.models.colme.view import OneSlot, SlotBatch
+from desim.models.forgetting import forget_param
 from desim.models.privacy.accounting import Spend, psum_multiplier
 from desim.models.privacy.budget import (
     ACTIONS,
@@ -182,8 +184,10 @@ class PrivateColMEParams:
         ge=0,
         lt=0.5,
     )
+    forget: dict | None = forget_param()
 
     def __post_init__(self) -> None:
+        check_forget(self)  # (a windowed statistic over the releases made: `colme.forgetting`)
         if self.adversaries is not None:
             # the study's table, checked, kept as a (hashable) Adversaries
             table = Adversaries.from_table(self.adversaries, ADVERSARY_BEHAVIOURS, "private-colme")
@@ -258,6 +262,7 @@ class PrivateColME(SlotBatched):
             )
         if params.adversaries is not None:
             params.adversaries.check(data.n_agents, data.classes)
+        check_forget_links(params, links)
 
     @property
     def has_adversaries(self) -> bool:
@@ -321,6 +326,7 @@ class PrivateColME(SlotBatched):
         # where the engine hands over several slots at once (`on_slots`, `batches_slots`), the
         # windows read the state of each slot from a batch view
         self._batch_view = SlotBatch() if self.asynchronous and self.batches_slots() else None
+        self.forget = release_windows(self)  # T^W over the releases (None: T over every one)
 
     def _setup_beliefs(self, ctx: Context) -> None:
         """C_a^{(0)} of every agent and the schedule that reads it (over every other agent, or
@@ -436,6 +442,8 @@ class PrivateColME(SlotBatched):
         if not self.known:
             self.sumsq += samples * samples
         self.counts += 1
+        if self.forget is not None:
+            self.forget.add(t, samples)
         self.delivery.ask(t, *self.schedule.targets(t))  # (a, b) or on a graph (a, b, edges)
 
     def on_slots(self, t: int, samples: np.ndarray) -> None:
@@ -528,6 +536,10 @@ class PrivateColME(SlotBatched):
         values, t_b = payload[:, VALUE], payload[:, COUNT]
         j = payload[:, INDEX].astype(np.int64)
         pair = self.pairs_of(a, b, payload, self.edge_column)
+        if self.forget is not None:  # T^W and its variance replace T's (known variances)
+            value, var = self.forget.take(pair, values, t_b, j, self.sigma2[b], self.sigma2_dp)
+            self.beliefs.revise_pairs(a, pair, self._test(a, b, value, var, t_b, got.slot))
+            return
         if self.incremental:  # the terms these pairs contributed so far, to be replaced
             old = _pair_terms(self, a, b, pair, *self.stat.terms(pair))
         # j_d of the pair: public arithmetic a release carries (the responder's rule), read here
@@ -572,6 +584,10 @@ class PrivateColME(SlotBatched):
         variances, the Welch t-test of §III-C2 (with V_a and V̂ar[T_{b→a}]) otherwise."""
         if self.known:
             t = self.view.clock(slot)  # every agent has t samples (one per slot)
+            if self.forget is not None:
+                return self.forget.accepts(
+                    a, self.sigma2[a], value, var, self._z[t.astype(np.int64)]
+                )
             own = self.view.sums_of(a, slot)
             return z_accepts(own, t, self.sigma2[a], value, var, self._z[t.astype(np.int64)])
         sums, sumsq, t = self.view.own(a, slot)
@@ -583,6 +599,8 @@ class PrivateColME(SlotBatched):
     # -- estimates -------------------------------------------------------------------------
     def estimates(self) -> np.ndarray:
         """μ_a of every agent: Lemma 4's inverse-variance combination (`model.combine`)."""
+        if self.forget is not None:
+            return self.forget.estimates(self.included, self.sigma2)
         local = self.sums / np.maximum(self.counts, 1)
         own_var = self.sigma2 if self.known else sample_variance(self.sums, self.sumsq, self.counts)
         with np.errstate(divide="ignore"):

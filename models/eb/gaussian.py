@@ -28,6 +28,7 @@ from desim.models.eb.estimators import (
     moment_sigma_theta2,
     robust_location,
 )
+from desim.models.eb.forgetting import check_upload_forget
 from desim.models.eb.server import (
     COUNT,
     NOISE_VAR,
@@ -36,6 +37,7 @@ from desim.models.eb.server import (
     check_upload_adversaries,
     check_upload_budget,
 )
+from desim.models.forgetting import forget_param
 
 
 @dataclass(frozen=True)
@@ -76,10 +78,12 @@ class UploadParams:
         "an [adversaries] table {fraction | agents, behaviour = shift | flip | collude | "
         "inflate, …}: agents whose uploads are corrupted (`desim.models.adversaries`)",
     )
+    forget: dict | None = forget_param()
 
     def __post_init__(self) -> None:
         check_upload_budget(self)
         check_upload_adversaries(self)
+        check_upload_forget(self)
 
 
 @dataclass(frozen=True)

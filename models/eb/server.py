@@ -73,6 +73,8 @@ from desim.kernel.registry import METRICS, applies_to, records
 from desim.kernel.server import ParameterServer, Round, server_address
 from desim.models.adversaries import STREAM, ActiveAdversaries, Adversaries
 from desim.models.eb import mechanisms as mech
+from desim.models.eb.forgetting import UploadForgetting
+from desim.models.forgetting import refuse_when_stopping
 from desim.models.privacy.accounting import Spend, psum_multiplier, psum_noise, tight_multiplier
 from desim.models.privacy.bits import popcount, set_bits
 from desim.models.privacy.budget import (
@@ -153,6 +155,7 @@ class ServerEstimation(WindowSafe, StopsSampling):
                 p.calibration, p.epsilon, p.delta, self.rounds, p.accountant
             )
         self.gate = self._budget_gate()
+        self.forgetting = UploadForgetting.build(p, m, self.every)  # (None: the running mean)
         if self.communicates():
             self.server = ParameterServer(ctx, "upload", 3, self._close)
             self._kind_codes = (
@@ -190,7 +193,10 @@ class ServerEstimation(WindowSafe, StopsSampling):
 
     # -- agents: samples, uploads ----------------------------------------------------------
     def on_samples(self, t: int, samples: np.ndarray) -> None:
-        self._take(samples)
+        if self.forgetting is None:
+            self._take(samples)
+        else:  # sums/counts become the forgetting mean and n_eff
+            self.forgetting.add(t, samples, self.sums, self.counts)
         if t % self.every or not self.communicates():
             return
         r = t // self.every
@@ -231,6 +237,7 @@ class ServerEstimation(WindowSafe, StopsSampling):
                 f"mechanism = {params.mechanism!r}: agents that stop sampling would release "
                 "the same samples' p-sums again; use 'gaussian', or exhausted = 'cycle'"
             )
+        refuse_when_stopping(params)
 
     def stop_sampling(self) -> None:
         """Each agent's count is its own (a stopped agent uploads the mean of what it had)."""
@@ -245,6 +252,8 @@ class ServerEstimation(WindowSafe, StopsSampling):
         noise_var = np.zeros(len(agents))
         if p.mechanism == "none":
             value = xbar
+        elif p.mechanism in ("pm1", "pm2") and self.forgetting is not None:
+            value, counts, noise_var = self.forgetting.release(self.release, agents, self.sigma2_dp)
         elif p.mechanism in ("pm1", "pm2"):
             scale = None
             if self.degraded_after is not None:

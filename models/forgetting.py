@@ -1,0 +1,259 @@
+"""Forgetting for data whose means move (desim's extension: no seed paper gives one).
+
+A scenario's ``forget = {…}`` table names one rule, applied to every agent's own samples:
+
+- ``window = W``: a sliding window, the statistic uses the agent's last W samples;
+- ``rate = λ``: exponential weights, sample s weighs λ^(t − s) at slot t;
+- ``reset = τ``: a restart at a known slot, the statistic uses the samples from slot τ on.
+
+`Forget` is the table, checked; `ForgettingSums` keeps the statistic of every agent's own
+samples (the local and ideal baselines, the empirical-Bayes uploads, Private-ColME's own mean).
+Each family allows the rules it computes exactly (`Forget.from_table`); Private-ColME's windows
+over privatised releases are `desim.models.colme.forgetting`.
+
+Every rule gives a weighted mean Σ_s w_s x_s / Σ_s w_s with weights known to everyone, so its
+variance is σ² Σ w_s² / (Σ w_s)² = σ²/n_eff, n_eff = (Σ w_s)²/Σ w_s² (`effective`): W (or the
+samples so far) in a window, t − τ + 1 after a reset, (1 + λ)/(1 − λ) in the exponential
+steady state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from desim.kernel.params import build, param
+
+#: The rules of a forget table, in the order messages list them.
+RULES = ("window", "rate", "reset")
+
+
+@dataclass(frozen=True)
+class Forget:
+    """A ``forget = {window = W | rate = λ | reset = τ}`` table: one forgetting rule."""
+
+    window: int | None = param(None, "sliding window: the last W samples of every agent", ge=1)
+    rate: float | None = param(
+        None, "exponential forgetting: sample s weighs λ^(t − s) at slot t", gt=0, lt=1
+    )
+    reset: int | None = param(None, "restart at slot τ: the samples from slot τ on", ge=2)
+
+    def __post_init__(self) -> None:
+        given = [name for name in RULES if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                f"forget = {{{', '.join(given)}}}: give exactly one of {', '.join(RULES)}"
+            )
+
+    @property
+    def rule(self) -> str:
+        """The rule given: window, rate or reset."""
+        return next(name for name in RULES if getattr(self, name) is not None)
+
+    @property
+    def value(self) -> float:
+        """The rule's parameter (W, λ or τ)."""
+        return getattr(self, self.rule)
+
+    @classmethod
+    def from_table(cls, table: Any, allowed: tuple[str, ...], family: str, why: str) -> Forget:
+        """The checked table of a protocol `family` that computes the rules `allowed` exactly;
+        ValueError with one line naming the rule, its value, what is allowed and `why`."""
+        if isinstance(table, Forget):
+            forget = table
+        elif isinstance(table, dict):
+            forget = build(cls, table, "forget")
+        else:
+            raise ValueError(f"forget = {table!r}: must be a table {{window | rate | reset = …}}")
+        if forget.rule not in allowed:
+            raise ValueError(
+                f"forget: {forget.rule} = {forget.value!r}: {family} allows "
+                f"{', '.join(allowed)} ({why})"
+            )
+        return forget
+
+
+def forget_param() -> Any:
+    """The ``forget`` parameter of a protocol's Params (absent: every sample counts forever)."""
+    return param(
+        None,
+        "a forget table {window = W | rate = λ | reset = τ}: the statistics forget old samples "
+        "(desim's extension, `desim.models.forgetting`)",
+    )
+
+
+def refuse_when_stopping(params: Any) -> None:
+    """Refuse a ``forget`` rule when agents stop sampling (`ValueError`, one line): its weights
+    are per slot, and a stopped agent has no sample in some slots."""
+    if getattr(params, "forget", None) is not None:
+        raise ValueError(
+            "forget: agents that stop sampling (exhausted = 'stop') have no sample in some "
+            "slots, which the forgetting weights do not allow; use exhausted = 'cycle'"
+        )
+
+
+class ForgettingSums:
+    """Every agent's forgetting statistic of its own samples: the weighted sum Σ w_s x_s, the
+    weight total Σ w_s and Σ w_s² (the same for every agent: one sample each per slot)."""
+
+    def __init__(self, forget: Forget, n_agents: int) -> None:
+        self.forget = forget
+        self.rule = forget.rule
+        self.sums = np.zeros(n_agents)
+        #: Σ_s w_s and Σ_s w_s² of the samples so far.
+        self.weight = 0.0
+        self.weight2 = 0.0
+        self._seen = 0
+        if forget.rule == "window":
+            # the last W samples, row (s − 1) mod W: what leaves the window is subtracted
+            self._ring = np.zeros((forget.window, n_agents))
+
+    def add(self, t: int, samples: np.ndarray) -> None:
+        """Take every agent's sample of slot `t` (slots in order)."""
+        f, rule = self.forget, self.rule
+        if rule == "rate":
+            self.sums *= f.rate
+            self.sums += samples
+            self.weight = f.rate * self.weight + 1.0
+            self.weight2 = f.rate * f.rate * self.weight2 + 1.0
+            return
+        if rule == "reset" and t == f.reset:
+            self.sums[:] = 0.0
+            self.weight = self.weight2 = 0.0
+        if rule == "window":
+            row = self._ring[self._seen % f.window]
+            if self._seen >= f.window:
+                self.sums -= row
+            row[:] = samples
+            self.weight = self.weight2 = float(min(self._seen + 1, f.window))
+        else:
+            self.weight += 1.0
+            self.weight2 += 1.0
+        self._seen += 1
+        self.sums += samples
+
+    def mean(self) -> np.ndarray:
+        """The weighted mean of every agent (0 before its first sample)."""
+        return self.sums / self.weight if self.weight > 0 else np.zeros_like(self.sums)
+
+    def effective(self) -> float:
+        """n_eff = (Σ w_s)²/Σ w_s²: the weighted mean's variance is σ²/n_eff."""
+        return self.weight * self.weight / self.weight2 if self.weight2 > 0 else 0.0
+
+
+def forgetting_weights(slot: int, forget: Forget) -> np.ndarray:
+    """w_k of the samples of ages k = 0 … slot − 1 (k = t − s) in the forgetting mean at `slot`."""
+    ages = np.arange(slot, dtype=float)
+    if forget.rule == "window":
+        return (ages < forget.window).astype(float)
+    if forget.rule == "rate":
+        return forget.rate**ages
+    last = slot - forget.reset if slot >= forget.reset else slot  # the oldest age kept
+    return (ages <= last).astype(float)
+
+
+def weighted_mean_mse(
+    t: np.ndarray, sigma2: float, forget: Forget, rate: float = 0.0, switch: tuple = ()
+) -> np.ndarray:
+    """MSE at slots `t` of an agent's forgetting mean of independent samples of variance σ²
+    (the local baseline's closed form): σ²/n_eff plus the squared bias of a mean that moves by
+    `rate` per slot, (rate · Σ_k w_k k/Σ_k w_k)², or of a `switch` = (τ, E[Δ²] times the share
+    that switches) at slot τ, E[Δ²]·(Σ_{k ≥ t − τ + 1} w_k/Σ_k w_k)² from τ on (the weight left
+    on samples drawn before it)."""
+    out = np.empty(len(t))
+    for i, slot in enumerate(np.asarray(t, dtype=np.int64)):
+        w = forgetting_weights(int(slot), forget)
+        ages = np.arange(len(w), dtype=float)
+        total = w.sum()
+        bias2 = (rate * (w * ages).sum() / total) ** 2
+        if switch and slot >= switch[0]:
+            bias2 += switch[1] * (w[int(slot - switch[0] + 1) :].sum() / total) ** 2
+        out[i] = sigma2 * (w * w).sum() / total**2 + bias2
+    return out
+
+
+def difference_noise_count(mechanism: str, j: np.ndarray, i: np.ndarray) -> np.ndarray:
+    """The p-sum noises, in units of σ_DP², of the difference of a pair's released prefixes
+    j > i ≥ 0 (release 0: the empty prefix, no noise): PM-I, the p-sums i + 1 … j; PM-II, the
+    tree nodes of j and of i that are not shared (node (ℓ, j >> ℓ) at each set bit ℓ of j)."""
+    j = np.asarray(j, dtype=np.int64)
+    i = np.asarray(i, dtype=np.int64)
+    if mechanism == "pm1":
+        return (j - i).astype(float)
+    levels = max(1, int(j.max(initial=1)).bit_length())
+    shift = np.arange(levels)
+    bit_j, bit_i = (j[:, None] >> shift) & 1, (i[:, None] >> shift) & 1
+    shared = bit_j & bit_i & ((j[:, None] >> shift) == (i[:, None] >> shift))
+    return (bit_j.sum(axis=1) + bit_i.sum(axis=1) - 2 * shared.sum(axis=1)).astype(float)
+
+
+class PrefixWindow:
+    """Per pair (a responder and its receiver), the prefixes it released — (t_j, t_j R_j, j),
+    each a noisy sum of its first t_j samples — kept as long as a window may start at one, and
+    the base a ``forget`` rule differences against: the statistic over samples t_i + 1 … t_j is
+    (t_j R_j − t_i R_i)/(t_j − t_i), post-processing of releases already made (no new release,
+    nothing more for the ledger)."""
+
+    def __init__(self, forget: Forget, n_pairs: int, kept: int) -> None:
+        self.forget = forget
+        self.reset = forget.rule == "reset"
+        # `kept` ≥ the most releases of one pair within W + 1 slots, plus one. Pair p's release
+        # k (k = 0: the empty prefix, t = 0) is one complex cell (t_k, t_k R_k) at
+        # p·depth + k mod depth: one gather reads both. Releases are taken in order, each one
+        # (ideal links, no budget), so the base's index is where its search stopped.
+        self._depth = kept + 1 if forget.rule == "window" else 1
+        self._ring = np.zeros(n_pairs * self._depth, dtype=np.complex128)
+        self._j = np.zeros(n_pairs, dtype=np.int64)  # (reset: the base's j)
+        #: Whether a reset's base is stored, per pair.
+        self._stored = np.zeros(n_pairs, dtype=np.int64)
+        #: The oldest release of each pair still inside its window.
+        self._head = np.zeros(n_pairs, dtype=np.int64)
+
+    def take(
+        self, pair: np.ndarray, value: np.ndarray, t: np.ndarray, j: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Take releases (distinct pairs, each the pair's next): (n, S̃, i) with n = t_j − t_i
+        the samples the window keeps, S̃ its noisy sum and i the base release (n = 0: no whole
+        p-sum in the window yet)."""
+        prefix = value * t
+        if self.reset:
+            return self._take_reset(pair, prefix, t, j)
+        depth = self._depth
+        head = self._head.take(pair)
+        first = pair * depth
+        # this release first (release j is the pair's j-th: `kept` bounds the releases in a
+        # window, so it never overwrites one inside), so the search below stops at it at the
+        # latest (n = 0: no whole p-sum inside)
+        self._ring[first + j % depth] = t + 1j * prefix
+        # the oldest release with t_j − t_i ≤ W: heads move on (about one release a call)
+        start = t - self.forget.window
+        old = self._ring.take(first + head % depth)
+        move = old.real < start
+        while move.any():
+            head += move
+            old = self._ring.take(first + head % depth)
+            move = old.real < start
+        self._head[pair] = head
+        return t - old.real, prefix - old.imag, head
+
+    def _take_reset(
+        self, pair: np.ndarray, prefix: np.ndarray, t: np.ndarray, j: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`take` under ``reset = τ``: before slot τ the base is the empty prefix; from τ on it is
+        the first release whose prefix ends at or after slot τ − 1 (n = 0 until a later one)."""
+        tau = self.forget.reset
+        if t.max(initial=0) < tau - 1:  # (before τ − 1: every sample, nothing to keep)
+            return t, prefix, np.zeros_like(j)
+        record = (t >= tau - 1) & (self._stored.take(pair) == 0)  # the first such: the base
+        if record.any():
+            new = pair[record]
+            self._ring[new] = t[record] + 1j * prefix[record]
+            self._j[new] = j[record]
+            self._stored[new] = 1
+        base, base_j = self._ring.take(pair), self._j.take(pair)
+        if t.min() < tau:  # before τ the statistic is every sample's
+            use = t >= tau
+            base, base_j = np.where(use, base, 0.0), np.where(use, base_j, 0)
+        return t - base.real, prefix - base.imag, base_j
