@@ -84,14 +84,14 @@ class Local(StopsSampling):
         self.adversary_mask = (
             None if spec is None else spec.draw(ctx.n_agents, ctx.streams.get(STREAM))
         )
+        forget = getattr(self.params, "forget", None)
+        #: The forgetting statistic of every agent's samples (None: every sample counts).
+        self.forgetting = None if forget is None else ForgettingSums(forget, ctx.n_agents)
 
     def adversary_state(self) -> tuple[np.ndarray, None] | None:
         """(which agents are adversaries, None: a baseline accepts no one), for the
         `adversaries` metric; None without an [adversaries] table."""
         return None if self.adversary_mask is None else (self.adversary_mask, None)
-        forget = getattr(self.params, "forget", None)
-        #: The forgetting statistic of every agent's samples (None: every sample counts).
-        self.forgetting = None if forget is None else ForgettingSums(forget, ctx.n_agents)
 
     def on_samples(self, t: int, samples: np.ndarray) -> None:
         if self.forgetting is not None:
