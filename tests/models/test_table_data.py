@@ -303,3 +303,11 @@ def test_a_closed_form_curve_is_refused_naming_why(tmp_path, capsys, kind):
     assert len(err.splitlines()) == 1
     assert f"curve 'c': kind '{kind}': data model 'table' has no closed-form curves" in err
     assert "remove the [[curve]]" in err
+
+
+def test_a_forgetting_rule_is_refused_where_agents_stop_sampling(tmp_path, capsys):
+    folder = study(tmp_path, exhausted="stop", t_max=5)
+    toml = (folder / "study.toml").read_text()
+    (folder / "study.toml").write_text(toml + "forget = {window = 2}\n")
+    assert "forget: agents that stop sampling" in refused(folder, capsys)
+    assert main(["validate", str(study(tmp_path, exhausted="stop", t_max=3))]) == 0
