@@ -57,6 +57,14 @@ class Forget:
         """The rule's parameter (W, λ or τ)."""
         return getattr(self, self.rule)
 
+    def check_horizon(self, t_max: int) -> None:
+        """Refuse a reset after the horizon (`ValueError`, one line): it would never happen."""
+        if self.reset is not None and self.reset > t_max:
+            raise ValueError(
+                f"forget: reset = {self.reset}: after t_max = {t_max}, so it never happens "
+                f"(allowed: 2 to {t_max})"
+            )
+
     @classmethod
     def from_table(cls, table: Any, allowed: tuple[str, ...], family: str, why: str) -> Forget:
         """The checked table of a protocol `family` that computes the rules `allowed` exactly;

@@ -30,6 +30,7 @@ from desim.kernel.protocol import FollowsGraph
 from desim.kernel.randomness import Streams, stable_key
 from desim.kernel.recorder import log_checkpoints
 from desim.kernel.registry import DATA, LINKS, METRICS, PROTOCOLS, TOPOLOGIES
+from desim.models.forgetting import Forget
 from desim.network_models.realistic import NETWORK_TABLES, realistic_links, unknown_table_message
 from desim.topologies.dynamic import dynamics, rewire_stream, split
 from desim.topologies.files import build_graph
@@ -139,6 +140,12 @@ def resolve(s: Scenario) -> Resolved:
     data = _plain_numbers(_with_folder(dict(s.data), s.folder, "data"))
     data_cls = DATA.lookup(data.pop("model", None), "data.model")
     data_params = build(data_cls, data, "data")
+    forget = getattr(params, "forget", None)  # a forgetting rule (desim.models.forgetting)
+    if isinstance(forget, Forget):
+        try:
+            forget.check_horizon(s.t_max)
+        except ValueError as exc:
+            raise ConfigError(f"{label}: {exc}") from None
     check_run = getattr(data_params, "check_run", None)  # limits given the horizon (drift)
     if check_run is not None:
         try:

@@ -225,6 +225,8 @@ def test_private_colme_with_a_reset_forgets_the_old_class():
             "forget: window = 3: p-sum uploads every round = 5 slots need window ≥ round",
         ),
         ("local", {"forget": {"window": 0}}, "window = 0"),
+        ("local", {"forget": {"reset": 51}}, "reset = 51: after t_max = 50, so it never happens"),
+        ("eb-gaussian", {"forget": {"reset": 80}}, "reset = 80: after t_max = 50"),
         ("ideal", {"forget": {"rate": 1.0}}, "rate = 1.0"),
     ],
 )
