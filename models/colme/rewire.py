@@ -90,9 +90,8 @@ def carried(old: Neighbours, new: Neighbours) -> np.ndarray:
     """For every pair of `new` (its numbering), the pair of `old` of the same link a → b, or −1
     (a new link)."""
     n = new.n
-    old_keys = old.src * n + old.dst
-    order = np.argsort(old_keys)
-    ranked = old_keys[order]
+    order = old.csr_pairs  # CSR order is sorted by (a, b): no sort needed
+    ranked = old.csr_src * n + old.dst[order]
     new_keys = new.src * n + new.dst
     if len(ranked) == 0:
         return np.full(len(new_keys), -1, dtype=np.int64)
@@ -279,9 +278,8 @@ class InFlight:
     def follow(self, nb: Neighbours, carry: _Carry, t: int) -> None:
         """The new numbering, and the slot t at which the new links appear."""
         self.born = carry(self.born, float(t))
-        keys = nb.src * nb.n + nb.dst
-        order = np.argsort(keys)
-        self.keys, self.pair_of_key, self.n = keys[order], order, nb.n
+        order = nb.csr_pairs  # CSR order is sorted by (a, b)
+        self.keys, self.pair_of_key, self.n = nb.csr_src * nb.n + nb.dst[order], order, nb.n
 
     def in_force(
         self, queries: Batch | None, releases: Batch | None, column: int

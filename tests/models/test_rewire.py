@@ -11,11 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from desim.kernel.engine import Simulation
+from desim.kernel.plugins import load_plugins
 from desim.kernel.randomness import Streams
 from desim.study.scenario import Scenario, run
 from desim.topologies.dynamic import Dynamics, Rewire, difference
 from desim.topologies.generators import RandomRegular
 from desim.topologies.graph import Graph
+
+load_plugins()
 
 PROTOCOLS = ("c-colme", "private-c-colme")
 
@@ -149,11 +152,9 @@ class Switches:
 def _over_delayed_links(protocol: str, graphs: list[Graph], at: list[int], delay: float):
     """`protocol` on the path 0–1–2–3 switching to `graphs` before the slots `at`, every
     message taking `delay` slots; returns the protocol after 20 slots."""
-    from desim.kernel.plugins import load_plugins
     from desim.kernel.registry import PROTOCOLS as REGISTRY
     from desim.testing import ScriptedLinks
 
-    load_plugins()
     g1 = _path4([(0, 1), (1, 2), (2, 3)])
     data = GraphData(g1, [0, 0, 1, 1], [0.0, 1.0], sigma=0.5)
     cls = REGISTRY.get(protocol)
