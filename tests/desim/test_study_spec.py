@@ -49,6 +49,7 @@ QUICK_DIGESTS = {
     "real-data/radon": "6294508aafb3cd1b",
     "real-data/radon/unbalanced": "9c0ec29922812a35",
     "robustness/dynamic-graph": "5faf9df4e895331e",  # issue 29: changing graphs
+    "robustness/dynamic-graph/latency": "3c57b5c547e74dbf",  # changing graphs, latency
     "privacy-accounting/ccolme": "db34a65d8b7231ac",
     "privacy-accounting/eb": "a4425457191a7725",
     "privacy-accounting/epsilon-sweep": "15ea51b19b22fd37",
