@@ -236,3 +236,28 @@ def test_runs_bound_by_the_set_up_degrees_are_refused(tmp_path, capsys, extra, f
     assert main(["validate", str(folder)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and fragment in err, err
+
+
+@pytest.mark.parametrize("protocol", ["private-colme", "c-colme", "private-c-colme"])
+def test_windows_and_instants_agree_across_graph_changes(protocol):
+    """Delivery in windows (and slot batches) leaves what one instant at a time leaves, bit
+    for bit, across graph changes with messages in flight (delays of 1.4 and 2.4 slots)."""
+    g1 = _path([(0, 1), (1, 2), (2, 3)])
+    g2 = _path([(0, 2), (1, 2), (2, 3)])
+    classes = np.array([0, 0, 1, 1])
+    runs = []
+    for windows in (False, True):
+        data = GraphData(g1, classes, [0.0, 1.0], sigma=0.5)
+        cls = PROTOCOLS.get(protocol)
+        params = {"peers": "topology"} if protocol == "private-colme" else {}
+        proto = cls(cls.Params(**params))
+        links = ScriptedLinks(delay=lambda rng, t, n: np.where(np.arange(n) % 2, 1.4, 2.4))
+        switches = Switches(g1, [g2, g1], [10, 11])
+        sim = Simulation(
+            proto, data, 20, Streams(5, 0, 1, 2), links=links, graphs=switches, windows=windows
+        )
+        sim.run()
+        lost = proto.follower.lost if protocol == "private-colme" else proto.in_flight.lost
+        runs.append((proto.estimates(), lost.copy()))
+    assert np.array_equal(runs[0][0], runs[1][0])
+    assert np.array_equal(runs[0][1], runs[1][1]) and runs[0][1].sum() > 0
