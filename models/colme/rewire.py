@@ -90,13 +90,16 @@ def carried(old: Neighbours, new: Neighbours) -> np.ndarray:
     """For every pair of `new` (its numbering), the pair of `old` of the same link a → b, or −1
     (a new link)."""
     n = new.n
-    order = old.csr_pairs  # CSR order is sorted by (a, b): no sort needed
+    out = np.full(new.n_pairs, -1, dtype=np.int64)
+    if old.n_pairs == 0:
+        return out
+    # both graphs' keys a·M + b in CSR order are sorted: a search of sorted keys, no sort
+    order = old.csr_pairs
     ranked = old.csr_src * n + old.dst[order]
-    new_keys = new.src * n + new.dst
-    if len(ranked) == 0:
-        return np.full(len(new_keys), -1, dtype=np.int64)
-    pos = np.minimum(np.searchsorted(ranked, new_keys), len(ranked) - 1)
-    return np.where(ranked[pos] == new_keys, order[pos], -1)
+    keys = new.csr_src * n + new.dst[new.csr_pairs]
+    pos = np.minimum(np.searchsorted(ranked, keys), len(ranked) - 1)
+    out[new.csr_pairs] = np.where(ranked[pos] == keys, order[pos], -1)
+    return out
 
 
 class _Carry:
