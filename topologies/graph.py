@@ -125,10 +125,14 @@ class Graph:
     @cached_property
     def reverse(self) -> np.ndarray:
         """reverse[e]: index of the edge dst[e]→src[e] (an involution without fixed points)."""
-        # The edge b→a sits where its key b·n + a falls among the sorted keys src·n + dst: the
-        # permutation that sorting by (dst, src) gives, at a fraction of a lexsort's cost.
+        # The edge b→a sits at the rank of its key b·n + a among the sorted keys src·n + dst,
+        # which are the keys dst·n + src permuted: the inverse of their sorting permutation
+        # (a sort and a scatter cost a fraction of a lexsort's, or of searching every key).
         n = max(self.n, 1)
-        return _frozen(np.searchsorted(self.src * n + self.dst, self.dst * n + self.src))
+        order = np.argsort(self.dst * n + self.src)
+        reverse = np.empty_like(order)
+        reverse[order] = np.arange(len(order))
+        return _frozen(reverse)
 
     @property
     def n_directed(self) -> int:

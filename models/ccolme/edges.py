@@ -147,6 +147,7 @@ class Rows:
         #: r when every agent has r ≥ 1 neighbours (r-regular: rows of r edges), else None.
         self.regular = int(d[0]) if graph.n and d[0] > 0 and np.all(d == d[0]) else None
         self._scratch: np.ndarray | None = None  # `spread`'s buffer, one per-edge array
+        self._src = graph.src  # each edge's agent (irregular graphs' `spread`)
 
     def spread(self, values: np.ndarray, counts: np.ndarray | None = None) -> np.ndarray:
         """Each agent's value repeated over its run of edges (all its edges, or `counts[a]` of
@@ -154,6 +155,10 @@ class Rows:
         one buffer, reused (and overwritten) by the next call: a fresh array of every edge in
         every slot costs page faults that grow faster than the graph."""
         r = self.regular
+        if r is None and counts is None:  # (a rewired graph): a gather into the buffer
+            if self._scratch is None:
+                self._scratch = np.empty(len(self._src))
+            return np.take(values, self._src, out=self._scratch)
         if r is None or (counts is not None and not np.all(counts == r)):
             return np.repeat(values, self._degree if counts is None else counts)
         if self._scratch is None:

@@ -159,11 +159,8 @@ class CColME(Adversarial, CColMEFamily, FollowsGraph):
     nb_n_prev = _View("n_prev", "t_b of the state before b's newest, per directed edge.")
     nb_size = _View("nb_size", "|C_b| as b told a, per directed edge (a's slot).", "_sizes")
     nb_size_at = _View("at", "When b sent the |C_b| a holds, per edge (ideal links: 0).", "_sizes")
-
-    @classmethod
-    def check_graph_changes(cls, params: Any, links: Any) -> None:
-        """A changing graph is followed over ideal links only (`desim.models.ccolme.rewire`)."""
-        rewire.check_links(links)
+    #: Messages of links changed while in flight (`rewire.InFlight`; None: none yet).
+    in_flight: rewire.InFlight | None = None
 
     def on_graph_change(self, t: int, added: np.ndarray, dropped: np.ndarray) -> None:
         """Lay the per-edge state out on the new graph (`desim.models.ccolme.rewire.follow`)."""
@@ -287,6 +284,8 @@ class CColME(Adversarial, CColMEFamily, FollowsGraph):
     # -- deliveries: store what arrived ----------------------------------------------------
     def on_deliver(self, batch: Batch) -> None:
         """File what arrived: each kind of message to its handler."""
+        if self.in_flight is not None:  # a changed graph: messages of links gone are dropped
+            batch = self.in_flight.in_force(self, batch)
         if batch.single_kind is not None:  # one kind (always so with ideal links): no need to split
             self._handlers[batch.single_kind](batch)
             return

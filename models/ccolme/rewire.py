@@ -22,9 +22,14 @@ age for every state and cannot hold a new link's "none yet"; a run that was live
 to it (`relive`) once the newest state held on every edge is of one slot again (the next
 slot), with the same bits (the two paths give the same results). The test's
 γ = δ/(4 Σ_a deg a) keeps the set-up's Σ_a deg a (rewiring keeps it; a graph file of a
-sequence may not), as an agent's constant. Only ideal links are followed
-(`check_graph_changes`): a message in flight on a link that is dropped would have no edge to
-land on.
+sequence may not), as an agent's constant.
+
+Over links that are not ideal a message may be in flight when its link changes (`InFlight`):
+one whose link is gone, or that was sent before its link was made again (its sender's earlier
+incarnation of the link), is dropped on arrival and counted in `InFlight.lost` (per kind:
+state, decision, size); a new link's first messages are those of the slot it appears in (its
+sender's state, then its decision and size at the slot's consensus step), and until they
+arrive it holds what set-up holds (χ = ``initial``, no state of b).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from desim.kernel.messages import Batch
 from desim.models.ccolme.edges import EdgeSlots, EdgeStates, Rows
 from desim.models.ccolme.live_first import LiveFirst
 from desim.models.ccolme.sizes import Sizes
@@ -42,13 +48,24 @@ if TYPE_CHECKING:
     from desim.models.ccolme.protocol import CColME
 
 
-def check_links(links: Any) -> None:
-    """Raise ValueError unless `links` are ideal (every message arrives in its slot)."""
-    if links is not None and not getattr(links, "ideal", False):
-        raise ValueError(
-            "C-ColME follows a changing graph over ideal links only (a message in flight on "
-            "a dropped link has nowhere to land); use [network] links = 'ideal'"
-        )
+class InFlight:
+    """The slot each directed edge's link was made (0: at set-up), and the messages dropped
+    on arrival because their link changed while they were in flight (per kind)."""
+
+    def __init__(self, n_edges: int, kinds: int) -> None:
+        self.born = np.zeros(n_edges)
+        #: Messages dropped at delivery, per message kind (state, decision, size).
+        self.lost = np.zeros(kinds, dtype=np.int64)
+
+    def in_force(self, proto: CColME, batch: Batch) -> Batch:
+        """The messages of `batch` whose link is in force and was made before they were sent."""
+        e = proto._slot_of.find(batch.dst, batch.src)
+        keep = e >= 0
+        keep[keep] = batch.sent_at[keep] >= self.born[e[keep]]
+        if keep.all():
+            return batch
+        np.add.at(self.lost, batch.kind[~keep], 1)
+        return batch.select(np.flatnonzero(keep))
 
 
 def carried(old: Graph, new: Graph) -> np.ndarray:
@@ -130,6 +147,10 @@ def follow(proto: CColME, graph: Graph) -> None:
     proto._buffers, proto._sent = [], {}
     proto._mixed_idx, proto._w = np.empty(0, dtype=np.int64), 0.0
     proto._relive = proto._in_order and p.decisions == "irrevocable"
+    if not proto._in_order:  # links that are not ideal: messages may be in flight
+        in_flight = proto.in_flight or InFlight(old.n_directed, len(proto.message_kinds))
+        in_flight.born = remap(in_flight.born, float(proto.t + 1))  # made before slot t + 1
+        proto.in_flight = in_flight
 
 
 def relive(proto: CColME) -> None:

@@ -244,7 +244,10 @@ def responder_spend(
     """Per responder b, the most p-sums holding its first sample that one neighbour got, and
     their sum over its neighbours (`PrivateColME.privacy_spend` on a graph)."""
     nb = protocol.graph
-    per = first_sample_psums(protocol.params.mechanism, protocol.mech.count.ravel()[: nb.n_pairs])
+    counts = protocol.mech.count.ravel()[: nb.n_pairs]
+    if protocol.retired is not None:  # links dropped during the run (`desim.models.colme.rewire`)
+        return protocol.retired.spend(first_sample_psums, protocol.params.mechanism, nb, counts)
+    per = first_sample_psums(protocol.params.mechanism, counts)
     one = np.zeros(nb.n, dtype=per.dtype)
     np.maximum.at(one, nb.dst, per)
     every = np.zeros(nb.n, dtype=per.dtype)

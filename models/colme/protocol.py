@@ -101,6 +101,7 @@ from desim.models.colme.model import (
     z_accepts,
 )
 from desim.models.colme.pairs import COUNT, INDEX, VALUE, VARIANCE, ClassBeliefs
+from desim.models.colme.rewire import ChangingNeighbours
 from desim.models.colme.schedule import RestrictedRoundRobin, RoundRobin, max_pair_releases
 from desim.models.colme.statistic import PairStatistic, SchVar2
 from desim.models.colme.variance import sample_variance, welch_accepts
@@ -215,7 +216,7 @@ _QUERY, _RELEASE = range(2)
 
 
 @PROTOCOLS.register("private-colme")
-class PrivateColME(SlotBatched):
+class PrivateColME(SlotBatched, ChangingNeighbours):
     """Private-ColME: privatised queries, z-test class estimates, inverse-variance combination."""
 
     Params = PrivateColMEParams
@@ -470,6 +471,8 @@ class PrivateColME(SlotBatched):
         else:  # both kinds (a window's): one mask, two selections
             is_query = batch.kind == _QUERY
             queries, releases = batch.select(is_query), batch.select(~is_query)
+        if self.follower is not None:  # a changed graph: messages of links gone are dropped
+            queries, releases = self.follower.in_force(queries, releases, self.edge_column)
         if queries is not None and len(queries):
             self.delivery.answer(queries)
         if releases is not None and len(releases):

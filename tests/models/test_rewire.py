@@ -11,11 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from desim.kernel.engine import Simulation
+from desim.kernel.plugins import load_plugins
 from desim.kernel.randomness import Streams
 from desim.study.scenario import Scenario, run
 from desim.topologies.dynamic import Dynamics, Rewire, difference
 from desim.topologies.generators import RandomRegular
 from desim.topologies.graph import Graph
+
+load_plugins()
 
 PROTOCOLS = ("c-colme", "private-c-colme")
 
@@ -124,3 +127,68 @@ def test_mixing_stays_an_averaging_after_every_rewiring(protocol, every, fractio
     assert not off[~adjacency].any()  # mixes only over links of the graph in force
     if proto.params.symmetric:  # symmetric decisions: W symmetric, doubly stochastic
         np.testing.assert_allclose(w, w.T, rtol=0, atol=1e-15)
+
+
+def _path4(edges: list[tuple[int, int]]) -> Graph:
+    u, v = np.array(edges).T
+    return Graph.from_edges(4, u, v)
+
+
+class Switches:
+    """A schedule that switches, before each slot of `at`, to the next of `graphs`."""
+
+    def __init__(self, first: Graph, graphs: list[Graph], at: list[int]) -> None:
+        self.times = np.array(at)
+        self._changes, old = [], first
+        for g in graphs:
+            self._changes.append((g, *difference(old, g)))
+            old = g
+
+    def change(self, t: int):
+        """The switch due at t."""
+        return self._changes[list(self.times).index(t)]
+
+
+def _over_delayed_links(protocol: str, graphs: list[Graph], at: list[int], delay: float):
+    """`protocol` on the path 0–1–2–3 switching to `graphs` before the slots `at`, every
+    message taking `delay` slots; returns the protocol after 20 slots."""
+    from desim.kernel.registry import PROTOCOLS as REGISTRY
+    from desim.testing import ScriptedLinks
+
+    g1 = _path4([(0, 1), (1, 2), (2, 3)])
+    data = GraphData(g1, [0, 0, 1, 1], [0.0, 1.0], sigma=0.5)
+    cls = REGISTRY.get(protocol)
+    proto = cls(cls.Params())
+    links = ScriptedLinks(delay=lambda rng, t, n: np.full(n, delay))
+    schedule = Switches(g1, graphs, at)
+    Simulation(proto, data, 20, Streams(5, 0, 1, 2), links=links, graphs=schedule).run()
+    return proto
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_states_in_flight_on_a_dropped_link_are_lost_at_delivery(protocol):
+    """Messages take 1.4 slots; 0–1 is dropped before slot 10: the states 0 and 1 sent each
+    other in slot 9 are in flight then, and dropped on arrival (those of slot 8 arrived)."""
+    g2 = _path4([(0, 2), (1, 2), (2, 3)])
+    proto = _over_delayed_links(protocol, [g2], [10], 1.4)
+    assert proto.in_flight.lost[0] == 2  # [state, decision, size]
+    a, b, _ = proto.neighbour_decisions()
+    assert set(zip(a.tolist(), b.tolist(), strict=True)) == set(
+        zip(g2.src.tolist(), g2.dst.tolist(), strict=True)
+    )
+    assert np.isfinite(proto.estimates()).all()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_messages_of_a_links_earlier_incarnation_are_lost(protocol):
+    """Messages take 2.4 slots; 0–1 is dropped (0–2 made) before slot 10 and made again (0–2
+    dropped) before 11. On 0–1 the states of slot 8 arrive at 10.4 (link gone) and those of
+    slot 9 at 11.4, sent before the link was made again; on 0–2 those of slot 10 arrive at
+    12.4 (link gone): all six are dropped, and 0–1's first state is of slot 11."""
+    g1 = _path4([(0, 1), (1, 2), (2, 3)])
+    g2 = _path4([(0, 2), (1, 2), (2, 3)])
+    proto = _over_delayed_links(protocol, [g2, g1], [10, 11], 2.4)
+    assert proto.in_flight.lost[0] == 6
+    e = int(np.flatnonzero((proto.graph.src == 0) & (proto.graph.dst == 1))[0])
+    # the newest state of 1 that 0 holds: of slot 18 (18 + 2.4 < 21, the end)
+    assert proto.nb_n[e] == 18

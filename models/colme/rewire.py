@@ -1,0 +1,319 @@
+"""Private-ColME with ``peers = "topology"`` on a graph that changes during a run
+(`desim.topologies.dynamic`).
+
+Before slot t's samples the graph G becomes G' (`ChangingNeighbours.on_graph_change`). The pair
+state is held per directed edge a → b (`desim.models.colme.graph`), numbered by RR position;
+it is re-laid out in G''s numbering:
+
+- a link of both graphs keeps everything a holds on it: T_{b→a} and its variance terms, χ_a(b),
+  V_{b→a} and Sch-Var-2's sums, and b's mechanism for a (κ_{b→a}, the noise of its p-sums);
+- a **new link** starts as a pair does at set-up: no release yet (κ = 0, T = 0, Var = +∞: b
+  gets weight 0 until it answers), χ_a(b) = 1 (every neighbour is included at set-up; the
+  oracle: the true classes), and b's mechanism for a starts a fresh p-sum tree, so its first
+  release covers b's samples 1…t_b with new noise. Resuming an earlier incarnation of the
+  link instead would mix a statistic that stopped at the drop with releases made after it;
+  a fresh start keeps T and Var[T] exact with nothing new to prove;
+- a **dropped link**'s state is discarded, but not its releases: the ``privacy`` ledger counts
+  every release ever made (`RetiredPairs`), and a link dropped and linked again adds the new
+  incarnation's p-sums to the old one's (its first release holds b's first sample again);
+- RR goes on over the current neighbours (slot t: a's neighbour at position (t − 1) mod deg a
+  + 1 of G'); rRR goes on from the neighbour after the one a queried last, in a's cyclic order
+  (a + 1, a + 2, … mod M), over the neighbours of G' it includes.
+
+Over links that are not ideal a message may be in flight when its link changes. Each message
+names its pair by the querier and responder it crosses, so it is renumbered on arrival; a
+message whose link is gone, or that belongs to an earlier incarnation of its link (its query
+was sent before the link was made again), is dropped there (`lost`, per kind). A new link's
+first query is the one of the slot it appears in.
+
+κ_max bounds (``calibration = "tight-tree"``, budgets) assume the set-up graph's degrees, so
+those runs are refused on a changing graph.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from desim.kernel.messages import Batch
+from desim.kernel.protocol import FollowsGraph
+from desim.models.colme.delivery import Asynchronous
+from desim.models.colme.graph import (
+    EdgeBeliefs,
+    NeighbourRestrictedRoundRobin,
+    NeighbourRoundRobin,
+    Neighbours,
+)
+from desim.models.colme.pairs import ASKED, LastReleases
+from desim.models.colme.statistic import PairStatistic, SchVar2
+from desim.models.privacy.release import PSumRelease, SampleVarianceRelease, levels_for
+from desim.topologies.graph import Graph
+
+if TYPE_CHECKING:
+    from desim.models.colme.protocol import PrivateColME
+
+
+class ChangingNeighbours(FollowsGraph):
+    """Private-ColME's `FollowsGraph` side: with ``peers = "topology"`` it follows the graph
+    (this module's rules); with ``peers = "all"`` it reads no graph and runs as on a static one."""
+
+    #: The releases of links dropped so far, for the ledger (None: no link dropped yet).
+    retired: RetiredPairs | None = None
+    #: What follows the graph over links that are not ideal (None: ideal links, or no change).
+    follower: InFlight | None = None
+
+    @classmethod
+    def check_graph_changes(cls, params: Any, links: Any) -> None:
+        """Refuse the runs whose bounds assume the set-up graph's degrees."""
+        if params.peers != "topology":
+            return
+        if params.budget is not None:
+            raise ValueError(
+                "budget: not on a changing graph yet (its κ_max assumes the set-up degrees)"
+            )
+        if params.calibration == "tight-tree":
+            raise ValueError(
+                "calibration = 'tight-tree': not on a changing graph (its κ_max assumes the "
+                "set-up degrees); use 'paper' or 'tight'"
+            )
+
+    def on_graph_change(self, t: int, added: np.ndarray, dropped: np.ndarray) -> None:
+        """Re-lay the pair state out over the new graph (this module's rules)."""
+        proto: Any = self
+        if proto.graph is not None:
+            follow(proto, proto.ctx.public["graph"], t)
+
+
+def carried(old: Neighbours, new: Neighbours) -> np.ndarray:
+    """For every pair of `new` (its numbering), the pair of `old` of the same link a → b, or −1
+    (a new link)."""
+    n = new.n
+    out = np.full(new.n_pairs, -1, dtype=np.int64)
+    if old.n_pairs == 0:
+        return out
+    # both graphs' keys a·M + b in CSR order are sorted: a search of sorted keys, no sort
+    order = old.csr_pairs
+    ranked = old.csr_src * n + old.dst[order]
+    keys = new.csr_src * n + new.dst[new.csr_pairs]
+    pos = np.minimum(np.searchsorted(ranked, keys), len(ranked) - 1)
+    out[new.csr_pairs] = np.where(ranked[pos] == keys, order[pos], -1)
+    return out
+
+
+class _Carry:
+    """Per-pair arrays of the old numbering laid out over the new pairs (`carried`)."""
+
+    def __init__(self, carry: np.ndarray) -> None:
+        self.n = len(carry)
+        self.at = np.flatnonzero(carry >= 0)
+        self.src = carry[self.at]
+        self.new = carry < 0
+
+    def __call__(self, values: np.ndarray, fill: Any, size: int | None = None) -> np.ndarray:
+        """`values` (pairs on axis 0) over the new pairs, `fill` on the new links."""
+        out = np.full((self.n if size is None else size, *values.shape[1:]), fill, values.dtype)
+        out[self.at] = values[self.src]
+        return out
+
+    def into(self, new: np.ndarray, old: np.ndarray) -> None:
+        """Copy the carried pairs' rows of `old` into `new` (a fresh array, in place)."""
+        new[self.at] = old[self.src]
+
+
+class RetiredPairs:
+    """The releases of every link incarnation dropped so far: responder b, querier a, κ."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.keys = np.empty(0, dtype=np.int64)  # b·M + a
+        self.counts = np.empty(0, dtype=np.int64)
+
+    def add(self, b: np.ndarray, a: np.ndarray, counts: np.ndarray) -> None:
+        """Keep the releases κ of dropped pairs b → a (pairs without a release add nothing)."""
+        made = counts > 0
+        self.keys = np.concatenate([self.keys, (b * self.n + a)[made]])
+        self.counts = np.concatenate([self.counts, counts[made].astype(np.int64)])
+
+    def spend(
+        self, per_pair: Any, mechanism: str, nb: Neighbours, counts: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per responder b, the most p-sums holding its first sample that one querier got over
+        every incarnation of their link, and their sum over its queriers (`responder_spend`)."""
+        per = per_pair(mechanism, np.concatenate([counts.astype(np.int64), self.counts]))
+        keys = np.concatenate([nb.dst * self.n + nb.src, self.keys])
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        by_link = np.zeros(len(uniq), dtype=per.dtype)
+        np.add.at(by_link, inverse.ravel(), per)
+        one = np.zeros(self.n, dtype=per.dtype)
+        np.maximum.at(one, uniq // self.n, by_link)
+        every = np.zeros(self.n, dtype=per.dtype)
+        np.add.at(every, keys // self.n, per)
+        return one, every
+
+
+def follow(proto: PrivateColME, graph: Graph, t: int) -> None:
+    """Move `proto`'s pair state from its graph to `graph` before slot t (the module's rules)."""
+    old = proto.graph
+    nb = Neighbours(graph)
+    carry = _Carry(carried(old, nb))
+    lost = np.ones(old.n_pairs, dtype=bool)
+    lost[carry.src] = False
+    retired = proto.retired if proto.retired is not None else RetiredPairs(nb.n)
+    retired.add(old.dst[lost], old.src[lost], proto.mech.count.ravel()[: old.n_pairs][lost])
+    proto.retired = retired
+    proto.graph, proto.n_pairs = nb, nb.n_pairs
+    _carry_releases(proto, carry)
+    _carry_statistic(proto, carry)
+    included = proto._initially_included(proto.ctx)
+    carry.into(included, proto.beliefs.flat)
+    beliefs = EdgeBeliefs(included, nb)
+    offset = _next_offsets(old, nb, proto.schedule) if proto.params.schedule == "rrr" else None
+    proto.beliefs, proto.included = beliefs, beliefs.included
+    if offset is None:
+        proto.schedule = NeighbourRoundRobin(nb)
+    else:
+        proto.schedule = NeighbourRestrictedRoundRobin(nb, beliefs)
+        proto.schedule.offset = offset
+    _carry_delivery(proto, carry)
+    if proto.asynchronous:
+        follower = proto.follower if proto.follower is not None else InFlight(old.n_pairs)
+        follower.follow(nb, carry, t)
+        proto.follower = follower
+
+
+def _side(n_pairs: int) -> int:
+    """The side of the mechanisms' square over `n_pairs` edges (`PrivateColME._setup_releases`)."""
+    return max(1, math.isqrt(n_pairs - 1) + 1)
+
+
+def _carry_releases(proto: PrivateColME, carry: _Carry) -> None:
+    """b's mechanisms for a (and Sch-Var-1's), over the new pairs: a new link's start afresh."""
+    side, t_max = _side(carry.n), proto.ctx.t_max
+    old = proto.mech
+    mech = PSumRelease(side, old.mechanism, old.noise, old.sigma2, old.rng, t_max)
+    carry.into(mech._count_flat, old._count_flat)
+    if old.mechanism == "pm1":
+        carry.into(mech._total_flat, old._total_flat)
+    else:
+        carry.into(mech._node_flat, old._node_flat)
+    proto.mech, proto._side = mech, side
+    if proto.params.variance == "sch-var-1":
+        was = proto.var_release
+        var = SampleVarianceRelease(
+            side, was.mechanism, was.noise, was.sigma2_var, was.sigma2_dp, was.rng, t_max
+        )
+        for name in ("_pm1",) if was.mechanism == "pm1" else ("_prefix", "_part"):
+            carry.into(getattr(var, name), getattr(was, name))
+        proto.var_release = var
+
+
+def _carry_statistic(proto: PrivateColME, carry: _Carry) -> None:
+    """T_{b→a}, its variance terms, V_{b→a} and Sch-Var-2's sums over the new pairs (a new
+    link's as at set-up: no release)."""
+    old, levels = proto.stat, levels_for(proto.ctx.t_max)
+    stat = PairStatistic(
+        old.n_agents,
+        old.mechanism,
+        old.weights,
+        old.sigma2_dp,
+        levels,
+        n_pairs=carry.n,
+        degraded_ratio=old.degraded_ratio,
+    )
+    carry.into(stat._flat, old._flat)  # in place: the views made on it stay views
+    for name in ("_kappa", "_node"):
+        if hasattr(old, name):
+            carry.into(getattr(stat, name), getattr(old, name))
+    proto.stat = stat
+    if proto.v_hat is not None:
+        proto.v_hat = carry(proto.v_hat, np.inf)
+    if hasattr(proto, "schvar2"):
+        schvar2 = SchVar2(carry.n, proto.schvar2.mechanism, proto.schvar2.levels)
+        carry.into(schvar2._state, proto.schvar2._state)
+        proto.schvar2 = schvar2
+
+
+def _carry_delivery(proto: PrivateColME, carry: _Carry) -> None:
+    """The delivery's per-pair state (last releases, releases taken) over the new pairs."""
+    delivery = proto.delivery
+    delivery._asked = (None, None)  # the last send's pairs are of the old numbering
+    if not isinstance(delivery, Asynchronous):
+        return
+    old = delivery.last
+    last = LastReleases(carry.n, old.variance is not None)
+    for name in ("value", "count", "variance"):
+        if getattr(old, name) is not None:
+            carry.into(getattr(last, name), getattr(old, name))
+    delivery.last = last
+    if delivery.received is not None:
+        delivery.received = carry(delivery.received, 0)
+
+
+def _next_offsets(old: Neighbours, new: Neighbours, schedule: Any) -> np.ndarray:
+    """rRR's position last queried by each agent, in the new graph: the neighbours of G' up to
+    the one last queried in a's cyclic order a + 1, a + 2, … (0: none queried yet)."""
+    n = new.n
+    offset = schedule.offset
+    asked = np.flatnonzero(offset > 0)
+    reach = np.full(n, -1, dtype=np.int64)  # cyclic rank of the neighbour last queried
+    b = old.dst[old.at_place(asked, offset[asked] - 1)]
+    reach[asked] = (b - asked) % n
+    rank = (new.dst[new.csr_pairs] - new.csr_src) % n  # of every CSR edge a → c
+    return np.bincount(new.csr_src[rank <= reach[new.csr_src]], minlength=n).astype(np.int64)
+
+
+class InFlight:
+    """Messages in flight when their link changes (links that are not ideal): renumbered on
+    arrival by the link they cross; dropped where the link is gone or was made again since
+    their query was sent (`lost`, per message kind: query, release)."""
+
+    def __init__(self, n_pairs: int) -> None:
+        #: The slot from which each current pair's link incarnation exists (0: from set-up).
+        self.born = np.zeros(n_pairs)
+        self.n = 0
+        self.keys = np.empty(0, dtype=np.int64)
+        self.pair_of_key = np.empty(0, dtype=np.int64)
+        #: Messages dropped at delivery because their link changed: [queries, releases].
+        self.lost = np.zeros(2, dtype=np.int64)
+
+    def follow(self, nb: Neighbours, carry: _Carry, t: int) -> None:
+        """The new numbering, and the slot t at which the new links appear."""
+        self.born = carry(self.born, float(t))
+        order = nb.csr_pairs  # CSR order is sorted by (a, b)
+        self.keys, self.pair_of_key, self.n = nb.csr_src * nb.n + nb.dst[order], order, nb.n
+
+    def in_force(
+        self, queries: Batch | None, releases: Batch | None, column: int
+    ) -> tuple[Batch | None, Batch | None]:
+        """The queries and releases (pair in payload `column`) whose link is in force."""
+        q = None if queries is None or not len(queries) else self._current(queries, 0, 0)
+        r = None if releases is None or not len(releases) else self._current(releases, 1, column)
+        return q, r
+
+    def _current(self, batch: Batch, kind: int, column: int) -> Batch:
+        """The messages of one `kind` (0 query, 1 release) whose link is in force, their pairs
+        (payload `column`) renumbered."""
+        key = batch.src * self.n + batch.dst if kind == 0 else batch.dst * self.n + batch.src
+        pos = np.minimum(np.searchsorted(self.keys, key), max(len(self.keys) - 1, 0))
+        found = self.keys[pos] == key if len(self.keys) else np.zeros(len(key), dtype=bool)
+        pair = np.where(found, self.pair_of_key[pos], 0)
+        asked = batch.sent_at if kind == 0 else batch.payload[:, ASKED]
+        keep = found & (asked >= self.born[pair])
+        if not keep.all():
+            self.lost[kind] += int((~keep).sum())
+            batch = batch.select(np.flatnonzero(keep))
+            pair = pair[keep]
+        payload = np.array(batch.payload, order="F")
+        payload[:, column] = pair
+        return Batch(
+            batch.src,
+            batch.dst,
+            batch.kind,
+            payload,
+            batch.sent_at,
+            batch.kinds,
+            batch.single_kind,
+            batch.delivered_at,
+        )
