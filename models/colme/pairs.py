@@ -33,13 +33,19 @@ class ClassBeliefs:
 
 
 def revise(
-    flat: np.ndarray, n_included: np.ndarray, a: np.ndarray, pair: np.ndarray, decision: np.ndarray
+    flat: np.ndarray,
+    n_included: np.ndarray,
+    a: np.ndarray,
+    pair: np.ndarray | slice,
+    decision: np.ndarray,
 ) -> None:
-    """Set flat[pair] (distinct pairs, from agents a) to `decision` and keep each agent's count
-    of included pairs, `n_included`, in step; both in place."""
-    changed = (decision != flat.take(pair)).nonzero()[0]
+    """Set flat[pair] (distinct pairs, from agents a; a slice: a run of them) to `decision` and
+    keep each agent's count of included pairs, `n_included`, in step; both in place."""
+    run = isinstance(pair, slice)  # (a run of consecutive pairs: read as a slice)
+    changed = (decision != (flat[pair] if run else flat.take(pair))).nonzero()[0]
     if len(changed):  # decisions settle: most releases change none, so only those are written
-        flat[pair.take(changed)] = now = decision.take(changed).astype(bool, copy=False)
+        where = changed + pair.start if run else pair.take(changed)
+        flat[where] = now = decision.take(changed).astype(bool, copy=False)
         m = len(n_included)
         a = a.take(changed)
         n_included += np.bincount(a[now], minlength=m)

@@ -318,6 +318,16 @@ class PrivateColME(SlotBatched):
         # Ideal links deliver every message at once: releases arrive in order, one per query.
         self.asynchronous = ctx.links is not None and not ctx.links.ideal
         self.delivery = Asynchronous(self) if self.asynchronous else Synchronous(self)
+        #: Whether a slot's pairs may go as a slice (`Neighbours.span`) rather than indices:
+        #: RR on a graph over ideal links, with the state every rule of it reads by slice
+        #: (``last`` PM-I, known variances, no budget).
+        self.runs = (
+            self.graph is not None
+            and p.schedule == "rr"
+            and not self.asynchronous
+            and self.known
+            and (p.mechanism, p.weights, p.budget) == ("pm1", "last", None)
+        )
         # where the engine hands over several slots at once (`on_slots`, `batches_slots`), the
         # windows read the state of each slot from a batch view
         self._batch_view = SlotBatch() if self.asynchronous and self.batches_slots() else None
@@ -510,7 +520,9 @@ class PrivateColME(SlotBatched):
                 who, to, j, fresh, sums, sumsq, counts, values
             )
         if self.graph is not None:
-            payload[:, self.edge_column] = pair
+            payload[:, self.edge_column] = (
+                self.graph.floats[pair] if isinstance(pair, slice) else pair
+            )
         if self.adversaries is not None:  # what an adversary's release carries instead
             values = self.adversaries.report(b, values, sums / counts)
         payload[:, VALUE], payload[:, COUNT], payload[:, INDEX] = values, counts, j
@@ -527,7 +539,7 @@ class PrivateColME(SlotBatched):
         a, b, payload = got.a, got.b, got.payload
         values, t_b = payload[:, VALUE], payload[:, COUNT]
         j = payload[:, INDEX].astype(np.int64)
-        pair = self.pairs_of(a, b, payload, self.edge_column)
+        pair = got.pair if got.pair is not None else self.pairs_of(a, b, payload, self.edge_column)
         if self.incremental:  # the terms these pairs contributed so far, to be replaced
             old = _pair_terms(self, a, b, pair, *self.stat.terms(pair))
         # j_d of the pair: public arithmetic a release carries (the responder's rule), read here

@@ -297,9 +297,13 @@ class PairStatistic:
             self._count[pair] = count
         total = values + 0.0  # 0 + R as `_take` forms it (a −0.0 becomes +0.0 there too)
         self._kappa[pair] = j.astype(np.int32)  # (a cast before the scatter is cheaper)
-        cell = np.empty(len(pair), dtype=np.complex128)  # the bits of total and u, unchanged
-        cell.real, cell.imag = total, u
-        self._pairs[pair] = cell
+        if isinstance(pair, slice):  # a run of pairs: their cells written where they are
+            cell = self._pairs[pair]
+        else:
+            cell = np.empty(len(pair), dtype=np.complex128)
+        cell.real, cell.imag = total, u  # the bits of total and u, unchanged
+        if not isinstance(pair, slice):
+            self._pairs[pair] = cell
         return total, u, count * u * u, 1.0
 
     def _take(
