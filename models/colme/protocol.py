@@ -541,7 +541,7 @@ class PrivateColME(SlotBatched):
         j = payload[:, INDEX].astype(np.int64)
         pair = got.pair if got.pair is not None else self.pairs_of(a, b, payload, self.edge_column)
         if self.incremental:  # the terms these pairs contributed so far, to be replaced
-            old = _pair_terms(self, a, b, pair, *self.stat.terms(pair))
+            old = _pair_terms(self, b, pair)
         # j_d of the pair: public arithmetic a release carries (the responder's rule), read here
         # from the responder's record, which is final for every node release j uses
         budget = self.release_budget
@@ -680,19 +680,24 @@ def _data_variance(
     return sch_var_2_estimate(v_raw, k_noise, k, bayes, protocol.params.prior)
 
 
-def _pair_terms(
-    protocol: Any,
-    a: np.ndarray,
-    b: np.ndarray,
-    pair: np.ndarray,
-    value: np.ndarray,
-    data: np.ndarray,
-    noise: np.ndarray,
-    n: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The current terms T/Var[T] and 1/Var[T] of pairs (a, b) in a's combination sums
-    (0 for excluded pairs), from their statistic state as `estimates` computes them."""
+def _pair_terms(protocol: Any, b: np.ndarray, pair: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The current terms T/Var[T] and 1/Var[T] of pairs `pair` (from b) in their querier's
+    combination sums (0 for excluded pairs), from their statistic state as `estimates` computes
+    them."""
+    stat = protocol.stat
     sigma2 = protocol.sigma2[b] if protocol.known else protocol.v_hat.ravel()[pair]
+    if stat.compact and stat.mechanism == "pm1":
+        # n is 0 or 1, so T = block sum/n and Var[T] = numerator/n² are the block sum and the
+        # numerator themselves: `contribution`'s floats without forming n, T and the quotients
+        taken, total, data, noise = stat.last_terms(pair)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            num = sigma2 * data
+            num += protocol.sigma2_dp * noise
+            keep = protocol.beliefs.flat.take(pair)
+            keep &= taken
+            weight = np.divide(1.0, num, out=np.zeros_like(num), where=keep)
+        return weight * total, weight
+    value, data, noise, n = stat.terms(pair)
     with np.errstate(invalid="ignore"):
         num = sigma2 * data + protocol.sigma2_dp * noise
     var = np.divide(num, n * n, out=np.full_like(num, np.inf), where=n > 0)

@@ -209,6 +209,14 @@ class PairStatistic:
         count = kappa if self._count is None else self._count.take(pair)
         return value, data, count * data * data, n
 
+    def last_terms(self, pair: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``last`` under PM-I (n is 0 or 1): whether each of the flat pairs has a release,
+        its block sum (T itself: 0 before a release), D and A, without forming n and T."""
+        kappa = self._kappa.take(pair)
+        total, data = self._flat.take(pair, axis=0).T
+        count = kappa.astype(float) if self._count is None else self._count.take(pair)
+        return kappa > 0, total, data, count * data * data
+
     def last_index(self, pair: np.ndarray) -> np.ndarray:
         """κ of the flat pairs a·n_agents + b: the index j of the last release a took from b."""
         if self.compact:
