@@ -120,9 +120,16 @@ class EdgeBeliefs:
             neighbours.src, weights=included, minlength=neighbours.n
         ).astype(np.int64)
 
-    def revise_pairs(self, a: np.ndarray, pair: np.ndarray, decision: np.ndarray) -> None:
-        """Set χ_a(b) of distinct pairs `pair` (from agents a) to `decision`."""
-        revise(self.flat, self.n_included, a, pair, decision)
+    def revise_pairs(
+        self,
+        a: np.ndarray,
+        pair: np.ndarray,
+        decision: np.ndarray,
+        current: np.ndarray | None = None,
+    ) -> None:
+        """Set χ_a(b) of distinct pairs `pair` (from agents a) to `decision` (`current`: their
+        χ_a(b) now, if the caller has read it)."""
+        revise(self.flat, self.n_included, a, pair, decision, current)
 
 
 class NeighbourRoundRobin:

@@ -541,7 +541,7 @@ class PrivateColME(SlotBatched):
         j = payload[:, INDEX].astype(np.int64)
         pair = got.pair if got.pair is not None else self.pairs_of(a, b, payload, self.edge_column)
         if self.incremental:  # the terms these pairs contributed so far, to be replaced
-            old = _pair_terms(self, b, pair)
+            *old, current = _pair_terms(self, b, pair)
         # j_d of the pair: public arithmetic a release carries (the responder's rule), read here
         # from the responder's record, which is final for every node release j uses
         budget = self.release_budget
@@ -569,7 +569,7 @@ class PrivateColME(SlotBatched):
         decision = self._test(a, b, value, var, n_other, got.slot)
         if self.incremental:
             self.sums_w.replace(a, *old, *contribution(decision, value, var))
-        self.beliefs.revise_pairs(a, pair, decision)
+        self.beliefs.revise_pairs(a, pair, decision, current if self.incremental else None)
 
     def _test(
         self,
@@ -680,10 +680,12 @@ def _data_variance(
     return sch_var_2_estimate(v_raw, k_noise, k, bayes, protocol.params.prior)
 
 
-def _pair_terms(protocol: Any, b: np.ndarray, pair: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _pair_terms(
+    protocol: Any, b: np.ndarray, pair: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The current terms T/Var[T] and 1/Var[T] of pairs `pair` (from b) in their querier's
     combination sums (0 for excluded pairs), from their statistic state as `estimates` computes
-    them."""
+    them, and the pairs' χ_a(b) read for it."""
     stat = protocol.stat
     sigma2 = protocol.sigma2[b] if protocol.known else protocol.v_hat.ravel()[pair]
     if stat.compact and stat.mechanism == "pm1":
@@ -693,15 +695,15 @@ def _pair_terms(protocol: Any, b: np.ndarray, pair: np.ndarray) -> tuple[np.ndar
         with np.errstate(invalid="ignore", divide="ignore"):
             num = sigma2 * data
             num += protocol.sigma2_dp * noise
-            keep = protocol.beliefs.flat.take(pair)
-            keep &= taken
-            weight = np.divide(1.0, num, out=np.zeros_like(num), where=keep)
-        return weight * total, weight
+            included = protocol.beliefs.flat.take(pair)
+            weight = np.divide(1.0, num, out=np.zeros_like(num), where=included & taken)
+        return weight * total, weight, included
     value, data, noise, n = stat.terms(pair)
     with np.errstate(invalid="ignore"):
         num = sigma2 * data + protocol.sigma2_dp * noise
     var = np.divide(num, n * n, out=np.full_like(num, np.inf), where=n > 0)
-    return contribution(protocol.beliefs.flat[pair], value, var)
+    included = protocol.beliefs.flat[pair]
+    return *contribution(included, value, var), included
 
 
 def _row_terms(protocol: Any, rows: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
