@@ -318,16 +318,8 @@ class PrivateColME(SlotBatched):
         # Ideal links deliver every message at once: releases arrive in order, one per query.
         self.asynchronous = ctx.links is not None and not ctx.links.ideal
         self.delivery = Asynchronous(self) if self.asynchronous else Synchronous(self)
-        #: Whether a slot's pairs may go as a slice (`Neighbours.span`) rather than indices:
-        #: RR on a graph over ideal links, with the state every rule of it reads by slice
-        #: (``last`` PM-I, known variances, no budget).
-        self.runs = (
-            self.graph is not None
-            and p.schedule == "rr"
-            and not self.asynchronous
-            and self.known
-            and (p.mechanism, p.weights, p.budget) == ("pm1", "last", None)
-        )
+        #: Whether a slot's pairs may go as a slice (`Neighbours.span`), not as indices.
+        self.runs = _slot_runs(self)
         # where the engine hands over several slots at once (`on_slots`, `batches_slots`), the
         # windows read the state of each slot from a batch view
         self._batch_view = SlotBatch() if self.asynchronous and self.batches_slots() else None
@@ -649,6 +641,20 @@ class PrivateColME(SlotBatched):
 
 
 # -- the protocol's arithmetic over its pair state (functions: the class stays readable) --
+
+
+def _slot_runs(protocol: Any) -> bool:
+    """Whether a slot's pairs may go as a slice rather than indices: RR on a graph over ideal
+    links, with the state every rule of it reads by slice (``last`` PM-I, known variances, no
+    budget)."""
+    p = protocol.params
+    return (
+        protocol.graph is not None
+        and p.schedule == "rr"
+        and not protocol.asynchronous
+        and protocol.known
+        and (p.mechanism, p.weights, p.budget) == ("pm1", "last", None)
+    )
 
 
 def _per_responder(protocol: Any, per_pair: Any) -> tuple[np.ndarray, np.ndarray]:
