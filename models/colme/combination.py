@@ -76,14 +76,26 @@ class CombinationSums:
         by row, without index arrays (gathering and scattering both rows by an index array
         costs ten times the arithmetic)."""
         self.terms += (new_den != 0).astype(np.int64) - (old_den != 0)
-        for row, old, new in ((0, old_num, new_num), (1, old_den, new_den)):
-            for x in (-old, new):
-                s = self.sums[row]
-                total = s + x
-                self.carry[row] += np.where(
-                    np.abs(s) >= np.abs(x), (s - total) + x, (x - total) + s
-                )
-                self.sums[row] = total
+        x = np.empty_like(self.sums)  # both rows at once: each row's additions in `_add`'s order
+        np.negative(old_num, out=x[0])
+        np.negative(old_den, out=x[1])
+        self._add_exact(x)
+        x[0], x[1] = new_num, new_den
+        self._add_exact(x)
+
+    def _add_exact(self, x: np.ndarray) -> None:
+        """Add x (2 × every agent) to the sums, the rounding error of each addition to the
+        carry: Knuth's TwoSum, whose error is exact as Neumaier's branch in `_add` is, so the
+        same numbers, in branch-free passes."""
+        s = self.sums
+        total = s + x
+        x_part = total - s  # x′
+        s_part = total - x_part  # s′
+        s_part -= s
+        x_part -= x
+        s_part += x_part  # (s′ − s) + (x′ − x): the error negated, exactly
+        self.carry -= s_part
+        self.sums = total
 
     def _add(self, a: np.ndarray, x: np.ndarray) -> None:
         """Add x (2 × len(a)) to the sums of distinct agents a (Neumaier's step)."""

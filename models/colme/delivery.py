@@ -41,6 +41,9 @@ class Arrivals:
     b: np.ndarray
     payload: np.ndarray
     slot: np.ndarray
+    #: Their pairs when the deliverer knows them as a run of consecutive pairs (else None:
+    #: `PrivateColME.pairs_of` finds them).
+    pair: slice | None = None
 
     def pick(self, index: np.ndarray) -> Arrivals:
         """The arrivals selected by `index` (a mask or indices)."""
@@ -54,10 +57,14 @@ class Synchronous:
         self.p = protocol
         # the payload of the queries sent last and their pairs (on a graph; else None)
         self._asked: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
+        # the payload of the releases sent last and their run of pairs (`runs`; else None)
+        self._answered: tuple[np.ndarray | None, slice | None] = (None, None)
 
     def ask(self, t: int, a: np.ndarray, b: np.ndarray, edge: np.ndarray | None = None) -> None:
         """Send slot t's queries a → b (on a graph each carries its edge a → b)."""
-        payload = _edge_payload(edge)
+        run = None if edge is None or not self.p.runs else self.p.graph.span(edge)
+        # a run of consecutive pairs carries a view of their numbers as floats (no new array)
+        payload = _edge_payload(edge) if run is None else self.p.graph.floats[run]
         self._asked = (payload, edge)
         self.p.ctx.send("query", a, b, payload)
 
@@ -66,7 +73,10 @@ class Synchronous:
         p = self.p
         b, a = queries.dst, queries.src
         sent, edge = self._asked
-        if edge is not None and queries.payload.base is sent and len(queries) == len(edge):
+        run = p.graph.span(queries.payload[:, 0]) if p.runs else None
+        if run is not None:
+            pair = run  # queries carrying a run of consecutive pairs: that run, as a slice
+        elif edge is not None and queries.payload.base is sent and len(queries) == len(edge):
             pair = edge  # the whole send, handed over as it was sent: its pairs as integers
         else:
             pair = p.pairs_of(a, b, queries.payload)
@@ -75,13 +85,18 @@ class Synchronous:
         if p.gate is not None:  # releases withheld by a budget are not sent
             made = payload[:, INDEX] > 0
             if not made.all():
-                b, a, payload = b[made], a[made], payload[made]
+                b, a, payload, run = b[made], a[made], payload[made], None
+        self._answered = (payload, run)
         p.ctx.send("release", b, a, payload)
 
     def receive(self, releases: Batch) -> None:
         """Take releases (one per pair, each j = κ + 1)."""
         a = releases.dst
-        self.p.take(Arrivals(a, releases.src, releases.payload, self.p.view.slots(None, len(a))))
+        sent, run = self._answered
+        got = Arrivals(a, releases.src, releases.payload, self.p.view.slots(None, len(a)))
+        if run is not None and releases.payload is sent:  # the answers sent last, as sent
+            got.pair = run
+        self.p.take(got)
 
     def window_end(self) -> None:
         """Nothing is kept for a window's end."""

@@ -57,6 +57,19 @@ class Neighbours:
         self._rr = np.empty(self.n_pairs, dtype=np.int64)
         self._rr[self.indptr[src] + position] = self.csr_pairs
         self._responders: tuple[np.ndarray | None, np.ndarray] = (None, np.empty(0))
+        #: Every pair index in order, as integers and as floats (what a message carries):
+        #: RR's slot on a regular graph is a view of a run of them (`span`).
+        self.numbers = _frozen(np.arange(self.n_pairs))
+        self.floats = _frozen(self.numbers.astype(float))
+
+    def span(self, pairs: np.ndarray) -> slice | None:
+        """The run of pairs start … stop − 1 that `pairs` holds if it is a view of consecutive
+        entries of `numbers` or `floats` (so its values are those indices), else None."""
+        whole = self.floats if pairs.dtype.kind == "f" else self.numbers
+        if pairs.base is not whole or pairs.ndim != 1 or pairs.strides != whole.strides:
+            return None
+        start = int(pairs[0]) if len(pairs) else 0
+        return slice(start, start + len(pairs))
 
     def edge(self, a: np.ndarray, position: np.ndarray) -> np.ndarray:
         """Pair index of agent a's neighbour at RR position(s) 1 … deg(a) (cyclic)."""
@@ -107,9 +120,16 @@ class EdgeBeliefs:
             neighbours.src, weights=included, minlength=neighbours.n
         ).astype(np.int64)
 
-    def revise_pairs(self, a: np.ndarray, pair: np.ndarray, decision: np.ndarray) -> None:
-        """Set χ_a(b) of distinct pairs `pair` (from agents a) to `decision`."""
-        revise(self.flat, self.n_included, a, pair, decision)
+    def revise_pairs(
+        self,
+        a: np.ndarray,
+        pair: np.ndarray,
+        decision: np.ndarray,
+        current: np.ndarray | None = None,
+    ) -> None:
+        """Set χ_a(b) of distinct pairs `pair` (from agents a) to `decision` (`current`: their
+        χ_a(b) now, if the caller has read it)."""
+        revise(self.flat, self.n_included, a, pair, decision, current)
 
 
 class NeighbourRoundRobin:
@@ -123,7 +143,7 @@ class NeighbourRoundRobin:
         # one degree for every querier (a regular graph): slot t's pairs are the block of RR
         # position (t − 1) mod d + 1, a range (views of these, not gathers)
         self._uniform = len(a) > 0 and bool((self._degree == self._degree[0]).all())
-        self._pairs = _frozen(np.arange(nb.n_pairs))
+        self._pairs = nb.numbers
         # otherwise each querier's RR place (from 0) in the slot last asked for: slot t + 1
         # moves it one step (an add and a compare, not an integer division per querier)
         self._slot, self._place = 0, np.zeros(0, dtype=np.int64)

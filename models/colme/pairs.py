@@ -27,19 +27,36 @@ class ClassBeliefs:
         """Set χ_a(b) of distinct pairs (a, b) to `decision`."""
         self.revise_pairs(a, a * len(self.n_included) + b, decision)
 
-    def revise_pairs(self, a: np.ndarray, pair: np.ndarray, decision: np.ndarray) -> None:
-        """Set χ_a(b) of distinct pairs a·M + b (from agents a) to `decision`."""
-        revise(self.flat, self.n_included, a, pair, decision)
+    def revise_pairs(
+        self,
+        a: np.ndarray,
+        pair: np.ndarray,
+        decision: np.ndarray,
+        current: np.ndarray | None = None,
+    ) -> None:
+        """Set χ_a(b) of distinct pairs a·M + b (from agents a) to `decision` (`current`: their
+        χ_a(b) now, if the caller has read it)."""
+        revise(self.flat, self.n_included, a, pair, decision, current)
 
 
 def revise(
-    flat: np.ndarray, n_included: np.ndarray, a: np.ndarray, pair: np.ndarray, decision: np.ndarray
+    flat: np.ndarray,
+    n_included: np.ndarray,
+    a: np.ndarray,
+    pair: np.ndarray | slice,
+    decision: np.ndarray,
+    current: np.ndarray | None = None,
 ) -> None:
-    """Set flat[pair] (distinct pairs, from agents a) to `decision` and keep each agent's count
-    of included pairs, `n_included`, in step; both in place."""
-    changed = (decision != flat.take(pair)).nonzero()[0]
+    """Set flat[pair] (distinct pairs, from agents a; a slice: a run of them) to `decision` and
+    keep each agent's count of included pairs, `n_included`, in step; both in place.
+    `current` is flat[pair] if the caller has it (read anew otherwise)."""
+    run = isinstance(pair, slice)  # (a run of consecutive pairs: read as a slice)
+    if current is None:
+        current = flat[pair] if run else flat.take(pair)
+    changed = (decision != current).nonzero()[0]
     if len(changed):  # decisions settle: most releases change none, so only those are written
-        flat[pair.take(changed)] = now = decision.take(changed).astype(bool, copy=False)
+        where = changed + pair.start if run else pair.take(changed)
+        flat[where] = now = decision.take(changed).astype(bool, copy=False)
         m = len(n_included)
         a = a.take(changed)
         n_included += np.bincount(a[now], minlength=m)

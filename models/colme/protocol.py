@@ -324,6 +324,8 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
         # Ideal links deliver every message at once: releases arrive in order, one per query.
         self.asynchronous = ctx.links is not None and not ctx.links.ideal
         self.delivery = Asynchronous(self) if self.asynchronous else Synchronous(self)
+        #: Whether a slot's pairs may go as a slice (`Neighbours.span`), not as indices.
+        self.runs = _slot_runs(self)
         # where the engine hands over several slots at once (`on_slots`, `batches_slots`), the
         # windows read the state of each slot from a batch view
         self._batch_view = SlotBatch() if self.asynchronous and self.batches_slots() else None
@@ -521,7 +523,9 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
                 who, to, j, fresh, sums, sumsq, counts, values
             )
         if self.graph is not None:
-            payload[:, self.edge_column] = pair
+            payload[:, self.edge_column] = (
+                self.graph.floats[pair] if isinstance(pair, slice) else pair
+            )
         if self.adversaries is not None:  # what an adversary's release carries instead
             values = self.adversaries.report(b, values, sums / counts)
         payload[:, VALUE], payload[:, COUNT], payload[:, INDEX] = values, counts, j
@@ -538,13 +542,13 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
         a, b, payload = got.a, got.b, got.payload
         values, t_b = payload[:, VALUE], payload[:, COUNT]
         j = payload[:, INDEX].astype(np.int64)
-        pair = self.pairs_of(a, b, payload, self.edge_column)
+        pair = got.pair if got.pair is not None else self.pairs_of(a, b, payload, self.edge_column)
         if self.forget is not None:  # T^W and its variance replace T's (known variances)
             value, var = self.forget.take(pair, values, t_b, j, self.sigma2[b], self.sigma2_dp)
             self.beliefs.revise_pairs(a, pair, self._test(a, b, value, var, t_b, got.slot))
             return
         if self.incremental:  # the terms these pairs contributed so far, to be replaced
-            old = _pair_terms(self, a, b, pair, *self.stat.terms(pair))
+            *old, current = _pair_terms(self, b, pair)
         # j_d of the pair: public arithmetic a release carries (the responder's rule), read here
         # from the responder's record, which is final for every node release j uses
         budget = self.release_budget
@@ -572,7 +576,7 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
         decision = self._test(a, b, value, var, n_other, got.slot)
         if self.incremental:
             self.sums_w.replace(a, *old, *contribution(decision, value, var))
-        self.beliefs.revise_pairs(a, pair, decision)
+        self.beliefs.revise_pairs(a, pair, decision, current if self.incremental else None)
 
     def _test(
         self,
@@ -660,6 +664,20 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
 # -- the protocol's arithmetic over its pair state (functions: the class stays readable) --
 
 
+def _slot_runs(protocol: Any) -> bool:
+    """Whether a slot's pairs may go as a slice rather than indices: RR on a graph over ideal
+    links, with the state every rule of it reads by slice (``last`` PM-I, known variances, no
+    budget)."""
+    p = protocol.params
+    return (
+        protocol.graph is not None
+        and p.schedule == "rr"
+        and not protocol.asynchronous
+        and protocol.known
+        and (p.mechanism, p.weights, p.budget) == ("pm1", "last", None)
+    )
+
+
 def _per_responder(protocol: Any, per_pair: Any) -> tuple[np.ndarray, np.ndarray]:
     """Per responder b, the most of `per_pair(mechanism, κ)` over its queriers and their
     sum, κ being each pair's releases made (`mech.count`)."""
@@ -690,22 +708,29 @@ def _data_variance(
 
 
 def _pair_terms(
-    protocol: Any,
-    a: np.ndarray,
-    b: np.ndarray,
-    pair: np.ndarray,
-    value: np.ndarray,
-    data: np.ndarray,
-    noise: np.ndarray,
-    n: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The current terms T/Var[T] and 1/Var[T] of pairs (a, b) in a's combination sums
-    (0 for excluded pairs), from their statistic state as `estimates` computes them."""
+    protocol: Any, b: np.ndarray, pair: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The current terms T/Var[T] and 1/Var[T] of pairs `pair` (from b) in their querier's
+    combination sums (0 for excluded pairs), from their statistic state as `estimates` computes
+    them, and the pairs' χ_a(b) read for it."""
+    stat = protocol.stat
     sigma2 = protocol.sigma2[b] if protocol.known else protocol.v_hat.ravel()[pair]
+    if stat.compact and stat.mechanism == "pm1":
+        # n is 0 or 1, so T = block sum/n and Var[T] = numerator/n² are the block sum and the
+        # numerator themselves: `contribution`'s floats without forming n, T and the quotients
+        taken, total, data, noise = stat.last_terms(pair)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            num = sigma2 * data
+            num += protocol.sigma2_dp * noise
+            included = protocol.beliefs.flat.take(pair)
+            weight = np.divide(1.0, num, out=np.zeros_like(num), where=included & taken)
+        return weight * total, weight, included
+    value, data, noise, n = stat.terms(pair)
     with np.errstate(invalid="ignore"):
         num = sigma2 * data + protocol.sigma2_dp * noise
     var = np.divide(num, n * n, out=np.full_like(num, np.inf), where=n > 0)
-    return contribution(protocol.beliefs.flat[pair], value, var)
+    included = protocol.beliefs.flat[pair]
+    return *contribution(included, value, var), included
 
 
 def _row_terms(protocol: Any, rows: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:

@@ -209,6 +209,14 @@ class PairStatistic:
         count = kappa if self._count is None else self._count.take(pair)
         return value, data, count * data * data, n
 
+    def last_terms(self, pair: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``last`` under PM-I (n is 0 or 1): whether each of the flat pairs has a release,
+        its block sum (T itself: 0 before a release), D and A, without forming n and T."""
+        kappa = self._kappa.take(pair)
+        total, data = self._flat.take(pair, axis=0).T
+        count = kappa.astype(float) if self._count is None else self._count.take(pair)
+        return kappa > 0, total, data, count * data * data
+
     def last_index(self, pair: np.ndarray) -> np.ndarray:
         """κ of the flat pairs a·n_agents + b: the index j of the last release a took from b."""
         if self.compact:
@@ -297,9 +305,13 @@ class PairStatistic:
             self._count[pair] = count
         total = values + 0.0  # 0 + R as `_take` forms it (a −0.0 becomes +0.0 there too)
         self._kappa[pair] = j.astype(np.int32)  # (a cast before the scatter is cheaper)
-        cell = np.empty(len(pair), dtype=np.complex128)  # the bits of total and u, unchanged
-        cell.real, cell.imag = total, u
-        self._pairs[pair] = cell
+        if isinstance(pair, slice):  # a run of pairs: their cells written where they are
+            cell = self._pairs[pair]
+        else:
+            cell = np.empty(len(pair), dtype=np.complex128)
+        cell.real, cell.imag = total, u  # the bits of total and u, unchanged
+        if not isinstance(pair, slice):
+            self._pairs[pair] = cell
         return total, u, count * u * u, 1.0
 
     def _take(

@@ -18,10 +18,14 @@ class OneSlot:
     def __init__(self, sums: np.ndarray, sumsq: np.ndarray | None, counts: np.ndarray) -> None:
         # the owner's arrays, which it updates in place (sumsq None: not kept)
         self.sums, self.sumsq, self.counts = sums, sumsq, counts
+        self._zeros = _read_only(np.zeros(0, dtype=np.intp))  # `slots`' answers, kept
 
     def slots(self, when: np.ndarray | None, n: int) -> np.ndarray:
-        """The slot index of each of n messages delivered at `when`: 0, the only slot."""
-        return np.zeros(n, dtype=np.intp)
+        """The slot index of each of n messages delivered at `when`: 0, the only slot (a
+        read-only view of zeros kept between calls: every slot of a run asks for them)."""
+        if len(self._zeros) < n:
+            self._zeros = _read_only(np.zeros(n, dtype=np.intp))
+        return self._zeros[:n]
 
     def own(
         self, who: np.ndarray, slot: np.ndarray
@@ -102,6 +106,12 @@ class SlotBatch(OneSlot):
     def clock(self, slot: np.ndarray) -> np.ndarray:
         """The sample count t after each slot."""
         return self.counts[slot]
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """`a`, made read-only (shared between calls, so never written)."""
+    a.flags.writeable = False
+    return a
 
 
 def _running(before: np.ndarray, samples: np.ndarray) -> np.ndarray:

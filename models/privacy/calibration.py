@@ -99,7 +99,12 @@ def sample_noise(
     if noise == "none":
         return np.zeros(size)
     if noise == "gaussian":
-        return rng.normal(0.0, math.sqrt(sigma2), size)
+        # rng.normal(0, σ) draws 0 + σ·z from the same z: these are its bits (a −0.0 product
+        # becomes +0.0 through the + 0) without its per-draw parameter handling
+        z = rng.standard_normal(size)
+        z *= math.sqrt(sigma2)
+        z += 0.0
+        return z
     # Laplace(b) has variance 2b², so b = sqrt(σ²/2) keeps the requested variance.
     return rng.laplace(0.0, math.sqrt(sigma2 / 2.0), size)
 

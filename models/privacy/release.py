@@ -65,7 +65,7 @@ class PSumRelease:
         sums: np.ndarray,
         counts: np.ndarray,
         scale: np.ndarray | None = None,
-        pair: np.ndarray | None = None,
+        pair: np.ndarray | slice | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Releases of agents b to agents a; `sums`, `counts` are b's sample sums and counts.
 
@@ -74,25 +74,33 @@ class PSumRelease:
         at the lowest set bit of j). Pairs (b[i], a[i]) must be distinct within one call.
         `scale` multiplies each release's new noise (a degraded budget's, after the same draws).
         `pair`, if given, is the flat index b·receivers + a of each pair (b and a may then be
-        None): a caller that holds it spares the arithmetic of rebuilding it.
+        None): a caller that holds it spares the arithmetic of rebuilding it; a slice stands
+        for a run of consecutive pairs.
         """
         if pair is None:
             pair = b * self._receivers + a
-        j = self._count_flat.take(pair) + 1
+        run = isinstance(pair, slice)  # consecutive pairs: read and written as slices
+        if run and self.mechanism != "pm1":
+            pair = np.arange(pair.start, pair.stop)
+            run = False
+        j = (self._count_flat[pair] if run else self._count_flat.take(pair)) + 1
         self._count_flat[pair] = j
-        fresh = sample_noise(self.rng, self.noise, self.sigma2, len(pair))
+        fresh = sample_noise(self.rng, self.noise, self.sigma2, len(j))
         if scale is not None:
             fresh *= scale
         if self.mechanism == "pm1":
-            z = self._total_flat.take(pair)
-            z += fresh
-            self._total_flat[pair] = z
+            z = self._total_flat[pair] if run else self._total_flat.take(pair)
+            z += fresh  # (a slice's view: the noise totals themselves)
+            if not run:
+                self._total_flat[pair] = z
         else:
             nodes = self._node_flat.take(pair, axis=0)
             nodes[np.arange(len(pair)), lowest_set_bit(j)] = fresh
             self._node_flat[pair] = nodes
             z = (nodes * set_bits(j, self.levels)).sum(axis=1)
-        return (sums + z) / counts, j, fresh
+        values = sums + z
+        values /= counts  # (in place: the floats of (sums + z)/counts, one array fewer)
+        return values, j, fresh
 
 
 class SampleVarianceRelease:

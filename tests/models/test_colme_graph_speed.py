@@ -11,6 +11,7 @@ import pytest
 
 from desim.models.colme.graph import NeighbourRoundRobin, Neighbours
 from desim.models.colme.pairs import ClassBeliefs
+from desim.models.privacy.calibration import sample_noise
 from desim.models.privacy.release import PSumRelease
 from desim.topologies.generators import RandomRegular
 from desim.topologies.graph import Graph
@@ -86,3 +87,49 @@ def test_revised_beliefs_keep_their_counts():
         beliefs.revise(a, b, decision)
         np.testing.assert_array_equal(beliefs.included[a, b], decision)
         np.testing.assert_array_equal(beliefs.n_included, beliefs.included.sum(axis=1))
+
+
+@pytest.mark.parametrize("mechanism", ["pm1", "pm2"])
+def test_a_release_of_a_run_of_pairs_is_the_release_of_their_indices(mechanism):
+    by_index, by_run = (
+        PSumRelease(4, mechanism, "gaussian", 0.3, np.random.default_rng(4), 6) for _ in range(2)
+    )
+    sums, counts = np.array([1.0, 2.0, -0.5, 3.0, 0.25]), np.full(5, 2.0)
+    for start in [3, 3, 0, 11, 3]:  # runs that repeat and overlap
+        got = by_index.release(None, None, sums, counts, pair=np.arange(start, start + 5))
+        again = by_run.release(None, None, sums, counts, pair=slice(start, start + 5))
+        for x, y in zip(got, again, strict=True):
+            np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(by_index.count, by_run.count)
+
+
+def test_a_run_of_pairs_is_found_only_in_a_view_of_the_pair_numbers():
+    nb = Neighbours(RandomRegular(degree=4).make(30, np.random.default_rng(2)))
+    assert nb.span(nb.numbers[5:35]) == slice(5, 35)
+    assert nb.span(nb.floats[40:70]) == slice(40, 70)
+    assert nb.span(nb.floats[40:70][:, None][:, 0]) == slice(40, 70)  # a payload's column
+    assert nb.span(np.arange(5, 35)) is None  # equal values, but not known without a pass
+    assert nb.span(nb.numbers[5:35:2]) is None
+    assert nb.span(nb.numbers) is None
+
+
+def test_beliefs_revised_by_a_run_of_pairs_are_those_revised_by_its_indices():
+    rng = np.random.default_rng(6)
+    by_index, by_run = (ClassBeliefs(np.ones((6, 6), dtype=bool)) for _ in range(2))
+    for _ in range(10):
+        start = int(rng.integers(0, 30))
+        a = np.arange(start, start + 6) // 6
+        decision = rng.random(6) < 0.5
+        by_index.revise_pairs(a, np.arange(start, start + 6), decision)
+        by_run.revise_pairs(a, slice(start, start + 6), decision)
+        np.testing.assert_array_equal(by_index.included, by_run.included)
+        np.testing.assert_array_equal(by_index.n_included, by_run.n_included)
+
+
+def test_gaussian_p_sum_noise_has_the_bits_of_rng_normal():
+    for sigma2 in [0.0, 1e-300, 0.3, 4e6]:
+        direct, ours = np.random.default_rng(9), np.random.default_rng(9)
+        want = direct.normal(0.0, np.sqrt(sigma2), 10_000)
+        got = sample_noise(ours, "gaussian", sigma2, 10_000)
+        np.testing.assert_array_equal(want.view(np.int64), got.view(np.int64))
+        assert direct.random() == ours.random()  # the same draws consumed
