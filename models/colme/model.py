@@ -82,8 +82,8 @@ def combine(
 ) -> np.ndarray:
     """Lemma 4: μ_a = (own·X̄_a + Σ_b T/Var[T]) / (own + Σ_b 1/Var[T]), own = t/σ_a² (or t/V_a);
     the local mean X̄_a where there is nothing to weigh or own is infinite (σ_a = 0)."""
-    num = own * local + pairs_num
-    den = own + pairs_den
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):  # own = ∞ at σ_a = 0: local, below
+        num = own * local + pairs_num
+        den = own + pairs_den
         mu = num / den
     return np.where(np.isfinite(own) & (den > 0), mu, local)

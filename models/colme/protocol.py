@@ -264,6 +264,7 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
         if params.adversaries is not None:
             params.adversaries.check(data.n_agents, data.classes)
         check_forget_links(params, links)
+        _check_exact_peers(params, data)
 
     @property
     def has_adversaries(self) -> bool:
@@ -662,6 +663,23 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
 
 
 # -- the protocol's arithmetic over its pair state (functions: the class stays readable) --
+
+
+def _check_exact_peers(params: Any, data: Any) -> None:
+    """Refuse plain ColME (no noise, known variances) on data where an agent's variance is 0:
+    its releases would have Var[T] = 0, an infinite weight in Lemma 4's combination."""
+    if params.noise != "none" or params.variance != "known" or "sigma2" not in data.public:
+        return
+    sigma2 = np.broadcast_to(np.asarray(data.public["sigma2"], dtype=float), (data.n_agents,))
+    if (sigma2 > 0).all():
+        return
+    a = int(np.argmin(sigma2))
+    who = data.public.get("agent_ids", range(data.n_agents))[a]
+    raise ValueError(
+        f"noise = 'none': agent {who!r} has known variance σ² = 0 (its samples never vary), so "
+        "its releases would weigh infinitely in Lemma 4's combination; add noise "
+        "(noise = 'gaussian' or 'laplace')"
+    )
 
 
 def _slot_runs(protocol: Any) -> bool:

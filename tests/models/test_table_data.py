@@ -311,3 +311,13 @@ def test_a_forgetting_rule_is_refused_where_agents_stop_sampling(tmp_path, capsy
     (folder / "study.toml").write_text(toml + "forget = {window = 2}\n")
     assert "forget: agents that stop sampling" in refused(folder, capsys)
     assert main(["validate", str(study(tmp_path, exhausted="stop", t_max=3))]) == 0
+
+
+def test_plain_colme_is_refused_when_an_agents_samples_never_vary(tmp_path, capsys):
+    constant = "agent,value\n" + "".join(f"a,0.5\nb,{v}\n" for v in (0.1, 0.9, 0.4))
+    folder = study(tmp_path, constant, protocol="private-colme", t_max=3)
+    toml = (folder / "study.toml").read_text()
+    (folder / "study.toml").write_text(toml + 'noise = "none"\n')
+    assert "agent 'a' has known variance σ² = 0" in refused(folder, capsys)
+    (folder / "study.toml").write_text(toml)  # with noise every weight is finite
+    assert main(["validate", str(folder)]) == 0
