@@ -125,10 +125,13 @@ class Graph:
     @cached_property
     def reverse(self) -> np.ndarray:
         """reverse[e]: index of the edge dst[e]→src[e] (an involution without fixed points)."""
-        # The edge b→a sits where its key b·n + a falls among the sorted keys src·n + dst: the
-        # permutation that sorting by (dst, src) gives, at a fraction of a lexsort's cost.
-        n = max(self.n, 1)
-        return _frozen(np.searchsorted(self.src * n + self.dst, self.dst * n + self.src))
+        # The edge b→a is the i-th in (src, dst) order where a→b is the i-th in (dst, src) order,
+        # which a stable sort by dst gives (src ascends within it): its inverse permutation, at
+        # a fraction of the cost of a lexsort or of searching every key (random reads).
+        order = np.argsort(self.dst, kind="stable")
+        out = np.empty_like(order)
+        out[order] = np.arange(len(order))
+        return _frozen(out)
 
     @property
     def n_directed(self) -> int:

@@ -62,6 +62,7 @@ class LiveFirst:
         # (X̃_b, Y_b) per agent and a chunk of gathered pairs (`_gather_pairs`), made when used
         self._pairs: np.ndarray | None = None
         self._chunk = np.empty((0, 2))
+        self._y_of: np.ndarray | None = None  # `y_of`'s buffer
 
     # -- sending -----------------------------------------------------------------------------
     def compact(self, kept_idx: np.ndarray, kept_version: int, symmetric: bool) -> None:
@@ -167,7 +168,11 @@ class LiveFirst:
         if version == self.version and self._s_is_kept == kept_version is not None:
             return y  # S is C: no gather
         key = None if kept_version is None else ("C", kept_version)
-        return y.take(self._pos(key, version, idx, s))
+        pos = self._pos(key, version, idx, s)
+        # read within the slot only: one buffer, not a fresh array per slot
+        if self._y_of is None:
+            self._y_of = np.empty(self._e)
+        return np.take(y, pos, out=self._y_of[: len(pos)], mode="clip")
 
     def _pos(self, key: Any, version: int, idx: np.ndarray, s: np.ndarray) -> np.ndarray:
         """The positions in S (of `version`) of the edges idx, cached by key for the two latest

@@ -444,8 +444,9 @@ class CColME(CColMEFamily, FollowsGraph):
         if not self._sends_sizes or len(self._kept_idx) == 0:
             self._update()
             return
+        version = self._kept_version
         sender, receiver, payload = self._sizes.payload(
-            self._kept_idx, self._kept_version, self.size, self.t
+            self._kept_idx, version, self.size, self.t, self._csr.owners(self.size, version)
         )
         self._sent["size"] = (sender, receiver, self._kept_idx)
         self.ctx.send("size", sender, receiver, payload)
@@ -471,7 +472,7 @@ class CColME(CColMEFamily, FollowsGraph):
             # r-regular: a scalar count repeats faster
             diff = self._csr.spread(self._mean)
         else:
-            diff = self._mean.take(a)
+            diff = self._csr.gather(self._mean, a)
         np.subtract(diff, x_b, out=diff)
         np.abs(diff, out=diff)
         if n_all is None:  # states of different ages; none yet (t_b = 0) counts as a keep
@@ -521,7 +522,8 @@ class CColME(CColMEFamily, FollowsGraph):
         # consecutive ones
         rows, starts = self._csr.starts(counts, self._kept_version if all_kept else None)
         # Y_a over a's mixed edges, in a reused buffer when every edge is mixed
-        terms = self._csr.spread(self.y, counts) if len(starts) else None
+        version = self._kept_version if all_kept else None
+        terms = self._csr.spread(self.y, counts, version) if len(starts) else None
         mixed = mix(self.y, nb_y, self._w, counts, rows, starts, terms)
         oma = one_minus_alpha(self.t - self.start, p.alpha_c, p.alpha_p)
         self.y = consensus_update(self._mean, mixed, oma)
