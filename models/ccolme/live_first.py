@@ -131,17 +131,20 @@ class LiveFirst:
     def tested(self, keep: np.ndarray) -> np.ndarray:
         """File the test's χ over S (irrevocable: a drop stays); returns the edges that died."""
         keep &= self.alive
-        died = self.alive & ~keep
-        if not died.any():
+        if np.count_nonzero(keep) == len(self.s) - self._dead:  # as many alive as before
             return self.s[:0]
+        died = np.not_equal(self.alive, keep)  # alive & ~keep, keep being within alive
         self.died = self.s[died]
         self.alive = keep
         self._dead += len(self.died)
         return self.died
 
-    def kept_moved(self, kept_version: int) -> None:
-        """C lost this slot's drops (no ``symmetric``): it is χ = S's alive edges."""
-        self._seed(("C", kept_version), self.version, np.flatnonzero(self.alive))
+    def kept_moved(self, kept_version: int) -> np.ndarray:
+        """C lost this slot's drops (no ``symmetric``): it is χ = S's alive edges, returned
+        (CSR order) and their positions in S kept for `y_of`."""
+        pos = np.flatnonzero(self.alive)
+        self._seed(("C", kept_version), self.version, pos)
+        return self.s.take(pos)
 
     # -- what the test and the update read ---------------------------------------------------
     def ends(self, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

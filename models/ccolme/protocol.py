@@ -431,8 +431,7 @@ class CColME(CColMEFamily, FollowsGraph):
                 self._sizes.moved(gone, changed, self.size, self._kept_version)
             self._kept_version += 1
             if live:  # χ's edges: those of S still alive
-                self._kept_idx = states.s[states.alive]  # type: ignore[union-attr]
-                states.kept_moved(self._kept_version)  # type: ignore[union-attr]
+                self._kept_idx = states.kept_moved(self._kept_version)  # type: ignore[union-attr]
             else:
                 self._kept_idx = np.flatnonzero(kept)
         else:
