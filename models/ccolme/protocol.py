@@ -96,7 +96,7 @@ from desim.models.baselines import Local
 from desim.models.ccolme import rewire
 from desim.models.ccolme.edges import EdgeStates, Rows, common, newest
 from desim.models.ccolme.family import CColMEFamily
-from desim.models.ccolme.live_first import BUFFERS, LiveFirst
+from desim.models.ccolme.live_first import BUFFERS, CHUNK, LiveFirst
 from desim.models.ccolme.model import (
     bernstein_threshold,  # noqa: F401  (re-exported: the formulas' former home)
     confidence_radius,  # noqa: F401  (re-exported)
@@ -230,6 +230,7 @@ class CColME(CColMEFamily, FollowsGraph):
         self._rewired: np.ndarray | None = None  # C_a changed by a graph change (`rewire`)
         self._relive = False  # back to the live-first path when it can (`rewire.relive`)
         self._handlers = (self._on_state, self._on_decision, self._on_size)
+        self._chunk: np.ndarray | None = None  # `_keep_in_chunks`'s buffer
 
     # -- slot: sample, privatise, share ------------------------------------------------------
     def on_samples(self, t: int, samples: np.ndarray) -> None:
@@ -469,6 +470,8 @@ class CColME(CColMEFamily, FollowsGraph):
         # live-first, e is S: (a, b) are its send's receivers and senders (no gather)
         a, b = states.ends(e) if live else (self.src[e], self.dst[e])  # type: ignore[union-attr,arg-type]
         n_a = float(self.t)
+        if n_all is not None and len(x_b) > CHUNK:  # one t_b: element-wise in pieces
+            return self._keep_in_chunks(x_b, a, b, n_a, n_all)
         # |X̃_a − X̃_b|, in place; every edge: CSR order, a = src, agents' rows
         if isinstance(e, slice) or (live and len(e) == self.graph.n_directed):
             # r-regular: a scalar count repeats faster
@@ -484,6 +487,24 @@ class CColME(CColMEFamily, FollowsGraph):
             unknown, n_b = None, n_all
         keep = self._test.keep(diff, n_a, n_b, a, b)
         return keep if unknown is None else keep | unknown
+
+    def _keep_in_chunks(
+        self, x_b: np.ndarray, a: np.ndarray, b: np.ndarray, n_a: float, n_b: float
+    ) -> np.ndarray:
+        """`_rule`'s test CHUNK edges at a time: X̃_a gathered, |X̃_a − X̃_b| and χ_a(b) in a
+        cache-sized buffer, not in passes over whole per-edge arrays (element-wise: the same
+        floats)."""
+        keep = np.empty(len(x_b), dtype=bool)
+        if self._chunk is None:
+            self._chunk = np.empty(CHUNK)
+        for lo in range(0, len(x_b), CHUNK):
+            part = slice(lo, lo + CHUNK)
+            diff = self._chunk[: len(x_b[part])]
+            np.take(self._mean, a[part], out=diff, mode="clip")
+            np.subtract(diff, x_b[part], out=diff)
+            np.abs(diff, out=diff)
+            keep[part] = self._test.keep(diff, n_a, n_b, a[part], b[part])
+        return keep
 
     # -- consensus step ----------------------------------------------------------------------
     def _restart(self, changed: np.ndarray) -> None:
