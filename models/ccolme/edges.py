@@ -146,25 +146,46 @@ class Rows:
         self._degree = d = graph.degree
         #: r when every agent has r ≥ 1 neighbours (r-regular: rows of r edges), else None.
         self.regular = int(d[0]) if graph.n and d[0] > 0 and np.all(d == d[0]) else None
+        self._e = graph.n_directed
         self._scratch: np.ndarray | None = None  # `spread`'s buffer, one per-edge array
         self._src = graph.src  # each edge's agent (irregular graphs' `spread`)
+        self._owners: tuple[int, np.ndarray] | None = None  # (C's version, `owners`)
 
-    def spread(self, values: np.ndarray, counts: np.ndarray | None = None) -> np.ndarray:
+    def spread(
+        self, values: np.ndarray, counts: np.ndarray | None = None, version: int | None = None
+    ) -> np.ndarray:
         """Each agent's value repeated over its run of edges (all its edges, or `counts[a]` of
-        them): `np.repeat` in CSR order. When every run has r edges, the result is written into
-        one buffer, reused (and overwritten) by the next call: a fresh array of every edge in
-        every slot costs page faults that grow faster than the graph."""
+        them): `np.repeat` in CSR order. When every run has r edges, or `counts` is |C| of C's
+        `version` (its `owners` cached), the result is written into one buffer, reused (and
+        overwritten) by the next call: a fresh array of every edge in every slot costs page
+        faults that grow faster than the graph."""
         r = self.regular
-        if r is None and counts is None:  # (a rewired graph): a gather into the buffer
-            if self._scratch is None:
-                self._scratch = np.empty(len(self._src))
-            return np.take(values, self._src, out=self._scratch)
-        if r is None or (counts is not None and not np.all(counts == r)):
-            return np.repeat(values, self._degree if counts is None else counts)
+        if r is not None and (counts is None or np.all(counts == r)):
+            out = self._buffer(self._n * r)
+            out.reshape(self._n, r)[:] = values[:, np.newaxis]
+            return out
+        if counts is None:  # (a rewired graph): each edge's agent, gathered into the buffer
+            return self.gather(values, self._src)
+        if version is None:
+            return np.repeat(values, counts)
+        return self.gather(values, self.owners(counts, version))
+
+    def gather(self, values: np.ndarray, agents: np.ndarray) -> np.ndarray:
+        """values[agents] (one agent per edge) in the buffer `spread` reuses."""
+        return np.take(values, agents, out=self._buffer(len(agents)), mode="clip")
+
+    def owners(self, counts: np.ndarray, version: int) -> np.ndarray:
+        """The agent of each edge of runs of `counts[a]` edges, `counts` being |C| of C's
+        `version` (cached for it): a's kept edges are a's, in CSR order."""
+        if self._owners is None or self._owners[0] != version:
+            self._owners = (version, np.repeat(np.arange(self._n), counts))
+        return self._owners[1]
+
+    def _buffer(self, k: int) -> np.ndarray:
+        """The first k slots of the one per-edge buffer."""
         if self._scratch is None:
-            self._scratch = np.empty(self._n * r)
-        self._scratch.reshape(self._n, r)[:] = values[:, np.newaxis]
-        return self._scratch
+            self._scratch = np.empty(self._e)
+        return self._scratch[:k]
 
     def count(self, mask: np.ndarray) -> np.ndarray:
         """Number of True edges of each agent."""

@@ -62,6 +62,7 @@ class LiveFirst:
         # (X̃_b, Y_b) per agent and a chunk of gathered pairs (`_gather_pairs`), made when used
         self._pairs: np.ndarray | None = None
         self._chunk = np.empty((0, 2))
+        self._y_of: np.ndarray | None = None  # `y_of`'s buffer
 
     # -- sending -----------------------------------------------------------------------------
     def compact(self, kept_idx: np.ndarray, kept_version: int, symmetric: bool) -> None:
@@ -130,17 +131,20 @@ class LiveFirst:
     def tested(self, keep: np.ndarray) -> np.ndarray:
         """File the test's χ over S (irrevocable: a drop stays); returns the edges that died."""
         keep &= self.alive
-        died = self.alive & ~keep
-        if not died.any():
+        if np.count_nonzero(keep) == len(self.s) - self._dead:  # as many alive as before
             return self.s[:0]
+        died = np.not_equal(self.alive, keep)  # alive & ~keep, keep being within alive
         self.died = self.s[died]
         self.alive = keep
         self._dead += len(self.died)
         return self.died
 
-    def kept_moved(self, kept_version: int) -> None:
-        """C lost this slot's drops (no ``symmetric``): it is χ = S's alive edges."""
-        self._seed(("C", kept_version), self.version, np.flatnonzero(self.alive))
+    def kept_moved(self, kept_version: int) -> np.ndarray:
+        """C lost this slot's drops (no ``symmetric``): it is χ = S's alive edges, returned
+        (CSR order) and their positions in S kept for `y_of`."""
+        pos = np.flatnonzero(self.alive)
+        self._seed(("C", kept_version), self.version, pos)
+        return self.s.take(pos)
 
     # -- what the test and the update read ---------------------------------------------------
     def ends(self, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -167,7 +171,11 @@ class LiveFirst:
         if version == self.version and self._s_is_kept == kept_version is not None:
             return y  # S is C: no gather
         key = None if kept_version is None else ("C", kept_version)
-        return y.take(self._pos(key, version, idx, s))
+        pos = self._pos(key, version, idx, s)
+        # read within the slot only: one buffer, not a fresh array per slot
+        if self._y_of is None:
+            self._y_of = np.empty(self._e)
+        return np.take(y, pos, out=self._y_of[: len(pos)], mode="clip")
 
     def _pos(self, key: Any, version: int, idx: np.ndarray, s: np.ndarray) -> np.ndarray:
         """The positions in S (of `version`) of the edges idx, cached by key for the two latest

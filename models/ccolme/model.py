@@ -235,6 +235,7 @@ class NeighbourTest:
         self._sigma = np.sqrt(sigma2)
         #: γ = δ/(4 Σ_a deg a) of the optimistic distance.
         self.gamma = params.delta / (4.0 * max(links, 1))
+        self._chunk = np.empty(0)  # `keep_in_chunks`'s buffer
 
     def keep(
         self,
@@ -250,6 +251,31 @@ class NeighbourTest:
         s2, beta = self._pair(a, b)
         n = np.minimum(n_a, n_b)
         return bernstein_keep(diff, n, s2, beta, self.theta, self.scale, self.exact)
+
+    def keep_in_chunks(
+        self,
+        mean: np.ndarray,
+        x_b: np.ndarray,
+        a: np.ndarray,
+        b: np.ndarray,
+        n_a: float,
+        n_b: float,
+        chunk: int,
+    ) -> np.ndarray:
+        """`keep` on |X̃_a − X̃_b| for the edges (a, b), X̃_a = mean[a], `chunk` edges at a
+        time in one reused buffer: element-wise, so the same floats as on whole arrays, without
+        passes over per-edge arrays that fit in no cache."""
+        keep = np.empty(len(x_b), dtype=bool)
+        if len(self._chunk) < chunk:
+            self._chunk = np.empty(chunk)
+        for lo in range(0, len(x_b), chunk):
+            part = slice(lo, lo + chunk)
+            diff = self._chunk[: len(x_b[part])]
+            np.take(mean, a[part], out=diff, mode="clip")
+            np.subtract(diff, x_b[part], out=diff)
+            np.abs(diff, out=diff)
+            keep[part] = self.keep(diff, n_a, n_b, a[part], b[part])
+        return keep
 
     def _s2(self, agents: np.ndarray) -> np.ndarray | float:
         """σ̃² of the given agents (one float when all agents share it)."""

@@ -96,7 +96,7 @@ from desim.models.baselines import Local
 from desim.models.ccolme import rewire
 from desim.models.ccolme.edges import EdgeStates, Rows, common, newest
 from desim.models.ccolme.family import CColMEFamily
-from desim.models.ccolme.live_first import BUFFERS, LiveFirst
+from desim.models.ccolme.live_first import BUFFERS, CHUNK, LiveFirst
 from desim.models.ccolme.model import (
     bernstein_threshold,  # noqa: F401  (re-exported: the formulas' former home)
     confidence_radius,  # noqa: F401  (re-exported)
@@ -150,7 +150,10 @@ class CColME(Adversarial, CColMEFamily, FollowsGraph):
 
     Params = CColMEParams
     message_kinds = ("state", "decision", "size")
-    memory = {"edge": 256.0, "agent": 400.0}
+    # per directed edge: the graph's arrays, three state buffers, the size sends, |C_b| and
+    # W_ab, and on the live-first path S's send order (senders, receivers, slots), the
+    # positions of S and of C within S and C's receivers: six arrays of 8 bytes of their own
+    memory = {"edge": 304.0, "agent": 400.0}
 
     nb_x = _View("x", "X̃_b of b's newest state held by a, per directed edge (a's slot).")
     nb_n = _View("n", "t_b of b's newest state held by a (0: none yet), per directed edge.")
@@ -433,8 +436,7 @@ class CColME(Adversarial, CColMEFamily, FollowsGraph):
                 self._sizes.moved(gone, changed, self.size, self._kept_version)
             self._kept_version += 1
             if live:  # χ's edges: those of S still alive
-                self._kept_idx = states.s[states.alive]  # type: ignore[union-attr]
-                states.kept_moved(self._kept_version)  # type: ignore[union-attr]
+                self._kept_idx = states.kept_moved(self._kept_version)  # type: ignore[union-attr]
             else:
                 self._kept_idx = np.flatnonzero(kept)
         else:
@@ -446,8 +448,9 @@ class CColME(Adversarial, CColMEFamily, FollowsGraph):
         if not self._sends_sizes or len(self._kept_idx) == 0:
             self._update()
             return
+        owners = self._csr.owners(self.size, self._kept_version)  # src of the kept edges
         sender, receiver, payload = self._sizes.payload(
-            self._kept_idx, self._kept_version, self.size, self.t
+            self._kept_idx, self._kept_version, self.size, self.t, owners
         )
         self._sent["size"] = (sender, receiver, self._kept_idx)
         self.ctx.send("size", sender, receiver, payload)
@@ -468,12 +471,14 @@ class CColME(Adversarial, CColMEFamily, FollowsGraph):
         # live-first, e is S: (a, b) are its send's receivers and senders (no gather)
         a, b = states.ends(e) if live else (self.src[e], self.dst[e])  # type: ignore[union-attr,arg-type]
         n_a = float(self.t)
+        if n_all is not None and len(x_b) > CHUNK:  # one t_b: element-wise in pieces
+            return self._test.keep_in_chunks(self._mean, x_b, a, b, n_a, n_all, CHUNK)
         # |X̃_a − X̃_b|, in place; every edge: CSR order, a = src, agents' rows
         if isinstance(e, slice) or (live and len(e) == self.graph.n_directed):
             # r-regular: a scalar count repeats faster
             diff = self._csr.spread(self._mean)
         else:
-            diff = self._mean.take(a)
+            diff = self._csr.gather(self._mean, a)
         np.subtract(diff, x_b, out=diff)
         np.abs(diff, out=diff)
         if n_all is None:  # states of different ages; none yet (t_b = 0) counts as a keep
@@ -523,7 +528,8 @@ class CColME(Adversarial, CColMEFamily, FollowsGraph):
         # consecutive ones
         rows, starts = self._csr.starts(counts, self._kept_version if all_kept else None)
         # Y_a over a's mixed edges, in a reused buffer when every edge is mixed
-        terms = self._csr.spread(self.y, counts) if len(starts) else None
+        version = self._kept_version if all_kept else None
+        terms = self._csr.spread(self.y, counts, version) if len(starts) else None
         mixed = mix(self.y, nb_y, self._w, counts, rows, starts, terms)
         mixed = self.robust_mix(mixed, nb_y, counts)
         oma = one_minus_alpha(self.t - self.start, p.alpha_c, p.alpha_p)

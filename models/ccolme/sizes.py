@@ -60,12 +60,19 @@ class Sizes:
 
     # -- sending -----------------------------------------------------------------------------
     def payload(
-        self, kept_idx: np.ndarray, version: int, size: np.ndarray, t: float
+        self,
+        kept_idx: np.ndarray,
+        version: int,
+        size: np.ndarray,
+        t: float,
+        receiver: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(senders, receivers, payload) of this slot's size send: b = dst[e] tells a = src[e]
-        its |C_b| for every kept edge e (`kept_idx`, CSR order), with the slot t."""
+        its |C_b| for every kept edge e (`kept_idx`, CSR order), with the slot t; `receiver`,
+        if given, is src[kept_idx] (`Rows.owners`, shared rather than built twice)."""
         if self._send is None or self._send[0] != version:
-            receiver = np.repeat(self._agents, size)  # src[kept_idx]: kept_idx is in CSR order
+            if receiver is None:  # src[kept_idx]: kept_idx is in CSR order
+                receiver = np.repeat(self._agents, size)
             self._send = (version, self._g.dst[kept_idx], receiver)
         _, sender, receiver = self._send
         payload = self._payload

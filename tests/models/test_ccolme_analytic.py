@@ -146,6 +146,30 @@ def test_metrics_compare_exposed_state_with_the_truth():
     assert METRICS.get("links")(Protocol(None), data) == {}  # nothing exposed: nothing measured
 
 
+def test_corollary1_follows_changed_classes_variances_and_graphs():
+    """The graph's part of the bound is kept between checkpoints, never past a change."""
+    cor1 = METRICS.get("corollary1")
+    g = Graph.from_edges(6, [0, 1, 2, 3, 4], [1, 2, 3, 4, 5])  # a path
+    data = type("D", (), {})()
+    data.classes = np.array([0, 0, 0, 1, 1, 1])
+    data.public = {"graph": g, "sigma2": np.full(6, 0.25), "L": 1.0}
+    proto = Protocol(None)
+    first = cor1(proto, data)
+    assert first["class_components"] == 2 and first["cor1_rhs"] == pytest.approx(0.25 * 0.5)
+    assert cor1(proto, data) == first
+    data.classes = np.array([0, 1, 0, 1, 0, 1])  # every link across classes: 6 components
+    assert cor1(proto, data)["class_components"] == 6
+    data.classes[:] = [0, 0, 1, 1, 2, 2]  # the same array, changed in place: 3 components
+    assert cor1(proto, data)["class_components"] == 3
+    data.public["sigma2"] = np.full(6, 2.0)  # σ²(M/(2K) − 1) with K = 2 again
+    data.classes[:] = [0, 0, 0, 1, 1, 1]
+    assert cor1(proto, data)["cor1_rhs"] == pytest.approx(2.0 * 0.5)
+    data.public["graph"] = Graph.from_edges(6, [0, 2, 4], [1, 3, 5])  # three pairs, one across
+    assert cor1(proto, data)["class_components"] == 4
+    data.public["graph"] = Graph.from_edges(6, [0, 1, 4], [1, 2, 5])  # 3 stays alone
+    assert cor1(proto, data)["class_components"] == 3
+
+
 def test_curves_reject_a_study_without_topology():
     curve = build(CURVES.get("ideal-component"), {}, "curve")
     with pytest.raises(ValueError, match="needs the study's \\[topology\\]"):
