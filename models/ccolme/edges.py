@@ -143,7 +143,7 @@ class Rows:
         self._rows = graph.degree > 0
         self._starts = graph.indptr[:-1][self._rows]
         self._cached: tuple[int | None, tuple[np.ndarray, np.ndarray]] | None = None
-        self._degree = d = graph.degree
+        d = graph.degree
         #: r when every agent has r ≥ 1 neighbours (r-regular: rows of r edges), else None.
         self.regular = int(d[0]) if graph.n and d[0] > 0 and np.all(d == d[0]) else None
         self._e = graph.n_directed
