@@ -58,6 +58,9 @@ class ReleaseBudget:
         self.degraded_from: np.ndarray | None = None
         #: Whether some release was degraded yet.
         self.any_degraded = False
+        # pairs that can release (no self-pairs) not degraded yet: at 0 no call needs the gate
+        m = ctx.n_agents
+        self._undegraded = protocol.n_pairs - (m if protocol.graph is None else 0)
         if budget.action == "degrade" and self.binds:
             budget = self._degrade_from(k_star, most, multiplier)
         #: The gate every release passes while the budget can bind.
@@ -86,6 +89,8 @@ class ReleaseBudget:
         admit is not made (``stop``: its row has j = 0, `withheld`, and the delivery sends
         nothing for it) or made with more noise (``degrade``)."""
         protocol = self.protocol
+        if self.scale is not None and self._undegraded == 0:  # every release at m'
+            return protocol._release(b, a, pair, slot, self.scale)
         made = protocol.made(b, a, pair)
         if self.scale is not None:
             return protocol._release(b, a, pair, slot, self._degrade(b, made, pair, slot))
@@ -120,7 +125,9 @@ class ReleaseBudget:
         if not ok.all():
             refused = ~ok
             first = pair[refused]
-            self.degraded_from[first] = np.minimum(self.degraded_from[first], made[refused] + 1)
+            before = self.degraded_from[first]
+            self._undegraded -= int(np.count_nonzero(before == NEVER))
+            self.degraded_from[first] = np.minimum(before, made[refused] + 1)
             degraded = refused if degraded is None else degraded | refused
             self.any_degraded = True
         if degraded is None or not degraded.any():
