@@ -58,6 +58,9 @@ class ReleaseBudget:
         self.degraded_from: np.ndarray | None = None
         #: Whether some release was degraded yet.
         self.any_degraded = False
+        # pairs that can release (no self-pairs) not degraded yet: at 0 no call needs the gate
+        m = ctx.n_agents
+        self._undegraded = protocol.n_pairs - (m if protocol.graph is None else 0)
         if budget.action == "degrade" and self.binds:
             budget = self._degrade_from(k_star, most, multiplier)
         #: The gate every release passes while the budget can bind.
@@ -86,35 +89,56 @@ class ReleaseBudget:
         admit is not made (``stop``: its row has j = 0, `withheld`, and the delivery sends
         nothing for it) or made with more noise (``degrade``)."""
         protocol = self.protocol
+        if self.scale is not None and self._undegraded == 0:  # every release at m'
+            return protocol._release(b, a, pair, slot, self.scale)
         made = protocol.made(b, a, pair)
-        ok = self.gate.admit(b, made, protocol.view.clock(slot))
-        if ok.all() and not self.any_degraded:  # (a budget not hit yet costs the gate only)
-            return protocol._release(b, a, pair, slot)
         if self.scale is not None:
-            return protocol._release(b, a, pair, slot, self._degrade(made, pair, ok))
+            return protocol._release(b, a, pair, slot, self._degrade(b, made, pair, slot))
+        ok = self.gate.admit(b, made, protocol.view.clock(slot))
+        if ok.all():  # (a budget not hit yet costs the gate only)
+            return protocol._release(b, a, pair, slot)
         payload = np.zeros((len(b), protocol.release_width))
         if ok.any():
             payload[ok] = protocol._release(b[ok], a[ok], pair[ok], slot[ok])
         return payload
 
-    def _degrade(self, made: np.ndarray, pair: np.ndarray, ok: np.ndarray) -> np.ndarray | None:
-        """The noise scale of the releases of pairs `pair` (`made` releases so far) under
-        ``degrade`` (None: none degraded); sets j_d of the pairs that degrade now: from the
-        first of their releases the gate refuses."""
-        degraded = ~ok
+    def _degrade(
+        self, b: np.ndarray, made: np.ndarray, pair: np.ndarray, slot: np.ndarray
+    ) -> float | np.ndarray | None:
+        """The gate's decision on the releases b → pairs `pair` (`made` so far) under
+        ``degrade``, as their noise scale: m'/m where every one is degraded (the same bits as an
+        array of it), None where none is. Sets j_d of the pairs that degrade now: from the
+        first of their releases the gate refuses.
+
+        A pair stays degraded once it is (j ≥ j_d), and the gate's state cannot change with
+        its releases: it refuses each that adds to the count (against one, the count passed
+        k* and never falls; against colluding, the agent's first refusal left its count less
+        than one release's p-sums below k*, and counts never fall) and the agent's hit time is
+        already that of its first refusal. So a call whose every pair is degraded skips it.
+        """
+        degraded = None
         if self.any_degraded:
-            degraded |= made >= self.degraded_from[pair]  # j ≥ j_d
-        if not degraded.any():
+            degraded = made >= self.degraded_from.take(pair)
+            if degraded.all():
+                return self.scale
+        ok = self.gate.admit(b, made, self.protocol.view.clock(slot))
+        if not ok.all():
+            refused = ~ok
+            first = pair[refused]
+            before = self.degraded_from[first]
+            self._undegraded -= int(np.count_nonzero(before == NEVER))
+            self.degraded_from[first] = np.minimum(before, made[refused] + 1)
+            degraded = refused if degraded is None else degraded | refused
+            self.any_degraded = True
+        if degraded is None or not degraded.any():
             return None
-        self.any_degraded = True
-        j = made[degraded] + 1
-        first = pair[degraded]
-        self.degraded_from[first] = np.minimum(self.degraded_from[first], j)
+        if degraded.all():
+            return self.scale
         return np.where(degraded, self.scale, 1.0)
 
     def degraded_from_of(self, pair: np.ndarray) -> np.ndarray | None:
         """j_d of the pairs `pair` (None while no release was degraded: the old arithmetic)."""
-        return self.degraded_from[pair] if self.any_degraded else None
+        return self.degraded_from.take(pair) if self.any_degraded else None
 
     def spend(self, per_responder: Any, one: np.ndarray, every: np.ndarray) -> dict[str, tuple]:
         """The ledger's (multipliers, counts) per recipient set: (m, `one`) and (m, `every`)

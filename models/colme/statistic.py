@@ -75,6 +75,8 @@ class PairStatistic:
         # ``last`` under PM-I after a degraded release: c_j of each pair's last release, where
         # A = c_j·D·D (κ·D·D until then, so it is made at the first degraded update)
         self._count: np.ndarray | None = None
+        # PM-II: row r is ρ at the r lowest levels and 1 above (`node_noise`), made at first use
+        self._noise_rows: np.ndarray | None = None
         # ``last`` keeps no block: n is 1 from the first release on and every sum restarts at
         # each release, so only what the last release fixed is stored: the block sum, D and,
         # under PM-II, A (under PM-I, A = κ·D·D, the very floats the update computes), with κ
@@ -276,10 +278,20 @@ class PairStatistic:
 
     def node_noise(self, j: np.ndarray, degraded_from: np.ndarray) -> np.ndarray:
         """PM-II: each level's node variance over σ_DP² in releases j (ρ where the release that
-        made the node, ⌊j/2^ℓ⌋·2^ℓ, is ≥ j_d; 1 otherwise), as (releases, levels)."""
-        level = np.arange(self.levels)
-        made_by = (j[:, None] >> level) << level
-        return np.where(made_by >= degraded_from[:, None], self.degraded_ratio, 1.0)
+        made the node, ⌊j/2^ℓ⌋·2^ℓ, is ≥ j_d; 1 otherwise), as (releases, levels).
+
+        ⌊j/2^ℓ⌋·2^ℓ ≥ j_d ⟺ j >> ℓ > (j_d − 1) >> ℓ, which for j > j_d − 1 holds exactly at the
+        levels below the bit length of j XOR (j_d − 1): the ρ levels are a prefix, so each row
+        is one of L + 1 rows built once (one look-up, not four passes over (releases, levels)).
+        """
+        if self._noise_rows is None:
+            level = np.arange(self.levels)
+            self._noise_rows = np.where(
+                level < np.arange(self.levels + 1)[:, None], self.degraded_ratio, 1.0
+            )
+        low = degraded_from - 1  # j_d ≥ 1
+        prefix = np.frexp(j ^ low)[1]  # the bit length of every j XOR (j_d − 1)
+        return self._noise_rows[np.where(j > low, prefix, 0)]
 
     def _update_last_pm1(
         self,

@@ -280,21 +280,22 @@ class StopGate:
         #: Releases each agent withheld, and the time of its first (+∞: none).
         self.withheld = np.zeros(n_agents, dtype=np.int64)
         self.hit_at = np.full(n_agents, math.inf)
-        self._psums = np.zeros(0, dtype=np.int64)
+        self._after = np.zeros(0, dtype=np.int64)
+        self._grows = np.zeros(0, dtype=bool)
 
     def admit(self, b: np.ndarray, kappa: np.ndarray, now: Any) -> np.ndarray:
         """Which of the next releases of agents b (to distinct recipients, each with κ releases
         so far) fit the budget, in order; counts them, and records the others at time `now`."""
-        psums = self._table(kappa)
-        after = psums[kappa + 1]
+        after, grows = self._tables(kappa)
         if self.budget.against == "one":
+            after = after.take(kappa)
             ok = after <= self.capacity
             # the count grows only at a recipient's first release (PM-I) or a power of two
             grows = ok & (after > self.exposure[b])
             if grows.any():
                 np.maximum.at(self.exposure, b[grows], after[grows])
         else:
-            ok = self._admit_colluding(b, after > psums[kappa])
+            ok = self._admit_colluding(b, grows.take(kappa))
         if not ok.all():
             refused = b[~ok]
             if self.budget.action == "stop":  # (degrade: the release is made, noisier)
@@ -313,14 +314,15 @@ class StopGate:
         if len(b):
             self.withheld += np.bincount(b, minlength=len(self.withheld))
 
-    def _table(self, kappa: np.ndarray) -> np.ndarray:
-        """P-sums holding the first sample after 0, 1, … releases to one recipient, at least
-        up to max(κ) + 1 (a look-up is cheaper than computing them at every release)."""
+    def _tables(self, kappa: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """By κ, at least up to max(κ): the p-sums holding the first sample after κ + 1
+        releases to one recipient, and whether that is more than after κ (a look-up is cheaper
+        than computing them at every release)."""
         top = int(kappa.max(initial=0)) + 1
-        if top >= len(self._psums):
-            count = np.arange(2 * top + 2)
-            self._psums = first_sample_psums(self.mechanism, count) * self.per_release
-        return self._psums
+        if top >= len(self._after):
+            psums = first_sample_psums(self.mechanism, np.arange(2 * top + 3)) * self.per_release
+            self._after, self._grows = psums[1:], psums[1:] > psums[:-1]
+        return self._after, self._grows
 
     def _admit_colluding(self, b: np.ndarray, grows: np.ndarray) -> np.ndarray:
         """`admit` against all recipients colluding: a release that `grows` the count adds

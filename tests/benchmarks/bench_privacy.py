@@ -5,14 +5,21 @@
 - calibration: CPU time of `calibration = "tight"` in a fresh process (the accountant's
   bisection, uncached) and again (cached), per mechanism — bar ≤ 1 s per run;
 - the ledger: Private-ColME M = 200, T = 3·10⁴, 60 checkpoints, with and without
-  ``metrics = ["privacy"]`` — bar ≤ 10 % more CPU time.
+  ``metrics = ["privacy"]`` — bar ≤ 10 % more CPU time;
+- budgets (issue 30): Private-ColME M = 200, T = 10⁴, round robin, with a budget that can bind
+  but is not hit, and with ``action = "degrade"`` in effect (PM-II against colluding queriers,
+  PM-I against one), each against the same run without a budget, all with
+  ``metrics = ["privacy", "budget"]`` and dp-accounting imported before the clock starts —
+  bar ≤ 15 % more CPU time (`--budgets N`: only these rows, best of N runs, alternated).
 
 Each workload runs in a fresh process; CPU time is what the bars judge (the machine is shared).
 """
 
 from __future__ import annotations
 
-from harness import run_child, time_scenario
+import argparse
+
+from harness import best_of, run_child, time_scenario
 
 DATA = {"model": "classes", "agents": 200, "class_means": [0.2, 0.4, 0.8], "sigma": 0.5}
 T_MAX = 30_000
@@ -46,7 +53,80 @@ LEDGER = {
 }
 
 
+_BUDGET_CHILD = """
+import json, sys, time
+import dp_accounting  # (its import is a run's once, the same with a budget or without)
+import desim, desim.kernel.plugins
+from desim.study.scenario import Scenario
+(kwargs,) = json.loads(sys.argv[1])
+kwargs["metrics"] = tuple(kwargs["metrics"])
+s = Scenario(**kwargs)
+desim.kernel.plugins.load_plugins()
+cpu = time.process_time()
+desim.run(s)
+print(json.dumps({"cpu": time.process_time() - cpu}))
+"""
+
+#: (row, mechanism, budget, t_max). Not hit: at t_max = 63·199 + 100 the queriers at RR
+#: offsets ≤ 100 have made their 64th release (a 7th tree level) and the others not, so an
+#: agent's count against colluding queriers ends at 100·7 + 99·6 = 1294 p-sums, below the
+#: 7·199 = 1393 the gate must allow for: ε_B = 13.2 gives k* = 1348 between the two (the gate
+#: decides every release, none is refused). ε_B = 1 against colluding and 0.5 against one are
+#: reached early, so `degrade` is in effect for most of the run.
+BUDGETS = [
+    ("budget not hit (PM-II colluding)", "pm2", {"epsilon": 13.2, "against": "colluding"}, 12_637),
+    ("degrade in effect (PM-II colluding)", "pm2", {"epsilon": 1, "against": "colluding"}, 10_000),
+    ("degrade in effect (PM-I one)", "pm1", {"epsilon": 0.5, "against": "one"}, 10_000),
+]
+
+
+def budget_rows(tries: int) -> list[tuple]:
+    """CPU seconds of each budget row and of its run without a budget, best of `tries` fresh
+    processes, the two alternated (so a change in load hits both alike)."""
+    rows = []
+    for name, mechanism, budget, t_max in BUDGETS:
+        base = {
+            "protocol": "private-colme",
+            "params": {"mechanism": mechanism, "weights": "last", "calibration": "tight"},
+            "data": DATA,
+            "t_max": t_max,
+            "seed": 1,
+            "metrics": ["privacy", "budget"],
+        }
+        limited = {**base, "params": {**base["params"], "budget": {**budget, "action": "degrade"}}}
+        plain, spent = [], []
+        for _ in range(tries):
+            plain.append(run_child(_BUDGET_CHILD, base))
+            spent.append(run_child(_BUDGET_CHILD, limited))
+        a, b = best_of(plain)["cpu"], best_of(spent)["cpu"]
+        ratio = b / a
+        rows.append(
+            (
+                f"{name} ×{tries}",
+                a,
+                b,
+                "≤ 1.15×",
+                f"{'ok' if ratio <= 1.15 else 'FAIL'} ({ratio:.3f}×)",
+            )
+        )
+    return rows
+
+
+def show(rows: list[tuple], legend: str) -> None:
+    """Print `rows` (workload, two CPU times, bar, result) as a table under `legend`."""
+    print(f"\n{'workload':<52} {'cpu s (a)':>10} {'cpu s (b)':>10}  {'bar':<9} result")
+    print(legend)
+    for name, a, b, bar, ok in rows:
+        print(f"{name:<52} {a:10.3f} {b:10.3f}  {bar:<9} {ok}")
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budgets", type=int, metavar="N", help="only the budget rows, best of N")
+    args = parser.parse_args()
+    if args.budgets:
+        show(budget_rows(args.budgets), "(a/b: without/with the budget, action = degrade)")
+        return
     rows = []
     for noise, mech, var in CALIBRATIONS:
         r = run_child(_CALIBRATION_CHILD, noise, mech, var)
@@ -72,10 +152,12 @@ def main() -> None:
                 f"{'ok' if extra <= 0.10 else 'FAIL'} ({100 * extra:+.1f} %)",
             )
         )
-    print(f"\n{'workload':<52} {'cpu s (a)':>10} {'cpu s (b)':>10}  {'bar':<9} result")
-    print("(a/b: calibration uncached/cached; ledger without/with the privacy metric)")
-    for name, a, b, bar, ok in rows:
-        print(f"{name:<52} {a:10.3f} {b:10.3f}  {bar:<9} {ok}")
+    rows += budget_rows(2)
+    show(
+        rows,
+        "(a/b: calibration uncached/cached; ledger without/with the privacy metric; "
+        "budget without/with)",
+    )
 
 
 if __name__ == "__main__":

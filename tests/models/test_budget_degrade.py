@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from desim.kernel.params import ConfigError, build
 from desim.kernel.randomness import Streams
 from desim.kernel.registry import METRICS, PROTOCOLS
+from desim.models.colme.statistic import PairStatistic
 from desim.models.privacy.accounting import epsilon_spent, psum_multiplier
 from desim.study.scenario import Scenario, run
 from desim.testing import ScriptedLinks, check_modes
@@ -159,6 +160,26 @@ def test_var_t_of_degraded_pm2_tree_nodes_by_hand():
             noise = sum(s2 * (rho if made >= 4 else 1.0) for made in nodes)
             want = proto.sigma2[b] / t + noise / t**2
             assert j >= 4 and var[a, b] == pytest.approx(want, rel=1e-12)
+
+
+@given(
+    levels=st.integers(1, 20),
+    rho=st.floats(1.0, 100.0),
+    rows=st.lists(st.tuples(st.integers(1, 2**20), st.integers(1, 2**20 + 2)), max_size=30),
+    never=st.lists(st.booleans(), max_size=30),
+)
+def test_node_noise_is_rho_exactly_where_the_node_was_made_from_j_d_on(levels, rho, rows, never):
+    """PM-II's node variances in release j (`PairStatistic.node_noise`, one look-up per row)
+    equal the definition level by level: ρ where ⌊j/2^ℓ⌋·2^ℓ ≥ j_d, else 1 (j_d = 2³¹ − 1 for a
+    pair never degraded), for every j < 2^levels."""
+    stat = PairStatistic(2, "pm2", "last", 1.0, levels, degraded_ratio=rho)
+    j = np.array([x % 2**levels or 1 for x, _ in rows], dtype=np.int64)
+    j_d = np.array([d for _, d in rows], dtype=np.int32)
+    j_d[np.array(never[: len(rows)] + [False] * (len(rows) - len(never)), dtype=bool)] = 2**31 - 1
+    level = np.arange(levels)
+    made_by = (j[:, None] >> level) << level
+    want = np.where(made_by >= j_d[:, None], rho, 1.0)
+    assert np.array_equal(stat.node_noise(j, j_d), want)
 
 
 def test_var_t_of_degraded_pm1_psums_under_mean_of_means_by_hand():
