@@ -19,7 +19,6 @@ import numpy as np
 
 from desim.kernel.protocol import Context
 from desim.models.privacy.budget import (
-    Budget,
     StopGate,
     capacity,
     degraded_multiplier,
@@ -33,7 +32,8 @@ NEVER = np.iinfo(np.int32).max
 
 class ReleaseBudget:
     """The budget of one run of Private-ColME: its `gate` (k* found once by the accountant, for
-    counts up to the most this run can make) and, under ``degrade``, m' found once."""
+    counts up to the most this run can make) and, under ``degrade``, m' found at the gate's
+    first refusal (a run whose budget is never hit does not pay for it)."""
 
     def __init__(self, protocol: Any, ctx: Context, kappa_max: int) -> None:
         p, m = protocol.params, ctx.n_agents
@@ -43,44 +43,58 @@ class ReleaseBudget:
         if p.budget.against == "colluding":  # every querier of the responder
             most *= m - 1 if protocol.graph is None else protocol.graph.max_degree()
         budget = p.budget
-        multiplier = protocol.multiplier
-        k_star = capacity(p.noise, multiplier, budget.epsilon, budget.delta, most, p.accountant)
+        k_star = capacity(
+            p.noise, protocol.multiplier, budget.epsilon, budget.delta, most, p.accountant
+        )
+        self._most = most
         #: Whether the budget can bind at all (k* < the most this run can count): when it
         #: cannot, no release consults the gate (its counts stay 0), so it costs nothing.
         self.binds = k_star < most
-        #: m'/m, the noise scale of a degraded release (None: nothing is ever degraded).
+        #: Whether refused releases are made at m' (``degrade`` that can bind, until the first
+        #: refusal finds that no m' fits: then ``stop``).
+        self.degrading = budget.action == "degrade" and self.binds
+        #: m'/m, the noise scale of a degraded release (None: nothing degraded yet).
         self.scale: float | None = None
         #: ρ = (m'/m)², a degraded p-sum's noise variance over σ_DP².
         self.ratio = 1.0
         #: m', the multiplier of every degraded release (∞: none).
         self.degraded_m = math.inf
-        #: j_d of each pair (its index): from its release j_d on, its p-sums carry ρσ_DP².
+        #: j_d of each pair (its index): from its release j_d on, its p-sums carry ρσ_DP²
+        #: (None until the first refusal).
         self.degraded_from: np.ndarray | None = None
         #: Whether some release was degraded yet.
         self.any_degraded = False
         # pairs that can release (no self-pairs) not degraded yet: at 0 no call needs the gate
-        m = ctx.n_agents
         self._undegraded = protocol.n_pairs - (m if protocol.graph is None else 0)
-        if budget.action == "degrade" and self.binds:
-            budget = self._degrade_from(k_star, most, multiplier)
         #: The gate every release passes while the budget can bind.
         self.gate = StopGate(budget, p.mechanism, per_release, m, k_star)
 
-    def _degrade_from(self, k_star: int, most: int, multiplier: float) -> Budget:
-        """Set up ``degrade``: m' for the `most` − k* releases past k*. Returns the budget the
-        gate enforces: ``stop`` when k* releases at m already use it all (no m' fits: the rest
-        cannot be made at any noise)."""
-        p, budget = self.protocol.params, self.protocol.params.budget
+    def _start_degrading(self, refused: np.ndarray) -> bool:
+        """At the gate's first refusal (agents `refused`) under ``degrade``: m' for the
+        `most` − k* releases past k*, and ρ into the statistic. False, and the gate switched to
+        ``stop`` (these releases withheld), when k* releases at m already use the whole budget
+        (no m' fits: the rest cannot be made at any noise)."""
+        protocol = self.protocol
+        p, budget, k_star = protocol.params, protocol.params.budget, self.gate.capacity
         m_prime = degraded_multiplier(
-            multiplier, k_star, most - k_star, budget.epsilon, budget.delta, p.accountant
+            protocol.multiplier,
+            k_star,
+            self._most - k_star,
+            budget.epsilon,
+            budget.delta,
+            p.accountant,
         )
         if not math.isfinite(m_prime):
-            return replace(budget, action="stop")
+            self.degrading = False
+            self.gate.budget = replace(budget, action="stop")
+            self.gate.withhold(refused)
+            return False
         self.degraded_m = m_prime
-        self.scale = m_prime / multiplier
+        self.scale = m_prime / protocol.multiplier
         self.ratio = self.scale**2
-        self.degraded_from = np.full(self.protocol.n_pairs, NEVER, dtype=np.int32)
-        return budget
+        protocol.stat.degraded_ratio = self.ratio
+        self.degraded_from = np.full(protocol.n_pairs, NEVER, dtype=np.int32)
+        return True
 
     def release(
         self, b: np.ndarray, a: np.ndarray, pair: np.ndarray, slot: np.ndarray
@@ -89,14 +103,16 @@ class ReleaseBudget:
         admit is not made (``stop``: its row has j = 0, `withheld`, and the delivery sends
         nothing for it) or made with more noise (``degrade``)."""
         protocol = self.protocol
-        if self.scale is not None and self._undegraded == 0:  # every release at m'
+        if self.any_degraded and self._undegraded == 0:  # every release at m'
             return protocol._release(b, a, pair, slot, self.scale)
         made = protocol.made(b, a, pair)
-        if self.scale is not None:
+        if self.any_degraded:
             return protocol._release(b, a, pair, slot, self._degrade(b, made, pair, slot))
         ok = self.gate.admit(b, made, protocol.view.clock(slot))
         if ok.all():  # (a budget not hit yet costs the gate only)
             return protocol._release(b, a, pair, slot)
+        if self.degrading and (self.scale is not None or self._start_degrading(b[~ok])):
+            return protocol._release(b, a, pair, slot, self._mark(ok, made, pair, None))
         payload = np.zeros((len(b), protocol.release_width))
         if ok.any():
             payload[ok] = protocol._release(b[ok], a[ok], pair[ok], slot[ok])
@@ -106,9 +122,7 @@ class ReleaseBudget:
         self, b: np.ndarray, made: np.ndarray, pair: np.ndarray, slot: np.ndarray
     ) -> float | np.ndarray | None:
         """The gate's decision on the releases b → pairs `pair` (`made` so far) under
-        ``degrade``, as their noise scale: m'/m where every one is degraded (the same bits as an
-        array of it), None where none is. Sets j_d of the pairs that degrade now: from the
-        first of their releases the gate refuses.
+        ``degrade`` once some release was degraded, as their noise scale (`_mark`).
 
         A pair stays degraded once it is (j ≥ j_d), and the gate's state cannot change with
         its releases: it refuses each that adds to the count (against one, the count passed
@@ -116,12 +130,19 @@ class ReleaseBudget:
         than one release's p-sums below k*, and counts never fall) and the agent's hit time is
         already that of its first refusal. So a call whose every pair is degraded skips it.
         """
-        degraded = None
-        if self.any_degraded:
-            degraded = made >= self.degraded_from.take(pair)
-            if degraded.all():
-                return self.scale
+        degraded = made >= self.degraded_from.take(pair)
+        if degraded.all():
+            return self.scale
         ok = self.gate.admit(b, made, self.protocol.view.clock(slot))
+        return self._mark(ok, made, pair, degraded)
+
+    def _mark(
+        self, ok: np.ndarray, made: np.ndarray, pair: np.ndarray, degraded: np.ndarray | None
+    ) -> float | np.ndarray | None:
+        """Set j_d of the pairs whose release the gate refused (`ok` false): from that release
+        on; return the noise scale of the releases (`degraded`: the pairs degraded before):
+        m'/m where every one is degraded (the same bits as an array of it), None where none
+        is."""
         if not ok.all():
             refused = ~ok
             first = pair[refused]
@@ -161,8 +182,9 @@ class ReleaseBudget:
 
         one_p = per_responder(precision)[0]
         # ``all`` from the integer sums: the same bits whatever order the queriers are summed in
+        # (`every` is the sum of early + late: known variances, one p-sum per release)
         early = per_responder(lambda mech, kappa: split_degraded(mech, kappa, first)[0])[1]
-        late = per_responder(lambda mech, kappa: split_degraded(mech, kappa, first)[1])[1]
+        late = every - early
         every_p = early / m**2 + late / m_prime**2
         hit = late > 0
         with np.errstate(divide="ignore"):
