@@ -67,7 +67,7 @@ class ReleaseBudget:
         # pairs that can release (no self-pairs) not degraded yet: at 0 no call needs the gate
         self._undegraded = protocol.n_pairs - (m if protocol.graph is None else 0)
         #: The gate every release passes while the budget can bind.
-        self.gate = StopGate(budget, p.mechanism, per_release, m, k_star)
+        self.gate = StopGate(budget, p.mechanism, per_release, m, k_star, kappa_max)
 
     def _start_degrading(self, refused: np.ndarray) -> bool:
         """At the gate's first refusal (agents `refused`) under ``degrade``: m' for the
@@ -108,8 +108,10 @@ class ReleaseBudget:
         made = protocol.made(b, a, pair)
         if self.any_degraded:
             return protocol._release(b, a, pair, slot, self._degrade(b, made, pair, slot))
+        if self.gate.quiet(b, made):  # (a budget not hit yet costs this look-up)
+            return protocol._release(b, a, pair, slot)
         ok = self.gate.admit(b, made, protocol.view.clock(slot))
-        if ok.all():  # (a budget not hit yet costs the gate only)
+        if ok.all():
             return protocol._release(b, a, pair, slot)
         if self.degrading and (self.scale is not None or self._start_degrading(b[~ok])):
             return protocol._release(b, a, pair, slot, self._mark(ok, made, pair, None))

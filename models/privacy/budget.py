@@ -265,11 +265,18 @@ class StopGate:
     `per_release` p-sums go out with each release (2 under Sch-Var-1: mean and variance).
     `exposure[b]` is the count the ledger gives agent b against the budget's recipient set:
     the most p-sums holding its first sample that one recipient got ("one"), or their sum over
-    recipients ("colluding").
+    recipients ("colluding"). `kappa_max` (the most releases to one recipient, if known) sizes
+    the tables `quiet` reads.
     """
 
     def __init__(
-        self, budget: Budget, mechanism: str, per_release: int, n_agents: int, k_star: int
+        self,
+        budget: Budget,
+        mechanism: str,
+        per_release: int,
+        n_agents: int,
+        k_star: int,
+        kappa_max: int = 0,
     ) -> None:
         self.budget = budget
         self.mechanism = mechanism
@@ -282,6 +289,20 @@ class StopGate:
         self.hit_at = np.full(n_agents, math.inf)
         self._after = np.zeros(0, dtype=np.int64)
         self._grows = np.zeros(0, dtype=bool)
+        if kappa_max:  # tables by κ up to the most releases to one recipient, for `quiet`
+            self._tables(np.array([kappa_max]))
+
+    def quiet(self, b: np.ndarray, kappa: np.ndarray) -> bool:
+        """Whether `admit` would admit every one of the next releases of agents b (κ releases
+        so far each) and change nothing: none adds to its agent's count (against colluding:
+        none completes a new p-sum of the first sample; against one: none passes the agent's
+        count). Most releases do not, and this costs a look-up, not the whole gate."""
+        try:
+            if self.budget.against == "one":
+                return bool((self._after.take(kappa) <= self.exposure.take(b)).all())
+            return not self._grows.take(kappa).any()
+        except IndexError:  # the tables do not reach this κ yet: the gate decides
+            return False
 
     def admit(self, b: np.ndarray, kappa: np.ndarray, now: Any) -> np.ndarray:
         """Which of the next releases of agents b (to distinct recipients, each with κ releases
