@@ -17,7 +17,7 @@ from desim.kernel.links import IdealLinks
 from desim.kernel.params import ConfigError, build
 from desim.kernel.registry import METRICS, PROTOCOLS
 from desim.models.privacy.accounting import epsilon_spent, psum_multiplier
-from desim.models.privacy.budget import capacity, first_sample_psums
+from desim.models.privacy.budget import Budget, StopGate, capacity, first_sample_psums
 from desim.network_models.links import FixedLatency
 from desim.testing import ScriptedLinks, check_modes
 
@@ -262,3 +262,30 @@ def test_gaussian_capacity_from_the_closed_form_is_the_ledger_s_own_boundary(
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     expected = lo
     assert capacity("gaussian", multiplier, epsilon, delta, cap) == expected
+
+
+@given(
+    mechanism=st.sampled_from(["pm1", "pm2"]),
+    against=st.sampled_from(["one", "colluding"]),
+    k_star=st.integers(0, 12),
+    calls=st.lists(
+        st.lists(st.tuples(st.integers(0, 4), st.integers(0, 20)), min_size=1, max_size=6),
+        min_size=1,
+        max_size=8,
+    ),
+)
+@settings(max_examples=60, deadline=None)
+def test_a_quiet_gate_would_admit_everything_and_change_nothing(mechanism, against, k_star, calls):
+    """`StopGate.quiet` is a shortcut of `admit`: whenever it says so, `admit` admits every
+    release and leaves the counts, withheld releases and hit times as they were."""
+    gate = StopGate(Budget(1.0, DELTA, against, "stop"), mechanism, 1, 5, k_star, kappa_max=20)
+    for t, call in enumerate(calls):
+        b = np.array([x for x, _ in call])
+        kappa = np.array([k for _, k in call])
+        before = (gate.exposure.copy(), gate.withheld.copy(), gate.hit_at.copy())
+        quiet = gate.quiet(b, kappa)
+        ok = gate.admit(b, kappa, float(t))
+        if quiet:
+            assert ok.all()
+            for was, now in zip(before, (gate.exposure, gate.withheld, gate.hit_at), strict=True):
+                assert np.array_equal(was, now)

@@ -316,3 +316,18 @@ def test_the_ledger_reports_at_the_budget_s_delta(action):
     assert (wide["eps_all_max"] <= 0.25 * (1 + 1e-9)).all()
     at_protocol = proto.privacy_spend().epsilons()["all"].max()
     assert at_protocol > wide["eps_all_max"].iloc[-1]  # the same releases at δ = 10⁻⁶
+
+
+@pytest.mark.parametrize(("mechanism", "against"), [("pm1", "colluding"), ("pm2", "one")])
+def test_degrade_with_no_room_for_any_m_prime_is_stop(mechanism, against):
+    """ε_B = ε(m, 2) exactly: k* = 2 releases at m use the whole budget, so no m' fits and the
+    first refusal turns ``degrade`` into ``stop`` — the same bytes and withheld releases."""
+    m, t_max = 5, 24
+    eps = epsilon_spent("gaussian", multiplier({"mechanism": mechanism}, m, t_max), 2, DELTA)
+    stop = {"epsilon": eps, "against": against, "action": "stop"}
+    proto_s, out_s = simulate({"mechanism": mechanism, "budget": stop}, m, t_max, seed=2)
+    proto_d, out_d = simulate(degrade(mechanism, eps, against), m, t_max, seed=2)
+    assert proto_d.gate.capacity == 2 and proto_d.release_budget.degraded_from is None
+    assert proto_d.gate.withheld.sum() > 0 and proto_d.gate.budget.action == "stop"
+    assert np.array_equal(proto_d.gate.withheld, proto_s.gate.withheld)
+    assert out_d.to_csv().encode() == out_s.to_csv().encode()
