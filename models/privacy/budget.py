@@ -140,10 +140,7 @@ def degraded_multiplier(
     holds for both accountants: RDP adds the Gaussians' α/(2m²) exactly as PLD does."""
     if remaining <= 0:
         return math.inf
-
-    def fits(x: float) -> bool:
-        return epsilon_spent("gaussian", x, 1, delta, accountant) <= epsilon
-
+    fits = _multiplier_fits(epsilon, delta, accountant)
     hi = 1.0
     while not fits(hi):
         hi *= 2.0
@@ -157,6 +154,33 @@ def degraded_multiplier(
         lo, hi = (lo, mid) if fits(mid) else (mid, hi)
     room = 1.0 / hi**2 - (k_star / multiplier**2 if k_star else 0.0)
     return math.sqrt(remaining / room) if room > 0 else math.inf
+
+
+#: Relative width of the bracket around σ* inside which `_multiplier_fits` asks the ledger.
+SIGMA_BRACKET = 1e-6
+
+
+def _multiplier_fits(epsilon: float, delta: float, accountant: str) -> Callable[[float], bool]:
+    """Whether one Gaussian release of multiplier x spends ≤ `epsilon` at δ per the ledger,
+    as a function of x. Under PLD the ledger's boundary is σ* (`gaussian_sigma`, the same
+    closed form): once the ledger confirms that σ*(1 + w) fits and σ*(1 − w) does not, every x
+    outside that bracket is decided without it (the ledger's ε falls as x grows), so a search
+    asks the ledger only near σ* and gets the very answers it would get asking every time."""
+
+    def ledger(x: float) -> bool:
+        return epsilon_spent("gaussian", x, 1, delta, accountant) <= epsilon
+
+    if accountant != "pld":
+        return ledger
+    sigma = gaussian_sigma(epsilon, delta)
+    low, high = sigma * (1 - SIGMA_BRACKET), sigma * (1 + SIGMA_BRACKET)
+    if not ledger(high) or ledger(low):
+        return ledger
+
+    def fits(x: float) -> bool:
+        return x >= high or (x > low and ledger(x))
+
+    return fits
 
 
 def degraded_spend(

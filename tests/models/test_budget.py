@@ -17,7 +17,13 @@ from desim.kernel.links import IdealLinks
 from desim.kernel.params import ConfigError, build
 from desim.kernel.registry import METRICS, PROTOCOLS
 from desim.models.privacy.accounting import epsilon_spent, psum_multiplier
-from desim.models.privacy.budget import Budget, StopGate, capacity, first_sample_psums
+from desim.models.privacy.budget import (
+    Budget,
+    StopGate,
+    capacity,
+    degraded_multiplier,
+    first_sample_psums,
+)
 from desim.network_models.links import FixedLatency
 from desim.testing import ScriptedLinks, check_modes
 
@@ -289,3 +295,25 @@ def test_a_quiet_gate_would_admit_everything_and_change_nothing(mechanism, again
             assert ok.all()
             for was, now in zip(before, (gate.exposure, gate.withheld, gate.hit_at), strict=True):
                 assert np.array_equal(was, now)
+
+
+@pytest.mark.parametrize("epsilon", [0.05, 0.5, 1.0, 4.0, 13.2, 30.0])
+@pytest.mark.parametrize(("delta", "k_star"), [(1e-5, 0), (1e-6, 3), (1e-8, 1)])
+def test_degraded_multiplier_is_the_plain_bisection_on_the_ledger(epsilon, delta, k_star):
+    """m' asks the ledger only near σ*: the same floats as a bisection asking it every time."""
+
+    def fits(x: float) -> bool:
+        return epsilon_spent("gaussian", x, 1, delta) <= epsilon
+
+    hi = 1.0
+    while not fits(hi):
+        hi *= 2.0
+    lo = hi / 2.0
+    while fits(lo):
+        hi, lo = lo, lo / 2.0
+    while hi - lo > 1e-12 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    room = 1.0 / hi**2 - k_star / 7.3**2
+    expected = math.sqrt(100 / room) if room > 0 else math.inf
+    assert degraded_multiplier(7.3, k_star, 100, epsilon, delta) == expected
