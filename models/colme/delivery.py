@@ -82,7 +82,7 @@ class Synchronous:
             pair = p.pairs_of(a, b, queries.payload)
         payload = p.release(b, a, pair, p.view.slots(None, len(b)))
         payload[:, ASKED] = queries.sent_at
-        if p.gate is not None:  # releases withheld by a budget are not sent
+        if p.gate is not None and p.gate.budget.action == "stop":  # withheld: not sent
             made = payload[:, INDEX] > 0
             if not made.all():
                 b, a, payload, run = b[made], a[made], payload[made], None
@@ -129,7 +129,7 @@ class Asynchronous(Synchronous):
         payload[:, ASKED] = queries.sent_at
         ids = query_ids(queries.sent_at, a, b, p.ctx.n_agents)
         at = queries.delivered_at
-        if p.gate is not None:  # releases withheld by a budget (j = 0) are not sent
+        if p.gate is not None and p.gate.budget.action == "stop":  # withheld (j = 0): not sent
             made = payload[:, INDEX] > 0
             if not made.all():
                 b, a, payload, ids = b[made], a[made], payload[made], ids[made]
