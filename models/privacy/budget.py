@@ -19,8 +19,8 @@ later one with the multiplier m' for which its whole horizon fits the budget exa
 at m and r more at m' compose to one Gaussian release of multiplier (k*/m² + r/m'²)^(−1/2), so
 m' = √(r / (1/m_B² − k*/m²)), where m_B is the least multiplier one release within the budget
 needs and r the releases of the most exposed sample the horizon still allows
-(`degraded_multiplier`, once per run). Every release carries its noise variance (public
-arithmetic), so the receiver weighs the noisier ones for what they are.
+(`degraded_multiplier`, once per run, at the first refusal). Every release carries its noise
+variance (public arithmetic), so the receiver weighs the noisier ones for what they are.
 
 On Private-ColME ``degrade`` is per pair: pair b → a degrades from the first of its releases
 the gate refuses, j_d, and stays degraded (against ``one``: j_d = 2^k* under PM-II, 1 under
