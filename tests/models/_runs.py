@@ -1,5 +1,6 @@
 """Helpers of the model tests: the two-class data set-up and one protocol run measured at every
-slot (the ledger, budget and asynchrony tests read each slot's metrics).
+slot (the ledger, budget and asynchrony tests read each slot's metrics), and one run measured at
+its end with the `adversaries` metric (the adversary tests of every family).
 
 A test module imports them (`from _runs import class_data, every_slot`): pytest puts this folder
 on sys.path to import the module.
@@ -12,7 +13,7 @@ import numpy as np
 from desim.kernel.engine import Simulation
 from desim.kernel.params import build
 from desim.kernel.randomness import Streams
-from desim.kernel.registry import DATA, PROTOCOLS
+from desim.kernel.registry import DATA, METRICS, PROTOCOLS
 
 
 def class_data(m: int, seed: int = 0):
@@ -21,6 +22,23 @@ def class_data(m: int, seed: int = 0):
         DATA.get("classes"), {"agents": m, "class_means": [0.2, 0.8], "sigma": 0.5}, "data"
     )
     return spec.make(np.random.default_rng(seed))
+
+
+def adversary_run(protocol: str, params: dict, source, t_max: int):
+    """(protocol, metrics at t_max) of one run of `protocol` on `source` with fixed stream keys
+    and the `adversaries` metric: the honest agents' data and noise are those of the same run
+    without adversaries."""
+    cls = PROTOCOLS.get(protocol)
+    proto = cls(build(cls.Params, params, "test"))
+    out = Simulation(
+        proto,
+        source,
+        t_max,
+        Streams(7, 0, 11, 22),
+        checkpoints=np.array([t_max]),
+        metrics=[METRICS.get("adversaries")],
+    ).run()
+    return proto, dict(zip(out.metrics.metric, out.metrics.value, strict=True))
 
 
 def every_slot(

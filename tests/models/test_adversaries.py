@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _runs import adversary_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm
 
-from desim.kernel.engine import Simulation
 from desim.kernel.params import build
 from desim.kernel.plugins import load_plugins
 from desim.kernel.randomness import Streams
@@ -37,23 +37,6 @@ def _classes(m: int, sigma: float = 0.5, seed: int = 0):
         "data",
     )
     return spec.make(np.random.default_rng(seed))
-
-
-def _run(protocol: str, params: dict, source, t_max: int):
-    """(protocol, metrics) of one run measured at t_max, with fixed stream keys: the honest
-    agents' data and noise are those of the same run without adversaries."""
-    cls = PROTOCOLS.get(protocol)
-    proto = cls(build(cls.Params, params, "test"))
-    sim = Simulation(
-        proto,
-        source,
-        t_max,
-        Streams(7, 0, 11, 22),
-        checkpoints=np.array([t_max]),
-        metrics=[METRICS.get("adversaries")],
-    )
-    out = sim.run()
-    return proto, dict(zip(out.metrics.metric, out.metrics.value, strict=True))
 
 
 # ------------------------------------------------------------------------------- validation
@@ -215,8 +198,10 @@ def test_shift_biases_the_oracle_combination_by_the_adversaries_share_of_the_wei
     m, t, s = 30, 120, 2.0
     base = {"noise": "none", "weights": "last"}
     table = {"fraction": 0.2, "behaviour": "shift", "shift": s}
-    clean, _ = _run("private-colme-oracle", base, _classes(m), t)
-    proto, metrics = _run("private-colme-oracle", {**base, "adversaries": table}, _classes(m), t)
+    clean, _ = adversary_run("private-colme-oracle", base, _classes(m), t)
+    proto, metrics = adversary_run(
+        "private-colme-oracle", {**base, "adversaries": table}, _classes(m), t
+    )
     adv, classes = proto.adversaries.mask, _classes(m).classes
     same = (classes[:, None] == classes[None, :]) & ~np.eye(m, dtype=bool)
     counts = _last_release_counts(m, t) * same
@@ -237,8 +222,10 @@ def test_the_trimmed_combination_removes_the_shift_to_within_the_releases_error(
     base = {"noise": "none", "weights": "last"}
     table = {"fraction": 0.1, "behaviour": "shift", "shift": s}
     trimmed = {**base, "adversaries": table, "combination": "trimmed", "trim": 0.25}
-    proto, _ = _run("private-colme-oracle", trimmed, _classes(m, sigma), t)
-    weighted, _ = _run("private-colme-oracle", {**base, "adversaries": table}, _classes(m), t)
+    proto, _ = adversary_run("private-colme-oracle", trimmed, _classes(m, sigma), t)
+    weighted, _ = adversary_run(
+        "private-colme-oracle", {**base, "adversaries": table}, _classes(m), t
+    )
     data = _classes(m, sigma)
     adv = proto.adversaries.mask
     same = (data.classes[:, None] == data.classes[None, :]) & ~np.eye(m, dtype=bool)
@@ -253,7 +240,7 @@ def test_the_trimmed_combination_removes_the_shift_to_within_the_releases_error(
 def test_a_mimic_is_accepted_by_the_class_it_mimics_and_only_there():
     m, t = 45, 400
     table = {"fraction": 0.2, "behaviour": "mimic", "class": 2}
-    proto, metrics = _run("private-colme", {"adversaries": table}, _classes(m, 0.1), t)
+    proto, metrics = adversary_run("private-colme", {"adversaries": table}, _classes(m, 0.1), t)
     adv, classes = proto.adversaries.mask, _classes(m).classes
     accepted = proto.included[:, adv].sum(axis=1)
     honest = ~adv
@@ -271,13 +258,15 @@ def test_flip_reflects_and_collusion_targets_and_skip_noise_drops_the_noise():
         ({"agents": [3], "behaviour": "flip"}, lambda x, mu: 2 * centre - x),
         ({"agents": [3], "behaviour": "collude", "target": 5.0}, lambda x, mu: x - mu + 5.0),
     ):
-        honest, _ = _run("private-colme", {"noise": "none"}, _classes(m), t)
-        proto, _ = _run("private-colme", {"noise": "none", "adversaries": table}, _classes(m), t)
+        honest, _ = adversary_run("private-colme", {"noise": "none"}, _classes(m), t)
+        proto, _ = adversary_run(
+            "private-colme", {"noise": "none", "adversaries": table}, _classes(m), t
+        )
         x = honest.sums[3] / honest.counts[3]
         got = proto.adversaries.report(np.array([3]), np.array([x]), None)[0]
         assert got == pytest.approx(expected(x, data.means[3]))
     table = {"agents": [3], "behaviour": "shift", "shift": 1.0, "skip_noise": True}
-    proto, _ = _run("private-colme", {"adversaries": table}, _classes(m), t)
+    proto, _ = adversary_run("private-colme", {"adversaries": table}, _classes(m), t)
     reported = proto.adversaries.report(np.array([3]), np.array([99.0]), np.array([0.5]))
     assert reported[0] == 1.5  # from the noiseless mean, not the noisy release
 
@@ -331,7 +320,7 @@ def _eb(params: dict, m: int = 4000):
         "data",
     )
     source = spec.make(np.random.default_rng(1))
-    proto, metrics = _run("eb-gaussian", {"sigma_theta": 0.3, **params}, source, 1)
+    proto, metrics = adversary_run("eb-gaussian", {"sigma_theta": 0.3, **params}, source, 1)
     return proto, metrics, source
 
 
@@ -394,7 +383,9 @@ def test_a_grid_sweeps_whole_tables_and_baselines_record_nothing_of_them(tmp_pat
     study = load_study(folder)
     tables = [r.scenario.params.get("adversaries") for r in study.runs if r.scenario.name == "P"]
     assert tables == sweep
-    local, _ = _run("local", {}, _classes(20), 5)  # (the metric reads no state of a baseline)
+    local, _ = adversary_run(
+        "local", {}, _classes(20), 5
+    )  # (the metric reads no state of a baseline)
     assert METRICS.get("adversaries")(local, _classes(20)) == {}
 
 

@@ -7,13 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _runs import run_study_text
+from _runs import adversary_run, run_study_text
 
-from desim.kernel.engine import Simulation
 from desim.kernel.params import build
 from desim.kernel.plugins import load_plugins
-from desim.kernel.randomness import Streams
-from desim.kernel.registry import DATA, METRICS, PROTOCOLS
+from desim.kernel.registry import DATA
 from desim.study.cli import main
 from desim.study.spec import load_study
 
@@ -28,19 +26,8 @@ def _classes():
 
 
 def _run(protocol: str, params: dict, t_max: int = 20):
-    cls = PROTOCOLS.get(protocol)
-    proto = cls(build(cls.Params, params, "test"))
     source = _classes()
-    sim = Simulation(
-        proto,
-        source,
-        t_max,
-        Streams(7, 0, 11, 22),
-        checkpoints=np.array([t_max]),
-        metrics=[METRICS.get("adversaries")],
-    )
-    out = sim.run()
-    return proto, dict(zip(out.metrics.metric, out.metrics.value, strict=True)), source
+    return (*adversary_run(protocol, params, source, t_max), source)
 
 
 @pytest.mark.parametrize("protocol", ["local", "ideal"])

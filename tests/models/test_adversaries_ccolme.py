@@ -10,36 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _ccolme_helpers import GraphData, regular
+from _runs import adversary_run
 from scipy.stats import norm
 
-from desim.kernel.engine import Simulation
-from desim.kernel.params import build
 from desim.kernel.plugins import load_plugins
-from desim.kernel.randomness import Streams
-from desim.kernel.registry import METRICS, PROTOCOLS
+from desim.kernel.registry import PROTOCOLS
 from desim.models.ccolme.robust import RobustConsensus
 from desim.study.cli import main
 from desim.testing import check_modes
 from desim.topologies.graph import Graph
 
 load_plugins()
-
-
-def _run(protocol: str, params: dict, source: GraphData, t_max: int):
-    """(protocol, metrics at t_max) of one run with fixed stream keys: the honest agents' data
-    are those of the same run without adversaries."""
-    cls = PROTOCOLS.get(protocol)
-    proto = cls(build(cls.Params, params, "test"))
-    sim = Simulation(
-        proto,
-        source,
-        t_max,
-        Streams(7, 0, 11, 22),
-        checkpoints=np.array([t_max]),
-        metrics=[METRICS.get("adversaries")],
-    )
-    out = sim.run()
-    return proto, dict(zip(out.metrics.metric, out.metrics.value, strict=True))
 
 
 def _circulant(m: int, reach: int) -> Graph:
@@ -121,9 +102,9 @@ def test_a_shift_moves_every_estimate_by_the_mixing_weights_closed_form():
     data = GraphData(g, np.zeros(40, dtype=int), [0.5], sigma=0.3)
     bad, s, t_max = [3, 11, 12, 30], 2.0, 60
     base = {"rule": "oracle"}
-    clean, _ = _run("c-colme", base, data, t_max)
+    clean, _ = adversary_run("c-colme", base, data, t_max)
     table = {"agents": bad, "behaviour": "shift", "shift": s}
-    dirty, scores = _run("c-colme", {**base, "adversaries": table}, data, t_max)
+    dirty, scores = adversary_run("c-colme", {**base, "adversaries": table}, data, t_max)
     w = dirty.mixing_matrix().toarray()
     e = np.zeros(40)
     e[bad] = 1.0
@@ -163,7 +144,7 @@ def test_the_robust_steps_keep_honest_agents_within_the_honest_range_bound(conse
     }
     if trim is not None:
         params["trim"] = trim
-    proto, _ = _run("c-colme", params, data, t_max)
+    proto, _ = adversary_run("c-colme", params, data, t_max)
     honest = np.setdiff1d(np.arange(m), bad)
     z = norm.isf(1e-6 / (2 * len(honest) * t_max))
     bound = 2 * z * sigma / math.sqrt(t_max)
@@ -189,7 +170,7 @@ def test_inflated_sizes_lower_the_adversaries_weights_in_eq_2():
     g = regular(30, 4, seed=2)
     data = GraphData(g, np.zeros(30, dtype=int), [0.5])
     table = {"agents": [5, 9], "behaviour": "inflate", "factor": 3.0}
-    proto, _ = _run("c-colme", {"rule": "oracle", "adversaries": table}, data, 20)
+    proto, _ = adversary_run("c-colme", {"rule": "oracle", "adversaries": table}, data, 20)
     w = proto.mixing_matrix().toarray()
     into = np.isin(g.dst, [5, 9])
     np.testing.assert_array_equal(w[g.src[into], g.dst[into]], 1.0 / (1.0 + 12.0))

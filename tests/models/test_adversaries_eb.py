@@ -9,34 +9,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _runs import adversary_run
 from scipy.stats import betabinom
 
-from desim.kernel.engine import Simulation
 from desim.kernel.params import build
 from desim.kernel.plugins import load_plugins
-from desim.kernel.randomness import Streams
-from desim.kernel.registry import DATA, METRICS, PROTOCOLS
+from desim.kernel.registry import DATA, PROTOCOLS
 from desim.models.eb.estimators import trimmed_cluster, trimmed_cluster_restarts
 from desim.study.cli import main
 from desim.testing import check_modes
 
 load_plugins()
-
-
-def _run(protocol: str, params: dict, source, t_max: int):
-    """(protocol, metrics at t_max) of one run with fixed stream keys."""
-    cls = PROTOCOLS.get(protocol)
-    proto = cls(build(cls.Params, params, "test"))
-    sim = Simulation(
-        proto,
-        source,
-        t_max,
-        Streams(7, 0, 11, 22),
-        checkpoints=np.array([t_max]),
-        metrics=[METRICS.get("adversaries")],
-    )
-    out = sim.run()
-    return proto, dict(zip(out.metrics.metric, out.metrics.value, strict=True))
 
 
 # -------------------------------------------------------------------------- eb-bernoulli
@@ -49,7 +32,7 @@ def _bernoulli(params: dict):
     share f = 0.15 of adversaries shifting their uploads by 10: above every honest one."""
     spec = build(DATA.get("bernoulli-prior"), {"agents": M, "alpha": A, "beta": A}, "data")
     table = {"fraction": F, "behaviour": "shift", "shift": 10.0}
-    return _run("eb-bernoulli", {"adversaries": table, **params}, spec.make(_rng()), N)
+    return adversary_run("eb-bernoulli", {"adversaries": table, **params}, spec.make(_rng()), N)
 
 
 def _rng():
@@ -104,11 +87,13 @@ def test_without_adversaries_the_robust_centres_of_a_symmetric_prior_are_its_mea
     spec = build(DATA.get("bernoulli-prior"), {"agents": M, "alpha": A, "beta": A}, "data")
     values, cdf = _honest_law()
     assert 0.5 - cdf[N // 2 - 1] > 5 * 0.5 / math.sqrt(M)  # (the premise)
-    proto, _ = _run("eb-bernoulli", {"robust": "median"}, spec.make(_rng()), N)
+    proto, _ = adversary_run("eb-bernoulli", {"robust": "median"}, spec.make(_rng()), N)
     assert proto.received[0, 0] == 0.5
     pmf = np.diff(cdf, prepend=0.0)
     sd = math.sqrt(((values - 0.5) ** 2 * pmf).sum())
-    proto, _ = _run("eb-bernoulli", {"robust": "trimmed", "trim": 0.1}, spec.make(_rng()), N)
+    proto, _ = adversary_run(
+        "eb-bernoulli", {"robust": "trimmed", "trim": 0.1}, spec.make(_rng()), N
+    )
     assert abs(proto.received[0, 0] - 0.5) <= 5 * sd / math.sqrt(M * 0.8)
 
 
@@ -139,7 +124,7 @@ def _mixture(params: dict):
         "data",
     )
     table = {"fraction": 0.1, "behaviour": "shift", "shift": 1.0}
-    return _run("eb-mixture", {"adversaries": table, **params}, spec.make(_rng()), 400)
+    return adversary_run("eb-mixture", {"adversaries": table, **params}, spec.make(_rng()), 400)
 
 
 def test_trimmed_k_means_puts_the_servers_centres_on_the_honest_class_means():
