@@ -702,28 +702,43 @@ def _load_curves(
             f"shown (`{study.command('run')}` recomputes them)"
         )
         return None
-    stored = {
-        _curve_key(e.get("curve"), e.get("grid")): e.get("config_hash")
-        for e in manifest.get("curves", [])
-        if isinstance(e, dict) and e.get("status") == DONE
-    }
-    current = {
-        _curve_key(j.curve.name, j.point.columns)
-        for j in study.curve_jobs
-        if stored.get(_curve_key(j.curve.name, j.point.columns)) == j.config_hash
-    }
-    if len(current) < len(study.curve_jobs):
-        notes.append(
-            f"{len(study.curve_jobs) - len(current)} of {len(study.curve_jobs)} "
-            f"curves are not computed for the current {study.file.name}; "
-            f"`{study.command('run')}` computes them"
-        )
+    current = _current_curves(study, manifest, notes)
     grid = list(study.grid_columns.values())
     keys = [
         _curve_key(row[0], dict(zip(grid, row[1:], strict=True)))
         for row in curves[["curve", *grid]].itertuples(index=False, name=None)
     ]
-    return curves[[k in current for k in keys]].reset_index(drop=True)
+    # a boolean mask, not a list: an empty list would select no columns of an empty table
+    keep = np.array([k in current for k in keys], dtype=bool)
+    return curves.loc[keep].reset_index(drop=True)
+
+
+def _current_curves(study: Study, manifest: dict[str, Any], notes: list[str]) -> set[str]:
+    """The keys of the curve jobs whose stored curve is current; a note for the failed ones
+    and for those not computed yet."""
+
+    def stored(status: str) -> dict[str, Any]:
+        return {
+            _curve_key(e.get("curve"), e.get("grid")): e.get("config_hash")
+            for e in manifest.get("curves", [])
+            if isinstance(e, dict) and e.get("status") == status
+        }
+
+    done, failed = stored(DONE), stored(FAILED)
+    keys = {_curve_key(j.curve.name, j.point.columns): j.config_hash for j in study.curve_jobs}
+    current = {k for k, h in keys.items() if done.get(k) == h}
+    n_failed = sum(failed.get(k) == h for k, h in keys.items())
+    if n_failed:
+        notes.append(
+            f"{n_failed} of {len(keys)} curves failed; their errors are in "
+            f"{study.results_dir.name}/{MANIFEST_FILE}"
+        )
+    if len(current) + n_failed < len(keys):
+        notes.append(
+            f"{len(keys) - len(current) - n_failed} of {len(keys)} curves are not computed "
+            f"for the current {study.file.name}; `{study.command('run')}` computes them"
+        )
+    return current
 
 
 def load_metrics(study: Study) -> pd.DataFrame:

@@ -325,3 +325,27 @@ def test_failed_curve_does_not_cost_the_runs(toy_study, monkeypatch):
     assert summary.failures == [("curve 'toy curve'", "ValueError: no closed form here")]
     assert manifest(toy_study)["curves"][0]["status"] == "failed"
     assert pd.read_parquet(toy_study / "results" / "curves.parquet").empty
+
+
+def test_every_curve_failed_still_plots_summarises_and_exports(toy_study, monkeypatch, capsys):
+    """With every curve failed, the stored curves table is empty: the figure, the summary and
+    the export show the runs, and the note says the curve failed (not that a run computes it)."""
+    import _toy
+
+    from desim.study.cli import main
+
+    def broken(self, t, data):
+        raise ValueError("no closed form here")
+
+    monkeypatch.setattr(_toy.ToyCurve, "curve", broken)
+    assert main(["run", str(toy_study), "--no-progress"]) == 1  # the curve failed
+    capsys.readouterr()
+    assert main(["plot", str(toy_study)]) == 0
+    assert "1 of 1 curves failed; their errors are in results/manifest.json" in (
+        capsys.readouterr().err
+    )
+    assert (toy_study / "figures" / "toy.png").is_file()
+    assert main(["summary", str(toy_study)]) == 0
+    out = toy_study.parent / "export"
+    assert main(["export", str(toy_study), "--format", "csv", "--out", str(out)]) == 0
+    assert len(pd.read_csv(out)) > 0
