@@ -110,11 +110,8 @@ def main() -> None:
         "--rewire", type=int, metavar="N", help="only static against rewired, N runs of each"
     )
     args = parser.parse_args()
-    if args.rewire:
-        _print(rewire_rows(args.rewire))
-        return
-    if args.graph:
-        _print(graph_rows())
+    if args.graph or args.rewire:
+        _print(rewire_rows(args.rewire) if args.rewire else graph_rows())
         return
     # Bars are judged on the run's CPU time (single-threaded, so = wall time on an idle core),
     # which a busy machine disturbs far less than wall time; both are printed.
