@@ -105,12 +105,16 @@ class Neighbours:
         return self.csr_pairs[first + np.arange(len(owner))], owner
 
     def of_responders(self, values: np.ndarray, e: np.ndarray | slice) -> np.ndarray:
-        """values[b] of the neighbour b of pairs `e`; `values` (one per agent) must not change
-        during the run: the gather over every pair is made once and kept."""
+        """values[b] of the neighbour b of pairs `e` (one value for every agent: that value, a
+        scalar, which multiplies as the array of it would); `values` (one per agent) must not
+        change during the run: the gather over every pair is made once and kept."""
         held, by_pair = self._responders
         if held is not values:
-            self._responders = held, by_pair = values, values.take(self.dst)
-        return by_pair[e]
+            # (one σ² for all, the usual case: no gather per slot where pairs are scattered)
+            same = len(values) > 0 and bool((values == values[0]).all())
+            by_pair = values[0] if same else values.take(self.dst)
+            self._responders = held, by_pair = values, by_pair
+        return by_pair if by_pair.ndim == 0 else by_pair[e]
 
 
 def max_neighbour_releases(schedule: str, neighbours: Neighbours, t_max: int) -> int:
