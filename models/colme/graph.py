@@ -17,6 +17,7 @@ neighbours a has excluded. On a complete graph both are the dense schedules exac
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -41,26 +42,34 @@ class Neighbours:
         #: Agents with at least one neighbour: those that query.
         self.querying = np.flatnonzero(self.degree > 0)
         # the RR position (from 0) of every CSR edge, then the pairs: by position, then querier
-        place = np.arange(self.n_pairs) - self.indptr[src]
-        position = (place - self.below[src]) % self.degree[src]
-        order = np.argsort(position * self.n + src)  # distinct keys: any sort gives this
+        # (its place in a's row less `below`, wrapped by deg(a): a multiply, not a division)
+        numbers = np.arange(self.n_pairs)
+        position = numbers - np.repeat(self.indptr[:-1] + self.below, self.degree)
+        position += np.repeat(self.degree, self.degree) * (position < 0)
+        order = _by_position(position)
         csr_pairs = np.empty(self.n_pairs, dtype=np.int64)
-        csr_pairs[order] = np.arange(self.n_pairs)
+        csr_pairs[order] = numbers
         #: The pair index of every CSR edge (a's edges in order of neighbour).
         self.csr_pairs = _frozen(csr_pairs)
         #: The querier a and the neighbour b of every pair.
         self.src, self.dst = _frozen(src[order]), _frozen(dst[order])
-        self.csr_src = src
+        #: The querier and the neighbour of every CSR edge (sorted by a·M + b).
+        self.csr_src, self.csr_dst = src, dst
         #: block[q]: the first pair at RR position q + 1 (block[q + 1] − block[q] agents).
         self.block = np.concatenate(([0], np.cumsum(np.bincount(position, minlength=1))))
         # rr[indptr[a] + q]: the pair of agent a's neighbour at RR position q + 1
         self._rr = np.empty(self.n_pairs, dtype=np.int64)
-        self._rr[self.indptr[src] + position] = self.csr_pairs
+        self._rr[np.repeat(self.indptr[:-1], self.degree) + position] = self.csr_pairs
         self._responders: tuple[np.ndarray | None, np.ndarray] = (None, np.empty(0))
         #: Every pair index in order, as integers and as floats (what a message carries):
         #: RR's slot on a regular graph is a view of a run of them (`span`).
-        self.numbers = _frozen(np.arange(self.n_pairs))
+        self.numbers = _frozen(numbers)
         self.floats = _frozen(self.numbers.astype(float))
+
+    @cached_property
+    def csr_keys(self) -> np.ndarray:
+        """a·M + b of every CSR edge a → b: sorted (what a graph change searches)."""
+        return _frozen(self.csr_src * self.n + self.csr_dst)
 
     def span(self, pairs: np.ndarray) -> slice | None:
         """The run of pairs start … stop − 1 that `pairs` holds if it is a view of consecutive
@@ -96,12 +105,16 @@ class Neighbours:
         return self.csr_pairs[first + np.arange(len(owner))], owner
 
     def of_responders(self, values: np.ndarray, e: np.ndarray | slice) -> np.ndarray:
-        """values[b] of the neighbour b of pairs `e`; `values` (one per agent) must not change
-        during the run: the gather over every pair is made once and kept."""
+        """values[b] of the neighbour b of pairs `e` (one value for every agent: that value, a
+        scalar, which multiplies as the array of it would); `values` (one per agent) must not
+        change during the run: the gather over every pair is made once and kept."""
         held, by_pair = self._responders
         if held is not values:
-            self._responders = held, by_pair = values, values.take(self.dst)
-        return by_pair[e]
+            # (one σ² for all, the usual case: no gather per slot where pairs are scattered)
+            same = len(values) > 0 and bool((values == values[0]).all())
+            by_pair = values[0] if same else values.take(self.dst)
+            self._responders = held, by_pair = values, by_pair
+        return by_pair if by_pair.ndim == 0 else by_pair[e]
 
 
 def max_neighbour_releases(schedule: str, neighbours: Neighbours, t_max: int) -> int:
@@ -273,6 +286,15 @@ def responder_spend(
     every = np.zeros(nb.n, dtype=per.dtype)
     np.add.at(every, nb.dst, per)
     return one, every
+
+
+def _by_position(position: np.ndarray) -> np.ndarray:
+    """The CSR edges ordered by RR position, then querier: the order of the keys
+    position·M + a. CSR order is by querier and one querier's positions differ, so a stable
+    sort by position alone gives it; on small integers numpy's stable sort is a radix sort
+    (O(E), where a graph change rebuilds it), not a comparison sort of 64-bit keys."""
+    small = np.uint16 if len(position) == 0 or position.max() < 2**16 else position.dtype
+    return np.argsort(position.astype(small), kind="stable")
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:

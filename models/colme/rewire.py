@@ -83,7 +83,7 @@ class ChangingNeighbours(FollowsGraph):
         """Re-lay the pair state out over the new graph (this module's rules)."""
         proto: Any = self
         if proto.graph is not None:
-            follow(proto, proto.ctx.public["graph"], t)
+            follow(proto, proto.ctx.public["graph"], t, (added, dropped))
 
 
 def carried(old: Neighbours, new: Neighbours) -> np.ndarray:
@@ -102,24 +102,68 @@ def carried(old: Neighbours, new: Neighbours) -> np.ndarray:
     return out
 
 
+def carried_by_change(
+    old: Neighbours, new: Neighbours, added: np.ndarray, dropped: np.ndarray
+) -> np.ndarray | None:
+    """`carried` from the change itself (links (u, v) `added` and `dropped`): the links kept
+    are old's CSR edges without the dropped ones and new's without the added ones, in the same
+    (sorted) order, so they pair up by rank: a search of the changed links only, not of every
+    link. None when the change does not lead from `old` to `new` (then `carried`)."""
+    kept_old, kept_new = _kept(old, dropped), _kept(new, added)
+    if kept_old is None or kept_new is None:
+        return None
+    # (a check of the whole claim, at the cost of one compare: the kept keys are the same)
+    if not np.array_equal(old.csr_keys[kept_old], new.csr_keys[kept_new]):
+        return None
+    out = np.full(new.n_pairs, -1, dtype=np.int64)
+    out[new.csr_pairs[kept_new]] = old.csr_pairs[kept_old]
+    return out
+
+
+def _kept(nb: Neighbours, links: np.ndarray) -> np.ndarray | None:
+    """Which CSR edges of `nb` are not among the links (u, v) in both directions (None when
+    one is not an edge of `nb`)."""
+    u, v = np.asarray(links, dtype=np.int64).reshape(-1, 2).T
+    gone = np.sort(np.concatenate([u * nb.n + v, v * nb.n + u]))  # (sorted: a faster search)
+    keys = nb.csr_keys
+    pos = np.searchsorted(keys, gone)
+    if len(gone) and (pos.max() >= len(keys) or (keys[pos] != gone).any()):
+        return None
+    kept = np.ones(len(keys), dtype=bool)
+    kept[pos] = False
+    return kept
+
+
 class _Carry:
-    """Per-pair arrays of the old numbering laid out over the new pairs (`carried`)."""
+    """Per-pair arrays of the old numbering laid out over the new pairs (`carried`): one
+    gather over every new pair (a link's pairs move with its agents' RR positions, which most
+    changes shift), the new links' rows then set."""
 
     def __init__(self, carry: np.ndarray) -> None:
         self.n = len(carry)
-        self.at = np.flatnonzero(carry >= 0)
-        self.src = carry[self.at]
         self.new = carry < 0
+        #: The new links' pairs, and the pair of the old numbering each new pair reads.
+        self.fresh = np.flatnonzero(self.new)
+        self.index = np.where(self.new, 0, carry)
+        self.any_kept = len(self.fresh) < self.n
 
-    def __call__(self, values: np.ndarray, fill: Any, size: int | None = None) -> np.ndarray:
+    def __call__(self, values: np.ndarray, fill: Any) -> np.ndarray:
         """`values` (pairs on axis 0) over the new pairs, `fill` on the new links."""
-        out = np.full((self.n if size is None else size, *values.shape[1:]), fill, values.dtype)
-        out[self.at] = values[self.src]
+        if not self.any_kept:
+            return np.full((self.n, *values.shape[1:]), fill, values.dtype)
+        out = values.take(self.index, axis=0)
+        out[self.fresh] = fill
         return out
 
     def into(self, new: np.ndarray, old: np.ndarray) -> None:
-        """Copy the carried pairs' rows of `old` into `new` (a fresh array, in place)."""
-        new[self.at] = old[self.src]
+        """Copy the carried pairs' rows of `old` into `new` (a fresh array, in place: its
+        new links' rows keep what it was made with)."""
+        if not self.any_kept:
+            return
+        head = new[: self.n]
+        made = head[self.fresh]
+        old.take(self.index, axis=0, out=head, mode="clip")  # (clip: no buffered copy)
+        head[self.fresh] = made
 
 
 class RetiredPairs:
@@ -127,14 +171,33 @@ class RetiredPairs:
 
     def __init__(self, n: int) -> None:
         self.n = n
-        self.keys = np.empty(0, dtype=np.int64)  # b·M + a
-        self.counts = np.empty(0, dtype=np.int64)
+        # each change's pairs, joined when read (joining at every change costs the whole
+        # history each time)
+        self._keys: list[np.ndarray] = []  # b·M + a
+        self._counts: list[np.ndarray] = []
+
+    @property
+    def keys(self) -> np.ndarray:
+        """b·M + a of every retired pair, in the order dropped."""
+        self._join()
+        return self._keys[0] if self._keys else np.empty(0, dtype=np.int64)
+
+    @property
+    def counts(self) -> np.ndarray:
+        """κ of every retired pair, in the order dropped."""
+        self._join()
+        return self._counts[0] if self._counts else np.empty(0, dtype=np.int64)
+
+    def _join(self) -> None:
+        """Join the changes' pieces into one array each."""
+        if len(self._keys) > 1:
+            self._keys, self._counts = [np.concatenate(self._keys)], [np.concatenate(self._counts)]
 
     def add(self, b: np.ndarray, a: np.ndarray, counts: np.ndarray) -> None:
         """Keep the releases κ of dropped pairs b → a (pairs without a release add nothing)."""
         made = counts > 0
-        self.keys = np.concatenate([self.keys, (b * self.n + a)[made]])
-        self.counts = np.concatenate([self.counts, counts[made].astype(np.int64)])
+        self._keys.append((b * self.n + a)[made])
+        self._counts.append(counts[made].astype(np.int64))
 
     def spend(
         self, per_pair: Any, mechanism: str, nb: Neighbours, counts: np.ndarray
@@ -153,13 +216,20 @@ class RetiredPairs:
         return one, every
 
 
-def follow(proto: PrivateColME, graph: Graph, t: int) -> None:
-    """Move `proto`'s pair state from its graph to `graph` before slot t (the module's rules)."""
+def follow(
+    proto: PrivateColME,
+    graph: Graph,
+    t: int,
+    change: tuple[np.ndarray, np.ndarray] | None = None,
+) -> None:
+    """Move `proto`'s pair state from its graph to `graph` before slot t (the module's rules;
+    `change`: the links (added, dropped), which spare a search of every link)."""
     old = proto.graph
     nb = Neighbours(graph)
-    carry = _Carry(carried(old, nb))
+    by_change = None if change is None else carried_by_change(old, nb, *change)
+    carry = _Carry(carried(old, nb) if by_change is None else by_change)
     lost = np.ones(old.n_pairs, dtype=bool)
-    lost[carry.src] = False
+    lost[carry.index[~carry.new]] = False
     retired = proto.retired if proto.retired is not None else RetiredPairs(nb.n)
     retired.add(old.dst[lost], old.src[lost], proto.mech.count.ravel()[: old.n_pairs][lost])
     proto.retired = retired

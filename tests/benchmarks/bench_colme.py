@@ -3,6 +3,7 @@
     python tests/benchmarks/bench_colme.py            # single-run bars (about a minute)
     python tests/benchmarks/bench_colme.py --study    # also the full Fig. 2 study, 2 workers
     python tests/benchmarks/bench_colme.py --graph    # only the rows on a graph (peers)
+    python tests/benchmarks/bench_colme.py --rewire 3 # static against rewired graph, alternated
 
 Each workload runs in a fresh process so its peak memory (max RSS) is its own; the table
 printed at the end is what goes into closing notes.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import time_scenario, time_study
+from harness import best_of, time_scenario, time_study
 
 DATA = {"model": "classes", "agents": 200, "class_means": [0.2, 0.4, 0.8], "sigma": 0.5}
 T_MAX = 30_000
@@ -43,6 +44,43 @@ GRAPH = {
 }
 GRAPH_WORKLOADS = {"PM-I non-MoM RR": {"peers": "topology"}}
 BAR_GRAPH_CPU, BAR_GRAPH_MB = 60.0, 2048.0
+#: Private-ColME on a changing graph (issue 29): M = 10⁴ on a random 10-regular graph, T = 2000,
+#: static against 10 % of the links rewired before every 100th slot; bar: ≤ 1.2× the static run.
+REWIRE = {
+    "data": {**DATA, "agents": 10_000},
+    "params": {"peers": "topology"},
+    "t_max": 2000,
+}
+REWIRE_EVERY, BAR_REWIRE = 100, 1.2
+
+
+def rewire_rows(repeat: int) -> list[tuple]:
+    """Private-ColME on a static and on a rewired graph, alternated `repeat` times in fresh
+    processes (a change in load hits both alike); each the least CPU time of its tries."""
+    topologies = {
+        "static": {"model": "regular", "degree": 10},
+        f"rewired every {REWIRE_EVERY}": {
+            "model": "regular",
+            "degree": 10,
+            "rewire": {"every": REWIRE_EVERY, "fraction": 0.1},
+        },
+    }
+    tries: dict[str, list[dict]] = {name: [] for name in topologies}
+    for _ in range(repeat):
+        for name, topology in topologies.items():
+            r = time_scenario(protocol="private-colme", topology=topology, seed=1, **REWIRE)
+            tries[name].append(r)
+            print(f"  {name}: {r['cpu']:.2f} s CPU", flush=True)
+    static, rewired = (best_of(t) for t in tries.values())
+    ratio = rewired["cpu"] / static["cpu"]
+    rows = []
+    for (name, _), r in zip(topologies.items(), (static, rewired), strict=True):
+        bar = "" if r is static else f"≤ {BAR_REWIRE:g}× static ({ratio:.2f}×)"
+        ok = "" if r is static else ("ok" if ratio <= BAR_REWIRE else "FAIL")
+        rows.append(
+            (f"Private-ColME M=1e4 r=10 T=2000 {name}", r["wall"], r["cpu"], r["rss_mb"], bar, ok)
+        )
+    return rows
 
 
 def graph_rows() -> list[tuple]:
@@ -68,9 +106,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", action="store_true", help="also time the full Fig. 2 study")
     parser.add_argument("--graph", action="store_true", help="only the rows on a graph")
+    parser.add_argument(
+        "--rewire", type=int, metavar="N", help="only static against rewired, N runs of each"
+    )
     args = parser.parse_args()
-    if args.graph:
-        _print(graph_rows())
+    if args.graph or args.rewire:
+        _print(rewire_rows(args.rewire) if args.rewire else graph_rows())
         return
     # Bars are judged on the run's CPU time (single-threaded, so = wall time on an idle core),
     # which a busy machine disturbs far less than wall time; both are printed.
