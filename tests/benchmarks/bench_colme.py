@@ -3,6 +3,7 @@
     python tests/benchmarks/bench_colme.py            # single-run bars (about a minute)
     python tests/benchmarks/bench_colme.py --study    # also the full Fig. 2 study, 2 workers
     python tests/benchmarks/bench_colme.py --graph    # only the rows on a graph (peers)
+    python tests/benchmarks/bench_colme.py --forget 5 # only the forgetting rows, 5 alternations
 
 Each workload runs in a fresh process so its peak memory (max RSS) is its own; the table
 printed at the end is what goes into closing notes.
@@ -11,6 +12,7 @@ printed at the end is what goes into closing notes.
 from __future__ import annotations
 
 import argparse
+import statistics
 
 from harness import time_scenario, time_study
 
@@ -43,6 +45,21 @@ GRAPH = {
 }
 GRAPH_WORKLOADS = {"PM-I non-MoM RR": {"peers": "topology"}}
 BAR_GRAPH_CPU, BAR_GRAPH_MB = 60.0, 2048.0
+#: Forgetting (issue 29): the robustness/drift study's Private-ColME run (M = 200, uniform data,
+#: a fifth of the agents switch class at 2000, T = 10⁴, 100 checkpoints) without a ``forget``
+#: table, with ``window = 1000`` and with ``reset = 2000``: per-slot CPU ≤ 1.2× without.
+FORGET = {
+    "data": {
+        **DATA,
+        "distribution": "uniform",
+        "drift": {"model": "switch", "fraction": 0.2, "at": 2000},
+    },
+    "t_max": 10_000,
+    "checkpoints": 100,
+    "metrics": ["accuracy"],
+}
+FORGET_WORKLOADS = {"without": None, "window 1000": {"window": 1000}, "reset 2000": {"reset": 2000}}
+BAR_FORGET = 1.2
 
 
 def graph_rows() -> list[tuple]:
@@ -64,11 +81,50 @@ def graph_rows() -> list[tuple]:
     return rows
 
 
+def forget_rows(tries: int) -> list[tuple]:
+    """Per-slot CPU of Private-ColME PM-I RR without and with each ``forget`` rule: `tries`
+    fresh processes each, the workloads alternated (so a change in load hits all alike); the
+    median of each and its ratio to the median without."""
+    cpu: dict[str, list[float]] = {name: [] for name in FORGET_WORKLOADS}
+    for _ in range(tries):
+        for name, forget in FORGET_WORKLOADS.items():
+            params = {"mechanism": "pm1", "schedule": "rr", "epsilon": 1.0}
+            if forget is not None:
+                params["forget"] = forget
+            r = time_scenario(protocol="private-colme", params=params, seed=1, **FORGET)
+            cpu[name].append(r["cpu"] / FORGET["t_max"] * 1e3)
+    base = statistics.median(cpu["without"])
+    rows = []
+    for name, per_slot in cpu.items():
+        mid = statistics.median(per_slot)
+        ratio = mid / base
+        ok = name == "without" or ratio <= BAR_FORGET
+        spread = f"{min(per_slot):.3f}–{max(per_slot):.3f} ms/slot"
+        rows.append(
+            (
+                f"Private-ColME M=200 T=1e4 forget {name} ×{tries} ({spread})",
+                float("nan"),
+                mid,
+                float("nan"),
+                f"≤ {BAR_FORGET:g}× without",
+                f"{'ok' if ok else 'FAIL'} ({ratio:.2f}×)",
+            )
+        )
+    print("(cpu s column: median ms per slot)")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", action="store_true", help="also time the full Fig. 2 study")
     parser.add_argument("--graph", action="store_true", help="only the rows on a graph")
+    parser.add_argument(
+        "--forget", type=int, metavar="N", help="only the forgetting rows, N alternations"
+    )
     args = parser.parse_args()
+    if args.forget:
+        _print(forget_rows(args.forget))
+        return
     if args.graph:
         _print(graph_rows())
         return

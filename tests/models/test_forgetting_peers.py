@@ -1,0 +1,227 @@
+"""Private-ColME's forgetting beyond every peer over ideal links: on a graph, over links that are
+not ideal, under a per-agent budget; and the settings it still refuses, each in one line.
+
+A window or a reset differences two releases the querier holds (`desim.models.colme.forgetting`),
+so on a complete graph it is the all-peers run bit for bit, through the general (asynchronous)
+path with zero latency it is the ideal run bit for bit, with W ≥ t_max it is T over every
+release (up to the rounding of t_j R_j / t_j), and the ledger is the one without forgetting.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from desim.kernel.params import ConfigError
+from desim.kernel.plugins import load_plugins
+from desim.kernel.randomness import Streams
+from desim.models.colme.protocol import PrivateColME
+from desim.models.forgetting import Forget, PrefixWindow, difference_noise_count
+from desim.study.scenario import Scenario, resolve, run
+from desim.testing import WINDOW_NETWORKS, check_modes
+
+load_plugins()
+SMALL = {"model": "classes", "agents": 10, "class_means": [0.2, 0.8], "sigma": 0.5}
+DRIFT = {**SMALL, "drift": {"model": "switch", "fraction": 0.5, "at": 40}}
+RING = {"model": "regular", "degree": 4}
+LATENCY = {"links": "ideal", "latency": {"model": "exponential", "mean": 2.0}}
+
+
+def _run(params: dict, network: dict | None = None, topology: dict | None = None, t: int = 120):
+    s = Scenario(
+        protocol="private-colme",
+        params=params,
+        data=DRIFT,
+        network=network or {"links": "ideal"},
+        t_max=t,
+        checkpoints=12,
+        topology=topology,
+        per_agent=True,
+        metrics=("privacy", "colme-async"),
+    )
+    return run(s, streams=Streams(1, 0, 5, 7))
+
+
+def _same(one, other) -> None:
+    pd.testing.assert_frame_equal(one.metrics, other.metrics, check_exact=True)
+    pd.testing.assert_frame_equal(one.agents, other.agents, check_exact=True)
+
+
+# ---------------------------------------------------------------------------- on a graph
+
+
+@pytest.mark.parametrize("forget", [{"window": 30}, {"reset": 40}])
+@pytest.mark.parametrize("network", [{"links": "ideal"}, LATENCY])
+def test_a_complete_graph_with_forget_gives_the_bytes_of_all_peers(forget, network):
+    """The same releases, per-pair arithmetic and dense row sums over the pairs that exist."""
+    params = {"forget": forget}
+    every = _run({**params, "peers": "all"}, network, {"model": "complete"})
+    graph = _run({**params, "peers": "topology"}, network, {"model": "complete"})
+    _same(every, graph)
+
+
+@pytest.mark.parametrize("network", [{"links": "ideal"}, LATENCY])
+def test_a_window_longer_than_the_run_is_t_over_every_release_on_a_graph(network):
+    """W ≥ t_max: every base is the empty prefix, T^W = t_j R_j / t_j = R_j and Var[T^W] =
+    (σ²t_j + σ_DP² j)/t_j², T and Var[T] of ``last`` weights: the MSE agrees to rounding."""
+    plain = _run({"peers": "topology"}, network, RING)
+    window = _run({"peers": "topology", "forget": {"window": 120}}, network, RING)
+    a, b = plain.metrics, window.metrics
+    np.testing.assert_allclose(b.value.to_numpy(), a.value.to_numpy(), rtol=1e-9)
+
+
+# ---------------------------------------------------------------------------- non-ideal links
+
+
+def test_zero_latency_through_the_general_path_is_ideal_links_bit_for_bit():
+    params = {"forget": {"window": 30}, "mechanism": "pm2"}
+    ideal = _run(params)
+    general = _run(params, {"links": "fixed-latency", "slots": 0.0})
+    keep = ~general.metrics.metric.str.startswith("dropped")
+    pd.testing.assert_frame_equal(
+        ideal.metrics, general.metrics[keep].reset_index(drop=True), check_exact=True
+    )
+    pd.testing.assert_frame_equal(ideal.agents, general.agents, check_exact=True)
+
+
+@pytest.mark.parametrize("forget", [{"window": 25}, {"reset": 60}])
+def test_every_delivery_mode_gives_the_same_windows(forget):
+    """One message per instant and windows take a pair's releases in the same order."""
+    check_modes(PrivateColME, {"forget": forget}, WINDOW_NETWORKS[:1], state=["forget.var"])
+
+
+def test_with_gaps_the_base_is_the_oldest_release_received_in_the_window():
+    """Releases j = 1 … 6 every 3 slots (t = 3j, prefix sums t: R = 1), 3 and 5 lost, W = 8:
+    at j = 4 (t = 12) the base is j = 2 (t = 6, 12 − 6 ≤ 8; 3 lost), at j = 6 (t = 18) it is
+    j = 4 (t = 12; 5 lost); the p-sums between carry j − i noises under PM-I."""
+    window = PrefixWindow(Forget(window=8), n_pairs=1, kept=3, gaps=True)
+    got = []
+    for j in (1, 2, 4, 6):
+        t = np.array([3.0 * j])
+        n, s, i = window.take(np.array([0]), np.array([1.0]), t, np.array([j]))
+        got.append((n[0], s[0], i[0]))
+    assert got == [(3, 3, 0), (6, 6, 0), (6, 6, 2), (6, 6, 4)]
+
+
+def test_with_gaps_a_cell_holding_an_older_release_is_not_a_base():
+    """kept = 1 (a ring of 2 cells, the last two indices): j = 3 lands on the cell of 1 and 2
+    was lost, so release 3's window (W = 100) has no other release held (n = 0: T undefined);
+    release 4's starts at 3, even though releases 0 and 1 were within W."""
+    window = PrefixWindow(Forget(window=100), n_pairs=1, kept=1, gaps=True)
+    out = []
+    for j, t in ((1, 2), (3, 6), (4, 8)):
+        n, _, i = window.take(np.array([0]), np.array([1.0]), np.array([float(t)]), np.array([j]))
+        out.append((n[0], i[0]))
+    assert out == [(2, 0), (0, 3), (2, 3)]
+
+
+# ---------------------------------------------------------------------------- budgets
+
+
+def test_a_degraded_difference_counts_each_node_with_its_variance():
+    """PM-II, ρ = 4 from release j_d = 5: j = 6 = {(1, 3), (2, 1)}, i = 4 = {(2, 1)} share
+    (2, 1); (1, 3) was made at release 6 ≥ 5: weight ρ. j = 5 = {(0, 5), (2, 1)} against
+    i = 2 = {(1, 1)}: (0, 5) at 5 (ρ), (2, 1) made at 4 (1), (1, 1) made at 2 (1)."""
+    rho = 4.0
+    levels = 4
+
+    def weights(j, jd):  # ρ at the levels whose node ⌊j/2^ℓ⌋·2^ℓ is ≥ j_d
+        made = (np.asarray(j)[:, None] >> np.arange(levels)) << np.arange(levels)
+        return np.where(made >= jd, rho, 1.0)
+
+    j, i = np.array([6, 5]), np.array([4, 2])
+    got = difference_noise_count("pm2", j, i, (weights(j, 5), weights(i, 5)))
+    np.testing.assert_array_equal(got, [rho, rho + 2.0])
+    ones = np.ones((2, levels))
+    np.testing.assert_array_equal(
+        difference_noise_count("pm2", j, i, (ones, ones)), difference_noise_count("pm2", j, i)
+    )
+
+
+@pytest.mark.parametrize("mechanism", ["pm1", "pm2"])
+@pytest.mark.parametrize("action", ["stop", "degrade"])
+def test_under_a_budget_the_ledger_with_forget_is_the_ledger_without(mechanism, action):
+    """A withheld release is never received and a degraded one is made all the same: the
+    releases made, and so every ε of the ledger and the budget's counts, are those without."""
+    budget = {"epsilon": 2.0, "against": "colluding", "action": action}
+    params = {"mechanism": mechanism, "budget": budget}
+    plain = _run(params)
+    window = _run({**params, "forget": {"window": 30}})
+    ledger = ~plain.metrics.metric.isin(["mse", "accuracy"])
+    a, b = plain.metrics[ledger], window.metrics[ledger.to_numpy()]
+    assert a.metric.str.startswith("eps").any()
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
+
+
+@pytest.mark.parametrize("mechanism", ["pm1", "pm2"])
+def test_a_degraded_window_longer_than_the_run_is_t_over_every_release(mechanism):
+    """W ≥ t_max under ``degrade``: Var[T^W] = (σ²t_j + σ_DP² c_j)/t_j², the statistic's own
+    Var[T] with the degraded p-sums (c_j, or each node's ρ), to rounding."""
+    budget = {"epsilon": 1.0, "against": "colluding", "action": "degrade"}
+    params = {"mechanism": mechanism, "budget": budget}
+    plain = _run(params)
+    window = _run({**params, "forget": {"window": 120}})
+    a, b = plain.metrics, window.metrics
+    np.testing.assert_allclose(b.value.to_numpy(), a.value.to_numpy(), rtol=1e-9)
+    assert (a.metric == "mse").any()
+
+
+# ---------------------------------------------------------------------------- still refused
+
+
+@pytest.mark.parametrize(
+    ("params", "fragment"),
+    [
+        ({"variance": "sch-var-1"}, "variance = 'sch-var-1' not yet (the variance estimates"),
+        ({"weights": "mom"}, "weights = 'mom' not yet (MoM averages prefix means"),
+        ({"weights": "wmom"}, "weights = 'wmom' not yet"),
+        (
+            {"combination": "trimmed", "trim": 0.1},
+            "combination = 'trimmed' not yet (the trimmed combination is not windowed yet",
+        ),
+    ],
+)
+def test_what_forget_still_refuses_is_said_in_one_line(params, fragment):
+    scenario = Scenario(
+        protocol="private-colme",
+        params={**params, "forget": {"window": 9}},
+        data={"model": "classes"},
+        t_max=50,
+    )
+    with pytest.raises(ConfigError) as info:
+        resolve(scenario)
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+CHANGING = """
+[study]
+title = "forget on a changing graph"
+t_max = 30
+
+[data]
+model = "classes"
+agents = 12
+
+[topology]
+model = "regular"
+degree = 4
+rewire = {{every = 10, fraction = 0.2}}
+
+[[scenario]]
+name = "p"
+protocol = "private-colme"
+peers = "topology"
+forget = {forget}
+"""
+
+
+def test_forget_on_a_changing_graph_is_refused_in_one_line(tmp_path, capsys):
+    from desim.study.cli import main
+
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "study.toml").write_text(CHANGING.format(forget="{window = 9}"))
+    assert main(["validate", str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "forget: not on a changing graph yet" in err and len(err.splitlines()) == 1, err
