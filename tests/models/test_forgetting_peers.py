@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from desim.kernel.engine import Simulation
 from desim.kernel.params import ConfigError
 from desim.kernel.plugins import load_plugins
 from desim.kernel.randomness import Streams
@@ -20,6 +21,7 @@ from desim.models.colme.protocol import PrivateColME
 from desim.models.forgetting import Forget, PrefixWindow, difference_noise_count
 from desim.study.scenario import Scenario, resolve, run
 from desim.testing import WINDOW_NETWORKS, check_modes
+from desim.topologies.files import build_graph
 
 load_plugins()
 SMALL = {"model": "classes", "agents": 10, "class_means": [0.2, 0.8], "sigma": 0.5}
@@ -71,6 +73,27 @@ def test_a_window_longer_than_the_run_is_t_over_every_release_on_a_graph(network
     np.testing.assert_allclose(b.value.to_numpy(), a.value.to_numpy(), rtol=1e-9)
 
 
+def test_above_incremental_above_a_graph_sums_its_windows_edge_by_edge():
+    """Above `incremental_above` agents the rows are summed by edge in CSR order (O(M·r)):
+    the same terms as the dense rows, added in another order."""
+    s = Scenario(
+        protocol="private-colme",
+        params={"peers": "topology", "forget": {"window": 30}},
+        data=DRIFT,
+        topology=RING,
+        t_max=60,
+    )
+    r, streams = resolve(s), Streams(1, 0, 5, 7)
+    data = r.data_params.make(streams.get("population"))
+    data.public["graph"] = build_graph(r.topology, data, streams.get("topology"))
+    proto = r.protocol_cls(r.protocol_params)
+    Simulation(proto, data, 60, streams).run()
+    dense = proto.estimates()
+    assert np.isfinite(proto.forget.var).any()
+    proto.incremental_above = 0
+    np.testing.assert_allclose(proto.estimates(), dense, rtol=1e-13)
+
+
 # ---------------------------------------------------------------------------- non-ideal links
 
 
@@ -114,6 +137,34 @@ def test_with_gaps_a_cell_holding_an_older_release_is_not_a_base():
         n, _, i = window.take(np.array([0]), np.array([1.0]), np.array([float(t)]), np.array([j]))
         out.append((n[0], i[0]))
     assert out == [(2, 0), (0, 3), (2, 3)]
+
+
+@pytest.mark.parametrize(
+    ("network", "topology"), [({"links": "ideal"}, RING), (LATENCY, None), (LATENCY, RING)]
+)
+def test_a_reset_forgets_the_old_class_on_a_graph_and_over_late_links(network, topology):
+    """Every agent switches class at τ = 40 (jump 0.6): without forgetting (τ − 1)/t of the
+    old mean stays (squared bias ≈ (0.6 · 39/400)² ≈ 3.4e-3 at t = 400); with a reset at τ
+    the estimates are over samples of the new means only."""
+    data = {**SMALL, "agents": 20, "drift": {"model": "switch", "fraction": 1.0, "at": 40}}
+    out = []
+    for forget in (None, {"reset": 40}):
+        params = {"epsilon": 5.0, "peers": "topology" if topology else "all"}
+        if forget:
+            params["forget"] = forget
+        s = Scenario(
+            protocol="private-colme",
+            params=params,
+            data=data,
+            network=network,
+            topology=topology,
+            t_max=400,
+            checkpoints=2,
+        )
+        m = run(s, streams=Streams(3, 0, 11, 22)).metrics
+        out.append(float(m[(m.metric == "mse") & (m.t == 400)].value.iloc[0]))
+    plain, reset = out
+    assert plain > 2e-3 and reset < plain / 3
 
 
 # ---------------------------------------------------------------------------- budgets
