@@ -142,6 +142,11 @@ class ForgettingSums:
         self._seen += 1
         self.sums += samples
 
+    @property
+    def slots(self) -> int:
+        """The slots taken so far (the agents' clock)."""
+        return self._seen
+
     def mean(self) -> np.ndarray:
         """The weighted mean of every agent (0 before its first sample)."""
         return self.sums / self.weight if self.weight > 0 else np.zeros_like(self.sums)

@@ -29,7 +29,8 @@ On a graph (``peers = "topology"``) the pairs are the edges: the same arithmetic
 that exist. Over links that are not ideal a querier holds the releases it received (some lost,
 late or stale), so its base is the oldest release it received among b's `kept` releases to it
 before j (`PrefixWindow`) with t_j − t_i ≤ W: a window over the newest releases a holds, never
-more than W samples (fewer when a release near the window's start was lost). Under a budget a
+more than W samples (fewer when a release near the window's start was lost); a release made
+before a reset's τ and taken from τ on holds no sample from τ on (weight 0). Under a budget a
 withheld release (``stop``) is never received, so the window is over the releases made and
 received; a degraded p-sum (``degrade``) enters Var[T^W] with the variance it was drawn with
 (`difference_noise_count`'s weights).
@@ -148,6 +149,11 @@ class ReleaseWindows:
         if self.gaps:  # κ of the pairs, for the delivery's stale test (`last_index`)
             p.stat.update(a, b, values, t_b, j, pair=pair, degraded_from=degraded_from)
         n, noisy_sum, i = self.prefixes.take(pair, values, t_b, j)
+        tau = self.own.forget.reset
+        if self.gaps and tau is not None and self.own.slots >= tau:
+            # a release made before τ and taken from τ on holds no sample from τ on (ideal
+            # links take every release in its own slot: never so)
+            n = np.where(t_b < tau, 0.0, n)
         noise = self._noise(j, i, degraded_from)
         sigma2_b = p.sigma2[b]
         if n.all():  # (the usual case: every window holds a p-sum)

@@ -9,6 +9,7 @@ release (up to the rounding of t_j R_j / t_j), and the ledger is the one without
 
 from __future__ import annotations
 
+import dp_accounting  # noqa: F401  (the privacy metric's; imported once here, not in a test)
 import numpy as np
 import pandas as pd
 import pytest
@@ -112,6 +113,32 @@ def test_zero_latency_through_the_general_path_is_ideal_links_bit_for_bit():
 def test_every_delivery_mode_gives_the_same_windows(forget):
     """One message per instant and windows take a pair's releases in the same order."""
     check_modes(PrivateColME, {"forget": forget}, WINDOW_NETWORKS[:1], state=["forget.var"])
+
+
+def test_a_release_made_before_a_reset_and_taken_after_it_has_no_weight():
+    """reset = 30, latency: at t_max = 34 a pair whose last release taken was made before
+    slot 30 (t_b = 1/D of the statistic's last release) holds no sample from τ on: weight 0,
+    whether it arrived before τ (every T^W forgotten at τ) or late, after it."""
+    tau = 30
+    s = Scenario(
+        protocol="private-colme",
+        params={"forget": {"reset": tau}},
+        data=SMALL,
+        network={"links": "ideal", "latency": {"model": "exponential", "mean": 4.0}},
+        t_max=tau + 4,
+    )
+    r, streams = resolve(s), Streams(1, 0, 5, 7)
+    proto = r.protocol_cls(r.protocol_params)
+    Simulation(
+        proto, r.data_params.make(streams.get("population")), s.t_max, streams, links=r.links
+    ).run()
+    m = SMALL["agents"]
+    pairs = np.flatnonzero(~np.eye(m, dtype=bool))
+    _, data, _, n = proto.stat.terms(pairs)
+    made = np.round(1.0 / np.where(n > 0, data, np.inf))  # t_b of each pair's last release
+    before = (n > 0) & (made < tau)
+    assert before.any()
+    assert np.isinf(proto.forget.var.ravel()[pairs[before]]).all()
 
 
 def test_with_gaps_the_base_is_the_oldest_release_received_in_the_window():
