@@ -13,6 +13,8 @@ import dp_accounting  # noqa: F401  (the privacy metric's; imported once here, n
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from desim.kernel.engine import Simulation
 from desim.kernel.params import ConfigError
@@ -192,6 +194,32 @@ def test_a_reset_forgets_the_old_class_on_a_graph_and_over_late_links(network, t
         out.append(float(m[(m.metric == "mse") & (m.t == 400)].value.iloc[0]))
     plain, reset = out
     assert plain > 2e-3 and reset < plain / 3
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    received=st.lists(st.booleans(), min_size=1, max_size=40).filter(any),
+    steps=st.lists(st.integers(1, 6), min_size=40, max_size=40),
+    window=st.integers(1, 30),
+    kept=st.integers(1, 9),
+)
+def test_with_gaps_the_base_is_the_reference_from_scratch(received, steps, window, kept):
+    """Releases 1 … J made at increasing t, a subset received in order: each one's base is the
+    oldest received release i (the empty prefix 0 counts as received) with j − kept ≤ i < j and
+    t_j − t_i ≤ W, or j itself (n = 0) when there is none."""
+    ts = np.concatenate(([0], np.cumsum(steps)[: len(received)])).astype(float)
+    prefix = np.random.default_rng(len(received)).normal(size=len(ts)) * 10
+    prefix[0] = 0.0
+    pw = PrefixWindow(Forget(window=window), n_pairs=1, kept=kept, gaps=True)
+    held = [0]
+    for j in (j for j, got in enumerate(received, start=1) if got):
+        candidates = [i for i in held if j - kept <= i and ts[j] - ts[i] <= window]
+        i = min(candidates, default=j)
+        value = np.array([prefix[j] / ts[j]])
+        n, total, base = pw.take(np.array([0]), value, ts[[j]], np.array([j]))
+        assert (base[0], n[0]) == (i, ts[j] - ts[i])
+        assert total[0] == pytest.approx(prefix[j] - prefix[i], abs=1e-9)
+        held.append(j)
 
 
 # ---------------------------------------------------------------------------- budgets
