@@ -142,6 +142,11 @@ class ForgettingSums:
         self._seen += 1
         self.sums += samples
 
+    @property
+    def slots(self) -> int:
+        """The slots taken so far (the agents' clock)."""
+        return self._seen
+
     def mean(self) -> np.ndarray:
         """The weighted mean of every agent (0 before its first sample)."""
         return self.sums / self.weight if self.weight > 0 else np.zeros_like(self.sums)
@@ -182,10 +187,14 @@ def weighted_mean_mse(
     return out
 
 
-def difference_noise_count(mechanism: str, j: np.ndarray, i: np.ndarray) -> np.ndarray:
+def difference_noise_count(
+    mechanism: str, j: np.ndarray, i: np.ndarray, weights: tuple | None = None
+) -> np.ndarray:
     """The p-sum noises, in units of σ_DP², of the difference of a pair's released prefixes
     j > i ≥ 0 (release 0: the empty prefix, no noise): PM-I, the p-sums i + 1 … j; PM-II, the
-    tree nodes of j and of i that are not shared (node (ℓ, j >> ℓ) at each set bit ℓ of j)."""
+    tree nodes of j and of i that are not shared (node (ℓ, j >> ℓ) at each set bit ℓ of j).
+    PM-II's `weights` (of j's nodes, of i's; each (releases, levels)) weigh each node by its
+    variance over σ_DP² (a degraded node's ρ); None: every node 1."""
     j = np.asarray(j, dtype=np.int64)
     i = np.asarray(i, dtype=np.int64)
     if mechanism == "pm1":
@@ -194,6 +203,9 @@ def difference_noise_count(mechanism: str, j: np.ndarray, i: np.ndarray) -> np.n
     shift = np.arange(levels)
     bit_j, bit_i = (j[:, None] >> shift) & 1, (i[:, None] >> shift) & 1
     shared = bit_j & bit_i & ((j[:, None] >> shift) == (i[:, None] >> shift))
+    if weights is not None:
+        w_j, w_i = (w[:, :levels] for w in weights)
+        return ((bit_j - shared) * w_j + (bit_i - shared) * w_i).sum(axis=1)
     return (bit_j.sum(axis=1) + bit_i.sum(axis=1) - 2 * shared.sum(axis=1)).astype(float)
 
 
@@ -202,17 +214,28 @@ class PrefixWindow:
     each a noisy sum of its first t_j samples — kept as long as a window may start at one, and
     the base a ``forget`` rule differences against: the statistic over samples t_i + 1 … t_j is
     (t_j R_j − t_i R_i)/(t_j − t_i), post-processing of releases already made (no new release,
-    nothing more for the ledger)."""
+    nothing more for the ledger).
 
-    def __init__(self, forget: Forget, n_pairs: int, kept: int) -> None:
+    A window's base is the oldest release held among the pair's `kept` before j (j − kept …
+    j − 1) with t_j − t_i ≤ W. Taking every release in order (ideal links), `kept` ≥ the most
+    releases of one pair within W + 1 slots makes it the oldest within W. With `gaps` (links
+    that are not ideal: some releases never taken) a cell may hold an older release than its
+    index, so each cell also keeps its j and a cell whose j is not the one looked for is
+    skipped."""
+
+    def __init__(self, forget: Forget, n_pairs: int, kept: int, gaps: bool = False) -> None:
         self.forget = forget
         self.reset = forget.rule == "reset"
-        # `kept` ≥ the most releases of one pair within W + 1 slots, plus one. Pair p's release
-        # k (k = 0: the empty prefix, t = 0) is one complex cell (t_k, t_k R_k) at
-        # p·depth + k mod depth: one gather reads both. Releases are taken in order, each one
-        # (ideal links, no budget), so the base's index is where its search stopped.
-        self._depth = kept + 1 if forget.rule == "window" else 1
-        self._ring = np.zeros(n_pairs * self._depth, dtype=np.complex128)
+        # Pair p's release k (k = 0: the empty prefix, t = 0) is one complex cell (t_k, t_k R_k)
+        # at p·depth + k mod depth: one gather reads both. depth, a power of two ≥ kept + 1
+        # (any such depth finds the same base), makes the cell index a shift and a mask.
+        self._shift = kept.bit_length() if forget.rule == "window" else 0
+        self._mask = (1 << self._shift) - 1
+        self._kept = kept
+        self._ring = np.zeros(n_pairs << self._shift, dtype=np.complex128)
+        self.gaps = gaps
+        # with gaps: the j each cell holds (0 everywhere: the empty prefix, release 0, at k = 0)
+        self._held = np.zeros(len(self._ring), dtype=np.int64) if gaps else None
         self._j = np.zeros(n_pairs, dtype=np.int64)  # (reset: the base's j)
         #: Whether a reset's base is stored, per pair.
         self._stored = np.zeros(n_pairs, dtype=np.int64)
@@ -222,27 +245,56 @@ class PrefixWindow:
     def take(
         self, pair: np.ndarray, value: np.ndarray, t: np.ndarray, j: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Take releases (distinct pairs, each the pair's next): (n, S̃, i) with n = t_j − t_i
+        """Take releases (distinct pairs, j above each pair's last): (n, S̃, i) with n = t_j − t_i
         the samples the window keeps, S̃ its noisy sum and i the base release (n = 0: no whole
         p-sum in the window yet)."""
         prefix = value * t
         if self.reset:
             return self._take_reset(pair, prefix, t, j)
-        depth = self._depth
+        mask = self._mask
         head = self._head.take(pair)
-        first = pair * depth
-        # this release first (release j is the pair's j-th: `kept` bounds the releases in a
-        # window, so it never overwrites one inside), so the search below stops at it at the
-        # latest (n = 0: no whole p-sum inside)
-        self._ring[first + j % depth] = t + 1j * prefix
-        # the oldest release with t_j − t_i ≤ W: heads move on (about one release a call)
+        first = pair << self._shift
+        cell = first + (j & mask)
+        # this release first (`kept` bounds the releases in a window, so it never overwrites
+        # one inside), so the search below stops at it at the latest (n = 0: no whole p-sum)
+        self._ring[cell] = t + 1j * prefix
         start = t - self.forget.window
-        old = self._ring.take(first + head % depth)
+        if self.gaps:
+            return self._search_gaps(pair, cell, head, first, j, prefix, t, start)
+        # the oldest release with t_j − t_i ≤ W: heads move on (about one release a call)
+        old = self._ring.take(first + (head & mask))
         move = old.real < start
         while move.any():
             head += move
-            old = self._ring.take(first + head % depth)
+            old = self._ring.take(first + (head & mask))
             move = old.real < start
+        self._head[pair] = head
+        return t - old.real, prefix - old.imag, head
+
+    def _search_gaps(
+        self,
+        pair: np.ndarray,
+        cell: np.ndarray,
+        head: np.ndarray,
+        first: np.ndarray,
+        j: np.ndarray,
+        prefix: np.ndarray,
+        t: np.ndarray,
+        start: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`take`'s search with gaps: from the head (or the oldest index a cell can still hold),
+        skip the indices not held and the releases older than the window."""
+        self._held[cell] = j
+        # the last `kept` indices before j: their cells are not overwritten (depth > kept)
+        head = np.maximum(head, j - self._kept)
+        at = first + (head & self._mask)
+        old, held = self._ring.take(at), self._held.take(at)
+        move = (held != head) | (old.real < start)
+        while move.any():  # (it stops at j itself, held and inside the window)
+            head += move
+            at = first + (head & self._mask)
+            old, held = self._ring.take(at), self._held.take(at)
+            move = (held != head) | (old.real < start)
         self._head[pair] = head
         return t - old.real, prefix - old.imag, head
 

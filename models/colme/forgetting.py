@@ -25,9 +25,22 @@ granularity: under RR, M − 1 samples); until one fits, T is undefined (weight 
 the same rule over its own samples (`ForgettingSums`), in the z-test (σ_a²/n_a) and in Lemma 4's
 combination (weight n_a/σ_a²).
 
+On a graph (``peers = "topology"``) the pairs are the edges: the same arithmetic over the pairs
+that exist. Over links that are not ideal a querier holds the releases it received (some lost,
+late or stale), so its base is the oldest release it received among b's `kept` releases to it
+before j (`PrefixWindow`) with t_j − t_i ≤ W: a window over the newest releases a holds, never
+more than W samples (fewer when a release near the window's start was lost); a release made
+before a reset's τ and taken from τ on holds no sample from τ on (weight 0). Under a budget a
+withheld release (``stop``) is never received, so the window is over the releases made and
+received; a degraded p-sum (``degrade``) enters Var[T^W] with the variance it was drawn with
+(`difference_noise_count`'s weights).
+
 Refused, with why: ``rate`` (a p-sum's samples are released summed: weights λ^(t − s) within one
-cannot be applied); unknown variances, MoM weights, budgets, the trimmed combination, a graph
-and asynchronous links (this first version keeps one statistic per pair, taken in order).
+cannot be applied); unknown variances (Sch-Var-1's released variance and Sch-Var-2's estimate
+cover every sample since the start: a windowed variance would be another release or another
+estimator); MoM weights (they average prefix means over every sample since the start: the
+window replaces T's weights); the trimmed combination (not yet); a graph that changes during the
+run (the windows are not carried to new links yet).
 """
 
 from __future__ import annotations
@@ -51,25 +64,33 @@ def check_forget(params: Any) -> None:
     why = "a p-sum's samples are released summed: no weights λ^(t − s) within one"
     forget = Forget.from_table(params.forget, PEER_FORGET, "private-colme", why)
     object.__setattr__(params, "forget", forget)
-    needs = {
-        "variance": "known",
-        "weights": "last",
-        "peers": "all",
-        "combination": "weighted",
-        "budget": None,
-    }
-    for name, allowed in needs.items():
+    for name, (allowed, reason) in _NEEDS.items():
         if getattr(params, name) != allowed:
             raise ValueError(
-                f"forget: with {name} = {getattr(params, name)!r} not yet (allowed with forget: "
-                f"{name} = {allowed!r})"
+                f"forget: with {name} = {getattr(params, name)!r} not yet ({reason}; allowed "
+                f"with forget: {name} = {allowed!r})"
             )
 
 
-def check_forget_links(params: Any, links: Any) -> None:
-    """Refuse forgetting over links that are not ideal (one line)."""
-    if params.forget is not None and links is not None and not links.ideal:
-        raise ValueError("forget: needs ideal links (releases taken in order, one per query)")
+#: What a ``forget`` table needs of Private-ColME's other parameters, and why.
+_NEEDS = {
+    "variance": (
+        "known",
+        "the variance estimates cover every sample since the start, a windowed one would be "
+        "another release or estimator",
+    ),
+    "weights": ("last", "MoM averages prefix means over every sample: the window replaces T's"),
+    "combination": ("weighted", "the trimmed combination is not windowed yet"),
+}
+
+
+def refuse_on_changing_graph(params: Any) -> None:
+    """Refuse a ``forget`` table on a graph that changes during the run (one line)."""
+    if getattr(params, "forget", None) is not None and params.peers == "topology":
+        raise ValueError(
+            "forget: not on a changing graph yet (the windows of the releases held are not "
+            "carried to the new links); remove forget or the graph's changes"
+        )
 
 
 def release_windows(protocol: Any) -> ReleaseWindows | None:
@@ -78,22 +99,29 @@ def release_windows(protocol: Any) -> ReleaseWindows | None:
     p = protocol.params
     if p.forget is None:
         return None
-    kept = protocol.kappa_max((p.forget.window or 1) + 1) + 1
-    return ReleaseWindows(p.forget, protocol.ctx.n_agents, p.mechanism, kept)
+    return ReleaseWindows(protocol, protocol.kappa_max((p.forget.window or 1) + 1) + 1)
 
 
 class ReleaseWindows:
-    """The windowed statistic T^W_{b→a} and Var[T^W] of every ordered pair, and every agent's
-    own forgetting mean (the strategy Private-ColME chooses once under ``forget``)."""
+    """The windowed statistic T^W_{b→a} and Var[T^W] of every pair (every ordered pair, or
+    every edge on a graph), and every agent's own forgetting mean (the strategy Private-ColME
+    chooses once under ``forget``)."""
 
-    def __init__(self, forget: Forget, n_agents: int, mechanism: str, kept: int) -> None:
+    def __init__(self, protocol: Any, kept: int) -> None:
         # `kept`: the most releases of one pair within a window, plus one
-        self.mechanism = mechanism
-        self.own = ForgettingSums(forget, n_agents)
-        self.prefixes = PrefixWindow(forget, n_agents * n_agents, kept)
-        #: T^W and Var[T^W] of every pair [a, b] (+∞: undefined, weight 0).
-        self.value = np.zeros((n_agents, n_agents))
-        self.var = np.full((n_agents, n_agents), np.inf)
+        p, m = protocol.params, protocol.ctx.n_agents
+        self.protocol = protocol
+        self.mechanism = p.mechanism
+        self.graph = protocol.graph
+        # links that are not ideal: releases arrive with gaps in j, and the querier's κ (the
+        # delivery's stale test) is the statistic's, kept current here
+        self.gaps = protocol.asynchronous
+        self.own = ForgettingSums(p.forget, m)
+        self.prefixes = PrefixWindow(p.forget, protocol.n_pairs, kept, self.gaps)
+        shape = (m, m) if self.graph is None else protocol.n_pairs
+        #: T^W and Var[T^W] of every pair ([a, b], or by edge on a graph; +∞: weight 0).
+        self.value = np.zeros(shape)
+        self.var = np.full(shape, np.inf)
 
     def add(self, t: int, samples: np.ndarray) -> None:
         """Slot t's own samples; at a reset every pair's T^W is undefined until its next
@@ -105,28 +133,52 @@ class ReleaseWindows:
 
     def take(
         self,
-        pair: np.ndarray,
+        a: np.ndarray,
+        b: np.ndarray,
+        pair: np.ndarray | slice,
         values: np.ndarray,
         t_b: np.ndarray,
         j: np.ndarray,
-        sigma2_b: np.ndarray,
-        sigma2_dp: float,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Take releases (value R_j, made at t_b) of pairs `pair`: their (T^W, Var[T^W])."""
+        """Take releases b → a (value R_j, made at t_b) of pairs `pair`: (T^W, Var[T^W])."""
+        p = self.protocol
+        if isinstance(pair, slice):  # (a run of a graph's pairs)
+            pair = self.graph.numbers[pair]
+        budget = p.release_budget
+        degraded_from = None if budget is None else budget.degraded_from_of(pair)
+        if self.gaps:  # κ of the pairs, for the delivery's stale test (`last_index`)
+            p.stat.update(a, b, values, t_b, j, pair=pair, degraded_from=degraded_from)
         n, noisy_sum, i = self.prefixes.take(pair, values, t_b, j)
-        # (PM-I: the p-sums between, j − i, inline: the usual case, every slot)
-        noise = j - i if self.mechanism == "pm1" else difference_noise_count("pm2", j, i)
+        tau = self.own.forget.reset
+        if self.gaps and tau is not None and self.own.slots >= tau:
+            # a release made before τ and taken from τ on holds no sample from τ on (ideal
+            # links take every release in its own slot: never so)
+            n = np.where(t_b < tau, 0.0, n)
+        noise = self._noise(j, i, degraded_from)
+        sigma2_b = p.sigma2[b]
         if n.all():  # (the usual case: every window holds a p-sum)
             value = noisy_sum / n
-            var = (sigma2_b * n + sigma2_dp * noise) / (n * n)
+            var = (sigma2_b * n + p.sigma2_dp * noise) / (n * n)
         else:
             have = n > 0
             n_safe = np.where(have, n, 1.0)
             value = np.where(have, noisy_sum / n_safe, 0.0)
-            var = np.where(have, (sigma2_b * n + sigma2_dp * noise) / (n_safe * n_safe), np.inf)
+            var = np.where(have, (sigma2_b * n + p.sigma2_dp * noise) / (n_safe * n_safe), np.inf)
         self.value.ravel()[pair] = value
         self.var.ravel()[pair] = var
         return value, var
+
+    def _noise(self, j: np.ndarray, i: np.ndarray, degraded_from: np.ndarray | None) -> Any:
+        """The noise of t_j R_j − t_i R_i over σ_DP² (`difference_noise_count`); after a
+        ``degrade``, each p-sum or node with the variance it was drawn with."""
+        if degraded_from is None:
+            # (PM-I: the p-sums between, j − i, inline: the usual case, every slot)
+            return j - i if self.mechanism == "pm1" else difference_noise_count("pm2", j, i)
+        stat = self.protocol.stat
+        if self.mechanism == "pm1":
+            return stat.noise_count(j, degraded_from) - stat.noise_count(i, degraded_from)
+        weights = (stat.node_noise(j, degraded_from), stat.node_noise(i, degraded_from))
+        return difference_noise_count("pm2", j, i, weights)
 
     def accepts(
         self, a: np.ndarray, sigma2_a: np.ndarray, value: np.ndarray, var: np.ndarray, z: Any
@@ -141,5 +193,20 @@ class ReleaseWindows:
         with np.errstate(divide="ignore"):
             own = self.own.effective() / sigma2
             weight = np.where(included, 1.0 / self.var, 0.0)
-        np.fill_diagonal(weight, 0.0)  # a itself
-        return combine(local, own, (weight * self.value).sum(axis=1), weight.sum(axis=1))
+        if self.graph is None:
+            np.fill_diagonal(weight, 0.0)  # a itself
+            return combine(local, own, (weight * self.value).sum(axis=1), weight.sum(axis=1))
+        return combine(local, own, *self._edge_sums(weight))
+
+    def _edge_sums(self, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Σ_b T^W/Var[T^W] and Σ_b 1/Var[T^W] by querier on a graph, summed as
+        `edge_row_sums` sums them (dense rows up to `incremental_above` agents, so a complete
+        graph gives the bits of every peer; by edge in CSR order above)."""
+        nb = self.graph
+        if nb.n > self.protocol.incremental_above:
+            weighted = (weight * self.value).take(nb.csr_pairs)
+            sums = np.bincount(nb.csr_src, weighted, minlength=nb.n)
+            return sums, np.bincount(nb.csr_src, weight.take(nb.csr_pairs), minlength=nb.n)
+        w, v = np.zeros((nb.n, nb.n)), np.zeros((nb.n, nb.n))
+        w[nb.src, nb.dst], v[nb.src, nb.dst] = weight, self.value
+        return (w * v).sum(axis=1), w.sum(axis=1)

@@ -83,7 +83,7 @@ from desim.models.adversaries import STREAM, ActiveAdversaries, Adversaries
 from desim.models.colme.budget import ReleaseBudget
 from desim.models.colme.combination import CombinationSums, trimmed_sums
 from desim.models.colme.delivery import Arrivals, Asynchronous, Synchronous, query_ids
-from desim.models.colme.forgetting import check_forget, check_forget_links, release_windows
+from desim.models.colme.forgetting import check_forget, release_windows
 from desim.models.colme.graph import (
     EdgeBeliefs,
     NeighbourRestrictedRoundRobin,
@@ -263,7 +263,6 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
             )
         if params.adversaries is not None:
             params.adversaries.check(data.n_agents, data.classes)
-        check_forget_links(params, links)
         _check_exact_peers(params, data)
 
     @property
@@ -436,8 +435,9 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
 
     def batches_slots(self) -> bool:
         """Only RR: its queries never depend on deliveries (rRR's skip excluded agents), so the
-        engine may hand over several slots at once (`on_slots`)."""
-        return self.params.schedule == "rr"
+        engine may hand over several slots at once (`on_slots`); not with a forget table, whose
+        own windows are kept slot by slot."""
+        return self.params.schedule == "rr" and self.params.forget is None
 
     # -- slot: new samples, then queries ---------------------------------------------------
     def on_samples(self, t: int, samples: np.ndarray) -> None:
@@ -545,7 +545,7 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
         j = payload[:, INDEX].astype(np.int64)
         pair = got.pair if got.pair is not None else self.pairs_of(a, b, payload, self.edge_column)
         if self.forget is not None:  # T^W and its variance replace T's (known variances)
-            value, var = self.forget.take(pair, values, t_b, j, self.sigma2[b], self.sigma2_dp)
+            value, var = self.forget.take(a, b, pair, values, t_b, j)
             self.beliefs.revise_pairs(a, pair, self._test(a, b, value, var, t_b, got.slot))
             return
         if self.incremental:  # the terms these pairs contributed so far, to be replaced

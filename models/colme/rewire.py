@@ -40,6 +40,7 @@ import numpy as np
 from desim.kernel.messages import Batch
 from desim.kernel.protocol import FollowsGraph
 from desim.models.colme.delivery import Asynchronous
+from desim.models.colme.forgetting import refuse_on_changing_graph
 from desim.models.colme.graph import (
     EdgeBeliefs,
     NeighbourRestrictedRoundRobin,
@@ -66,9 +67,10 @@ class ChangingNeighbours(FollowsGraph):
 
     @classmethod
     def check_graph_changes(cls, params: Any, links: Any) -> None:
-        """Refuse the runs whose bounds assume the set-up graph's degrees."""
+        """Refuse the runs whose bounds assume the set-up graph's degrees, and forget tables."""
         if params.peers != "topology":
             return
+        refuse_on_changing_graph(params)
         if params.budget is not None:
             raise ValueError(
                 "budget: not on a changing graph yet (its κ_max assumes the set-up degrees)"

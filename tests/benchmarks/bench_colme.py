@@ -4,6 +4,7 @@
     python tests/benchmarks/bench_colme.py --study    # also the full Fig. 2 study, 2 workers
     python tests/benchmarks/bench_colme.py --graph    # only the rows on a graph (peers)
     python tests/benchmarks/bench_colme.py --rewire 3 # static against rewired graph, alternated
+    python tests/benchmarks/bench_colme.py --forget 5 # only the forgetting rows, 5 alternations
 
 Each workload runs in a fresh process so its peak memory (max RSS) is its own; the table
 printed at the end is what goes into closing notes.
@@ -12,6 +13,7 @@ printed at the end is what goes into closing notes.
 from __future__ import annotations
 
 import argparse
+import statistics
 
 from harness import best_of, time_scenario, time_study
 
@@ -83,6 +85,23 @@ def rewire_rows(repeat: int) -> list[tuple]:
     return rows
 
 
+#: Forgetting (issue 29): the robustness/drift study's Private-ColME run (M = 200, uniform data,
+#: a fifth of the agents switch class at 2000, T = 10⁴, 100 checkpoints) without a ``forget``
+#: table, with ``window = 1000`` and with ``reset = 2000``: per-slot CPU ≤ 1.2× without.
+FORGET = {
+    "data": {
+        **DATA,
+        "distribution": "uniform",
+        "drift": {"model": "switch", "fraction": 0.2, "at": 2000},
+    },
+    "t_max": 10_000,
+    "checkpoints": 100,
+    "metrics": ["accuracy"],
+}
+FORGET_WORKLOADS = {"without": None, "window 1000": {"window": 1000}, "reset 2000": {"reset": 2000}}
+BAR_FORGET = 1.2
+
+
 def graph_rows() -> list[tuple]:
     """The rows of Private-ColME on a graph, each against its CPU and memory bars."""
     rows = []
@@ -102,6 +121,37 @@ def graph_rows() -> list[tuple]:
     return rows
 
 
+def forget_rows(tries: int) -> list[tuple]:
+    """Per-slot CPU (ms) of Private-ColME PM-I RR without and with each ``forget`` rule:
+    `tries` fresh processes each, the workloads alternated (so a change in load hits all
+    alike); per workload its median, least and most, and the median's ratio to the median
+    without."""
+    cpu: dict[str, list[float]] = {name: [] for name in FORGET_WORKLOADS}
+    for _ in range(tries):
+        for name, forget in FORGET_WORKLOADS.items():
+            params = {"mechanism": "pm1", "schedule": "rr", "epsilon": 1.0}
+            if forget is not None:
+                params["forget"] = forget
+            r = time_scenario(protocol="private-colme", params=params, seed=1, **FORGET)
+            cpu[name].append(r["cpu"] / FORGET["t_max"] * 1e3)
+    base = statistics.median(cpu["without"])
+    rows = []
+    for name, per_slot in cpu.items():
+        ratio = statistics.median(per_slot) / base
+        ok = name == "without" or ratio <= BAR_FORGET
+        rows.append((name, statistics.median(per_slot), min(per_slot), max(per_slot), ratio, ok))
+    return rows
+
+
+def _print_forget(rows: list[tuple], tries: int) -> None:
+    """The forgetting rows, as closing notes quote them (ms per slot, `tries` runs each)."""
+    print(f"\nPrivate-ColME M=200 T=1e4, ms per slot, {tries} alternated runs each")
+    print(f"{'forget':<14} {'median':>7} {'least':>7} {'most':>7} {'ratio':>6}  bar")
+    for name, mid, low, high, ratio, ok in rows:
+        result = f"≤ {BAR_FORGET:g}× {'ok' if ok else 'FAIL'}" if name != "without" else ""
+        print(f"{name:<14} {mid:7.3f} {low:7.3f} {high:7.3f} {ratio:5.2f}×  {result}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", action="store_true", help="also time the full Fig. 2 study")
@@ -109,7 +159,13 @@ def main() -> None:
     parser.add_argument(
         "--rewire", type=int, metavar="N", help="only static against rewired, N runs of each"
     )
+    parser.add_argument(
+        "--forget", type=int, metavar="N", help="only the forgetting rows, N alternations"
+    )
     args = parser.parse_args()
+    if args.forget:
+        _print_forget(forget_rows(args.forget), args.forget)
+        return
     if args.graph or args.rewire:
         _print(rewire_rows(args.rewire) if args.rewire else graph_rows())
         return
