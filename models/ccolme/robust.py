@@ -37,16 +37,31 @@ ADVERSARY_BEHAVIOURS = ("shift", "flip", "mimic", "collude", "inflate")
 CONSENSUS = ("weighted", "median", "trimmed")
 
 
-def check_params(params: Any, family: str) -> None:
-    """Check the ``adversaries``, ``consensus`` and ``trim`` fields of C-ColME's parameters,
-    keeping the table as a (hashable) `Adversaries`; ValueError with one line otherwise."""
+def check_params(params: Any, family: str, key: str = "consensus") -> None:
+    """Check the ``adversaries``, `key` (C-ColME's ``consensus``, B-ColME's ``combination``) and
+    ``trim`` fields, keeping the table as a (hashable) `Adversaries`; ValueError with one line
+    otherwise."""
     if params.adversaries is not None:
         table = Adversaries.from_table(params.adversaries, ADVERSARY_BEHAVIOURS, family)
         object.__setattr__(params, "adversaries", table)
-    if (params.consensus == "trimmed") != (params.trim is not None):
+    how = getattr(params, key)
+    if (how == "trimmed") != (params.trim is not None):
         raise ValueError(
-            f"trim = {params.trim!r}: consensus = 'trimmed' needs trim (β in [0, 0.5)) "
-            f"and reads it alone (consensus = {params.consensus!r})"
+            f"trim = {params.trim!r}: {key} = 'trimmed' needs trim (β in [0, 0.5)) "
+            f"and reads it alone ({key} = {how!r})"
+        )
+
+
+def check_table_params(params: Any) -> None:
+    """`check_params` for B-ColME (``combination``), and refuse a deflating ``inflate``: a
+    receiver weighs b's depth-k entries by n_b − k, which a told n_b below the true one can
+    make negative."""
+    check_params(params, "B-ColME and Private-B-ColME", "combination")
+    spec = params.adversaries
+    if spec is not None and spec.factor is not None and spec.factor < 1:
+        raise ValueError(
+            f"adversaries.factor = {spec.factor!r}: B-ColME needs factor ≥ 1 (its receivers "
+            f"weigh depth k by factor·n_b − k, negative for a deflated n_b)"
         )
 
 
@@ -137,6 +152,43 @@ class Adversarial:
         return mask, np.bincount(self.src[kept], minlength=len(mask))
 
 
+class TableAdversarial(Adversarial):
+    """The hooks of B-ColME with ``adversaries`` and ``combination`` fields (a mixin): set-up,
+    the mean its tables carry, the sample counts told, the robust combination, the metric."""
+
+    #: ``combination = "weighted"`` is §2.6's estimate, from before the field existed.
+    legacy_values: ClassVar[dict[str, Any]] = {"combination": "weighted"}
+    #: Per directed edge (a, b), the factor on the n_b that b tells a (None: all told honestly).
+    told_edges: np.ndarray | None = None
+    #: Σ X_a without noise, kept only for ``skip_noise`` adversaries (None otherwise).
+    raw_sum: np.ndarray | None = None
+
+    def setup_robustness(self, ctx: Any) -> None:
+        """Draw the run's adversaries, the counts they tell and the combination, once."""
+        self.adversaries = GraphAdversaries.build(self.params, ctx)
+        self.robust = RobustConsensus.of(self.params, "combination")
+        if self.adversaries is not None and self.adversaries.active.spec.skip_noise:
+            self.raw_sum = np.zeros(ctx.n_agents)
+        told = self.told
+        self.told_edges = None if told is None else told[self.dst]
+
+    def own_mean(self, t: int, samples: np.ndarray) -> np.ndarray:
+        """X̃^(t) after slot t's `samples` (their noise already in `priv_sum`), the adversaries'
+        rows as they report them: what its tables, tests and estimate derive from."""
+        if self.raw_sum is not None:
+            self.raw_sum += samples
+        return self.shared_mean(t)
+
+    def robust_estimate(self) -> np.ndarray | None:
+        """Yin et al.'s median or trimmed mean of X̃_a and the depth-0 means X̃_b of a's kept
+        neighbours heard from (None: §2.6's sample-weighted combination of the tables)."""
+        if self.robust is None:
+            return None
+        e = np.flatnonzero(self.kept & (self.held[1] > 0))  # CSR order: grouped by a
+        counts = np.bincount(self.src[e], minlength=len(self.mean))
+        return self.robust.mix(self.mean, self.held[0, e], counts)
+
+
 class RobustConsensus:
     """The consensus step's robust aggregate over an agent's own Y_a and its mixed Y_b."""
 
@@ -145,11 +197,13 @@ class RobustConsensus:
         self.how, self.trim = how, trim
 
     @classmethod
-    def of(cls, params: Any) -> RobustConsensus | None:
-        """The strategy of `params.consensus` (None: eq. (2)'s weighted mix)."""
-        if params.consensus == "weighted":
+    def of(cls, params: Any, key: str = "consensus") -> RobustConsensus | None:
+        """The strategy of `params.consensus` (or of B-ColME's `params.combination`: `key`;
+        None: the weighted mix or combination)."""
+        how = getattr(params, key)
+        if how == "weighted":
             return None
-        return cls(params.consensus, params.trim)
+        return cls(how, params.trim)
 
     def mix(self, y: np.ndarray, nb_y: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """v_a for every agent a from Y_a (`y`) and the Y_b of its `counts[a]` mixed neighbours,
