@@ -77,6 +77,15 @@ class GraphAdversaries:
             if active.spec.behaviour == "inflate"
             else None
         )
+        bad = active.ids
+        #: Whether the behaviour changes the adversaries' means (there are some, not inflate).
+        self.corrupts = active.corrupts_values and len(bad) > 0
+        # the adversaries' rows of the affine map, gathered once (`mean` runs every slot); a
+        # sign of 1 is left out: 1·x is x, bit for bit
+        sign = active.sign[bad]
+        self._sign = None if np.all(sign == 1.0) else sign
+        self._add = active.add[bad]
+        self._skip = active.spec.skip_noise
 
     @classmethod
     def build(cls, params: Any, ctx: Any) -> GraphAdversaries | None:
@@ -87,16 +96,20 @@ class GraphAdversaries:
             return None
         return cls(ActiveAdversaries.build(spec, ctx.adversary_truth, ctx.streams.get(STREAM)))
 
-    def mean(self, mean: np.ndarray, raw_sum: np.ndarray, t: int) -> np.ndarray:
+    def mean(self, mean: np.ndarray, raw_sum: np.ndarray | None, t: int) -> np.ndarray:
         """X̃ with the adversaries' rows as their behaviour reports them (from the raw running
-        mean under ``skip_noise``): what every state and test of slot t derives from."""
-        active, bad = self.active, self.active.ids
-        if not active.corrupts_values or len(bad) == 0:
+        mean under ``skip_noise``): what every state and test of slot t derives from. The rows
+        are written into `mean`, which the caller made fresh for the slot (X̃ = Σ/t)."""
+        if not self.corrupts:
             return mean
-        honest = raw_sum[bad] / t if active.spec.skip_noise else None
-        out = mean.copy()  # only the adversaries' rows are mapped (`ActiveAdversaries.report`)
-        out[bad] = active.report(bad, mean[bad], honest)
-        return out
+        bad = self.active.ids
+        start = raw_sum.take(bad) / t if self._skip else mean.take(bad)  # type: ignore[union-attr]
+        # `ActiveAdversaries.report` on the adversaries' rows: sign_b · x + add_b
+        if self._sign is not None:
+            start *= self._sign
+        start += self._add
+        mean.put(bad, start)
+        return mean
 
 
 class Adversarial:
