@@ -182,6 +182,24 @@ def test_skip_noise_reports_the_raw_mean_corrupted():
     assert np.all(proto.mean[honest] != raw.mean[honest])
 
 
+@pytest.mark.parametrize(
+    ("table", "moved"),
+    [
+        ({"behaviour": "collude", "target": 5.0}, lambda x, mu: x - mu + 5.0),
+        ({"behaviour": "flip"}, lambda x, mu: 2 * 0.5 - x),  # population mean (0.2 + 0.8)/2
+    ],
+)
+def test_an_adversary_reports_its_behaviours_map_of_its_own_mean(table, moved):
+    """What a collude or flip adversary's depth-0 entry carries: its behaviour's map of the mean
+    an honest agent would report (noise-free B-ColME: the clean run's X̃_b)."""
+    g = regular(30, 4, seed=3)
+    data = GraphData(g, np.arange(30) % 2, [0.2, 0.8], sigma=0.5)
+    clean, _ = adversary_run("b-colme", {}, data, 20)
+    bad = [2, 7]
+    proto, _ = adversary_run("b-colme", {"adversaries": {"agents": bad, **table}}, data, 20)
+    np.testing.assert_allclose(proto.mean[bad], moved(clean.mean[bad], data.means[bad]), rtol=1e-12)
+
+
 def _circulant(m: int, reach: int) -> Graph:
     """The ring on m agents with links to the `reach` nearest on each side (degree 2·reach)."""
     u = np.repeat(np.arange(m), reach)
