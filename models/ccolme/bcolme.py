@@ -255,8 +255,8 @@ class BColME(TableAdversarial, CColMEFamily):
             payload = np.empty_like(self.held)
         np.take(self.mean, self.dst, out=payload[0])
         payload[1] = t
-        if self.told_edges is not None:  # inflating adversaries tell factor·t samples
-            payload[1] *= self.told_edges
+        if self.told is not None:  # inflating adversaries tell factor·t samples (per sender)
+            payload[1] *= self.told[self.dst]
         outgoing_tables(g.indptr, self.dst, self.reverse, s, out=payload[2 : d + 1])
         outgoing_tables(g.indptr, self.dst, self.reverse, c, out=payload[d + 1 :])
         self.ctx.send("table", self.dst, self.src, payload.T)
@@ -270,7 +270,7 @@ class BColME(TableAdversarial, CColMEFamily):
             self.held = payload.T  # a whole send, in a's slot order: held as it is
             self._held_own = False
             # one n_b for all, unless adversaries tell inflated counts
-            self._whole_t = float(payload[0, 1]) if self.told_edges is None else None
+            self._whole_t = float(payload[0, 1]) if self.told is None else None
             return
         if not self._held_own:
             self.held, self._held_own = self.held.copy(), True

@@ -167,23 +167,20 @@ class Adversarial:
 
 class TableAdversarial(Adversarial):
     """The hooks of B-ColME with ``adversaries`` and ``combination`` fields (a mixin): set-up,
-    the mean its tables carry, the sample counts told, the robust combination, the metric."""
+    the mean its tables carry, the robust combination, the metric; `told` (per agent, not per
+    edge, so a changed graph needs nothing) is the factor on the sample count each one tells."""
 
     #: ``combination = "weighted"`` is §2.6's estimate, from before the field existed.
     legacy_values: ClassVar[dict[str, Any]] = {"combination": "weighted"}
-    #: Per directed edge (a, b), the factor on the n_b that b tells a (None: all told honestly).
-    told_edges: np.ndarray | None = None
     #: Σ X_a without noise, kept only for ``skip_noise`` adversaries (None otherwise).
     raw_sum: np.ndarray | None = None
 
     def setup_robustness(self, ctx: Any) -> None:
-        """Draw the run's adversaries, the counts they tell and the combination, once."""
+        """Draw the run's adversaries and choose the combination, once."""
         self.adversaries = GraphAdversaries.build(self.params, ctx)
         self.robust = RobustConsensus.of(self.params, "combination")
         if self.adversaries is not None and self.adversaries.active.spec.skip_noise:
             self.raw_sum = np.zeros(ctx.n_agents)
-        told = self.told
-        self.told_edges = None if told is None else told[self.dst]
 
     def own_mean(self, t: int, samples: np.ndarray) -> np.ndarray:
         """X̃^(t) after slot t's `samples` (their noise already in `priv_sum`), the adversaries'
