@@ -1,4 +1,4 @@
-"""Adversaries and a robust consensus step for C-ColME and Private-C-ColME (docs/adversaries.md).
+"""Adversaries and robust aggregates for the C-ColME family on a graph (docs/adversaries.md).
 
 **Adversaries** (`[adversaries]`, `desim.models.adversaries`). An adversary b runs the protocol
 on a corrupted privatised running mean: X̃_b is replaced by what its behaviour says (shift,
@@ -20,6 +20,11 @@ Y_a ← (1 − α) X̃_a + α·v_a. When ⌊β·n⌋ (or, for the median, fewer 
 the adversaries an agent mixes, v_a lies between the smallest and the largest honest value it
 holds, so no adversary can pull an honest agent outside the honest agents' range. The weights
 W are not used (`mixing_matrix` still describes eq. (2)).
+
+**B-ColME** (`TableAdversarial`, the same behaviours and aggregates): an adversary's own mean
+X̃_b is corrupted as above, ``inflate`` multiplies the sample count n_b its tables tell, and
+``combination = "median"`` or ``"trimmed"`` takes the aggregate over X̃_a and the kept
+neighbours' depth-0 means instead of the tables' weighted mean (`desim.models.ccolme.bcolme`).
 """
 
 from __future__ import annotations
