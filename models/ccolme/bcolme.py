@@ -35,12 +35,28 @@ Privacy (seed 001's reconstruction carries over, desim's extension): with ``nois
 count and sums of neighbours' messages — is computed from privatised samples and received
 messages, so each sample is one Laplace release (ε per sample, to one neighbour as to all
 colluding), as for Private-C-ColME. The estimate uses X̃_a as well.
+
+Adversaries (``adversaries``, docs/adversaries.md; the hooks in `desim.models.ccolme.robust`).
+What an adversary b controls is what its tables carry: its own mean X̃_b (depth 0), the sample
+count n_b it tells, and the sums S^(k), c^(k) it forwards. ``shift``, ``flip``, ``mimic`` and
+``collude`` replace X̃_b every slot, noise added first as for an honest agent (its raw mean under
+``skip_noise``), so its depth-0 entry, its own tests (and so which neighbours' sums it forwards)
+and its estimate derive from the corrupted mean; honest agents forward it further inside their
+sums as they forward any mean. ``inflate`` multiplies the n_b it tells by ``factor`` ≥ 1: its
+receivers weigh its depth-k entries by factor·n_b − k (and test it with n_b so told); its mean
+stays honest. It forwards the sums and counts it received unchanged under every behaviour (the
+conservative default: corrupting them would be a stronger adversary, and multiplying counts
+c^(k) alone would shrink the forwarded means S/c, a value attack, not a weight). The defence
+(``combination = "median"`` or ``"trimmed"`` with ``trim``) replaces the estimate by Yin et
+al.'s median or trimmed mean of X̃_a and the depth-0 means of a's kept neighbours: depth 0 is
+the only entry that is one agent's value; deeper entries are sums over paths, in which an
+adversary's mean sits inside honest neighbours' sums where no per-message aggregate can cut it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -51,6 +67,7 @@ from desim.kernel.registry import PROTOCOLS
 from desim.models.ccolme.edges import newest
 from desim.models.ccolme.family import CColMEFamily
 from desim.models.ccolme.params import Decisions, Noise, Rule, Threshold, _p
+from desim.models.ccolme.robust import TableAdversarial, check_table_params
 
 
 @dataclass(frozen=True)
@@ -68,6 +85,26 @@ class BColMEParams:
     threshold: Threshold = _p("threshold", "exact")
     threshold_scale: float = _p("threshold_scale", 1.0)
     decisions: Decisions = _p("decisions", "irrevocable")
+    adversaries: dict | None = param(
+        None,
+        "an [adversaries] table {fraction | agents, behaviour = shift | flip | mimic | collude | "
+        "inflate, …}: agents whose own mean or told sample count is corrupted "
+        "(`desim.models.ccolme.robust`)",
+    )
+    combination: Literal["weighted", "median", "trimmed"] = param(
+        "weighted",
+        "estimate: the tables' sample-weighted mean, or the median or trimmed mean of the "
+        "kept neighbours' own means (Yin et al. 2018)",
+    )
+    trim: float | None = param(
+        None,
+        "combination = 'trimmed': the share β of kept neighbours dropped at each end",
+        ge=0,
+        lt=0.5,
+    )
+
+    def __post_init__(self) -> None:
+        check_table_params(self)
 
 
 @dataclass(frozen=True)
@@ -123,7 +160,7 @@ def table_estimate(
 
 
 @PROTOCOLS.register("b-colme")
-class BColME(CColMEFamily):
+class BColME(TableAdversarial, CColMEFamily):
     """B-ColME (Galante et al.): k-hop tables of neighbours' means, passed along the graph."""
 
     Params = BColMEParams
@@ -158,6 +195,7 @@ class BColME(CColMEFamily):
         self._buffers = [np.empty_like(self.held) for _ in range(2)] if self._in_order else []
         self._estimate = np.zeros(g.n)
         self._tables: tuple[np.ndarray, np.ndarray] | None = None  # (S, c) buffers of `tables`
+        self.setup_robustness(ctx)
 
     def tables(self) -> tuple[np.ndarray, np.ndarray]:
         """a's tables (S, c) at depths 0 … κ−2 (rows), one column per slot (a, b): b's newest
@@ -179,11 +217,14 @@ class BColME(CColMEFamily):
         estimate, then every neighbour's table for the next slot."""
         self.t = t
         self.priv_sum += self.privatise(samples)
-        self.mean = self.priv_sum / t
+        self.mean = self.own_mean(t, samples)
         self._test_neighbours(t)
         s, c = self.tables()
         g = self.graph
-        self._estimate = table_estimate(t, self.mean, g.indptr, self.held[1], s, c)
+        robust = self.robust_estimate()
+        self._estimate = (
+            table_estimate(t, self.mean, g.indptr, self.held[1], s, c) if robust is None else robust
+        )
         self._send(t, s[:-1], c[:-1])
 
     def _test_neighbours(self, t: int) -> None:
@@ -214,6 +255,8 @@ class BColME(CColMEFamily):
             payload = np.empty_like(self.held)
         np.take(self.mean, self.dst, out=payload[0])
         payload[1] = t
+        if self.told is not None:  # inflating adversaries tell factor·t samples (per sender)
+            payload[1] *= self.told[self.dst]
         outgoing_tables(g.indptr, self.dst, self.reverse, s, out=payload[2 : d + 1])
         outgoing_tables(g.indptr, self.dst, self.reverse, c, out=payload[d + 1 :])
         self.ctx.send("table", self.dst, self.src, payload.T)
@@ -226,7 +269,8 @@ class BColME(CColMEFamily):
         if self._in_order and len(batch) == self.graph.n_directed:
             self.held = payload.T  # a whole send, in a's slot order: held as it is
             self._held_own = False
-            self._whole_t = float(payload[0, 1])
+            # one n_b for all, unless adversaries tell inflated counts
+            self._whole_t = float(payload[0, 1]) if self.told is None else None
             return
         if not self._held_own:
             self.held, self._held_own = self.held.copy(), True

@@ -1,4 +1,4 @@
-"""Adversaries and a robust consensus step for C-ColME and Private-C-ColME (docs/adversaries.md).
+"""Adversaries and robust aggregates for the C-ColME family on a graph (docs/adversaries.md).
 
 **Adversaries** (`[adversaries]`, `desim.models.adversaries`). An adversary b runs the protocol
 on a corrupted privatised running mean: X̃_b is replaced by what its behaviour says (shift,
@@ -20,6 +20,11 @@ Y_a ← (1 − α) X̃_a + α·v_a. When ⌊β·n⌋ (or, for the median, fewer 
 the adversaries an agent mixes, v_a lies between the smallest and the largest honest value it
 holds, so no adversary can pull an honest agent outside the honest agents' range. The weights
 W are not used (`mixing_matrix` still describes eq. (2)).
+
+**B-ColME** (`TableAdversarial`, the same behaviours and aggregates): an adversary's own mean
+X̃_b is corrupted as above, ``inflate`` multiplies the sample count n_b its tables tell, and
+``combination = "median"`` or ``"trimmed"`` takes the aggregate over X̃_a and the kept
+neighbours' depth-0 means instead of the tables' weighted mean (`desim.models.ccolme.bcolme`).
 """
 
 from __future__ import annotations
@@ -37,16 +42,31 @@ ADVERSARY_BEHAVIOURS = ("shift", "flip", "mimic", "collude", "inflate")
 CONSENSUS = ("weighted", "median", "trimmed")
 
 
-def check_params(params: Any, family: str) -> None:
-    """Check the ``adversaries``, ``consensus`` and ``trim`` fields of C-ColME's parameters,
-    keeping the table as a (hashable) `Adversaries`; ValueError with one line otherwise."""
+def check_params(params: Any, family: str, key: str = "consensus") -> None:
+    """Check the ``adversaries``, `key` (C-ColME's ``consensus``, B-ColME's ``combination``) and
+    ``trim`` fields, keeping the table as a (hashable) `Adversaries`; ValueError with one line
+    otherwise."""
     if params.adversaries is not None:
         table = Adversaries.from_table(params.adversaries, ADVERSARY_BEHAVIOURS, family)
         object.__setattr__(params, "adversaries", table)
-    if (params.consensus == "trimmed") != (params.trim is not None):
+    how = getattr(params, key)
+    if (how == "trimmed") != (params.trim is not None):
         raise ValueError(
-            f"trim = {params.trim!r}: consensus = 'trimmed' needs trim (β in [0, 0.5)) "
-            f"and reads it alone (consensus = {params.consensus!r})"
+            f"trim = {params.trim!r}: {key} = 'trimmed' needs trim (β in [0, 0.5)) "
+            f"and reads it alone ({key} = {how!r})"
+        )
+
+
+def check_table_params(params: Any) -> None:
+    """`check_params` for B-ColME (``combination``), and refuse a deflating ``inflate``: a
+    receiver weighs b's depth-k entries by n_b − k, which a told n_b below the true one can
+    make negative."""
+    check_params(params, "B-ColME and Private-B-ColME", "combination")
+    spec = params.adversaries
+    if spec is not None and spec.factor is not None and spec.factor < 1:
+        raise ValueError(
+            f"adversaries.factor = {spec.factor!r}: B-ColME needs factor ≥ 1 (its receivers "
+            f"weigh depth k by factor·n_b − k, negative for a deflated n_b)"
         )
 
 
@@ -62,6 +82,15 @@ class GraphAdversaries:
             if active.spec.behaviour == "inflate"
             else None
         )
+        bad = active.ids
+        #: Whether the behaviour changes the adversaries' means (there are some, not inflate).
+        self.corrupts = active.corrupts_values and len(bad) > 0
+        # the adversaries' rows of the affine map, gathered once (`mean` runs every slot); a
+        # sign of 1 is left out: 1·x is x, bit for bit
+        sign = active.sign[bad]
+        self._sign = None if np.all(sign == 1.0) else sign
+        self._add = active.add[bad]
+        self._skip = active.spec.skip_noise
 
     @classmethod
     def build(cls, params: Any, ctx: Any) -> GraphAdversaries | None:
@@ -72,16 +101,20 @@ class GraphAdversaries:
             return None
         return cls(ActiveAdversaries.build(spec, ctx.adversary_truth, ctx.streams.get(STREAM)))
 
-    def mean(self, mean: np.ndarray, raw_sum: np.ndarray, t: int) -> np.ndarray:
+    def mean(self, mean: np.ndarray, raw_sum: np.ndarray | None, t: int) -> np.ndarray:
         """X̃ with the adversaries' rows as their behaviour reports them (from the raw running
-        mean under ``skip_noise``): what every state and test of slot t derives from."""
-        active, bad = self.active, self.active.ids
-        if not active.corrupts_values or len(bad) == 0:
+        mean under ``skip_noise``): what every state and test of slot t derives from. The rows
+        are written into `mean`, which the caller made fresh for the slot (X̃ = Σ/t)."""
+        if not self.corrupts:
             return mean
-        honest = raw_sum[bad] / t if active.spec.skip_noise else None
-        out = mean.copy()  # only the adversaries' rows are mapped (`ActiveAdversaries.report`)
-        out[bad] = active.report(bad, mean[bad], honest)
-        return out
+        bad = self.active.ids
+        start = raw_sum.take(bad) / t if self._skip else mean.take(bad)  # type: ignore[union-attr]
+        # `ActiveAdversaries.report` on the adversaries' rows: sign_b · x + add_b
+        if self._sign is not None:
+            start *= self._sign
+        start += self._add
+        mean.put(bad, start)
+        return mean
 
 
 class Adversarial:
@@ -137,6 +170,40 @@ class Adversarial:
         return mask, np.bincount(self.src[kept], minlength=len(mask))
 
 
+class TableAdversarial(Adversarial):
+    """The hooks of B-ColME with ``adversaries`` and ``combination`` fields (a mixin): set-up,
+    the mean its tables carry, the robust combination, the metric; `told` (per agent, not per
+    edge, so a changed graph needs nothing) is the factor on the sample count each one tells."""
+
+    #: ``combination = "weighted"`` is §2.6's estimate, from before the field existed.
+    legacy_values: ClassVar[dict[str, Any]] = {"combination": "weighted"}
+    #: Σ X_a without noise, kept only for ``skip_noise`` adversaries (None otherwise).
+    raw_sum: np.ndarray | None = None
+
+    def setup_robustness(self, ctx: Any) -> None:
+        """Draw the run's adversaries and choose the combination, once."""
+        self.adversaries = GraphAdversaries.build(self.params, ctx)
+        self.robust = RobustConsensus.of(self.params, "combination")
+        if self.adversaries is not None and self.adversaries.active.spec.skip_noise:
+            self.raw_sum = np.zeros(ctx.n_agents)
+
+    def own_mean(self, t: int, samples: np.ndarray) -> np.ndarray:
+        """X̃^(t) after slot t's `samples` (their noise already in `priv_sum`), the adversaries'
+        rows as they report them: what its tables, tests and estimate derive from."""
+        if self.raw_sum is not None:
+            self.raw_sum += samples
+        return self.shared_mean(t)
+
+    def robust_estimate(self) -> np.ndarray | None:
+        """Yin et al.'s median or trimmed mean of X̃_a and the depth-0 means X̃_b of a's kept
+        neighbours heard from (None: §2.6's sample-weighted combination of the tables)."""
+        if self.robust is None:
+            return None
+        e = np.flatnonzero(self.kept & (self.held[1] > 0))  # CSR order: grouped by a
+        counts = np.bincount(self.src[e], minlength=len(self.mean))
+        return self.robust.mix(self.mean, self.held[0, e], counts)
+
+
 class RobustConsensus:
     """The consensus step's robust aggregate over an agent's own Y_a and its mixed Y_b."""
 
@@ -145,11 +212,13 @@ class RobustConsensus:
         self.how, self.trim = how, trim
 
     @classmethod
-    def of(cls, params: Any) -> RobustConsensus | None:
-        """The strategy of `params.consensus` (None: eq. (2)'s weighted mix)."""
-        if params.consensus == "weighted":
+    def of(cls, params: Any, key: str = "consensus") -> RobustConsensus | None:
+        """The strategy of `params.consensus` (or of B-ColME's `params.combination`: `key`;
+        None: the weighted mix or combination)."""
+        how = getattr(params, key)
+        if how == "weighted":
             return None
-        return cls(params.consensus, params.trim)
+        return cls(how, params.trim)
 
     def mix(self, y: np.ndarray, nb_y: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """v_a for every agent a from Y_a (`y`) and the Y_b of its `counts[a]` mixed neighbours,

@@ -63,7 +63,7 @@ QUICK_DIGESTS = {
     "robustness/drift": "4df4ee01039754ee",
     "robustness/adversaries": "ebf9dbfadf045671",
     "robustness/adversaries/pricer": "5ca5f23e005e632e",
-    "robustness/adversaries/ccolme": "a3de59fdaecd7f6f",
+    "robustness/adversaries/ccolme": "39483f90802076bf",
     "server-vs-peers/outages": "498d21980dcd39fe",
     "server-vs-peers": "59323f3474317d82",
     "stragglers-whatif/estimation": "3b52ed87adbd90ba",

@@ -95,12 +95,15 @@ def test_validate_refuses_a_bad_adversaries_table_in_one_line(tmp_path, capsys, 
 
 
 def test_an_adversaries_table_no_scenario_reads_is_refused(tmp_path, capsys):
-    code, err = _validate(
-        tmp_path,
-        capsys,
-        '[topology]\nmodel = "complete"\n\n[adversaries]\nfraction = 0.1\nbehaviour = "flip"',
-        protocol="b-colme",
+    # every protocol simulates adversaries: a study of curves alone has no scenario to read it
+    folder = tmp_path / "s"
+    folder.mkdir()
+    text = STUDY.format(
+        table='[adversaries]\nfraction = 0.1\nbehaviour = "flip"', protocol="{protocol}", extra=""
     )
+    text = text.replace('[[scenario]]\nname = "P"\nprotocol = "{protocol}"', "")
+    (folder / "study.toml").write_text(text + '\n[[curve]]\nname = "L"\nkind = "local"\n')
+    code, err = main(["validate", str(folder)]), capsys.readouterr().err
     assert code == 2 and "no scenario's protocol simulates adversaries" in err, err
 
 
