@@ -35,6 +35,10 @@ Privacy (seed 001's reconstruction carries over, desim's extension): with ``nois
 count and sums of neighbours' messages — is computed from privatised samples and received
 messages, so each sample is one Laplace release (ε per sample, to one neighbour as to all
 colluding), as for Private-C-ColME. The estimate uses X̃_a as well.
+
+On a graph that changes during a run (desim's extension), a new link holds no table until b's
+first message, a dropped link's table leaves the estimate and the sums at once, and messages in
+flight on a link that changed are dropped on arrival (`desim.models.ccolme.brewire`).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from desim.kernel.messages import Batch
 from desim.kernel.params import param
 from desim.kernel.protocol import Context
 from desim.kernel.registry import PROTOCOLS
+from desim.models.ccolme import brewire, rewire
 from desim.models.ccolme.edges import newest
 from desim.models.ccolme.family import CColMEFamily
 from desim.models.ccolme.params import Decisions, Noise, Rule, Threshold, _p
@@ -123,7 +128,7 @@ def table_estimate(
 
 
 @PROTOCOLS.register("b-colme")
-class BColME(CColMEFamily):
+class BColME(CColMEFamily, rewire.Follows):
     """B-ColME (Galante et al.): k-hop tables of neighbours' means, passed along the graph."""
 
     Params = BColMEParams
@@ -138,6 +143,10 @@ class BColME(CColMEFamily):
 
     def on_window_end(self) -> None:
         """Nothing to finish: a window's tables are filed per edge, newest wins, as they come."""
+
+    def on_graph_change(self, t: int, added: np.ndarray, dropped: np.ndarray) -> None:
+        """Lay the tables out on the new graph (`desim.models.ccolme.brewire.follow`)."""
+        brewire.follow(self, t)
 
     def setup(self, ctx: Context) -> None:
         """Read the graph and the data's constants; empty tables, every neighbour kept."""
@@ -220,6 +229,8 @@ class BColME(CColMEFamily):
 
     def on_deliver(self, batch: Batch) -> None:
         """File each neighbour's newest table (by its sample count) in the receiver's slot."""
+        if self.in_flight is not None:  # a changed graph: tables of links gone are dropped
+            batch = self.in_flight.in_force(self, batch)
         payload = batch.payload
         if len(batch) == 0:
             return
