@@ -55,6 +55,8 @@ def follow(proto: BColME, t: int) -> None:
     # n_b, and a new link holds none, so is neither tested nor counted
     note_shared(proto, old)
     adopt(proto, graph)
+    if getattr(proto, "told_edges", None) is not None:  # b's told factor, per edge (a, b)
+        proto.told_edges = proto.told[graph.dst]  # (inflating adversaries: `Adversarial.told`)
     proto._buffers = [np.empty_like(proto.held) for _ in range(2)] if proto._in_order else []
     proto._tables = None  # (S, c) buffers of the old edges
     track_in_flight(proto, remap, old.n_directed)
