@@ -229,8 +229,9 @@ class BColME(CColMEFamily, rewire.Follows):
 
     def on_deliver(self, batch: Batch) -> None:
         """File each neighbour's newest table (by its sample count) in the receiver's slot."""
+        e = None  # the receivers' slots, when already found
         if self.in_flight is not None:  # a changed graph: tables of links gone are dropped
-            batch = self.in_flight.in_force(self, batch)
+            batch, e = self.in_flight.slots_in_force(self, batch)
         payload = batch.payload
         if len(batch) == 0:
             return
@@ -242,7 +243,7 @@ class BColME(CColMEFamily, rewire.Follows):
         if not self._held_own:
             self.held, self._held_own = self.held.copy(), True
         self._whole_t = None
-        e = self._slot_of.find(batch.dst, batch.src)
+        e = self._slot_of.find(batch.dst, batch.src) if e is None else e
         e, rows, _ = newest(e, payload[:, 1], self.held[1, e], strict=True)
         self.held[:, e] = payload[rows].T
 

@@ -66,15 +66,21 @@ class InFlight:
         #: Messages dropped at delivery, per message kind (state, decision, size).
         self.lost = np.zeros(kinds, dtype=np.int64)
 
-    def in_force(self, proto: CColME, batch: Batch) -> Batch:
+    def in_force(self, proto: CColMEFamily, batch: Batch) -> Batch:
         """The messages of `batch` whose link is in force and was made before they were sent."""
+        return self.slots_in_force(proto, batch)[0]
+
+    def slots_in_force(self, proto: CColMEFamily, batch: Batch) -> tuple[Batch, np.ndarray]:
+        """`in_force`'s messages and their receivers' edge slots (found once: a receiver
+        filing them by slot need not look them up again)."""
         e = proto._slot_of.find(batch.dst, batch.src)
         keep = e >= 0
         keep[keep] = batch.sent_at[keep] >= self.born[e[keep]]
         if keep.all():
-            return batch
+            return batch, e
         np.add.at(self.lost, batch.kind[~keep], 1)
-        return batch.select(np.flatnonzero(keep))
+        rows = np.flatnonzero(keep)
+        return batch.select(rows), e[rows]
 
 
 class Follows(FollowsGraph):
