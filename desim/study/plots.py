@@ -96,6 +96,7 @@ METRIC_LABELS = {
     "mse_honest": "mean squared error of the honest agents",
     "accepting_adversaries": "share of honest agents accepting an adversary",
     "adversaries_accepted": "adversaries accepted per honest agent",
+    "lost_in_flight": "messages lost in flight to a change of their link (total)",
 }
 #: Who a privacy ledger metric ``eps_<who>_<stat>`` measures the ε against, and over what.
 LEDGER_WHO = {

@@ -51,6 +51,10 @@ c^(k) alone would shrink the forwarded means S/c, a value attack, not a weight).
 al.'s median or trimmed mean of X̃_a and the depth-0 means of a's kept neighbours: depth 0 is
 the only entry that is one agent's value; deeper entries are sums over paths, in which an
 adversary's mean sits inside honest neighbours' sums where no per-message aggregate can cut it.
+
+On a graph that changes during a run (desim's extension), a new link holds no table until b's
+first message, a dropped link's table leaves the estimate and the sums at once, and messages in
+flight on a link that changed are dropped on arrival (`desim.models.ccolme.brewire`).
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from desim.kernel.messages import Batch
 from desim.kernel.params import param
 from desim.kernel.protocol import Context
 from desim.kernel.registry import PROTOCOLS
+from desim.models.ccolme import brewire, rewire
 from desim.models.ccolme.edges import newest
 from desim.models.ccolme.family import CColMEFamily
 from desim.models.ccolme.params import Decisions, Noise, Rule, Threshold, _p
@@ -160,7 +165,7 @@ def table_estimate(
 
 
 @PROTOCOLS.register("b-colme")
-class BColME(TableAdversarial, CColMEFamily):
+class BColME(TableAdversarial, CColMEFamily, rewire.Follows):
     """B-ColME (Galante et al.): k-hop tables of neighbours' means, passed along the graph."""
 
     Params = BColMEParams
@@ -175,6 +180,10 @@ class BColME(TableAdversarial, CColMEFamily):
 
     def on_window_end(self) -> None:
         """Nothing to finish: a window's tables are filed per edge, newest wins, as they come."""
+
+    def on_graph_change(self, t: int, added: np.ndarray, dropped: np.ndarray) -> None:
+        """Lay the tables out on the new graph (`desim.models.ccolme.brewire.follow`)."""
+        brewire.follow(self, t)
 
     def setup(self, ctx: Context) -> None:
         """Read the graph and the data's constants; empty tables, every neighbour kept."""
@@ -263,6 +272,9 @@ class BColME(TableAdversarial, CColMEFamily):
 
     def on_deliver(self, batch: Batch) -> None:
         """File each neighbour's newest table (by its sample count) in the receiver's slot."""
+        e = None  # the receivers' slots, when already found
+        if self.in_flight is not None:  # a changed graph: tables of links gone are dropped
+            batch, e = self.in_flight.slots_in_force(self, batch)
         payload = batch.payload
         if len(batch) == 0:
             return
@@ -275,7 +287,7 @@ class BColME(TableAdversarial, CColMEFamily):
         if not self._held_own:
             self.held, self._held_own = self.held.copy(), True
         self._whole_t = None
-        e = self._slot_of.find(batch.dst, batch.src)
+        e = self._slot_of.find(batch.dst, batch.src) if e is None else e
         e, rows, _ = newest(e, payload[:, 1], self.held[1, e], strict=True)
         self.held[:, e] = payload[rows].T
 

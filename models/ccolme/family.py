@@ -30,6 +30,8 @@ class CColMEFamily(WindowSafe):
     reads = frozenset({"network", "topology"})
     #: The scenario must have a [topology]: the graph arrives as ctx.public["graph"].
     needs_topology: ClassVar[bool] = True
+    #: Agents that had a neighbour in an earlier graph of a changing one (None: no change).
+    shared_before: np.ndarray | None = None
 
     @property
     def uses_oracle(self) -> bool:
@@ -87,7 +89,10 @@ class CColMEFamily(WindowSafe):
         """
         if self.laplace_b == 0.0:
             return None
-        shared = np.where((self.graph.degree > 0) & (self.t > 0), 1, 0)
+        linked = self.graph.degree > 0
+        if self.shared_before is not None:  # a changing graph: shared on an earlier graph
+            linked = linked | self.shared_before
+        shared = np.where(linked & (self.t > 0), 1, 0)
         if self.gate is not None and self.gate.silent:
             shared[:] = 0
         m = self.laplace_b / (2.0 * self._L)

@@ -90,7 +90,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from desim.kernel.messages import Batch
-from desim.kernel.protocol import Context, FollowsGraph
+from desim.kernel.protocol import Context
 from desim.kernel.registry import PROTOCOLS
 from desim.models.baselines import Local
 from desim.models.ccolme import rewire
@@ -145,7 +145,7 @@ def _same_ends(batch: Batch, src: np.ndarray, dst: np.ndarray) -> bool:
 
 
 @PROTOCOLS.register("c-colme")
-class CColME(Adversarial, CColMEFamily, FollowsGraph):
+class CColME(Adversarial, CColMEFamily, rewire.Follows):
     """C-ColME (Galante et al.): consensus over estimated same-class neighbours of a graph."""
 
     Params = CColMEParams
@@ -162,8 +162,6 @@ class CColME(Adversarial, CColMEFamily, FollowsGraph):
     nb_n_prev = _View("n_prev", "t_b of the state before b's newest, per directed edge.")
     nb_size = _View("nb_size", "|C_b| as b told a, per directed edge (a's slot).", "_sizes")
     nb_size_at = _View("at", "When b sent the |C_b| a holds, per edge (ideal links: 0).", "_sizes")
-    #: Messages of links changed while in flight (`rewire.InFlight`; None: none yet).
-    in_flight: rewire.InFlight | None = None
 
     def on_graph_change(self, t: int, added: np.ndarray, dropped: np.ndarray) -> None:
         """Lay the per-edge state out on the new graph (`desim.models.ccolme.rewire.follow`)."""

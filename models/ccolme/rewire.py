@@ -29,7 +29,13 @@ one whose link is gone, or that was sent before its link was made again (its sen
 incarnation of the link), is dropped on arrival and counted in `InFlight.lost` (per kind:
 state, decision, size); a new link's first messages are those of the slot it appears in (its
 sender's state, then its decision and size at the slot's consensus step), and until they
-arrive it holds what set-up holds (χ = ``initial``, no state of b).
+arrive it holds what set-up holds (χ = ``initial``, no state of b). The metric
+``lost-in-flight`` records how many were dropped so far (`Follows.lost_in_flight`), for every
+protocol that follows a changing graph. An agent that had a neighbour in an earlier graph has
+shared its samples, and the ``privacy`` ledger keeps counting them after it loses its last
+link (`note_shared`).
+
+B-ColME and Private-B-ColME follow a changing graph the same way (`desim.models.ccolme.brewire`).
 """
 
 from __future__ import annotations
@@ -39,12 +45,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from desim.kernel.messages import Batch
+from desim.kernel.protocol import FollowsGraph
+from desim.kernel.registry import METRICS, applies_to, records
 from desim.models.ccolme.edges import EdgeSlots, EdgeStates, Rows
 from desim.models.ccolme.live_first import LiveFirst
 from desim.models.ccolme.sizes import Sizes
 from desim.topologies.graph import Graph
 
 if TYPE_CHECKING:
+    from desim.models.ccolme.family import CColMEFamily
     from desim.models.ccolme.protocol import CColME
 
 
@@ -57,15 +66,45 @@ class InFlight:
         #: Messages dropped at delivery, per message kind (state, decision, size).
         self.lost = np.zeros(kinds, dtype=np.int64)
 
-    def in_force(self, proto: CColME, batch: Batch) -> Batch:
+    def in_force(self, proto: CColMEFamily, batch: Batch) -> Batch:
         """The messages of `batch` whose link is in force and was made before they were sent."""
+        return self.slots_in_force(proto, batch)[0]
+
+    def slots_in_force(self, proto: CColMEFamily, batch: Batch) -> tuple[Batch, np.ndarray]:
+        """`in_force`'s messages and their receivers' edge slots (found once: a receiver
+        filing them by slot need not look them up again)."""
         e = proto._slot_of.find(batch.dst, batch.src)
         keep = e >= 0
         keep[keep] = batch.sent_at[keep] >= self.born[e[keep]]
         if keep.all():
-            return batch
+            return batch, e
         np.add.at(self.lost, batch.kind[~keep], 1)
-        return batch.select(np.flatnonzero(keep))
+        rows = np.flatnonzero(keep)
+        return batch.select(rows), e[rows]
+
+
+class Follows(FollowsGraph):
+    """The C-ColME family's side of a changing graph: the messages its links lost in flight."""
+
+    #: Messages of links changed while in flight (`InFlight`; None: none yet).
+    in_flight: InFlight | None = None
+
+    def lost_in_flight(self) -> int:
+        """Messages dropped on arrival because their link was dropped or made again while they
+        were in flight, so far (0 on ideal links or a graph that never changed)."""
+        return 0 if self.in_flight is None else int(self.in_flight.lost.sum())
+
+
+@METRICS.register("lost-in-flight")
+@records("lost_in_flight")
+@applies_to("lost_in_flight")
+def in_flight_losses(protocol: Any, data: Any) -> dict[str, float]:
+    """``lost_in_flight``: the messages dropped on arrival so far because their link was
+    dropped or made again while they were in flight (a changing graph over links that are not
+    ideal; C-ColME's and B-ColME's `InFlight.lost`, Private-ColME's
+    `desim.models.colme.rewire.InFlight.lost`, all kinds together)."""
+    hook = getattr(protocol, "lost_in_flight", None)  # (protocols that follow no graph)
+    return {} if hook is None else {"lost_in_flight": float(hook())}
 
 
 def carried(old: Graph, new: Graph) -> np.ndarray:
@@ -79,7 +118,7 @@ def carried(old: Graph, new: Graph) -> np.ndarray:
     return np.where(old_keys[pos] == new_keys, pos, -1)
 
 
-class _Remap:
+class Remap:
     """Per-edge arrays of the old graph laid out over the new edges (`carried`)."""
 
     def __init__(self, carry: np.ndarray) -> None:
@@ -98,7 +137,7 @@ class _Remap:
         return out
 
 
-def _edge_states(states: EdgeStates | LiveFirst, remap: _Remap) -> EdgeStates:
+def _edge_states(states: EdgeStates | LiveFirst, remap: Remap) -> EdgeStates:
     """b's states as a holds them, over the new edges (none yet on new links)."""
     if isinstance(states, LiveFirst):
         states = states.to_edge_states()
@@ -113,7 +152,7 @@ def _edge_states(states: EdgeStates | LiveFirst, remap: _Remap) -> EdgeStates:
 def follow(proto: CColME, graph: Graph) -> None:
     """Move `proto`'s per-edge state from its graph to `graph` (the module's rules)."""
     old = proto.graph
-    remap = _Remap(carried(old, graph))
+    remap = Remap(carried(old, graph))
     initial = proto.params.initial == "all"
     kept_before = proto.kept
     proto.chi = remap(proto.chi, initial)
@@ -128,14 +167,9 @@ def follow(proto: CColME, graph: Graph) -> None:
     lost -= np.bincount(graph.src[kept & ~remap.new], minlength=graph.n)
     gained = np.bincount(graph.src[kept & remap.new], minlength=graph.n)
     proto._rewired = (lost > 0) | (gained > 0)
-    # the graph's own arrays and everything built on them
-    proto.graph = graph
-    proto.src, proto.dst, proto.reverse = graph.src, graph.dst, graph.reverse
-    proto._slot_of = EdgeSlots(graph.n, graph.src * graph.n + graph.dst)
+    note_shared(proto, old)
+    adopt(proto, graph)  # the graph's own arrays and everything built on them
     proto._csr = Rows(graph)
-    if proto.uses_oracle:
-        classes = proto.ctx.oracle_classes
-        proto._oracle_chi = classes[graph.src] == classes[graph.dst]
     proto.size = proto._csr.count(kept)
     proto._kept_idx = np.flatnonzero(kept)
     proto._kept_version += 1
@@ -147,9 +181,35 @@ def follow(proto: CColME, graph: Graph) -> None:
     proto._buffers, proto._sent = [], {}
     proto._mixed_idx, proto._w = np.empty(0, dtype=np.int64), 0.0
     proto._relive = proto._in_order and p.decisions == "irrevocable"
-    if not proto._in_order:  # links that are not ideal: messages may be in flight
-        in_flight = proto.in_flight or InFlight(old.n_directed, len(proto.message_kinds))
-        in_flight.born = remap(in_flight.born, float(proto.t + 1))  # made before slot t + 1
+    track_in_flight(proto, remap, old.n_directed)
+
+
+def adopt(proto: CColMEFamily, graph: Graph) -> None:
+    """Give `proto` the arrays `CColMEFamily._setup_graph` reads from its graph, of `graph`:
+    the edges, their slots, the oracle's decisions."""
+    proto.graph = graph
+    proto.src, proto.dst, proto.reverse = graph.src, graph.dst, graph.reverse
+    proto._slot_of = EdgeSlots(graph.n, graph.src * graph.n + graph.dst)
+    if proto.uses_oracle:
+        classes = proto.ctx.oracle_classes
+        proto._oracle_chi = classes[graph.src] == classes[graph.dst]
+
+
+def note_shared(proto: CColMEFamily, old: Graph) -> None:
+    """Remember, before `old` gives way, the agents that shared on it (a neighbour and a slot
+    run): the ``privacy`` ledger counts their samples even once they have no link left."""
+    if proto.t > 0:
+        before = proto.shared_before
+        linked = old.degree > 0
+        proto.shared_before = linked if before is None else before | linked
+
+
+def track_in_flight(proto: Any, remap: Remap, n_old: int) -> None:
+    """Over links that are not ideal, where messages may be in flight: each edge's link made
+    before slot t + 1 (t = `proto.t`, the last slot run) is of a new incarnation if new."""
+    if not proto._in_order:
+        in_flight = proto.in_flight or InFlight(n_old, len(proto.message_kinds))
+        in_flight.born = remap(in_flight.born, float(proto.t + 1))
         proto.in_flight = in_flight
 
 

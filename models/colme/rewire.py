@@ -81,6 +81,11 @@ class ChangingNeighbours(FollowsGraph):
                 "set-up degrees); use 'paper' or 'tight'"
             )
 
+    def lost_in_flight(self) -> int:
+        """Messages dropped on arrival because their link changed in flight, so far (the
+        ``lost-in-flight`` metric, `desim.models.ccolme.rewire.in_flight_losses`)."""
+        return 0 if self.follower is None else int(self.follower.lost.sum())
+
     def on_graph_change(self, t: int, added: np.ndarray, dropped: np.ndarray) -> None:
         """Re-lay the pair state out over the new graph (this module's rules)."""
         proto: Any = self

