@@ -61,6 +61,24 @@ class RoundRobinPairs:
             out[start : start + _CHUNK] = flat[pairs]
         return out
 
+    def per_responder(self, per: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The most and the sum of integer `per` (one per pair number) over each responder b's
+        queriers, as [b, a]'s rows give them: row o of the pairs holds b = a + o (mod M), two
+        runs of b in order (integer sums: exact in any order)."""
+        m = self.n_agents
+        if per.dtype.kind not in "iub":  # (floats: summed as the matrix's rows are)
+            by_responder = self.matrix(per.ravel(), "responder")
+            return by_responder.max(axis=1), by_responder.sum(axis=1)
+        rows = per.reshape(m, m)
+        most, total = np.zeros(m, dtype=per.dtype), np.zeros(m, dtype=per.dtype)
+        for o in range(m):  # b = o … M − 1 from a = 0 … M − 1 − o, b < o from a = M − o …
+            head, tail = rows[o, : m - o], rows[o, m - o :]
+            np.maximum(most[o:], head, out=most[o:])
+            np.maximum(most[:o], tail, out=most[:o])
+            total[o:] += head
+            total[:o] += tail
+        return most, total
+
     def number(self, by_querier: np.ndarray) -> np.ndarray:
         """An [a, b] matrix's values in pair-number order (flat): the inverse of `matrix`."""
         first = by_querier.flat[0]

@@ -704,10 +704,9 @@ def _per_responder(protocol: Any, per_pair: Any) -> tuple[np.ndarray, np.ndarray
     """Per responder b, the most of `per_pair(mechanism, κ)` over its queriers and their
     sum, κ being each pair's releases made (`mech.count`)."""
     if protocol.graph is None:
-        count, positions = protocol.mech.count, protocol.positions
-        if positions is not None:  # ([b, a] in pair-number order: as the matrix it stands for)
-            count = positions.matrix(count.ravel(), "responder")
-        per = per_pair(protocol.params.mechanism, count)
+        per = per_pair(protocol.params.mechanism, protocol.mech.count)
+        if protocol.positions is not None:  # (rows by RR position, not by responder)
+            return protocol.positions.per_responder(per)
         return per.max(axis=1), per.sum(axis=1)
     return responder_spend(protocol, per_pair)
 

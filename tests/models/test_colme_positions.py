@@ -109,3 +109,15 @@ def test_pairs_numbered_by_rr_position_give_the_same_run_bit_for_bit(params, cla
 )
 def test_the_numbering_applies_only_where_every_rule_reads_a_slot_in_order(params):
     assert run(Numbered, params, t_max=5).positions is None
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float64])
+def test_per_responder_reduces_the_rows_of_b_a(dtype):
+    m = 9
+    pairs = RoundRobinPairs(m)
+    per = np.random.default_rng(3).integers(0, 50, m * m).astype(dtype)
+    by_responder = pairs.matrix(per, "responder")
+    most, total = pairs.per_responder(per.reshape(m, m))
+    np.testing.assert_array_equal(most, by_responder.max(axis=1))
+    np.testing.assert_array_equal(total, by_responder.sum(axis=1))
+    assert most.dtype == total.dtype == dtype
