@@ -55,8 +55,11 @@ class Synchronous:
 
     def __init__(self, protocol: PrivateColME) -> None:
         self.p = protocol
-        # the payload of the queries sent last and their pairs (on a graph; else None)
+        # the payload of the queries sent last and their pairs (on a graph; else None), and
+        # with pairs numbered by RR position (`positions`) the querier and responder arrays
+        # sent with the run of their pairs
         self._asked: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
+        self._run: tuple[np.ndarray | None, np.ndarray | None, slice | None] = (None, None, None)
         # the payload of the releases sent last and their run of pairs (`runs`; else None)
         self._answered: tuple[np.ndarray | None, slice | None] = (None, None)
 
@@ -66,6 +69,8 @@ class Synchronous:
         # a run of consecutive pairs carries a view of their numbers as floats (no new array)
         payload = _edge_payload(edge) if run is None else self.p.graph.floats[run]
         self._asked = (payload, edge)
+        if self.p.positions is not None:
+            self._run = (a, b, self.p.positions.run(t))
         self.p.ctx.send("query", a, b, payload)
 
     def answer(self, queries: Batch) -> None:
@@ -74,6 +79,9 @@ class Synchronous:
         b, a = queries.dst, queries.src
         sent, edge = self._asked
         run = p.graph.span(queries.payload[:, 0]) if p.runs else None
+        asked_a, asked_b, asked_run = self._run
+        if a is asked_a and b is asked_b:  # the whole send as sent (the same arrays): its run
+            run = asked_run
         if run is not None:
             pair = run  # queries carrying a run of consecutive pairs: that run, as a slice
         elif edge is not None and queries.payload.base is sent and len(queries) == len(edge):

@@ -8,7 +8,12 @@ variance terms are `desim.models.colme.statistic.PairStatistic`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from desim.models.colme.positions import RoundRobinPairs
 
 # Columns of a release's payload: b's privatised mean R, b's sample count t_b, the release
 # index j, the send time of the query it answers (echoed), and Sch-Var-1's variance release.
@@ -16,12 +21,18 @@ VALUE, COUNT, INDEX, ASKED, VARIANCE = range(5)
 
 
 class ClassBeliefs:
-    """C_a^{(t)} of every agent: `included[a, b]` (χ_a(b) = 1) and its row sums."""
+    """C_a^{(t)} of every agent: `included[a, b]` (χ_a(b) = 1) and its row sums.
 
-    def __init__(self, included: np.ndarray) -> None:
+    With `positions` (`desim.models.colme.positions`) the pairs are numbered by RR position:
+    `flat` is then in that order and `included` its M × M shape, [(b − a) mod M, a].
+    """
+
+    def __init__(self, included: np.ndarray, positions: RoundRobinPairs | None = None) -> None:
+        self.n_included = included.sum(axis=1)  # row sums of `included`, kept current
+        if positions is not None:
+            included = positions.number(included).reshape(included.shape)
         self.included = included
         self.flat = included.ravel()  # [a·M + b]: a view, the pair index of the protocol
-        self.n_included = included.sum(axis=1)  # row sums of `included`, kept current
 
     def revise(self, a: np.ndarray, b: np.ndarray, decision: np.ndarray) -> None:
         """Set χ_a(b) of distinct pairs (a, b) to `decision`."""

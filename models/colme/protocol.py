@@ -101,6 +101,7 @@ from desim.models.colme.model import (
     z_accepts,
 )
 from desim.models.colme.pairs import COUNT, INDEX, VALUE, VARIANCE, ClassBeliefs
+from desim.models.colme.positions import round_robin_pairs
 from desim.models.colme.rewire import ChangingNeighbours
 from desim.models.colme.schedule import RestrictedRoundRobin, RoundRobin, max_pair_releases
 from desim.models.colme.statistic import PairStatistic, SchVar2
@@ -229,6 +230,9 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
     must_say: ClassVar[dict[str, str]] = {"topology": "peers"}
     legacy_values: ClassVar[dict[str, Any]] = {"peers": "all", "combination": "weighted"}
     memory = {"pair": 40.0}
+    #: Populations above this size number their pairs by RR position where that applies
+    #: (`desim.models.colme.positions`: a slot's pairs are one run).
+    positions_above: ClassVar[int] = 1000
     #: Populations above this size keep each agent's combination sums Σ_b T/Var[T] and
     #: Σ_b 1/Var[T] up to date at every release (`estimates` in O(M)); up to it `estimates`
     #: sums over the M × M pair state at each call, which costs little there and gives the same
@@ -279,6 +283,9 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
         self.graph = Neighbours(ctx.public["graph"]) if p.peers == "topology" else None
         #: Pairs held: every ordered pair (a·M + b), or every directed edge a → b of the graph.
         self.n_pairs = m * m if self.graph is None else self.graph.n_pairs
+        #: The dense pairs numbered by RR position where a slot's pairs are then one run (None:
+        #: a·M + b). (`positions`: ideal links are `ctx.links` None or ideal, as `asynchronous`)
+        self.positions = round_robin_pairs(self, ctx)
         self.known = p.variance == "known"
         #: σ_a² of every agent, used only when variances are known.
         self.sigma2 = np.asarray(ctx.public["sigma2"], dtype=float) if self.known else None
@@ -292,6 +299,7 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
             levels,
             n_pairs=self.n_pairs,
             degraded_ratio=1.0 if self.release_budget is None else self.release_budget.ratio,
+            positions=self.positions,
         )
         #: V_{b→a}, a's current estimate of σ_b² (+∞: none yet), when variances are unknown.
         shape = (m, m) if self.graph is None else self.n_pairs
@@ -338,7 +346,7 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
         #: C_a^{(t)}: `included[a, b]` says a believes b is in its class (χ_a(b) = 1); on a
         #: graph `included[e]` for the edge e = a → b.
         if self.graph is None:
-            self.beliefs = ClassBeliefs(self._initially_included(ctx))
+            self.beliefs = ClassBeliefs(self._initially_included(ctx), self.positions)
             self.schedule = (
                 RoundRobin(m) if p.schedule == "rr" else RestrictedRoundRobin(self.beliefs)
             )
@@ -413,13 +421,13 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
     ) -> np.ndarray:
         """The pair index of messages between querier a and responder b: a·M + b, or on a graph
         the edge a → b, which every query (column 0) and release (`edge_column`) carries."""
-        if self.graph is None:
-            return a * len(self.sums) + b
-        return payload[:, column].astype(np.int64)
+        if self.graph is not None:
+            return payload[:, column].astype(np.int64)
+        return a * len(self.sums) + b if self.positions is None else self.positions.of(a, b)
 
     def made(self, b: np.ndarray, a: np.ndarray, pair: np.ndarray) -> np.ndarray:
         """κ_{b→a}: the releases b has made to a, of the pairs `pair`."""
-        if self.graph is None:
+        if self.graph is None and self.positions is None:
             return self.mech.count[b, a]
         return self.mech.count.ravel()[pair]
 
@@ -507,19 +515,15 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
         """Payloads of releases b → a that are made (`release`; `scale`: their new noise's
         multiple under ``degrade``)."""
         sums, sumsq, counts = self.view.own(b, slot)
-        # the mechanisms' pair: (b, a), or on a graph the edge's place in their square, whose
-        # flat index is the edge itself
-        if self.graph is None:
-            values, j, fresh = self.mech.release(b, a, sums, counts, scale)
-            who, to = b, a
-        else:
-            values, j, fresh = self.mech.release(None, None, sums, counts, scale, pair=pair)
-            who, to = None, None
+        # the mechanisms' flat pair b·M + a; on a graph (or numbered by RR position) their pair
+        # is the protocol's own, the edge's place in their square (the pair's place)
+        own = self.graph is None and self.positions is None
+        mech_pair = b * self._side + a if own else pair
+        values, j, fresh = self.mech.release(None, None, sums, counts, scale, pair=mech_pair)
         # by column (Fortran order): each column is written here and read on arrival whole
         payload = np.empty((len(b), self.release_width), order="F")
         if self.params.variance == "sch-var-1":
-            if self.graph is not None:
-                who, to = np.divmod(pair, self._side)
+            who, to = np.divmod(mech_pair, self._side)
             payload[:, VARIANCE] = self.var_release.release(
                 who, to, j, fresh, sums, sumsq, counts, values
             )
@@ -701,6 +705,8 @@ def _per_responder(protocol: Any, per_pair: Any) -> tuple[np.ndarray, np.ndarray
     sum, κ being each pair's releases made (`mech.count`)."""
     if protocol.graph is None:
         per = per_pair(protocol.params.mechanism, protocol.mech.count)
+        if protocol.positions is not None:  # (rows by RR position, not by responder)
+            return protocol.positions.per_responder(per)
         return per.max(axis=1), per.sum(axis=1)
     return responder_spend(protocol, per_pair)
 
@@ -740,7 +746,8 @@ def _pair_terms(
         with np.errstate(invalid="ignore", divide="ignore"):
             num = sigma2 * data
             num += protocol.sigma2_dp * noise
-            included = protocol.beliefs.flat.take(pair)
+            flat = protocol.beliefs.flat
+            included = flat[pair] if isinstance(pair, slice) else flat.take(pair)
             weight = np.divide(1.0, num, out=np.zeros_like(num), where=included & taken)
         return weight * total, weight, included
     value, data, noise, n = stat.terms(pair)
@@ -756,8 +763,14 @@ def _row_terms(protocol: Any, rows: np.ndarray | slice) -> tuple[np.ndarray, np.
     T_{b→a}, one row per agent a."""
     sigma2 = protocol.sigma2[None, :] if protocol.known else protocol.v_hat[rows]
     var = protocol.stat.variance(sigma2, rows)
+    positions = protocol.positions
+    included = (
+        protocol.included[rows]
+        if positions is None
+        else protocol.beliefs.flat[positions.querier_rows(rows)]
+    )
     with np.errstate(divide="ignore"):
-        weight = np.where(protocol.included[rows], 1.0 / var, 0.0)
+        weight = np.where(included, 1.0 / var, 0.0)
     agents = np.arange(len(protocol.sums))[rows]
     weight[np.arange(len(agents)), agents] = 0.0  # a itself
     return weight, protocol.stat.value_of(rows)

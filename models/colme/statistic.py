@@ -36,9 +36,14 @@ PM-II's weighs each node by whether the release that made it, ⌊j/2^ℓ⌋·2^�
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from desim.models.privacy.bits import lowest_set_bit, set_bits
+
+if TYPE_CHECKING:
+    from desim.models.colme.positions import RoundRobinPairs
 
 
 class PairStatistic:
@@ -62,12 +67,16 @@ class PairStatistic:
         levels: int,
         n_pairs: int | None = None,
         degraded_ratio: float = 1.0,
+        positions: RoundRobinPairs | None = None,
     ) -> None:
         # `degraded_ratio` is ρ, a degraded p-sum's noise variance over σ_DP² (`update`).
         # `n_pairs` (default M²) holds only the pairs that exist, by the caller's pair index
-        # (Private-ColME on a graph: its edges); the [a, b] views are then not available
+        # (Private-ColME on a graph: its edges); the [a, b] views are then not available.
+        # `positions`: the M² pairs are numbered by RR position, and the [a, b] views read
+        # through that numbering
         n_pairs = n_agents * n_agents if n_pairs is None else n_pairs
         self.n_agents = n_agents
+        self.positions = positions
         self.mechanism = mechanism
         self.weights = weights
         self.sigma2_dp = float(sigma2_dp)
@@ -128,6 +137,9 @@ class PairStatistic:
         self, rows: np.ndarray | slice
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """n, block sum, D and A of the agents a in `rows` (every b), as [a, b] arrays."""
+        if self.positions is not None:
+            pairs = self.positions.querier_rows(rows)
+            return tuple(x.reshape(pairs.shape) for x in self.pair_columns(pairs.ravel()))
         state = self._state[rows]
         if not self.compact:
             return state[..., 1], state[..., 2], state[..., 3], state[..., 4]
@@ -159,6 +171,8 @@ class PairStatistic:
     @property
     def kappa(self) -> np.ndarray:
         """κ_{b→a}: releases a has received from b."""
+        if self.positions is not None:
+            return self.positions.matrix(self._kappa).astype(np.int64)
         if self.compact:
             return self._kappa.reshape(self.n_agents, self.n_agents).astype(np.int64)
         return self._state[..., 0].astype(np.int64)
@@ -211,12 +225,16 @@ class PairStatistic:
         count = kappa if self._count is None else self._count.take(pair)
         return value, data, count * data * data, n
 
-    def last_terms(self, pair: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``last`` under PM-I (n is 0 or 1): whether each of the flat pairs has a release,
-        its block sum (T itself: 0 before a release), D and A, without forming n and T."""
-        kappa = self._kappa.take(pair)
-        total, data = self._flat.take(pair, axis=0).T
-        count = kappa.astype(float) if self._count is None else self._count.take(pair)
+    def last_terms(
+        self, pair: np.ndarray | slice
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``last`` under PM-I (n is 0 or 1): whether each of the flat pairs (a slice: a run of
+        them, whose block sums and D are then views of the state) has a release, its block sum
+        (T itself: 0 before a release), D and A, without forming n and T."""
+        run = isinstance(pair, slice)
+        kappa = self._kappa[pair] if run else self._kappa.take(pair)
+        total, data = (self._flat[pair] if run else self._flat.take(pair, axis=0)).T
+        count = kappa.astype(float) if self._count is None else self._count[pair]
         return kappa > 0, total, data, count * data * data
 
     def last_index(self, pair: np.ndarray) -> np.ndarray:
