@@ -159,9 +159,13 @@ class ReleaseBudget:
             return self.scale
         return np.where(degraded, self.scale, 1.0)
 
-    def degraded_from_of(self, pair: np.ndarray) -> np.ndarray | None:
-        """j_d of the pairs `pair` (None while no release was degraded: the old arithmetic)."""
-        return self.degraded_from.take(pair) if self.any_degraded else None
+    def degraded_from_of(self, pair: np.ndarray) -> np.ndarray | int | None:
+        """j_d of the pairs `pair` (None while no release was degraded: the old arithmetic;
+        the scalar 1 when k* = 0, where the gate refuses every pair's first release, so every
+        pair that released is degraded from release 1 and no per-pair look-up is needed)."""
+        if not self.any_degraded:
+            return None
+        return 1 if self.gate.capacity == 0 else self.degraded_from.take(pair)
 
     def spend(self, per_responder: Any, one: np.ndarray, every: np.ndarray) -> dict[str, tuple]:
         """The ledger's (multipliers, counts) per recipient set: (m, `one`) and (m, `every`)
@@ -175,6 +179,8 @@ class ReleaseBudget:
         if not self.any_degraded:
             return {"one": (m, one), "all": (m, every)}
         m_prime, first = self.degraded_m, self.degraded_from
+        if self.gate.capacity == 0:  # every p-sum at m': early = 0, so these are the same bits
+            return _spend_degraded(m, m_prime, one, every)
         if self.protocol.graph is None:  # [a, b] → the mechanism's [b, a]
             first = first.reshape(self.protocol.mech.count.shape).T
 
@@ -194,3 +200,17 @@ class ReleaseBudget:
                 "one": (np.where(hit, 1 / np.sqrt(one_p), m), np.where(hit, 1, one)),
                 "all": (np.where(hit, 1 / np.sqrt(every_p), m), np.where(hit, 1, every)),
             }
+
+
+def _spend_degraded(
+    m: float, m_prime: float, one: np.ndarray, every: np.ndarray
+) -> dict[str, tuple]:
+    """`ReleaseBudget.spend` when every release was made at m' (k* = 0): its precisions
+    0/m² + late/m'² with late = the whole count, the most over queriers taken after the
+    division (which keeps order), so the arithmetic is the general case's, bit for bit."""
+    hit = every > 0
+    with np.errstate(divide="ignore"):
+        return {
+            "one": (np.where(hit, 1 / np.sqrt(one / m_prime**2), m), np.where(hit, 1, one)),
+            "all": (np.where(hit, 1 / np.sqrt(every / m_prime**2), m), np.where(hit, 1, every)),
+        }
