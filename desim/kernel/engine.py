@@ -83,7 +83,8 @@ class Simulation:
     protocol declares them (`WindowSafe`, `SlotBatched`); turned off, the run takes the slower
     mode they reproduce, e.g. to check that they give the same bytes (`desim.testing`).
     `graphs`, for a graph that changes during the run, gives the slots it changes at
-    (``times``) and each change (``change(t)`` → new graph, added links, dropped links).
+    (``times``) and each change (``change(t)`` → new graph, added links, dropped links);
+    the protocol finds those slots in ``ctx.public["graph_changes"]`` at set-up.
     """
 
     def __init__(
@@ -238,6 +239,8 @@ class Simulation:
             adversary_truth=self.data if getattr(self.protocol, "has_adversaries", False) else None,
         )
         self._ctx = ctx
+        if self._changes:  # a protocol whose bounds must hold over the changes knows of them
+            ctx.public["graph_changes"] = tuple(self._changes)
         self.protocol.setup(ctx)
         if self._stops:
             self.protocol.stop_sampling()

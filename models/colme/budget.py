@@ -42,6 +42,13 @@ class ReleaseBudget:
         most = int(first_sample_psums(p.mechanism, np.array([kappa_max]))[0]) * per_release
         if p.budget.against == "colluding":  # every querier of the responder
             most *= m - 1 if protocol.graph is None else protocol.graph.max_degree()
+        if protocol.graph is not None and ctx.public.get("graph_changes"):
+            # a changing graph (``stop`` only, `budget_on_changing_graph`): new links bring new
+            # queriers and links made again new trees, so the set-up degrees bound nothing;
+            # each release adds at most `per_release` p-sums holding the first sample, and b
+            # makes at most t_max·(M − 1) releases (one query a slot from each other agent):
+            # a bound for either recipient set, so the gate decides every release
+            most = per_release * ctx.t_max * (m - 1)
         budget = p.budget
         k_star = capacity(
             p.noise, protocol.multiplier, budget.epsilon, budget.delta, most, p.accountant
@@ -68,6 +75,29 @@ class ReleaseBudget:
         self._undegraded = protocol.n_pairs - (m if protocol.graph is None else 0)
         #: The gate every release passes while the budget can bind.
         self.gate = StopGate(budget, p.mechanism, per_release, m, k_star, kappa_max)
+        #: On a changing graph, the p-sums holding b's first sample that a got over earlier
+        #: incarnations of the link of each pair (None: no link was made again yet).
+        self.before: np.ndarray | None = None
+
+    def follow(self, nb: Any, carry: Any, retired: Any) -> None:
+        """The graph changed (`desim.models.colme.rewire.follow`, with its new neighbours
+        `nb`, the pairs `carry`ied over and the `retired` releases of every dropped link):
+        `before` over the new pairs, a new link's from the incarnations of its link retired so
+        far (a ``stop`` budget; ``degrade`` is refused on a changing graph)."""
+        p = self.protocol.params
+        if p.budget.against != "one":  # (against colluding every new p-sum counts as made)
+            return
+        kept = carry(self.before, 0) if self.before is not None else carry.new * 0
+        fresh = np.flatnonzero(carry.new)
+        if len(retired.keys) and len(fresh):
+            per = first_sample_psums(p.mechanism, retired.counts)
+            keys, inverse = np.unique(retired.keys, return_inverse=True)
+            total = np.bincount(inverse.ravel(), weights=per, minlength=len(keys))
+            link = nb.dst[fresh] * retired.n + nb.src[fresh]  # b·M + a, as `retired` keys
+            pos = np.minimum(np.searchsorted(keys, link), len(keys) - 1)
+            found = keys[pos] == link
+            kept[fresh[found]] = total[pos[found]].astype(np.int64) * self.gate.per_release
+        self.before = kept.astype(np.int64) if kept.any() else None
 
     def _start_degrading(self, refused: np.ndarray) -> bool:
         """At the gate's first refusal (agents `refused`) under ``degrade``: m' for the
@@ -108,9 +138,10 @@ class ReleaseBudget:
         made = protocol.made(b, a, pair)
         if self.any_degraded:
             return protocol._release(b, a, pair, slot, self._degrade(b, made, pair, slot))
-        if self.gate.quiet(b, made):  # (a budget not hit yet costs this look-up)
+        before = None if self.before is None else self.before.take(pair)
+        if self.gate.quiet(b, made, before):  # (a budget not hit yet costs this look-up)
             return protocol._release(b, a, pair, slot)
-        ok = self.gate.admit(b, made, protocol.view.clock(slot))
+        ok = self.gate.admit(b, made, protocol.view.clock(slot), before)
         if ok.all():
             return protocol._release(b, a, pair, slot)
         if self.degrading and (self.scale is not None or self._start_degrading(b[~ok])):
@@ -159,9 +190,13 @@ class ReleaseBudget:
             return self.scale
         return np.where(degraded, self.scale, 1.0)
 
-    def degraded_from_of(self, pair: np.ndarray) -> np.ndarray | None:
-        """j_d of the pairs `pair` (None while no release was degraded: the old arithmetic)."""
-        return self.degraded_from.take(pair) if self.any_degraded else None
+    def degraded_from_of(self, pair: np.ndarray) -> np.ndarray | int | None:
+        """j_d of the pairs `pair` (None while no release was degraded: the old arithmetic;
+        the scalar 1 when k* = 0, where the gate refuses every pair's first release, so every
+        pair that released is degraded from release 1 and no per-pair look-up is needed)."""
+        if not self.any_degraded:
+            return None
+        return 1 if self.gate.capacity == 0 else self.degraded_from.take(pair)
 
     def spend(self, per_responder: Any, one: np.ndarray, every: np.ndarray) -> dict[str, tuple]:
         """The ledger's (multipliers, counts) per recipient set: (m, `one`) and (m, `every`)
@@ -175,6 +210,8 @@ class ReleaseBudget:
         if not self.any_degraded:
             return {"one": (m, one), "all": (m, every)}
         m_prime, first = self.degraded_m, self.degraded_from
+        if self.gate.capacity == 0:  # every p-sum at m': early = 0, so these are the same bits
+            return _spend_degraded(m, m_prime, one, every)
         if self.protocol.graph is None:  # [a, b] → the mechanism's [b, a]
             first = first.reshape(self.protocol.mech.count.shape).T
 
@@ -194,3 +231,41 @@ class ReleaseBudget:
                 "one": (np.where(hit, 1 / np.sqrt(one_p), m), np.where(hit, 1, one)),
                 "all": (np.where(hit, 1 / np.sqrt(every_p), m), np.where(hit, 1, every)),
             }
+
+
+def _spend_degraded(
+    m: float, m_prime: float, one: np.ndarray, every: np.ndarray
+) -> dict[str, tuple]:
+    """`ReleaseBudget.spend` when every release was made at m' (k* = 0): its precisions
+    0/m² + late/m'² with late = the whole count, the most over queriers taken after the
+    division (which keeps order), so the arithmetic is the general case's, bit for bit."""
+    hit = every > 0
+    with np.errstate(divide="ignore"):
+        return {
+            "one": (np.where(hit, 1 / np.sqrt(one / m_prime**2), m), np.where(hit, 1, one)),
+            "all": (np.where(hit, 1 / np.sqrt(every / m_prime**2), m), np.where(hit, 1, every)),
+        }
+
+
+def budget_on_changing_graph(params: Any) -> None:
+    """Refuse (ValueError, one line, saying why) the runs on a changing graph whose bounds
+    assume the set-up graph: ``calibration = "tight-tree"`` and ``degrade``. ``stop`` is exact
+    there: against colluding queriers the gate counts every new p-sum of the first sample as it
+    is made, on a new link as on an old one, and against one querier it adds the p-sums of a
+    link's earlier incarnations (`ReleaseBudget.before`), as the ledger does (it keeps the
+    releases of dropped links)."""
+    if params.calibration == "tight-tree":
+        raise ValueError(
+            "calibration = 'tight-tree': not on a changing graph (κ_max comes from the set-up "
+            "degrees, and a link made again starts a new tree holding the first sample "
+            "again); use 'paper' or 'tight'"
+        )
+    budget = params.budget
+    if budget is None:
+        return
+    if budget.action == "degrade":
+        raise ValueError(
+            "budget.action = 'degrade': not on a changing graph (m' spreads the budget over "
+            "the most p-sums the first sample can enter by t_max, which new links and links "
+            "made again leave unbounded by the set-up graph); use 'stop'"
+        )

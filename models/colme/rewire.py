@@ -26,8 +26,10 @@ message whose link is gone, or that belongs to an earlier incarnation of its lin
 was sent before the link was made again), is dropped there (`lost`, per kind). A new link's
 first query is the one of the slot it appears in.
 
-κ_max bounds (``calibration = "tight-tree"``, budgets) assume the set-up graph's degrees, so
-those runs are refused on a changing graph.
+A ``stop`` budget (`desim.models.colme.budget`) follows a changing graph: against one querier
+its count adds a link's earlier incarnations (`ReleaseBudget.follow`). The runs whose bounds
+assume the set-up graph (``calibration = "tight-tree"``, ``degrade``) are refused, each saying
+why (`budget_on_changing_graph`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import numpy as np
 
 from desim.kernel.messages import Batch
 from desim.kernel.protocol import FollowsGraph
+from desim.models.colme.budget import budget_on_changing_graph
 from desim.models.colme.delivery import Asynchronous
 from desim.models.colme.forgetting import refuse_on_changing_graph
 from desim.models.colme.graph import (
@@ -70,6 +73,7 @@ class ChangingNeighbours(FollowsGraph):
         """Refuse the runs whose bounds assume the set-up graph's degrees, and forget tables."""
         if params.peers != "topology":
             return
+<<<<<<< HEAD
         refuse_on_changing_graph(params)
         if params.budget is not None:
             raise ValueError(
@@ -80,6 +84,9 @@ class ChangingNeighbours(FollowsGraph):
                 "calibration = 'tight-tree': not on a changing graph (its κ_max assumes the "
                 "set-up degrees); use 'paper' or 'tight'"
             )
+=======
+        budget_on_changing_graph(params)
+>>>>>>> s38-degr
 
     def lost_in_flight(self) -> int:
         """Messages dropped on arrival because their link changed in flight, so far (the
@@ -240,6 +247,8 @@ def follow(
     retired = proto.retired if proto.retired is not None else RetiredPairs(nb.n)
     retired.add(old.dst[lost], old.src[lost], proto.mech.count.ravel()[: old.n_pairs][lost])
     proto.retired = retired
+    if proto.release_budget is not None:  # a budget's count over a link's incarnations
+        proto.release_budget.follow(nb, carry, retired)
     proto.graph, proto.n_pairs = nb, nb.n_pairs
     _carry_releases(proto, carry)
     _carry_statistic(proto, carry)

@@ -36,7 +36,7 @@ PM-II's weighs each node by whether the release that made it, ⌊j/2^ℓ⌋·2^�
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -84,6 +84,9 @@ class PairStatistic:
         # ``last`` under PM-I after a degraded release: c_j of each pair's last release, where
         # A = c_j·D·D (κ·D·D until then, so it is made at the first degraded update)
         self._count: np.ndarray | None = None
+        # ... unless every pair is degraded from its first release (j_d = 1 for all, a scalar):
+        # then c = κ·ρ, computed where read, and nothing per pair is kept or scattered
+        self._from_first = False
         # PM-II: row r is ρ at the r lowest levels and 1 above (`node_noise`), made at first use
         self._noise_rows: np.ndarray | None = None
         # ``last`` keeps no block: n is 1 from the first release on and every sum restarts at
@@ -148,7 +151,7 @@ class PairStatistic:
         if self.mechanism == "pm2":
             noise = state[..., 2]
         else:
-            count = kappa if self._count is None else self._count.reshape(self.n_agents, -1)[rows]
+            count = self._count_of(kappa, lambda c: c.reshape(self.n_agents, -1)[rows])
             noise = count * data * data
         return (kappa > 0).astype(float), total, data, noise
 
@@ -165,7 +168,7 @@ class PairStatistic:
         if self.mechanism == "pm2":
             noise = state[:, 2]
         else:
-            noise = (kappa if self._count is None else self._count[pair]) * data * data
+            noise = self._count_of(kappa, lambda c: c[pair]) * data * data
         return (kappa > 0).astype(float), total, data, noise
 
     @property
@@ -222,7 +225,7 @@ class PairStatistic:
         total, data = self._flat.take(pair, axis=0).T  # (one pass: a pair's cells are adjacent)
         n = (kappa > 0).astype(float)
         value = np.divide(total, n, out=np.zeros_like(total), where=n > 0)
-        count = kappa if self._count is None else self._count.take(pair)
+        count = self._count_of(kappa, lambda c: c.take(pair))
         return value, data, count * data * data, n
 
     def last_terms(
@@ -234,8 +237,28 @@ class PairStatistic:
         run = isinstance(pair, slice)
         kappa = self._kappa[pair] if run else self._kappa.take(pair)
         total, data = (self._flat[pair] if run else self._flat.take(pair, axis=0)).T
-        count = kappa.astype(float) if self._count is None else self._count[pair]
+        count = self._count_of(kappa.astype(float), lambda c: c[pair] if run else c.take(pair))
         return kappa > 0, total, data, count * data * data
+
+    def _keep_count(self, pair: np.ndarray, count: np.ndarray, degraded_from: Any) -> None:
+        """PM-I ``last``: keep c of the pairs' new releases (before their κ is), per pair, or
+        not at all while every pair is degraded from its first release (j_d = 1, a scalar,
+        before any pair took a release at m)."""
+        if self._count is None:
+            if _from_first(degraded_from) and (self._from_first or not self._kappa.any()):
+                self._from_first = True
+                return
+            self._count = self._count_of(self._kappa.astype(float), None)
+            self._from_first = False
+        self._count[pair] = count
+
+    def _count_of(self, kappa: np.ndarray, kept: Any) -> np.ndarray:
+        """PM-I ``last``: c of the pairs' last releases given their κ (floats): κ before any
+        degraded release, κ·ρ (the bits of the j·ρ `noise_count` gives) while every pair is
+        degraded from its first release, else `kept(c)` of the per-pair c."""
+        if self._count is not None:
+            return kept(self._count)
+        return kappa * self.degraded_ratio if self._from_first else kappa
 
     def last_index(self, pair: np.ndarray) -> np.ndarray:
         """κ of the flat pairs a·n_agents + b: the index j of the last release a took from b."""
@@ -290,7 +313,10 @@ class PairStatistic:
         return self._finish(pair, rows)
 
     def noise_count(self, j: np.ndarray, degraded_from: np.ndarray) -> np.ndarray:
-        """PM-I: c_j = Var Z_j/σ_DP² of releases j, whose p-sums i ≥ j_d carry ρσ_DP²."""
+        """PM-I: c_j = Var Z_j/σ_DP² of releases j, whose p-sums i ≥ j_d carry ρσ_DP² (j_d = 1,
+        a scalar: every p-sum, c_j = j·ρ, the bits of 0 + (j − 0)·ρ)."""
+        if _from_first(degraded_from):
+            return j * self.degraded_ratio
         early = np.minimum(j, degraded_from - 1)
         return early + (j - early) * self.degraded_ratio
 
@@ -329,10 +355,8 @@ class PairStatistic:
         u = 1.0 / t
         count = j
         if degraded_from is not None:
-            if self._count is None:
-                self._count = self._kappa.astype(float)
             count = self.noise_count(j, degraded_from)
-            self._count[pair] = count
+            self._keep_count(pair, count, degraded_from)
         total = values + 0.0  # 0 + R as `_take` forms it (a −0.0 becomes +0.0 there too)
         self._kappa[pair] = j.astype(np.int32)  # (a cast before the scatter is cheaper)
         if isinstance(pair, slice):  # a run of pairs: their cells written where they are
@@ -506,3 +530,8 @@ class SchVar2:
         v_raw = (p2d - total * values) / k1
         k_noise = sigma2_dp * (cd - c_total / t) / k1
         return v_raw, k_noise, k
+
+
+def _from_first(degraded_from: Any) -> bool:
+    """Whether j_d is the scalar 1: every pair degraded from its first release."""
+    return isinstance(degraded_from, int) and degraded_from == 1

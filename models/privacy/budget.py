@@ -316,24 +316,33 @@ class StopGate:
         if kappa_max:  # tables by κ up to the most releases to one recipient, for `quiet`
             self._tables(np.array([kappa_max]))
 
-    def quiet(self, b: np.ndarray, kappa: np.ndarray) -> bool:
+    def quiet(self, b: np.ndarray, kappa: np.ndarray, before: np.ndarray | None = None) -> bool:
         """Whether `admit` would admit every one of the next releases of agents b (κ releases
         so far each) and change nothing: none adds to its agent's count (against colluding:
         none completes a new p-sum of the first sample; against one: none passes the agent's
         count). Most releases do not, and this costs a look-up, not the whole gate."""
         try:
             if self.budget.against == "one":
-                return bool((self._after.take(kappa) <= self.exposure.take(b)).all())
+                after = self._after.take(kappa)
+                if before is not None:
+                    after += before
+                return bool((after <= self.exposure.take(b)).all())
             return not self._grows.take(kappa).any()
         except IndexError:  # the tables do not reach this κ yet: the gate decides
             return False
 
-    def admit(self, b: np.ndarray, kappa: np.ndarray, now: Any) -> np.ndarray:
+    def admit(
+        self, b: np.ndarray, kappa: np.ndarray, now: Any, before: np.ndarray | None = None
+    ) -> np.ndarray:
         """Which of the next releases of agents b (to distinct recipients, each with κ releases
-        so far) fit the budget, in order; counts them, and records the others at time `now`."""
+        so far) fit the budget, in order; counts them, and records the others at time `now`.
+        `before` (against one): the p-sums holding the first sample each recipient got from
+        earlier incarnations of its link (a link dropped and made again; None: none)."""
         after, grows = self._tables(kappa)
         if self.budget.against == "one":
             after = after.take(kappa)
+            if before is not None:
+                after += before
             ok = after <= self.capacity
             # the count grows only at a recipient's first release (PM-I) or a power of two
             grows = ok & (after > self.exposure[b])

@@ -331,3 +331,44 @@ def test_degrade_with_no_room_for_any_m_prime_is_stop(mechanism, against):
     assert proto_d.gate.withheld.sum() > 0 and proto_d.gate.budget.action == "stop"
     assert np.array_equal(proto_d.gate.withheld, proto_s.gate.withheld)
     assert out_d.to_csv().encode() == out_s.to_csv().encode()
+
+
+# -- k* = 0: every release at m' (the scalar j_d = 1) ---------------------------------------------
+@pytest.mark.parametrize("mechanism", ["pm1", "pm2"])
+@pytest.mark.parametrize("weights", ["last", "mom"])
+def test_the_scalar_j_d_1_gives_the_bits_of_j_d_1_for_every_pair(mechanism, weights):
+    """k* = 0 passes j_d as the scalar 1 (no per-pair look-up, no c kept per pair): the
+    statistic's returns and Var[T] are those of j_d = 1 given pair by pair, bit for bit, with
+    gaps in j too."""
+    rng = np.random.default_rng(4)
+    stats = [PairStatistic(4, mechanism, weights, 0.7, 6, degraded_ratio=2.3) for _ in range(2)]
+    kappa = np.zeros(16, dtype=np.int64)
+    for _ in range(12):
+        pair = rng.choice(16, size=5, replace=False)
+        j = kappa[pair] + rng.integers(1, 3, size=5)
+        kappa[pair] = j
+        values, t = rng.normal(size=5), rng.integers(1, 50, size=5).astype(float)
+        scalar = stats[0].update(pair // 4, pair % 4, values, t, j, pair=pair, degraded_from=1)
+        ones = np.ones(5, dtype=np.int32)
+        arrays = stats[1].update(pair // 4, pair % 4, values, t, j, pair=pair, degraded_from=ones)
+        for x, y in zip(scalar, arrays, strict=True):
+            assert np.array_equal(x, y)
+        sigma2 = rng.uniform(0.1, 1.0, size=4)
+        assert np.array_equal(stats[0].variance(sigma2), stats[1].variance(sigma2))
+        assert np.array_equal(stats[0].terms(pair)[2], stats[1].terms(pair)[2])
+
+
+@pytest.mark.parametrize(("mechanism", "against"), [("pm1", "one"), ("pm2", "colluding")])
+def test_the_ledger_of_k_star_0_is_the_general_split_bit_for_bit(mechanism, against, monkeypatch):
+    """With k* = 0 the ledger skips the split at j_d (every p-sum is at m'): its multipliers and
+    counts are the bits the general split gives (asked for by a gate whose capacity reads as
+    unknown) for both recipient sets, at the end of a run on lossy links."""
+    links = ScriptedLinks(down=lambda rng, t, src, dst: rng.random(len(src)) < 0.3)
+    proto, _ = simulate(degrade(mechanism, 0.05, against), 5, 40, links, seed=3, ledger=False)
+    assert proto.gate.capacity == 0 and proto.release_budget.any_degraded
+    short = proto.privacy_spend().against
+    monkeypatch.setattr(proto.gate, "capacity", -1)  # the general split
+    general = proto.privacy_spend().against
+    for who in ("one", "all"):
+        for x, y in zip(short[who], general[who], strict=True):
+            assert np.array_equal(np.broadcast_to(x, y.shape), y)

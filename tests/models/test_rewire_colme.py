@@ -220,7 +220,7 @@ def test_a_link_made_again_drops_the_messages_of_its_earlier_incarnation():
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
-        ('budget = {epsilon = 8.0, action = "stop"}', "budget"),
+        ('budget = {epsilon = 8.0, action = "degrade"}', "degrade"),
         ('calibration = "tight-tree"', "tight-tree"),
     ],
 )
