@@ -17,6 +17,9 @@ from desim.topologies.graph import Graph
 
 #: Edge keys up to which `EdgeSlots` keeps a direct table (int32: 16 MiB).
 TABLE_KEYS = 1 << 22
+#: `BlockedTake` reads its values 2^BLOCK_BITS at a time: one block of 8-byte values stays in a
+#: core's cache while every index into it is served.
+BLOCK_BITS = 16
 
 
 def common(x: np.ndarray) -> float | None:
@@ -46,6 +49,31 @@ def newest(
     pos = np.flatnonzero(last)
     has = (pos > 0) & (es[pos - 1] == es[pos])
     return es[pos], order[pos], np.where(has, order[pos - 1], -1)
+
+
+class BlockedTake:
+    """values[index] for one fixed `index` (values of `n` entries), in two passes that stay in
+    cache instead of one random read per index over values too large for any core's cache.
+
+    The first pass reads the indices sorted by block of 2^`bits` values (stable, so each block's
+    reads keep their order): one block is read at a time. The second puts each read back in
+    place: it reads as many ascending streams as there are blocks. Both are plain copies, so
+    the values are the same bits as `np.take(values, index)`.
+    """
+
+    def __init__(self, index: np.ndarray, n: int, bits: int | None = None) -> None:
+        bits = BLOCK_BITS if bits is None else bits
+        blocks = (index >> bits).astype(np.uint8 if n >> bits < 256 else np.int64)
+        order = np.argsort(blocks, kind="stable")  # 8-bit keys: a radix sort
+        self._sorted = index.take(order)
+        self._back = np.empty(len(index), dtype=np.int64)
+        self._back[order] = np.arange(len(index))
+        self._read = np.empty(len(index))
+
+    def take(self, values: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """values[index] written into `out` (returned)."""
+        np.take(values, self._sorted, out=self._read, mode="clip")
+        return np.take(self._read, self._back, out=out, mode="clip")
 
 
 class EdgeSlots:

@@ -20,15 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from desim.models.ccolme.edges import EdgeStates
+from desim.models.ccolme.edges import BlockedTake, EdgeStates
 from desim.topologies.graph import Graph
 
 #: State buffers the protocol turns through (ideal links: a holds t − 1's and t − 2's states).
 BUFFERS = 3
-#: From this many agents on, X̃_b and Y_b are gathered as pairs (`LiveFirst.fill`): their two
-#: arrays no longer fit in a core's cache, and one random read per message beats two.
-PAIRED_FROM = 1 << 17
-#: Messages gathered at a time as pairs: the chunk stays in cache until its columns are written.
+#: From this many agents on, X̃_b and Y_b are gathered by block of senders (`LiveFirst.fill`,
+#: `desim.models.ccolme.edges.BlockedTake`): their arrays no longer fit in a core's cache.
+BLOCKED_FROM = 1 << 17
+#: Edges the neighbour test takes at a time (`NeighbourTest.keep_in_chunks`): a cache's worth.
 CHUNK = 1 << 16
 
 
@@ -59,9 +59,8 @@ class LiveFirst:
         self.n_prev_all: float = 0.0
         # positions of an edge set (key) within a version of S, for the two latest pairs
         self._within: list[tuple[Any, int, np.ndarray]] = []
-        # (X̃_b, Y_b) per agent and a chunk of gathered pairs (`_gather_pairs`), made when used
-        self._pairs: np.ndarray | None = None
-        self._chunk = np.empty((0, 2))
+        #: S's senders' gather by block (`BlockedTake`; large graphs) and S's version it is for.
+        self.blocked: tuple[int, BlockedTake] | None = None
         self._y_of: np.ndarray | None = None  # `y_of`'s buffer
 
     # -- sending -----------------------------------------------------------------------------
@@ -89,8 +88,12 @@ class LiveFirst:
             self._order = (self.version, self._dst[order], self._src[order], order)
         _, sender, receiver, slots = self._order
         k = len(s)
-        if len(mean) >= PAIRED_FROM:
-            self._gather_pairs(mean, y, sender[:k], payload)
+        if len(mean) >= BLOCKED_FROM:
+            if self.blocked is None or self.blocked[0] != self.version:
+                self.blocked = None  # its arrays freed before the new ones are made
+                self.blocked = (self.version, BlockedTake(sender[:k], len(mean)))
+            self.blocked[1].take(mean, payload[:k, 0])
+            self.blocked[1].take(y, payload[:k, 2])
         else:
             np.take(mean, sender[:k], out=payload[:k, 0], mode="clip")
             np.take(y, sender[:k], out=payload[:k, 2], mode="clip")
@@ -100,24 +103,6 @@ class LiveFirst:
             payload[k:nan_from] = np.nan
             self._nan_from[turn] = k
         return sender, receiver, slots
-
-    def _gather_pairs(
-        self, mean: np.ndarray, y: np.ndarray, sender: np.ndarray, payload: np.ndarray
-    ) -> None:
-        """payload's columns 0 and 2 ← X̃_b and Y_b of each sender b: one gather of the pairs
-        (X̃_b, Y_b), chunk by chunk, then plain copies (the same values as two gathers)."""
-        if self._pairs is None:
-            self._pairs = np.empty((len(mean), 2))
-            self._chunk = np.empty((CHUNK, 2))
-        pairs, chunk = self._pairs, self._chunk
-        pairs[:, 0] = mean
-        pairs[:, 1] = y
-        for lo in range(0, len(sender), CHUNK):
-            part = sender[lo : lo + CHUNK]
-            got = chunk[: len(part)]
-            np.take(pairs, part, axis=0, out=got, mode="clip")
-            payload[lo : lo + len(part), 0] = got[:, 0]
-            payload[lo : lo + len(part), 2] = got[:, 1]
 
     # -- receiving ---------------------------------------------------------------------------
     def receive(self, x: np.ndarray, y: np.ndarray, t: float) -> np.ndarray:

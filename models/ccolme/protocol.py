@@ -152,8 +152,8 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
     message_kinds = ("state", "decision", "size")
     # per directed edge: the graph's arrays, three state buffers, the size sends, |C_b| and
     # W_ab, and on the live-first path S's send order (senders, receivers, slots), the
-    # positions of S and of C within S and C's receivers: six arrays of 8 bytes of their own
-    memory = {"edge": 304.0, "agent": 400.0}
+    # positions of S and of C within S, C's receivers and S's blocked gather: nine of 8 bytes
+    memory = {"edge": 328.0, "agent": 400.0}
 
     nb_x = _View("x", "X̃_b of b's newest state held by a, per directed edge (a's slot).")
     nb_n = _View("n", "t_b of b's newest state held by a (0: none yet), per directed edge.")

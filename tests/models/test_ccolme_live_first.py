@@ -14,7 +14,7 @@ from desim.kernel.engine import Simulation
 from desim.kernel.messages import Batch
 from desim.kernel.randomness import Streams
 from desim.kernel.registry import PROTOCOLS
-from desim.models.ccolme import live_first
+from desim.models.ccolme import edges, live_first
 from desim.models.ccolme.edges import EdgeStates
 from desim.models.ccolme.live_first import LiveFirst
 from desim.topologies.graph import Graph
@@ -179,15 +179,37 @@ def test_live_first_compacts_and_stays_exact_on_a_large_regular_graph():
     assert (classes[g.src] != classes[g.dst])[left_out].all()
 
 
-def test_states_gathered_as_pairs_are_the_same_bit_for_bit(monkeypatch):
-    """Large graphs gather (X̃_b, Y_b) as pairs in chunks: forced on a small graph, with
-    chunks that split S, the run is the per-edge path's, bit for bit, through compactions."""
-    monkeypatch.setattr(live_first, "PAIRED_FROM", 0)
-    monkeypatch.setattr(live_first, "CHUNK", 77)
+def test_states_gathered_by_block_of_senders_are_the_same_bit_for_bit(monkeypatch):
+    """Large graphs gather X̃_b and Y_b block of senders by block: forced on a small graph,
+    with blocks of 4 agents, the run is the per-edge path's, bit for bit, through compactions
+    (each makes the gather anew for the smaller S)."""
+    monkeypatch.setattr(live_first, "BLOCKED_FROM", 0)
+    monkeypatch.setattr(edges, "BLOCK_BITS", 2)
     g = regular(60, 6, seed=4)
     data = GraphData(g, np.arange(60) % 2, [0.0, 1.0], sigma=0.3)
     live = assert_same_run({}, data, 60, 5, "c-colme")
-    assert live.compactions >= 1 and live.states._pairs is not None
+    assert live.compactions >= 1
+    assert live.states.blocked is not None and live.states.blocked[0] == live.states.version
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    n=st.integers(1, 3000),
+    k=st.integers(0, 5000),
+    bits=st.integers(0, 12),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_a_blocked_take_is_np_take(n, k, bits, seed):
+    """`BlockedTake` gives the values `np.take` gives, bit for bit (NaN and −0.0 included),
+    whatever the blocks: one, many, or more than 256 (wider keys)."""
+    rng = np.random.default_rng(seed)
+    index = rng.integers(0, n, k)
+    values = rng.standard_normal(n)
+    values[rng.integers(0, n, 3)] = [np.nan, -0.0, np.inf]
+    out = np.full(k, 7.0)
+    got = edges.BlockedTake(index, n, bits).take(values, out)
+    assert got is out
+    assert np.array_equal(out.view(np.int64), values[index].view(np.int64))
 
 
 @pytest.mark.parametrize(
