@@ -1,5 +1,5 @@
 """What the C-ColME family's tests share: data on a given graph, a by-hand driver with ideal
-links, protocols built from parameters, and regular graphs."""
+links, protocols built from parameters, regular graphs, and a schedule of graph switches."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from desim.kernel.params import build
 from desim.kernel.protocol import Context, DataSource, Protocol
 from desim.kernel.randomness import Streams
 from desim.kernel.registry import PROTOCOLS, TOPOLOGIES
+from desim.topologies.dynamic import difference
 from desim.topologies.graph import Graph
 
 
@@ -91,3 +92,18 @@ def protocol(name: str = "private-c-colme", cls=None, **params):
 def regular(n: int, r: int, seed: int = 0) -> Graph:
     """A random r-regular graph on n agents."""
     return TOPOLOGIES.get("regular")(degree=r).make(n, np.random.default_rng(seed))
+
+
+class Switches:
+    """A schedule that switches, before each slot of `at`, to the next of `graphs`."""
+
+    def __init__(self, first: Graph, graphs: list[Graph], at: list[int]) -> None:
+        self.times = np.array(at)
+        self._changes, old = [], first
+        for g in graphs:
+            self._changes.append((g, *difference(old, g)))
+            old = g
+
+    def change(self, t: int):
+        """The switch due at t."""
+        return self._changes[list(self.times).index(t)]

@@ -1,6 +1,7 @@
 """Helpers of the model tests: the two-class data set-up and one protocol run measured at every
-slot (the ledger, budget and asynchrony tests read each slot's metrics), and one run measured at
-its end with the `adversaries` metric (the adversary tests of every family).
+slot (the ledger, budget and asynchrony tests read each slot's metrics), one run measured at
+its end with the `adversaries` metric (the adversary tests of every family), and `desim validate`
+of a small study on a 4-regular graph (the graph families' refusals).
 
 A test module imports them (`from _runs import class_data, every_slot`): pytest puts this folder
 on sys.path to import the module.
@@ -8,12 +9,15 @@ on sys.path to import the module.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from desim.kernel.engine import Simulation
 from desim.kernel.params import build
 from desim.kernel.randomness import Streams
 from desim.kernel.registry import DATA, METRICS, PROTOCOLS
+from desim.study.cli import main
 
 
 def class_data(m: int, seed: int = 0):
@@ -90,3 +94,40 @@ def summary_rows(folder, metric: str, capsys) -> dict[str, list[str]]:
     capsys.readouterr()
     assert main(["summary", str(folder), "--metric", metric]) == 0
     return {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+
+
+GRAPH_STUDY = """
+[study]
+title = "adversaries on a graph"
+t_max = 50
+checkpoints = 5
+metrics = ["adversaries"]
+
+[data]
+model = "classes"
+agents = 30
+
+[topology]
+model = "regular"
+degree = 4
+
+{table}
+
+[[scenario]]
+name = "C"
+protocol = "{protocol}"
+{extra}
+"""
+
+
+def validate_graph_study(
+    tmp_path: Path, capsys, table: str, protocol: str, extra: str = ""
+) -> tuple[int, str]:
+    """(exit code, stderr) of `desim validate` on 30 agents of a 4-regular graph running
+    `protocol` with the `table` (e.g. an [adversaries] table) and the scenario's `extra` keys."""
+    folder = tmp_path / f"s-{protocol}"
+    folder.mkdir()
+    text = GRAPH_STUDY.format(table=table, protocol=protocol, extra=extra)
+    (folder / "study.toml").write_text(text)
+    code = main(["validate", str(folder)])
+    return code, capsys.readouterr().err

@@ -10,47 +10,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _ccolme_helpers import GraphData, regular
-from _runs import adversary_run
+from _runs import adversary_run, validate_graph_study
 from scipy.stats import norm
 
 from desim.kernel.plugins import load_plugins
 from desim.kernel.registry import PROTOCOLS
-from desim.study.cli import main
 from desim.testing import check_modes
 from desim.topologies.graph import Graph
 
 load_plugins()
 
-STUDY = """
-[study]
-title = "adversaries on B-ColME's tables"
-t_max = 30
-checkpoints = 3
-metrics = ["adversaries"]
-
-[data]
-model = "classes"
-agents = 30
-
-[topology]
-model = "regular"
-degree = 4
-
-{table}
-
-[[scenario]]
-name = "B"
-protocol = "{protocol}"
-{extra}
-"""
-
 
 def _validate(tmp_path: Path, capsys, table: str, protocol: str = "b-colme", extra: str = ""):
-    folder = tmp_path / f"s-{protocol}"
-    folder.mkdir()
-    (folder / "study.toml").write_text(STUDY.format(table=table, protocol=protocol, extra=extra))
-    code = main(["validate", str(folder)])
-    return code, capsys.readouterr().err
+    return validate_graph_study(tmp_path, capsys, table, protocol, extra)
 
 
 @pytest.mark.parametrize(

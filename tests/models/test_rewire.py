@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _ccolme_helpers import GraphData
+from _ccolme_helpers import GraphData, Switches
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -132,21 +132,6 @@ def test_mixing_stays_an_averaging_after_every_rewiring(protocol, every, fractio
 def _path4(edges: list[tuple[int, int]]) -> Graph:
     u, v = np.array(edges).T
     return Graph.from_edges(4, u, v)
-
-
-class Switches:
-    """A schedule that switches, before each slot of `at`, to the next of `graphs`."""
-
-    def __init__(self, first: Graph, graphs: list[Graph], at: list[int]) -> None:
-        self.times = np.array(at)
-        self._changes, old = [], first
-        for g in graphs:
-            self._changes.append((g, *difference(old, g)))
-            old = g
-
-    def change(self, t: int):
-        """The switch due at t."""
-        return self._changes[list(self.times).index(t)]
 
 
 def _over_delayed_links(protocol: str, graphs: list[Graph], at: list[int], delay: float):

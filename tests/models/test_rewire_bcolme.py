@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _ccolme_helpers import GraphData
+from _ccolme_helpers import GraphData, Switches
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -194,21 +194,6 @@ def test_the_ledger_is_unchanged_by_a_change_that_isolates_an_agent(protocol):
 
 # --------------------------------------------------------------------------------------------
 # messages in flight
-
-
-class Switches:
-    """A schedule that switches, before each slot of `at`, to the next of `graphs`."""
-
-    def __init__(self, first: Graph, graphs: list[Graph], at: list[int]) -> None:
-        self.times = np.array(at)
-        self._changes, old = [], first
-        for g in graphs:
-            self._changes.append((g, *difference(old, g)))
-            old = g
-
-    def change(self, t: int):
-        """The switch due at t."""
-        return self._changes[list(self.times).index(t)]
 
 
 def _path4(edges: list[tuple[int, int]]) -> Graph:

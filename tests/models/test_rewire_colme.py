@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _ccolme_helpers import GraphData
+from _ccolme_helpers import GraphData, Switches
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +18,7 @@ from desim.kernel.registry import PROTOCOLS
 from desim.study.cli import main
 from desim.study.scenario import Scenario, run
 from desim.testing import ScriptedLinks
-from desim.topologies.dynamic import Dynamics, Rewire, difference
+from desim.topologies.dynamic import Dynamics, Rewire
 from desim.topologies.generators import RandomRegular
 from desim.topologies.graph import Graph
 
@@ -65,21 +65,6 @@ def test_a_sequence_of_the_same_graph_gives_the_static_bytes(tmp_path, variance)
     seq = {**static, "sequence": [{"at": 30, "file": "g.edges"}, {"at": 77, "file": "g.edges"}]}
     kw = {"variance": variance, "weights": "mom", "folder": str(tmp_path)}
     assert np.array_equal(values(scenario(static, **kw)), values(scenario(seq, **kw)))
-
-
-class Switches:
-    """A schedule that switches, before each slot of `at`, to the next of `graphs`."""
-
-    def __init__(self, first: Graph, graphs: list[Graph], at: list[int]) -> None:
-        self.times = np.array(at)
-        self._changes, old = [], first
-        for g in graphs:
-            self._changes.append((g, *difference(old, g)))
-            old = g
-
-    def change(self, t: int):
-        """The switch due at t."""
-        return self._changes[list(self.times).index(t)]
 
 
 def simulate(graph: Graph, graphs_of, t_max: int, protocol="private-colme", links=None, **params):
