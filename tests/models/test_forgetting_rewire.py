@@ -10,6 +10,8 @@ import dp_accounting  # noqa: F401  (the privacy metric's; imported once here, n
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from desim.kernel.engine import Simulation
 from desim.kernel.plugins import load_plugins
@@ -163,3 +165,44 @@ def test_forget_on_a_changing_graph_is_accepted(tmp_path):
         'protocol = "private-colme"\npeers = "topology"\nforget = {window = 9}\n'
     )
     assert main(["validate", str(folder)]) == 0
+
+
+@given(
+    forget=st.sampled_from([{"window": 6}, {"window": 15}, {"reset": 12}]),
+    mechanism=st.sampled_from(["pm1", "pm2"]),
+    every=st.integers(2, 9),
+    fraction=st.floats(0.1, 1.0),
+    seed=st.integers(0, 2**16),
+)
+@settings(max_examples=4, deadline=None)
+def test_forget_follows_random_rewiring(forget, mechanism, every, fraction, seed):
+    """Rewiring (links dropped and made again): over ideal links the ledger is the one without
+    ``forget``; over Bernoulli links with delays (lost, late and stale releases, messages of
+    links gone) every recorded value is finite."""
+
+    def scenario(params: dict, network: dict) -> Scenario:
+        return Scenario(
+            protocol="private-colme",
+            params={"peers": "topology", "mechanism": mechanism, **params},
+            data={"model": "classes", "agents": 8, "class_means": [0.2, 0.8], "sigma": 0.5},
+            network=network,
+            t_max=40,
+            seed=seed,
+            checkpoints=8,
+            topology={
+                "model": "regular",
+                "degree": 3,
+                "rewire": {"every": every, "fraction": fraction},
+            },
+            metrics=("privacy",),
+        )
+
+    ideal = {"links": "ideal"}
+    plain, forgets = run(scenario({}, ideal)).metrics, run(scenario({"forget": forget}, ideal))
+    ledger = plain.metric.str.startswith("eps").to_numpy()
+    assert ledger.any()
+    pd.testing.assert_frame_equal(
+        plain[ledger].reset_index(drop=True), forgets.metrics[ledger].reset_index(drop=True)
+    )
+    lossy = {"links": "bernoulli", "p_link": 0.7, "latency": {"model": "exponential"}}
+    assert np.isfinite(run(scenario({"forget": forget}, lossy)).metrics.value.to_numpy()).all()
