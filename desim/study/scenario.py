@@ -84,15 +84,9 @@ class Scenario:
     @property
     def run_key(self) -> int:
         """Key of this scenario's own streams: depends on everything but seed and replicate."""
-        params = self.params
-        if "forget" in params and self.network != {"links": "ideal"}:
-            # links that are not ideal: with and without forgetting the same losses, delays and
-            # noise, so the same releases (a window only reads releases made); ideal links make
-            # every release whatever the draws, and their key keeps `forget` (stored results)
-            params = {k: v for k, v in params.items() if k != "forget"}
         parts = {
             "protocol": self.protocol,
-            "params": params,
+            "params": self.params,
             "data": self.data,
             "network": self.network,
         }

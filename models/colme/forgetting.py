@@ -17,8 +17,8 @@ N the p-sums or nodes the difference keeps (`difference_noise_count`). What it c
 releases: nothing. Every release is still made and counted when made (a sample that leaves the
 window was released all the same): the `privacy` ledger is the one without forgetting, release
 for release (under RR; under rRR a querier asks only the peers in C_a, which forgetting
-changes). Over links that are not ideal the scenario's own streams do not depend on ``forget``
-(`desim.study.scenario.Scenario.run_key`): the same messages are lost or late with it or not.
+changes), given the same streams: over links that are not ideal a scenario with ``forget``
+draws its own losses and delays (its key covers every parameter), as any other scenario does.
 
 ``window = W``: the base i is the oldest release a holds with t_j − t_i ≤ W (the empty prefix
 while t_j ≤ W), so the window holds the whole p-sums within b's last W samples (a p-sum is the

@@ -1,7 +1,6 @@
 """Private-ColME's forgetting over links that are not ideal makes the releases of the run
-without ``forget``: a window only reads releases already made, and the scenario's own random
-streams (losses, delays, DP noise: `Scenario.run_key`) do not depend on ``forget`` there, so
-the same queries are lost, the same releases late, the same noise drawn."""
+without ``forget`` drawn with the same streams: a window only reads releases already made, so
+with the same losses, delays and DP noise the same queries are lost, the same releases late."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ import pandas as pd
 import pytest
 
 from desim.kernel.plugins import load_plugins
+from desim.kernel.randomness import Streams
 from desim.study.scenario import Scenario, run
 
 load_plugins()
@@ -38,6 +38,14 @@ def _scenario(params: dict, network: dict, peers: tuple, seed: int = 0) -> Scena
     )
 
 
+def _same_streams(plain: Scenario, other: Scenario):
+    """(plain's metrics, other's metrics), both drawn with plain's streams (a scenario's own
+    key covers every parameter, `forget` too)."""
+    streams = Streams(plain.seed, plain.replicate, plain.shared_key, plain.run_key)
+    again = Streams(plain.seed, plain.replicate, plain.shared_key, plain.run_key)
+    return run(plain, streams).metrics, run(other, again).metrics
+
+
 def _releases(metrics: pd.DataFrame) -> pd.DataFrame:
     keep = metrics.metric.str.startswith(RELEASES)
     return metrics[keep].reset_index(drop=True)
@@ -53,8 +61,9 @@ def test_over_links_that_are_not_ideal_forget_makes_the_releases_without(
     """Messages sent and lost, repeats, stale and late releases, and every ε of the ledger are
     those of the run without ``forget`` (a static 3-regular graph of 8 agents, and every
     peer)."""
-    plain = run(_scenario({}, network, peers, seed)).metrics
-    forgets = run(_scenario({"forget": forget}, network, peers, seed)).metrics
+    plain, forgets = _same_streams(
+        _scenario({}, network, peers, seed), _scenario({"forget": forget}, network, peers, seed)
+    )
     ours = _releases(plain)
     assert ours.metric.str.startswith("messages_release").any()
     assert ours.metric.str.startswith("eps").any()
@@ -66,17 +75,8 @@ def test_over_links_that_are_not_ideal_forget_makes_the_releases_without(
 def test_a_window_longer_than_the_run_draws_the_noise_of_the_run_without(network, peers):
     """W ≥ t_max is T over every release (T^W = t_j R_j / t_j): with the same losses, delays
     and DP noise the MSE is the one without ``forget`` up to the rounding of t_j R_j / t_j."""
-    plain = run(_scenario({}, network, peers)).metrics
-    window = run(_scenario({"forget": {"window": 40}}, network, peers)).metrics
+    plain, window = _same_streams(
+        _scenario({}, network, peers), _scenario({"forget": {"window": 40}}, network, peers)
+    )
     assert list(plain.metric) == list(window.metric)
     np.testing.assert_allclose(window.value.to_numpy(), plain.value.to_numpy(), rtol=1e-9)
-
-
-def test_over_ideal_links_the_streams_keep_their_key():
-    """Ideal links make every release whatever the draws: their scenarios keep ``forget`` in
-    the key of their own streams (stored results keep their bytes); other links drop it."""
-    window = {"forget": {"window": 6}}
-    ideal = {"links": "ideal"}
-    assert _scenario(window, ideal, EVERY).run_key != _scenario({}, ideal, EVERY).run_key
-    for network in (BERNOULLI, LATENCY):
-        assert _scenario(window, network, EVERY).run_key == _scenario({}, network, EVERY).run_key
