@@ -16,7 +16,9 @@ its windowed statistic from releases it holds — post-processing — and
 N the p-sums or nodes the difference keeps (`difference_noise_count`). What it costs in
 releases: nothing. Every release is still made and counted when made (a sample that leaves the
 window was released all the same): the `privacy` ledger is the one without forgetting, release
-for release.
+for release (under RR; under rRR a querier asks only the peers in C_a, which forgetting
+changes), given the same streams: over links that are not ideal a scenario with ``forget``
+draws its own losses and delays (its key covers every parameter), as any other scenario does.
 
 ``window = W``: the base i is the oldest release a holds with t_j − t_i ≤ W (the empty prefix
 while t_j ≤ W), so the window holds the whole p-sums within b's last W samples (a p-sum is the
@@ -39,8 +41,16 @@ Refused, with why: ``rate`` (a p-sum's samples are released summed: weights λ^(
 cannot be applied); unknown variances (Sch-Var-1's released variance and Sch-Var-2's estimate
 cover every sample since the start: a windowed variance would be another release or another
 estimator); MoM weights (they average prefix means over every sample since the start: the
-window replaces T's weights); the trimmed combination (not yet); a graph that changes during the
-run (the windows are not carried to new links yet).
+window replaces T's weights); the trimmed combination (not yet).
+
+On a graph that changes during the run (`desim.models.colme.rewire`) the windows follow the
+pairs by the same map as the rest of their state (`ReleaseWindows.follow`): a kept link keeps
+the releases a holds on it (its ring, a reset's base) and T^W; a new link starts with an empty
+window (b's mechanism for a starts afresh and only the empty prefix is held: a link made
+after slot W, or after a reset's τ, has T^W only from its second release); a dropped link's
+are discarded. The releases are the same with or without
+``forget``, so is the ledger. The ring then holds the most releases a pair can get in W + 1
+slots whatever the graph (one a slot: RR's positions move at each change).
 """
 
 from __future__ import annotations
@@ -84,22 +94,18 @@ _NEEDS = {
 }
 
 
-def refuse_on_changing_graph(params: Any) -> None:
-    """Refuse a ``forget`` table on a graph that changes during the run (one line)."""
-    if getattr(params, "forget", None) is not None and params.peers == "topology":
-        raise ValueError(
-            "forget: not on a changing graph yet (the windows of the releases held are not "
-            "carried to the new links); remove forget or the graph's changes"
-        )
-
-
 def release_windows(protocol: Any) -> ReleaseWindows | None:
     """The windows of a Private-ColME run with a ``forget`` table (None without one): their
     rings hold the most releases of one pair within W + 1 slots (`kappa_max`), plus one."""
     p = protocol.params
     if p.forget is None:
         return None
-    return ReleaseWindows(protocol, protocol.kappa_max((p.forget.window or 1) + 1) + 1)
+    span = (p.forget.window or 1) + 1
+    if protocol.graph is not None and protocol.ctx.public.get("graph_changes"):
+        # a changing graph moves RR's positions and degrees, so the set-up graph bounds nothing:
+        # a querier asks one responder a slot, so a pair gets at most one release a slot
+        return ReleaseWindows(protocol, min(span, protocol.ctx.t_max) + 1)
+    return ReleaseWindows(protocol, protocol.kappa_max(span) + 1)
 
 
 class ReleaseWindows:
@@ -122,6 +128,21 @@ class ReleaseWindows:
         #: T^W and Var[T^W] of every pair ([a, b], or by edge on a graph; +∞: weight 0).
         self.value = np.zeros(shape)
         self.var = np.full(shape, np.inf)
+
+    def follow(self, graph: Any, carry: Any) -> None:
+        """Lay the windows out over a changed graph's pairs (`carry`: the map of
+        `desim.models.colme.rewire`): a kept link keeps its releases held and T^W, a new link
+        starts with an empty window (T^W undefined), a dropped link's are discarded."""
+        self.graph = graph
+        self.value, self.var = carry(self.value, 0.0), carry(self.var, np.inf)
+        w = self.prefixes
+        # each pair's ring row (its releases by index), its head, and a reset's base; a new
+        # link's row is the empty prefix (0 in every cell: release 0 at t = 0)
+        rows = w._ring.reshape(len(w._head), -1)
+        w._ring = carry(rows, 0.0).ravel()
+        if w._held is not None:
+            w._held = carry(w._held.reshape(rows.shape), 0).ravel()
+        w._j, w._stored, w._head = carry(w._j, 0), carry(w._stored, 0), carry(w._head, 0)
 
     def add(self, t: int, samples: np.ndarray) -> None:
         """Slot t's own samples; at a reset every pair's T^W is undefined until its next

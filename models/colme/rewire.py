@@ -6,7 +6,9 @@ state is held per directed edge a → b (`desim.models.colme.graph`), numbered b
 it is re-laid out in G''s numbering:
 
 - a link of both graphs keeps everything a holds on it: T_{b→a} and its variance terms, χ_a(b),
-  V_{b→a} and Sch-Var-2's sums, and b's mechanism for a (κ_{b→a}, the noise of its p-sums);
+  V_{b→a} and Sch-Var-2's sums, b's mechanism for a (κ_{b→a}, the noise of its p-sums), and
+  under ``forget`` the releases its window holds (`ReleaseWindows.follow`: a new link's window
+  starts empty, a dropped link's is discarded);
 - a **new link** starts as a pair does at set-up: no release yet (κ = 0, T = 0, Var = +∞: b
   gets weight 0 until it answers), χ_a(b) = 1 (every neighbour is included at set-up; the
   oracle: the true classes), and b's mechanism for a starts a fresh p-sum tree, so its first
@@ -43,7 +45,6 @@ from desim.kernel.messages import Batch
 from desim.kernel.protocol import FollowsGraph
 from desim.models.colme.budget import budget_on_changing_graph
 from desim.models.colme.delivery import Asynchronous
-from desim.models.colme.forgetting import refuse_on_changing_graph
 from desim.models.colme.graph import (
     EdgeBeliefs,
     NeighbourRestrictedRoundRobin,
@@ -70,10 +71,9 @@ class ChangingNeighbours(FollowsGraph):
 
     @classmethod
     def check_graph_changes(cls, params: Any, links: Any) -> None:
-        """Refuse the runs whose bounds assume the set-up graph's degrees, and forget tables."""
+        """Refuse the runs whose bounds assume the set-up graph's degrees."""
         if params.peers != "topology":
             return
-        refuse_on_changing_graph(params)
         budget_on_changing_graph(params)
 
     def lost_in_flight(self) -> int:
@@ -240,6 +240,8 @@ def follow(
     proto.graph, proto.n_pairs = nb, nb.n_pairs
     _carry_releases(proto, carry)
     _carry_statistic(proto, carry)
+    if proto.forget is not None:  # the windows of the releases held, by the same map
+        proto.forget.follow(nb, carry)
     included = proto._initially_included(proto.ctx)
     carry.into(included, proto.beliefs.flat)
     beliefs = EdgeBeliefs(included, nb)

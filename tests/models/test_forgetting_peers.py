@@ -298,36 +298,3 @@ def test_what_forget_still_refuses_is_said_in_one_line(params, fragment):
     with pytest.raises(ConfigError) as info:
         resolve(scenario)
     assert fragment in str(info.value) and "\n" not in str(info.value)
-
-
-CHANGING = """
-[study]
-title = "forget on a changing graph"
-t_max = 30
-
-[data]
-model = "classes"
-agents = 12
-
-[topology]
-model = "regular"
-degree = 4
-rewire = {{every = 10, fraction = 0.2}}
-
-[[scenario]]
-name = "p"
-protocol = "private-colme"
-peers = "topology"
-forget = {forget}
-"""
-
-
-def test_forget_on_a_changing_graph_is_refused_in_one_line(tmp_path, capsys):
-    from desim.study.cli import main
-
-    folder = tmp_path / "s"
-    folder.mkdir()
-    (folder / "study.toml").write_text(CHANGING.format(forget="{window = 9}"))
-    assert main(["validate", str(folder)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "forget: not on a changing graph yet" in err and len(err.splitlines()) == 1, err
