@@ -266,7 +266,7 @@ def _every_edge_sums_last(p: Any) -> tuple[np.ndarray, np.ndarray]:
     of `_edge_terms` and the CSR-order sums, each pass written into the graph's kept buffers
     (`Neighbours.scratch`) instead of a new array per term at every checkpoint."""
     nb = p.graph
-    noise, num, value, weight = nb.scratch(4)
+    noise, num, value, weight, bits = nb.scratch(5)
     kappa, total, data = p.stat.last_pm1_columns(noise)
     sigma2 = nb.of_responders(p.sigma2, slice(None)) if p.known else p.v_hat[:]
     with np.errstate(invalid="ignore"):
@@ -274,19 +274,32 @@ def _every_edge_sums_last(p: Any) -> tuple[np.ndarray, np.ndarray]:
         noise *= p.sigma2_dp
         num += noise
     taken = kappa > 0
-    value.fill(0.0)
-    np.copyto(value, total, where=taken)
+    if taken.all():  # (every pair has had a release: T is the block sum itself)
+        value = total
+    else:
+        _where(taken, total, value, bits)
     keep = np.logical_and(p.beliefs.flat, taken, out=taken)
-    weight.fill(0.0)
-    np.divide(1.0, num, out=weight, where=keep)
-    np.multiply(weight, value, out=value)  # the weighted terms
+    with np.errstate(divide="ignore"):  # (1/0 of pairs never taken: masked out next)
+        np.divide(1.0, num, out=weight)
+    _where(keep, weight, weight, bits)
+    value = np.multiply(weight, value, out=num)  # the weighted terms
     # (the terms of a's neighbours in CSR order: the summation order of before)
-    np.take(value, nb.csr_pairs, out=num, mode="clip")
-    np.take(weight, nb.csr_pairs, out=noise, mode="clip")
+    np.take(value, nb.csr_pairs, out=noise, mode="clip")
+    np.take(weight, nb.csr_pairs, out=bits, mode="clip")
     return (
-        np.bincount(nb.csr_src, num, minlength=nb.n),
         np.bincount(nb.csr_src, noise, minlength=nb.n),
+        np.bincount(nb.csr_src, bits, minlength=nb.n),
     )
+
+
+def _where(mask: np.ndarray, x: np.ndarray, out: np.ndarray, bits: np.ndarray) -> None:
+    """out = x where `mask`, +0.0 elsewhere (np.where(mask, x, 0.0)'s bits): x's bits ANDed
+    with all ones or all zeros, in straight passes (a masked copy branches on every entry).
+    `bits` is a scratch array of out's size."""
+    ones = bits.view(np.int64)
+    np.copyto(ones, mask)
+    np.negative(ones, out=ones)  # 1 → −1: every bit set
+    np.bitwise_and(x.view(np.int64), ones, out=out.view(np.int64))
 
 
 def _edge_terms(p: Any, e: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
