@@ -24,6 +24,7 @@ import numpy as np
 
 from desim.models.colme.pairs import revise
 from desim.models.colme.schedule import max_pair_releases
+from desim.models.colme.view import every_agent
 from desim.topologies.graph import Graph
 
 
@@ -41,6 +42,8 @@ class Neighbours:
         self.below = np.bincount(src[dst < src], minlength=self.n)
         #: Agents with at least one neighbour: those that query.
         self.querying = np.flatnonzero(self.degree > 0)
+        if len(self.querying) == self.n:  # (the views' arrays are then read without a gather)
+            self.querying = every_agent(self.n)
         # the RR position (from 0) of every CSR edge, then the pairs: by position, then querier
         # (its place in a's row less `below`, wrapped by deg(a): a multiply, not a division)
         numbers = np.arange(self.n_pairs)
@@ -61,6 +64,7 @@ class Neighbours:
         self._rr = np.empty(self.n_pairs, dtype=np.int64)
         self._rr[np.repeat(self.indptr[:-1], self.degree) + position] = self.csr_pairs
         self._responders: tuple[np.ndarray | None, np.ndarray] = (None, np.empty(0))
+        self._scratch: list[np.ndarray] = []
         #: Every pair index in order, as integers and as floats (what a message carries):
         #: RR's slot on a regular graph is a view of a run of them (`span`).
         self.numbers = _frozen(numbers)
@@ -70,6 +74,14 @@ class Neighbours:
     def csr_keys(self) -> np.ndarray:
         """a·M + b of every CSR edge a → b: sorted (what a graph change searches)."""
         return _frozen(self.csr_src * self.n + self.csr_dst)
+
+    def scratch(self, count: int) -> list[np.ndarray]:
+        """`count` float arrays of one entry per pair, kept for reuse from call to call (their
+        contents are whatever the last caller left): a checkpoint's passes over every pair
+        write into them, not into new arrays whose pages are first touched each time."""
+        while len(self._scratch) < count:
+            self._scratch.append(np.empty(self.n_pairs))
+        return self._scratch[:count]
 
     def span(self, pairs: np.ndarray) -> slice | None:
         """The run of pairs start … stop − 1 that `pairs` holds if it is a view of consecutive
@@ -234,8 +246,10 @@ def edge_row_sums(protocol: Any, rows: np.ndarray | slice) -> tuple[np.ndarray, 
         e, owner = slice(None), nb.src
     else:
         e, owner = nb.edges_of(agents)
-    weight, value = _edge_terms(p, e)
     k = len(agents)
+    if every and nb.n > p.incremental_above and p.stat.compact and p.stat.mechanism == "pm1":
+        return _every_edge_sums_last(p)
+    weight, value = _edge_terms(p, e)
     if nb.n > p.incremental_above:
         weighted = weight * value
         if every:  # (the terms of a's neighbours in CSR order: the summation order of before)
@@ -245,6 +259,47 @@ def edge_row_sums(protocol: Any, rows: np.ndarray | slice) -> tuple[np.ndarray, 
     w, v = np.zeros((k, nb.n)), np.zeros((k, nb.n))
     w[owner, nb.dst[e]], v[owner, nb.dst[e]] = weight, value
     return (w * v).sum(axis=1), w.sum(axis=1)
+
+
+def _every_edge_sums_last(p: Any) -> tuple[np.ndarray, np.ndarray]:
+    """`edge_row_sums` of every agent above `incremental_above` under ``last`` PM-I: the floats
+    of `_edge_terms` and the CSR-order sums, each pass written into the graph's kept buffers
+    (`Neighbours.scratch`) instead of a new array per term at every checkpoint."""
+    nb = p.graph
+    noise, num, value, weight, bits = nb.scratch(5)
+    kappa, total, data = p.stat.last_pm1_columns(noise)
+    sigma2 = nb.of_responders(p.sigma2, slice(None)) if p.known else p.v_hat[:]
+    with np.errstate(invalid="ignore"):
+        np.multiply(sigma2, data, out=num)
+        noise *= p.sigma2_dp
+        num += noise
+    taken = kappa > 0
+    if taken.all():  # (every pair has had a release: T is the block sum itself)
+        value = total
+    else:
+        _where(taken, total, value, bits)
+    keep = np.logical_and(p.beliefs.flat, taken, out=taken)
+    with np.errstate(divide="ignore"):  # (1/0 of pairs never taken: masked out next)
+        np.divide(1.0, num, out=weight)
+    _where(keep, weight, weight, bits)
+    value = np.multiply(weight, value, out=num)  # the weighted terms
+    # (the terms of a's neighbours in CSR order: the summation order of before)
+    np.take(value, nb.csr_pairs, out=noise, mode="clip")
+    np.take(weight, nb.csr_pairs, out=bits, mode="clip")
+    return (
+        np.bincount(nb.csr_src, noise, minlength=nb.n),
+        np.bincount(nb.csr_src, bits, minlength=nb.n),
+    )
+
+
+def _where(mask: np.ndarray, x: np.ndarray, out: np.ndarray, bits: np.ndarray) -> None:
+    """out = x where `mask`, +0.0 elsewhere (np.where(mask, x, 0.0)'s bits): x's bits ANDed
+    with all ones or all zeros, in straight passes (a masked copy branches on every entry).
+    `bits` is a scratch array of out's size."""
+    ones = bits.view(np.int64)
+    np.copyto(ones, mask)
+    np.negative(ones, out=ones)  # 1 → −1: every bit set
+    np.bitwise_and(x.view(np.int64), ones, out=out.view(np.int64))
 
 
 def _edge_terms(p: Any, e: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:

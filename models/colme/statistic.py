@@ -171,6 +171,21 @@ class PairStatistic:
             noise = self._count_of(kappa, lambda c: c[pair]) * data * data
         return (kappa > 0).astype(float), total, data, noise
 
+    def last_pm1_columns(self, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``last`` under PM-I, every pair: κ as stored, the block sum and D, with A = c·D·D
+        written into `noise` (one float per pair): `pair_columns`' floats (an integer κ times
+        a float is κ cast, then multiplied) without its temporaries."""
+        total, data = self._flat[:, 0], self._flat[:, 1]
+        if self._count is not None:
+            np.multiply(self._count, data, out=noise)
+        elif self._from_first:
+            np.multiply(self._kappa, self.degraded_ratio, out=noise)
+            noise *= data
+        else:
+            np.multiply(self._kappa, data, out=noise)
+        noise *= data
+        return self._kappa, total, data
+
     @property
     def kappa(self) -> np.ndarray:
         """κ_{b→a}: releases a has received from b."""

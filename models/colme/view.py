@@ -9,6 +9,8 @@ carries them along, so each rule is written once for every delivery mode.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 
@@ -31,12 +33,12 @@ class OneSlot:
         self, who: np.ndarray, slot: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         """Sums, sums of squares (None if not kept) and counts of agents `who` as of `slot`."""
-        sumsq = None if self.sumsq is None else self.sumsq.take(who)
-        return self.sums.take(who), sumsq, self.counts_of(who, slot)
+        sumsq = None if self.sumsq is None else _of(self.sumsq, who)
+        return _of(self.sums, who), sumsq, self.counts_of(who, slot)
 
     def sums_of(self, who: np.ndarray, slot: np.ndarray) -> np.ndarray:
         """Sums of agents `who` as of `slot`."""
-        return self.sums.take(who)
+        return _of(self.sums, who)
 
     def counts_of(self, who: np.ndarray, slot: np.ndarray) -> np.ndarray:
         """Sample counts of agents `who` as of `slot`: every agent has the same (one sample per
@@ -106,6 +108,20 @@ class SlotBatch(OneSlot):
     def clock(self, slot: np.ndarray) -> np.ndarray:
         """The sample count t after each slot."""
         return self.counts[slot]
+
+
+@lru_cache(maxsize=8)
+def every_agent(n: int) -> np.ndarray:
+    """0 … n − 1, read-only and kept: who asks with this array (every agent, in order, e.g.
+    the queriers of RR on a graph where all query) is answered by a view, not a gather."""
+    return _read_only(np.arange(n))
+
+
+def _of(values: np.ndarray, who: np.ndarray) -> np.ndarray:
+    """values[who]: a read-only view for `every_agent` (the same numbers), else a gather."""
+    if len(who) == len(values) and who is every_agent(len(who)):
+        return _read_only(values.view())
+    return values.take(who)
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:

@@ -2,15 +2,19 @@
 cursor the edges of `Neighbours.edge` in any slot order, a release named by its flat pair
 the release named by (b, a), with the same draws; pairs numbered by RR position name every
 edge once, a slot's pairs on a regular graph are one block, and the beliefs' counts follow
-every revision."""
+every revision; every agent's checkpoint sums at once are each agent's in turn, bit for bit."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from desim.models.colme.graph import NeighbourRoundRobin, Neighbours
+from desim.models.colme.graph import NeighbourRoundRobin, Neighbours, edge_row_sums
 from desim.models.colme.pairs import ClassBeliefs
+from desim.models.colme.statistic import PairStatistic
+from desim.models.colme.view import OneSlot, every_agent
 from desim.models.privacy.calibration import sample_noise
 from desim.models.privacy.release import PSumRelease
 from desim.topologies.generators import RandomRegular
@@ -133,3 +137,62 @@ def test_gaussian_p_sum_noise_has_the_bits_of_rng_normal():
         got = sample_noise(ours, "gaussian", sigma2, 10_000)
         np.testing.assert_array_equal(want.view(np.int64), got.view(np.int64))
         assert direct.random() == ours.random()  # the same draws consumed
+
+
+def _graph_protocol(seed: int, known: bool, taken: float = 2 / 3):
+    """The parts of a Private-ColME run on a 6-regular graph of 40 agents that its combination
+    sums read, after releases to a random fraction `taken` of the pairs (the rest never)."""
+    rng = np.random.default_rng(seed)
+    nb = Neighbours(RandomRegular(degree=6).make(40, rng))
+    stat = PairStatistic(40, "pm1", "last", 0.7, 1, n_pairs=nb.n_pairs)
+    pair = rng.permutation(nb.n_pairs)[: round(taken * nb.n_pairs)]
+    t = rng.integers(1, 9, len(pair)).astype(float)
+    values = rng.normal(0.0, 1.0, len(pair)) * t
+    values[:5] = -0.0  # a −0.0 block sum, kept as +0.0 (0 + R)
+    stat.update(nb.src[pair], nb.dst[pair], values, t, rng.integers(1, 4, len(pair)), pair=pair)
+    return SimpleNamespace(
+        graph=nb,
+        stat=stat,
+        known=known,
+        sigma2=rng.uniform(0.1, 1.0, 40),
+        sigma2_dp=0.7,
+        v_hat=None if known else np.where(rng.random(nb.n_pairs) < 0.2, np.inf, 0.5),
+        beliefs=SimpleNamespace(flat=rng.random(nb.n_pairs) < 0.6),
+        incremental_above=10,
+    )
+
+
+@pytest.mark.parametrize(("known", "taken"), [(True, 2 / 3), (False, 2 / 3), (True, 1.0)])
+def test_every_agents_combination_sums_are_those_of_each_agent_in_turn(known, taken):
+    # every agent at once (buffers kept between checkpoints, masks by bits) against the rows
+    # named one by one (new arrays, masked copies): the same sums in the same order, bit for bit
+    p = _graph_protocol(3, known, taken)
+    for _ in range(2):  # the second call reuses the first call's buffers
+        every = edge_row_sums(p, slice(None))
+        rows = edge_row_sums(p, np.arange(40))
+        for x, y in zip(every, rows, strict=True):
+            np.testing.assert_array_equal(x.view(np.int64), y.view(np.int64))
+
+
+def test_last_pm1_columns_are_the_pair_columns():
+    p = _graph_protocol(4, True)
+    noise = np.empty(p.graph.n_pairs)
+    kappa, total, data = p.stat.last_pm1_columns(noise)
+    n, total2, data2, noise2 = p.stat.pair_columns(slice(None))
+    np.testing.assert_array_equal(kappa > 0, n > 0)
+    for x, y in [(total, total2), (data, data2), (noise, noise2)]:
+        np.testing.assert_array_equal(x.view(np.int64), y.view(np.int64))
+
+
+def test_every_agent_reads_a_view_and_other_agents_a_gather():
+    sums, sumsq, counts = np.arange(5.0), np.arange(5.0) ** 2, np.full(5, 3.0)
+    view = OneSlot(sums, sumsq, counts)
+    got = view.own(every_agent(5), view.slots(None, 5))
+    np.testing.assert_array_equal(got[0], sums)
+    np.testing.assert_array_equal(got[1], sumsq)
+    assert not got[0].flags.writeable  # the owner's array, never written through the view
+    assert view.sums_of(np.arange(5), view.slots(None, 5)).flags.writeable  # a gather's copy
+    assert every_agent(5) is every_agent(5)
+    assert Neighbours(RandomRegular(degree=4).make(30, np.random.default_rng(2))).querying is (
+        every_agent(30)
+    )
