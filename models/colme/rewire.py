@@ -73,20 +73,8 @@ class ChangingNeighbours(FollowsGraph):
         """Refuse the runs whose bounds assume the set-up graph's degrees, and forget tables."""
         if params.peers != "topology":
             return
-<<<<<<< HEAD
         refuse_on_changing_graph(params)
-        if params.budget is not None:
-            raise ValueError(
-                "budget: not on a changing graph yet (its κ_max assumes the set-up degrees)"
-            )
-        if params.calibration == "tight-tree":
-            raise ValueError(
-                "calibration = 'tight-tree': not on a changing graph (its κ_max assumes the "
-                "set-up degrees); use 'paper' or 'tight'"
-            )
-=======
         budget_on_changing_graph(params)
->>>>>>> s38-degr
 
     def lost_in_flight(self) -> int:
         """Messages dropped on arrival because their link changed in flight, so far (the
