@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from desim.models.ccolme.edges import newest
+from desim.models.ccolme.edges import Turns, newest
 from desim.models.ccolme.model import edge_weight
 from desim.topologies.graph import Graph
 
@@ -57,6 +57,8 @@ class Sizes:
             if told is not None:
                 self._size_dst *= told[graph.dst]
             self._w_full = edge_weight(size[graph.src], self._size_dst)
+            # the size send's senders and W_ab, per version of C
+            self._turns = (Turns(graph.n_directed), Turns(graph.n_directed, float))
 
     # -- sending -----------------------------------------------------------------------------
     def payload(
@@ -73,7 +75,11 @@ class Sizes:
         if self._send is None or self._send[0] != version:
             if receiver is None:  # src[kept_idx]: kept_idx is in CSR order
                 receiver = np.repeat(self._agents, size)
-            self._send = (version, self._g.dst[kept_idx], receiver)
+            if self._in_order:  # each send read within its slot: buffers in turn
+                sender = self._g.dst.take(kept_idx, out=self._turns[0].next(len(kept_idx)))
+            else:  # a send in flight keeps its own arrays
+                sender = self._g.dst[kept_idx]
+            self._send = (version, sender, receiver)
         _, sender, receiver = self._send
         payload = self._payload
         if payload is None or self._sent_version != version:
@@ -173,7 +179,7 @@ class Sizes:
         if whole and self._w_cache is not None and self._w_cache[0] == version:
             return self._w_cache[1]  # the same C and sizes as the last step: the same W
         if whole and self._in_order:  # they are this slot's |C_b|: W_ab is kept per edge
-            w = self._w_full.take(idx, mode="clip")
+            w = self._w_full.take(idx, out=self._turns[1].next(len(idx)), mode="clip")
         else:
             w = edge_weight(np.repeat(size, counts), self.of(idx, every, whole))
         if whole:
