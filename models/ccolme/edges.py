@@ -21,7 +21,7 @@ TABLE_KEYS = 1 << 22
 #: core's cache while every index into it is served.
 BLOCK_BITS = 16
 #: `flatnonzero_into` reads this many flags at a time (a cache-sized piece of int64 positions).
-PIECE = 1 << 16
+PIECE = 1 << 18
 
 
 def common(x: np.ndarray) -> float | None:
@@ -43,23 +43,24 @@ def flatnonzero_into(mask: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 
 class Turns:
-    """Per-edge arrays made anew whenever C moves, written into two buffers taken in turn.
+    """Per-edge arrays made anew whenever C moves, written into `count` buffers taken in turn.
 
-    The array of the version before stays intact (its send may still be read while the new one
-    is made); the one before that is overwritten. A fresh array of every edge in every slot
-    that C moves costs page faults that grow faster than the graph.
+    With two, the array of the version before stays intact while the new one is made (it may
+    still be read then); with one, the next array overwrites it (nothing reads it again). A
+    fresh array of every edge in every slot that C moves costs page faults that grow faster
+    than the graph.
     """
 
-    def __init__(self, size: int, dtype: type = np.int64) -> None:
-        self._size, self._dtype = size, dtype
+    def __init__(self, size: int, dtype: type = np.int64, count: int = 2) -> None:
+        self._size, self._dtype, self._count = size, dtype, count
         self._buffers: list[np.ndarray] = []
 
     def next(self, k: int) -> np.ndarray:
-        """The first k slots of the buffer not handed out last time."""
+        """The first k slots of the buffer handed out least recently."""
         if not self._buffers:  # pages are touched only where written
-            self._buffers = [np.empty(self._size, dtype=self._dtype) for _ in range(2)]
-        self._buffers.reverse()
-        return self._buffers[0][:k]
+            self._buffers = [np.empty(self._size, dtype=self._dtype) for _ in range(self._count)]
+        self._buffers.append(self._buffers.pop(0))
+        return self._buffers[-1][:k]
 
 
 def newest(
@@ -211,7 +212,7 @@ class Rows:
         self._scratch: np.ndarray | None = None  # `spread`'s buffer, one per-edge array
         self._src = graph.src  # each edge's agent (irregular graphs' `spread`)
         self._owners: tuple[int, np.ndarray] | None = None  # (C's version, `owners`)
-        self._owner_turns = Turns(graph.n_directed)
+        self._owner_turns = Turns(graph.n_directed, count=1)  # read within C's version
 
     def spread(
         self, values: np.ndarray, counts: np.ndarray | None = None, version: int | None = None

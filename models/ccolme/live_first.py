@@ -62,8 +62,10 @@ class LiveFirst:
         #: S's senders' gather by block (`BlockedTake`; large graphs) and S's version it is for.
         self.blocked: tuple[int, BlockedTake] | None = None
         self._y_of: np.ndarray | None = None  # `y_of`'s buffer
-        # C's positions in S and its edges, per version of C (`kept_moved`)
-        self._c_pos, self._c_edges = Turns(len(kept_idx)), Turns(len(kept_idx))
+        # per version of C (`kept_moved`): its positions in S, read by `y_of` within the
+        # version; its edges, also the slots of the size send last heard (filed, at the
+        # latest, when the next version's send arrives)
+        self._c_pos, self._c_edges = Turns(len(kept_idx), count=1), Turns(len(kept_idx))
 
     # -- sending -----------------------------------------------------------------------------
     def compact(self, kept_idx: np.ndarray, kept_version: int, symmetric: bool) -> None:

@@ -57,8 +57,9 @@ class Sizes:
             if told is not None:
                 self._size_dst *= told[graph.dst]
             self._w_full = edge_weight(size[graph.src], self._size_dst)
-            # the size send's senders and W_ab, per version of C
-            self._turns = (Turns(graph.n_directed), Turns(graph.n_directed, float))
+            # per version of C, the size send's senders and W_ab: read within the version
+            e = graph.n_directed
+            self._turns = (Turns(e, count=1), Turns(e, float, count=1))
 
     # -- sending -----------------------------------------------------------------------------
     def payload(
