@@ -19,6 +19,11 @@ from desim.models.ccolme.edges import Turns, newest
 from desim.models.ccolme.model import edge_weight
 from desim.topologies.graph import Graph
 
+#: `Sizes.moved` recomputes |C_b| and W_ab on every edge, in place, once the agents whose |C_a|
+#: changed hold this share of the edges: fewer passes than over their own edges and the
+#: reverse ones, and no per-edge index arrays.
+EVERY_EDGE_FROM = 0.25
+
 
 class Sizes:
     """a's record of |C_b| per directed edge, the size sends, and eq. (2)'s W_ab."""
@@ -149,6 +154,9 @@ class Sizes:
             self._heard_filed = True
         g = self._g
         deg = g.degree[agents]
+        if self.told is None and int(deg.sum()) >= EVERY_EDGE_FROM * g.n_directed:
+            self._refresh(size)
+            return
         first = g.indptr[agents]
         own = np.repeat(first - (np.cumsum(deg) - deg), deg) + np.arange(int(deg.sum()))
         e = np.concatenate([own, g.reverse[own]])
@@ -157,6 +165,17 @@ class Sizes:
             self._size_dst[e] *= self.told[g.dst[e]]
         if self._metropolis:
             self._w_full[e] = edge_weight(size[g.src[e]], self._size_dst[e])
+
+    def _refresh(self, size: np.ndarray) -> None:
+        """|C_b| and W_ab of eq. (2) on every edge, written into the arrays held (the floats
+        `edge_weight` gives; no per-edge array made)."""
+        g, as_float = self._g, size.astype(float)
+        np.take(as_float, g.dst, out=self._size_dst, mode="clip")
+        if self._metropolis:
+            w = np.take(as_float, g.src, out=self._w_full, mode="clip")
+            np.maximum(w, self._size_dst, out=w)
+            w += 1.0
+            np.divide(1.0, w, out=w)
 
     # -- what the update reads ---------------------------------------------------------------
     def whole(self, version: int) -> bool:

@@ -14,7 +14,7 @@ from desim.kernel.links import IdealLinks
 from desim.kernel.params import build
 from desim.kernel.randomness import Streams
 from desim.kernel.registry import PROTOCOLS
-from desim.models.ccolme import edges
+from desim.models.ccolme import edges, sizes
 from desim.models.ccolme.edges import Rows, Turns, flatnonzero_into
 from desim.network_models.links import FixedLatency
 
@@ -135,3 +135,15 @@ def test_sends_in_flight_over_links_with_latency_are_never_overwritten(monkeypat
     """Messages three slots in flight: every send they belong to keeps its arrays until read."""
     proto, _ = run("c-colme", {}, FixedLatency(slots=3.0), 4, 5, monkeypatch)
     assert proto.moves >= 5
+
+
+def test_sizes_moved_over_every_edge_or_only_the_changed_ones_are_the_same_bytes(monkeypatch):
+    """|C_b| and W_ab recomputed on every edge in place, or only around the agents that
+    changed: the same run, bit for bit."""
+    outs = []
+    for share in (0.0, float("inf")):
+        monkeypatch.setattr(sizes, "EVERY_EDGE_FROM", share)
+        proto, out = run("c-colme", {"fallback": "local"}, IdealLinks(), 1, 1 << 18, monkeypatch)
+        assert proto.moves >= 3
+        outs.append(out)
+    assert outs[0] == outs[1]
