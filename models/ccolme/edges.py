@@ -20,6 +20,8 @@ TABLE_KEYS = 1 << 22
 #: `BlockedTake` reads its values 2^BLOCK_BITS at a time: one block of 8-byte values stays in a
 #: core's cache while every index into it is served.
 BLOCK_BITS = 16
+#: `flatnonzero_into` reads this many flags at a time (a cache-sized piece of int64 positions).
+PIECE = 1 << 18
 
 
 def common(x: np.ndarray) -> float | None:
@@ -27,6 +29,38 @@ def common(x: np.ndarray) -> float | None:
     if len(x) == 0 or not (x == x[0]).all():
         return None
     return float(x[0])
+
+
+def flatnonzero_into(mask: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """`np.flatnonzero(mask)` written into `out` (long enough; its first count slots returned),
+    `PIECE` flags at a time: no per-edge index array is made."""
+    k, chunk = 0, PIECE
+    for lo in range(0, len(mask), chunk):
+        part = np.flatnonzero(mask[lo : lo + chunk])
+        np.add(part, lo, out=out[k : k + len(part)])
+        k += len(part)
+    return out[:k]
+
+
+class Turns:
+    """Per-edge arrays made anew whenever C moves, written into `count` buffers taken in turn.
+
+    With two, the array of the version before stays intact while the new one is made (it may
+    still be read then); with one, the next array overwrites it (nothing reads it again). A
+    fresh array of every edge in every slot that C moves costs page faults that grow faster
+    than the graph.
+    """
+
+    def __init__(self, size: int, dtype: type = np.int64, count: int = 2) -> None:
+        self._size, self._dtype, self._count = size, dtype, count
+        self._buffers: list[np.ndarray] = []
+
+    def next(self, k: int) -> np.ndarray:
+        """The first k slots of the buffer handed out least recently."""
+        if not self._buffers:  # pages are touched only where written
+            self._buffers = [np.empty(self._size, dtype=self._dtype) for _ in range(self._count)]
+        self._buffers.append(self._buffers.pop(0))
+        return self._buffers[-1][:k]
 
 
 def newest(
@@ -178,6 +212,7 @@ class Rows:
         self._scratch: np.ndarray | None = None  # `spread`'s buffer, one per-edge array
         self._src = graph.src  # each edge's agent (irregular graphs' `spread`)
         self._owners: tuple[int, np.ndarray] | None = None  # (C's version, `owners`)
+        self._owner_turns = Turns(graph.n_directed, count=1)  # read within C's version
 
     def spread(
         self, values: np.ndarray, counts: np.ndarray | None = None, version: int | None = None
@@ -202,11 +237,24 @@ class Rows:
         """values[agents] (one agent per edge) in the buffer `spread` reuses."""
         return np.take(values, agents, out=self._buffer(len(agents)), mode="clip")
 
-    def owners(self, counts: np.ndarray, version: int) -> np.ndarray:
+    def owners(
+        self,
+        counts: np.ndarray,
+        version: int,
+        kept_idx: np.ndarray | None = None,
+        reuse: bool = False,
+    ) -> np.ndarray:
         """The agent of each edge of runs of `counts[a]` edges, `counts` being |C| of C's
-        `version` (cached for it): a's kept edges are a's, in CSR order."""
+        `version` (cached for it): a's kept edges are a's, in CSR order. With `reuse` (ideal
+        links: each version's sends are read within its slot) they are src[kept_idx], C's
+        edges, in buffers taken in turn."""
         if self._owners is None or self._owners[0] != version:
-            self._owners = (version, np.repeat(np.arange(self._n), counts))
+            if kept_idx is None or not reuse:
+                agents = np.repeat(np.arange(self._n), counts)
+            else:
+                out = self._owner_turns.next(len(kept_idx))
+                agents = np.take(self._src, kept_idx, out=out, mode="clip")
+            self._owners = (version, agents)
         return self._owners[1]
 
     def _buffer(self, k: int) -> np.ndarray:

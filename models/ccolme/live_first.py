@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from desim.models.ccolme.edges import BlockedTake, EdgeStates
+from desim.models.ccolme.edges import BlockedTake, EdgeStates, Turns, flatnonzero_into
 from desim.topologies.graph import Graph
 
 #: State buffers the protocol turns through (ideal links: a holds t − 1's and t − 2's states).
@@ -62,6 +62,10 @@ class LiveFirst:
         #: S's senders' gather by block (`BlockedTake`; large graphs) and S's version it is for.
         self.blocked: tuple[int, BlockedTake] | None = None
         self._y_of: np.ndarray | None = None  # `y_of`'s buffer
+        # per version of C (`kept_moved`): its positions in S, read by `y_of` within the
+        # version; its edges, also the slots of the size send last heard (filed, at the
+        # latest, when the next version's send arrives)
+        self._c_pos, self._c_edges = Turns(len(kept_idx), count=1), Turns(len(kept_idx))
 
     # -- sending -----------------------------------------------------------------------------
     def compact(self, kept_idx: np.ndarray, kept_version: int, symmetric: bool) -> None:
@@ -69,7 +73,8 @@ class LiveFirst:
         of it (without ``symmetric`` χ's edges are the kept ones, `kept_idx`)."""
         if self._dead * 8 <= len(self.s):
             return
-        keep = self.s[self.alive] if symmetric else kept_idx
+        # kept_idx is in one of `_c_edges`' buffers, which C's next versions overwrite
+        keep = self.s[self.alive] if symmetric else kept_idx.copy()
         self._seed(("S", self.version + 1), self.version, np.flatnonzero(self.alive))
         self.s, self.alive, self._dead = keep, np.ones(len(keep), bool), 0
         self.version += 1
@@ -126,10 +131,10 @@ class LiveFirst:
 
     def kept_moved(self, kept_version: int) -> np.ndarray:
         """C lost this slot's drops (no ``symmetric``): it is χ = S's alive edges, returned
-        (CSR order) and their positions in S kept for `y_of`."""
-        pos = np.flatnonzero(self.alive)
+        (CSR order) and their positions in S kept for `y_of`; both in buffers taken in turn."""
+        pos = flatnonzero_into(self.alive, self._c_pos.next(len(self.alive)))
         self._seed(("C", kept_version), self.version, pos)
-        return self.s.take(pos)
+        return np.take(self.s, pos, out=self._c_edges.next(len(pos)), mode="clip")
 
     # -- what the test and the update read ---------------------------------------------------
     def ends(self, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -446,7 +446,7 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         if not self._sends_sizes or len(self._kept_idx) == 0:
             self._update()
             return
-        owners = self._csr.owners(self.size, self._kept_version)  # src of the kept edges
+        owners = self._csr.owners(self.size, self._kept_version, self._kept_idx, self._in_order)
         sender, receiver, payload = self._sizes.payload(
             self._kept_idx, self._kept_version, self.size, self.t, owners
         )

@@ -15,9 +15,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from desim.models.ccolme.edges import newest
+from desim.models.ccolme.edges import Turns, newest
 from desim.models.ccolme.model import edge_weight
 from desim.topologies.graph import Graph
+
+#: `Sizes.moved` recomputes |C_b| and W_ab on every edge, in place, once the agents whose |C_a|
+#: changed hold this share of the edges: fewer passes than over their own edges and the
+#: reverse ones, and no per-edge index arrays.
+EVERY_EDGE_FROM = 0.25
 
 
 class Sizes:
@@ -57,6 +62,9 @@ class Sizes:
             if told is not None:
                 self._size_dst *= told[graph.dst]
             self._w_full = edge_weight(size[graph.src], self._size_dst)
+            # per version of C, the size send's senders and W_ab: read within the version
+            e = graph.n_directed
+            self._turns = (Turns(e, count=1), Turns(e, float, count=1))
 
     # -- sending -----------------------------------------------------------------------------
     def payload(
@@ -73,7 +81,11 @@ class Sizes:
         if self._send is None or self._send[0] != version:
             if receiver is None:  # src[kept_idx]: kept_idx is in CSR order
                 receiver = np.repeat(self._agents, size)
-            self._send = (version, self._g.dst[kept_idx], receiver)
+            if self._in_order:  # each send read within its slot: buffers in turn
+                sender = self._g.dst.take(kept_idx, out=self._turns[0].next(len(kept_idx)))
+            else:  # a send in flight keeps its own arrays
+                sender = self._g.dst[kept_idx]
+            self._send = (version, sender, receiver)
         _, sender, receiver = self._send
         payload = self._payload
         if payload is None or self._sent_version != version:
@@ -142,6 +154,9 @@ class Sizes:
             self._heard_filed = True
         g = self._g
         deg = g.degree[agents]
+        if self.told is None and int(deg.sum()) >= EVERY_EDGE_FROM * g.n_directed:
+            self._refresh(size)
+            return
         first = g.indptr[agents]
         own = np.repeat(first - (np.cumsum(deg) - deg), deg) + np.arange(int(deg.sum()))
         e = np.concatenate([own, g.reverse[own]])
@@ -150,6 +165,17 @@ class Sizes:
             self._size_dst[e] *= self.told[g.dst[e]]
         if self._metropolis:
             self._w_full[e] = edge_weight(size[g.src[e]], self._size_dst[e])
+
+    def _refresh(self, size: np.ndarray) -> None:
+        """|C_b| and W_ab of eq. (2) on every edge, written into the arrays held (the floats
+        `edge_weight` gives; no per-edge array made)."""
+        g, as_float = self._g, size.astype(float)
+        np.take(as_float, g.dst, out=self._size_dst, mode="clip")
+        if self._metropolis:
+            w = np.take(as_float, g.src, out=self._w_full, mode="clip")
+            np.maximum(w, self._size_dst, out=w)
+            w += 1.0
+            np.divide(1.0, w, out=w)
 
     # -- what the update reads ---------------------------------------------------------------
     def whole(self, version: int) -> bool:
@@ -173,7 +199,7 @@ class Sizes:
         if whole and self._w_cache is not None and self._w_cache[0] == version:
             return self._w_cache[1]  # the same C and sizes as the last step: the same W
         if whole and self._in_order:  # they are this slot's |C_b|: W_ab is kept per edge
-            w = self._w_full.take(idx, mode="clip")
+            w = self._w_full.take(idx, out=self._turns[1].next(len(idx)), mode="clip")
         else:
             w = edge_weight(np.repeat(size, counts), self.of(idx, every, whole))
         if whole:
