@@ -150,8 +150,11 @@ _CLASSES = {"model": "classes", "class_means": [0.2, 0.4, 0.8], "sigma": 0.5}
 _GRAPH = {"model": "classes", "class_means": [0.0, 1.0], "sigma": 2.0}
 #: (scenario, directed edges, dimension): sizes where the protocol's own arrays dominate.
 WORKLOADS = {
+    # (t_max = M: above 1000 agents a slot's pairs are one block of the RR numbering, and the
+    # zeroed pages of blocks no slot has reached are not resident; a run of M − 1 slots or more
+    # touches every block, as the estimate assumes)
     "private-colme M=2000": (
-        {"protocol": "private-colme", "data": {**_CLASSES, "agents": 2000}, "t_max": 100},
+        {"protocol": "private-colme", "data": {**_CLASSES, "agents": 2000}, "t_max": 2000},
         0,
         1,
     ),
