@@ -135,6 +135,8 @@ def assert_accepted_or_one_line(folder: Path) -> None:
 # a non-finite probability reached the graph-size estimate before its own check refused it
 @example(target=("topology", "watts-strogatz", "p"), value=-math.inf)
 @example(target=("topology", "geometric", "radius"), value=math.nan)
+# an empty file name read the study folder itself (a directory) as the data file
+@example(target=("data", "vector-table", "file"), value="")
 def test_any_value_of_any_parameter_is_accepted_or_refused_in_one_line(tmp_path, target, value):
     where, component, key = target
     folder = write_study(tmp_path / "s", study_text(where, component, key, value))

@@ -318,8 +318,12 @@ def check_input_file(
     or through a link, a FIFO or device, and a file over `limit` bytes are refused in one
     line that never shows the file's content (a study file may come from someone else).
     """
-    if not isinstance(path, str) or not path:
+    if not isinstance(path, str):
         return  # the component's own validation names a bad type
+    if not path.strip():
+        raise ConfigError(
+            f"{field} = {path!r}: names no file; give a path relative to the study folder"
+        )
     if Path(path).is_absolute():
         raise ConfigError(f"{field} = {path!r}: must be a path relative to the study folder")
     target = folder / path
