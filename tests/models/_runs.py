@@ -1,7 +1,7 @@
 """Helpers of the model tests: the two-class data set-up and one protocol run measured at every
 slot (the ledger, budget and asynchrony tests read each slot's metrics), one run measured at
 its end with the `adversaries` metric (the adversary tests of every family), and `desim validate`
-of a small study on a 4-regular graph (the graph families' refusals).
+of small studies on a 4-regular graph, static or rewired (the graph families' refusals).
 
 A test module imports them (`from _runs import class_data, every_slot`): pytest puts this folder
 on sys.path to import the module.
@@ -131,3 +131,20 @@ def validate_graph_study(
     (folder / "study.toml").write_text(text)
     code = main(["validate", str(folder)])
     return code, capsys.readouterr().err
+
+
+REWIRED_STUDY = (
+    '[study]\ntitle = "x"\nreplicates = 1\nt_max = 50\n\n[data]\nmodel = "classes"\n'
+    'agents = 12\n\n[topology]\nmodel = "regular"\ndegree = 4\n'
+    'rewire = {{every = 10}}\n\n[[scenario]]\nname = "P"\nprotocol = "private-colme"\n'
+    'peers = "topology"\n{extra}\n'
+)
+
+
+def validate_rewired(tmp_path: Path, extra: str) -> int:
+    """Exit code of `desim validate` on Private-ColME (``peers = "topology"``) over 12 agents
+    of a 4-regular graph rewired every 10 slots, the scenario's `extra` keys added."""
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "study.toml").write_text(REWIRED_STUDY.format(extra=extra))
+    return main(["validate", str(folder)])

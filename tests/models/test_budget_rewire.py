@@ -10,12 +10,12 @@ import math
 
 import numpy as np
 import pytest
+from _runs import validate_rewired
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from desim.kernel.plugins import load_plugins
 from desim.models.privacy.accounting import epsilon_spent, psum_multiplier, psum_noise
-from desim.study.cli import main
 from desim.study.scenario import Scenario, run
 
 load_plugins()
@@ -102,30 +102,19 @@ def test_a_stop_budget_against_one_counts_a_link_made_again(tmp_path):
     ],
 )
 def test_bounds_of_the_set_up_graph_are_refused_saying_why(tmp_path, capsys, extra, fragment):
-    folder = tmp_path / "s"
-    folder.mkdir()
-    (folder / "study.toml").write_text(
-        '[study]\ntitle = "x"\nreplicates = 1\nt_max = 50\n\n[data]\nmodel = "classes"\n'
-        'agents = 12\n\n[topology]\nmodel = "regular"\ndegree = 4\n'
-        'rewire = {every = 10}\n\n[[scenario]]\nname = "P"\nprotocol = "private-colme"\n'
-        f'peers = "topology"\n{extra}\n'
-    )
-    assert main(["validate", str(folder)]) == 2
+    assert validate_rewired(tmp_path, extra) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and fragment in err, err
 
 
 @pytest.mark.parametrize("against", ["one", "colluding"])
 def test_a_stop_budget_is_accepted_on_a_changing_graph(tmp_path, against):
-    folder = tmp_path / "s"
-    folder.mkdir()
-    (folder / "study.toml").write_text(
-        '[study]\ntitle = "x"\nreplicates = 1\nt_max = 50\n\n[data]\nmodel = "classes"\n'
-        'agents = 12\n\n[topology]\nmodel = "regular"\ndegree = 4\n'
-        'rewire = {every = 10}\n\n[[scenario]]\nname = "P"\nprotocol = "private-colme"\n'
-        f'peers = "topology"\nbudget = {{epsilon = 2.0, against = "{against}", action = "stop"}}\n'
+    assert (
+        validate_rewired(
+            tmp_path, f'budget = {{epsilon = 2.0, against = "{against}", action = "stop"}}'
+        )
+        == 0
     )
-    assert main(["validate", str(folder)]) == 0
 
 
 @given(

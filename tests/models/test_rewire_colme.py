@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from _ccolme_helpers import GraphData, Switches
+from _runs import validate_rewired
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +16,6 @@ from desim.kernel.engine import Simulation
 from desim.kernel.plugins import load_plugins
 from desim.kernel.randomness import Streams
 from desim.kernel.registry import PROTOCOLS
-from desim.study.cli import main
 from desim.study.scenario import Scenario, run
 from desim.testing import ScriptedLinks
 from desim.topologies.dynamic import Dynamics, Rewire
@@ -210,15 +210,7 @@ def test_a_link_made_again_drops_the_messages_of_its_earlier_incarnation():
     ],
 )
 def test_runs_bound_by_the_set_up_degrees_are_refused(tmp_path, capsys, extra, fragment):
-    folder = tmp_path / "s"
-    folder.mkdir()
-    (folder / "study.toml").write_text(
-        '[study]\ntitle = "x"\nreplicates = 1\nt_max = 50\n\n[data]\nmodel = "classes"\n'
-        'agents = 12\n\n[topology]\nmodel = "regular"\ndegree = 4\n'
-        'rewire = {every = 10}\n\n[[scenario]]\nname = "P"\nprotocol = "private-colme"\n'
-        f'peers = "topology"\n{extra}\n'
-    )
-    assert main(["validate", str(folder)]) == 2
+    assert validate_rewired(tmp_path, extra) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and fragment in err, err
 
