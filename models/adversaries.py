@@ -18,6 +18,10 @@ noise) to the value the adversary reports:
 - ``collude``: every adversary as if its mean were `target` (+ target − μ_b);
 - ``inflate``: its count (sample size) multiplied by `factor`, where a receiver weighs by counts.
 
+What an adversary does to the values of other agents it forwards (``forwarded``): B-ColME's
+tables alone carry such sums, and its adversaries forward them ``unchanged`` (the default) or
+``corrupted``, the behaviour's map applied to every mean in them (`desim.models.ccolme.robust`).
+
 Who is an adversary: the `agents` listed, or round(fraction · M) agents drawn from the run's
 ``adversaries`` stream (a common-random-number stream: every protocol of a study, and every
 fraction, draws from the same permutation, so the adversaries at fraction f are among those at
@@ -45,7 +49,21 @@ BEHAVIOURS: dict[str, tuple[str, ...]] = {
 #: Parameters a behaviour may leave out (their default: 0).
 OPTIONAL: dict[str, tuple[str, ...]] = {"mimic": ("shift",)}
 #: Every key an [adversaries] table may hold.
-KEYS = ("fraction", "agents", "behaviour", "skip_noise", "shift", "class", "target", "factor")
+KEYS = (
+    "fraction",
+    "agents",
+    "behaviour",
+    "skip_noise",
+    "shift",
+    "class",
+    "target",
+    "factor",
+    "forwarded",
+)
+#: What an adversary does to the sums of other agents' values it forwards (B-ColME's tables).
+FORWARDED = ("unchanged", "corrupted")
+#: Why a family refuses ``forwarded``, where more than "nothing to forward" (by family name).
+NOT_FORWARDED = {"pricer": "its adversaries always corrupt the honest shares they relay"}
 #: The random stream the adversaries are drawn from (`desim.kernel.randomness.Streams.SHARED`).
 STREAM = "adversaries"
 
@@ -69,12 +87,16 @@ class Adversaries:
     mimic_class: int | None = None
     target: float | None = None
     factor: float | None = None
+    forwarded: str = "unchanged"
 
     @classmethod
-    def from_table(cls, table: Any, allowed: tuple[str, ...], family: str) -> Adversaries:
+    def from_table(
+        cls, table: Any, allowed: tuple[str, ...], family: str, forwards: bool = False
+    ) -> Adversaries:
         """The adversaries of a study's ``adversaries = {…}`` table for a protocol `family` whose
-        meaningful behaviours are `allowed`; ValueError with one line naming the key, its value
-        and what is allowed."""
+        meaningful behaviours are `allowed` and whose messages carry sums of other agents'
+        values (`forwards`: then ``forwarded`` is read); ValueError with one line naming the
+        key, its value and what is allowed."""
         if isinstance(table, Adversaries):
             return table
         if not isinstance(table, dict):
@@ -112,7 +134,10 @@ class Adversaries:
         skip = table.get("skip_noise", False)
         if not isinstance(skip, bool):
             raise ValueError(f"adversaries.skip_noise = {skip!r}: must be true or false")
-        return cls(behaviour, *_who(table), skip, **_behaviour_params(table))
+        extra = _behaviour_params(table)
+        if "forwarded" in table:
+            extra["forwarded"] = _forwarded(table["forwarded"], family, forwards)
+        return cls(behaviour, *_who(table), skip, **extra)
 
     def check(self, n_agents: int, classes: np.ndarray) -> None:
         """ValueError (one line) for ids that are not agents of a population of `n_agents`, or
@@ -158,6 +183,21 @@ def _who(table: dict) -> tuple[float | None, tuple[int, ...] | None]:
     if not ok or len(set(ids)) != len(ids):
         raise ValueError(f"adversaries.agents = {ids!r}: must be a list of distinct agent ids ≥ 0")
     return None, tuple(sorted(ids))
+
+
+def _forwarded(value: Any, family: str, forwards: bool) -> str:
+    """The ``forwarded`` value of a family that forwards sums (`forwards`), checked."""
+    if value not in FORWARDED:
+        raise ValueError(
+            f"adversaries.forwarded = {value!r}: must be one of {', '.join(FORWARDED)}"
+        )
+    if not forwards:
+        why = NOT_FORWARDED.get(family, "its messages carry no sums of other agents' values")
+        raise ValueError(
+            f"adversaries.forwarded = {value!r}: only B-ColME's tables forward such sums, not "
+            f"{family} ({why}); remove forwarded"
+        )
+    return value
 
 
 def _behaviour_params(table: dict) -> dict[str, Any]:

@@ -56,7 +56,9 @@ class BaselineParams(NoParams):
             forget = Forget.from_table(self.forget, BASELINE_FORGET, "local / ideal", "all")
             object.__setattr__(self, "forget", forget)
         if self.adversaries is not None:  # every behaviour: none changes what a baseline does
-            table = Adversaries.from_table(self.adversaries, tuple(BEHAVIOURS), "the baselines")
+            table = Adversaries.from_table(
+                self.adversaries, tuple(BEHAVIOURS), "the baselines", forwards=True
+            )
             object.__setattr__(self, "adversaries", table)
 
 

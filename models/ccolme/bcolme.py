@@ -44,9 +44,11 @@ count n_b it tells, and the sums S^(k), c^(k) it forwards. ``shift``, ``flip``, 
 and its estimate derive from the corrupted mean; honest agents forward it further inside their
 sums as they forward any mean. ``inflate`` multiplies the n_b it tells by ``factor`` ≥ 1: its
 receivers weigh its depth-k entries by factor·n_b − k (and test it with n_b so told); its mean
-stays honest. It forwards the sums and counts it received unchanged under every behaviour (the
-conservative default: corrupting them would be a stronger adversary, and multiplying counts
-c^(k) alone would shrink the forwarded means S/c, a value attack, not a weight). The defence
+stays honest. By default (``forwarded = "unchanged"``) it forwards the sums and counts it
+received unchanged under every behaviour; with ``forwarded = "corrupted"`` (not with
+``inflate``: multiplying counts c^(k) alone would shrink the forwarded means S/c, a value
+attack, not a weight) it sends sign_b·S^(k) + add_b·c^(k), its behaviour's report of every mean
+in the sum, counts unchanged (`desim.models.ccolme.robust.GraphAdversaries.forwarded`). The defence
 (``combination = "median"`` or ``"trimmed"`` with ``trim``) replaces the estimate by Yin et
 al.'s median or trimmed mean of X̃_a and the depth-0 means of a's kept neighbours: depth 0 is
 the only entry that is one agent's value; deeper entries are sums over paths, in which an
@@ -93,8 +95,8 @@ class BColMEParams:
     adversaries: dict | None = param(
         None,
         "an [adversaries] table {fraction | agents, behaviour = shift | flip | mimic | collude | "
-        "inflate, …}: agents whose own mean or told sample count is corrupted "
-        "(`desim.models.ccolme.robust`)",
+        "inflate, forwarded = unchanged | corrupted, …}: agents whose own mean or told sample "
+        "count, and optionally the sums they forward, are corrupted (`desim.models.ccolme.robust`)",
     )
     combination: Literal["weighted", "median", "trimmed"] = param(
         "weighted",
@@ -268,6 +270,7 @@ class BColME(TableAdversarial, CColMEFamily, rewire.Follows):
             payload[1] *= self.told[self.dst]
         outgoing_tables(g.indptr, self.dst, self.reverse, s, out=payload[2 : d + 1])
         outgoing_tables(g.indptr, self.dst, self.reverse, c, out=payload[d + 1 :])
+        self.corrupt_forwarded(payload[2 : d + 1], payload[d + 1 :])
         self.ctx.send("table", self.dst, self.src, payload.T)
 
     def on_deliver(self, batch: Batch) -> None:

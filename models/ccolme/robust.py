@@ -25,6 +25,10 @@ W are not used (`mixing_matrix` still describes eq. (2)).
 X̃_b is corrupted as above, ``inflate`` multiplies the sample count n_b its tables tell, and
 ``combination = "median"`` or ``"trimmed"`` takes the aggregate over X̃_a and the kept
 neighbours' depth-0 means instead of the tables' weighted mean (`desim.models.ccolme.bcolme`).
+With ``forwarded = "corrupted"`` an adversary also corrupts the sums S^(k) it forwards, as its
+behaviour reports every mean in them: a sum of c^(k) means becomes sign_b·S^(k) + add_b·c^(k)
+(shift: every mean + s; flip: every mean reflected around μ̄; mimic and collude: every mean
+moved by b's own offset), the counts c^(k) unchanged (docs/adversaries.md says why).
 """
 
 from __future__ import annotations
@@ -42,12 +46,12 @@ ADVERSARY_BEHAVIOURS = ("shift", "flip", "mimic", "collude", "inflate")
 CONSENSUS = ("weighted", "median", "trimmed")
 
 
-def check_params(params: Any, family: str, key: str = "consensus") -> None:
+def check_params(params: Any, family: str, key: str = "consensus", forwards: bool = False) -> None:
     """Check the ``adversaries``, `key` (C-ColME's ``consensus``, B-ColME's ``combination``) and
-    ``trim`` fields, keeping the table as a (hashable) `Adversaries`; ValueError with one line
-    otherwise."""
+    ``trim`` fields, keeping the table as a (hashable) `Adversaries` (``forwarded`` read where
+    the messages forward sums: `forwards`); ValueError with one line otherwise."""
     if params.adversaries is not None:
-        table = Adversaries.from_table(params.adversaries, ADVERSARY_BEHAVIOURS, family)
+        table = Adversaries.from_table(params.adversaries, ADVERSARY_BEHAVIOURS, family, forwards)
         object.__setattr__(params, "adversaries", table)
     how = getattr(params, key)
     if (how == "trimmed") != (params.trim is not None):
@@ -60,13 +64,18 @@ def check_params(params: Any, family: str, key: str = "consensus") -> None:
 def check_table_params(params: Any) -> None:
     """`check_params` for B-ColME (``combination``), and refuse a deflating ``inflate``: a
     receiver weighs b's depth-k entries by n_b − k, which a told n_b below the true one can
-    make negative."""
-    check_params(params, "B-ColME and Private-B-ColME", "combination")
+    make negative; and ``inflate`` with corrupted forwarded sums: it corrupts no value."""
+    check_params(params, "B-ColME and Private-B-ColME", "combination", forwards=True)
     spec = params.adversaries
     if spec is not None and spec.factor is not None and spec.factor < 1:
         raise ValueError(
             f"adversaries.factor = {spec.factor!r}: B-ColME needs factor ≥ 1 (its receivers "
             f"weigh depth k by factor·n_b − k, negative for a deflated n_b)"
+        )
+    if spec is not None and spec.behaviour == "inflate" and spec.forwarded == "corrupted":
+        raise ValueError(
+            "adversaries.forwarded = 'corrupted': behaviour = 'inflate' reports no value to "
+            "corrupt (its told n_b already weighs every entry it forwards); use 'unchanged'"
         )
 
 
@@ -91,6 +100,10 @@ class GraphAdversaries:
         self._sign = None if np.all(sign == 1.0) else sign
         self._add = active.add[bad]
         self._skip = active.spec.skip_noise
+        #: Whether they corrupt the sums they forward too (B-ColME, ``forwarded``).
+        self.corrupts_forwarded = self.corrupts and active.spec.forwarded == "corrupted"
+        # (the senders' array of the last `forwarded` call, the columns adversaries send)
+        self._columns: tuple[np.ndarray | None, np.ndarray] = (None, np.empty(0, np.int64))
 
     @classmethod
     def build(cls, params: Any, ctx: Any) -> GraphAdversaries | None:
@@ -115,6 +128,22 @@ class GraphAdversaries:
         start += self._add
         mean.put(bad, start)
         return mean
+
+    def forwarded(self, senders: np.ndarray, sums: np.ndarray, counts: np.ndarray) -> None:
+        """Corrupt, in place, the sums of means (`sums`, one row per depth, one column per
+        message, `counts` the means in each) that `senders` forward: in an adversary b's
+        columns, sign_b·S + add_b·c, its behaviour's report of every mean in the sum."""
+        if self._columns[0] is not senders:  # the same edges until the graph changes
+            self._columns = (senders, np.flatnonzero(self.active.mask[senders]))
+        cols = self._columns[1]
+        if len(cols) == 0:
+            return
+        b = senders[cols]
+        out = sums[:, cols]
+        if self._sign is not None:
+            out *= self.active.sign[b]
+        out += self.active.add[b] * counts[:, cols]
+        sums[:, cols] = out
 
 
 class Adversarial:
@@ -193,6 +222,12 @@ class TableAdversarial(Adversarial):
         if self.raw_sum is not None:
             self.raw_sum += samples
         return self.shared_mean(t)
+
+    def corrupt_forwarded(self, sums: np.ndarray, counts: np.ndarray) -> None:
+        """The sums S^(k) this slot's tables forward (`sums`, one column per message, sent by
+        `dst`), corrupted in place where adversaries corrupt forwarded sums."""
+        if self.adversaries is not None and self.adversaries.corrupts_forwarded:
+            self.adversaries.forwarded(self.dst, sums, counts)
 
     def robust_estimate(self) -> np.ndarray | None:
         """Yin et al.'s median or trimmed mean of X̃_a and the depth-0 means X̃_b of a's kept
