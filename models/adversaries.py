@@ -20,7 +20,7 @@ noise) to the value the adversary reports:
 
 What an adversary does to the values of other agents it forwards (``forwarded``): B-ColME's
 tables alone carry such sums, and its adversaries forward them ``unchanged`` (the default) or
-``corrupted``, the behaviour's map applied to every mean in them (`desim.models.ccolme.robust`).
+``corrupted``, the behaviour applied to every mean in them (`desim.models.ccolme.robust`).
 
 Who is an adversary: the `agents` listed, or round(fraction · M) agents drawn from the run's
 ``adversaries`` stream (a common-random-number stream: every protocol of a study, and every
@@ -234,6 +234,9 @@ class ActiveAdversaries:
         self.ids = np.flatnonzero(mask)
         self.sign = np.ones(len(mask))
         self.add = np.zeros(len(mask))
+        #: mimic and collude: the mean every adversary reports as its own (μ_c + shift, or the
+        #: target), before its sampling deviation; None for the other behaviours.
+        self.centre: float | None = None
         b = self.ids
         if spec.behaviour == "shift":
             self.add[b] = spec.shift
@@ -243,8 +246,10 @@ class ActiveAdversaries:
         elif spec.behaviour == "mimic":
             centre = float(np.mean(means[classes == spec.mimic_class])) + (spec.shift or 0.0)
             self.add[b] = centre - means[b]
+            self.centre = centre
         elif spec.behaviour == "collude":
             self.add[b] = spec.target - means[b]
+            self.centre = spec.target
 
     @classmethod
     def build(cls, spec: Adversaries | None, truth: Any, rng: Any) -> ActiveAdversaries | None:

@@ -47,8 +47,9 @@ receivers weigh its depth-k entries by factor·n_b − k (and test it with n_b s
 stays honest. By default (``forwarded = "unchanged"``) it forwards the sums and counts it
 received unchanged under every behaviour; with ``forwarded = "corrupted"`` (not with
 ``inflate``: multiplying counts c^(k) alone would shrink the forwarded means S/c, a value
-attack, not a weight) it sends sign_b·S^(k) + add_b·c^(k), its behaviour's report of every mean
-in the sum, counts unchanged (`desim.models.ccolme.robust.GraphAdversaries.forwarded`). The defence
+attack, not a weight) it sends its behaviour's report of every mean in each sum S^(k) (shift:
++ s each, flip: reflected, mimic and collude: at their centre), counts unchanged
+(`desim.models.ccolme.robust.GraphAdversaries.forwarded`). The defence
 (``combination = "median"`` or ``"trimmed"`` with ``trim``) replaces the estimate by Yin et
 al.'s median or trimmed mean of X̃_a and the depth-0 means of a's kept neighbours: depth 0 is
 the only entry that is one agent's value; deeper entries are sums over paths, in which an

@@ -26,9 +26,10 @@ X̃_b is corrupted as above, ``inflate`` multiplies the sample count n_b its tab
 ``combination = "median"`` or ``"trimmed"`` takes the aggregate over X̃_a and the kept
 neighbours' depth-0 means instead of the tables' weighted mean (`desim.models.ccolme.bcolme`).
 With ``forwarded = "corrupted"`` an adversary also corrupts the sums S^(k) it forwards, as its
-behaviour reports every mean in them: a sum of c^(k) means becomes sign_b·S^(k) + add_b·c^(k)
-(shift: every mean + s; flip: every mean reflected around μ̄; mimic and collude: every mean
-moved by b's own offset), the counts c^(k) unchanged (docs/adversaries.md says why).
+behaviour would have every agent in them report its mean: a sum of c^(k) means becomes
+S^(k) + s·c^(k) (shift), 2μ̄·c^(k) − S^(k) (flip: every mean reflected around μ̄) or
+centre·c^(k) (mimic, collude: every mean at μ_c + s or the target, the deviations a sum
+hides taken at 0), the counts c^(k) unchanged (docs/adversaries.md says why).
 """
 
 from __future__ import annotations
@@ -132,11 +133,15 @@ class GraphAdversaries:
     def forwarded(self, senders: np.ndarray, sums: np.ndarray, counts: np.ndarray) -> None:
         """Corrupt, in place, the sums of means (`sums`, one row per depth, one column per
         message, `counts` the means in each) that `senders` forward: in an adversary b's
-        columns, sign_b·S + add_b·c, its behaviour's report of every mean in the sum."""
+        columns, centre·c (mimic, collude) or sign_b·S + add_b·c (shift, flip), the
+        behaviour's report of every mean in the sum."""
         if self._columns[0] is not senders:  # the same edges until the graph changes
             self._columns = (senders, np.flatnonzero(self.active.mask[senders]))
         cols = self._columns[1]
         if len(cols) == 0:
+            return
+        if self.active.centre is not None:  # every mean at the centre, whoever's it was
+            sums[:, cols] = self.active.centre * counts[:, cols]
             return
         b = senders[cols]
         out = sums[:, cols]

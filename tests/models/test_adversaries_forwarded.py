@@ -165,8 +165,9 @@ def test_a_shift_moves_honest_estimates_once_per_adversary_on_each_walk_closed_f
 )
 def test_every_mean_a_sum_carries_is_reported_by_each_adversary_that_forwards_it(table):
     """Constant samples x_v: a forwarded mean reaches honest a as each adversary on its walk
-    maps it (origin first, then every forwarder toward a): flip 2μ̄ − x, collude and mimic
-    x + (centre − μ_b) with b's own offset, shift x + s; the estimate is the walks' closed form."""
+    reports it (origin first, then every forwarder toward a): flip 2μ̄ − x, shift x + s,
+    collude and mimic their centre (the target, or μ_c + s: an adversary's own report too, its
+    samples being its mean); the estimate is the walks' closed form."""
     m, t_max = 24, 9
     data = _constant_data(m, seed=6)
     bad = [2, 7, 13, 19]
@@ -187,7 +188,7 @@ def test_every_mean_a_sum_carries_is_reported_by_each_adversary_that_forwards_it
             return 2 * float(np.mean(x)) - value
         if table["behaviour"] == "shift":
             return value + table["shift"]
-        return value + centre - x[v]
+        return centre
 
     closed = _walk_estimate(data.public["graph"], t_max, 5, x, report)
     honest = ~is_bad
