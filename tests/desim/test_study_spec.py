@@ -52,6 +52,7 @@ QUICK_DIGESTS = {
     "real-data/radon/unbalanced": "9c0ec29922812a35",
     "robustness/dynamic-graph": "1d5b9bb028c2f429",  # issue 29: changing graphs (+ B-ColME)
     "robustness/dynamic-graph/latency": "3c57b5c547e74dbf",  # changing graphs, latency
+    "robustness/dynamic-graph/latency/in-flight": "6dc0712252fd88c2",  # lost in flight
     "privacy-accounting/ccolme": "db34a65d8b7231ac",
     "privacy-accounting/eb": "a4425457191a7725",
     "privacy-accounting/epsilon-sweep": "15ea51b19b22fd37",
@@ -63,7 +64,7 @@ QUICK_DIGESTS = {
     "robustness/drift": "4df4ee01039754ee",
     "robustness/adversaries": "ebf9dbfadf045671",
     "robustness/adversaries/pricer": "5ca5f23e005e632e",
-    "robustness/adversaries/ccolme": "39483f90802076bf",
+    "robustness/adversaries/ccolme": "49f1a144b8d03eea",  # + corrupted forwarding
     "server-vs-peers/outages": "498d21980dcd39fe",
     "server-vs-peers": "59323f3474317d82",
     "stragglers-whatif/estimation": "3b52ed87adbd90ba",
