@@ -1,5 +1,5 @@
-"""robustness/adversaries/README.md, its B-ColME section (`ccolme/`): the claims, on the stored
-results (honest agents' MSE at T = 2000, mean of 3 replicates)."""
+"""robustness/adversaries/README.md, its B-ColME section (`ccolme/`, corrupted forwarding too):
+the claims, on the stored results (honest agents' MSE at T = 2000, mean of 3 replicates)."""
 
 from __future__ import annotations
 
@@ -157,3 +157,93 @@ def test_inflated_counts_do_little(last):
         for f in (0.2, 0.3)
     ]
     assert round(min(errors) * 100) == 2 and round(max(errors) * 100) == 8
+
+
+# ---- "When the adversaries corrupt the sums they forward too" -------------------------------
+
+# the README's table: MSE (ratio to the sums forwarded unchanged) at f = 0.1 / 0.2 / 0.3
+FORWARDED = {
+    ("B-ColME", "shift 0.1"): "3.7e-3 (3.2×) 1.0e-2 (4.3×) 1.9e-2 (5.2×)",
+    ("B-ColME", "mimic"): "5.4e-4 (1.4×) 1.2e-3 (1.4×) 1.5e-3 (1.3×)",
+    ("B-ColME median", "shift 0.1"): "1.1e-4 (1×) 3.3e-4 (1×) 7.6e-4 (1×)",
+    ("Private-B-ColME", "shift 0.1"): "1.8e-4 (5.1×) 8.8e-4 (5.8×) 1.4e-3 (4.2×)",
+    ("Private-B-ColME", "mimic"): "3.0e-4 (3.7×) 6.3e-4 (3.0×) 7.9e-4 (2.4×)",
+    ("Private-B-ColME median", "shift 0.1"): "9.5e-5 (0.97×) 1.3e-4 (0.98×) 1.8e-4 (0.95×)",
+}
+
+
+def _fwd(row: str, behaviour: str, f: float) -> str:
+    return f"{row} forwarded corrupted, {behaviour} f = {f}"
+
+
+def test_the_forwarded_table_its_ratios_and_standard_errors(last):
+    local = float(last.loc[("local", "mse"), "mean"])
+    errors = []
+    for (row, b), quoted in FORWARDED.items():
+        found = []
+        for f in FRACTIONS:
+            new, old = _h(last, _fwd(row, b, f)), _h(last, f"{row}, {b} f = {f}")
+            digits = 0 if row == "B-ColME median" else (2 if "median" in row else 1)
+            ratio = f"{round(new / old, digits):.{digits}f}×" if digits else f"{new / old:.0f}×"
+            found += [f"{new:.1e}".replace("e-0", "e-"), f"({ratio})"]
+            errors.append(last.loc[(_fwd(row, b, f), "mse_honest"), "sem"] / new)
+            # 'every entry is worse than local but the two medians' at f = 0.1'
+            assert (new < local) == ("median" in row and f == 0.1), (row, b, f)
+        assert found == quoted.split(), (row, b)
+    assert round(min(errors) * 100) == 1 and round(max(errors) * 100) == 37
+
+
+def test_corrupted_forwarding_multiplies_the_shift_and_breaks_private_b_colme(last):
+    local = float(last.loc[("local", "mse"), "mean"])
+    ratios = [
+        _h(last, _fwd(row, "shift 0.1", f)) / _h(last, f"{row}, shift 0.1 f = {f}")
+        for row in ("B-ColME", "Private-B-ColME")
+        for f in FRACTIONS
+    ]
+    assert 3 <= min(ratios) and max(ratios) <= 6
+    assert round(_h(last, _fwd("B-ColME", "shift 0.1", 0.1)) / local) == 32
+    assert round(_h(last, "Private-B-ColME, shift 0.1 f = 0.1") / local, 2) == 0.30
+    assert round(_h(last, _fwd("Private-B-ColME", "shift 0.1", 0.1)) / local, 1) == 1.5
+    keeps = last.loc[(_fwd("Private-B-ColME", "shift 0.1", 0.1), "accepting_adversaries"), "mean"]
+    assert round(keeps, 3) == 0.061
+    mimic = [
+        _h(last, _fwd(row, "mimic", f)) / _h(last, f"{row}, mimic f = {f}")
+        for row in ("B-ColME", "Private-B-ColME")
+        for f in FRACTIONS
+    ]
+    assert round(min(mimic), 1) == 1.3 and round(max(mimic), 1) == 3.7
+
+
+def test_the_median_is_untouched_by_corrupted_forwarding():
+    """B-ColME's median rows equal those with the sums forwarded unchanged to the bit (every
+    replicate, every checkpoint, every metric); Private-B-ColME's (own noise draws) within
+    two standard errors of the difference."""
+    m = pd.read_parquet(RESULTS)
+    keys = ["replicate", "t", "metric"]
+    for f in FRACTIONS:
+        a = m[m["scenario"] == f"B-ColME median, shift 0.1 f = {f}"].sort_values(keys)
+        b = m[m["scenario"] == _fwd("B-ColME median", "shift 0.1", f)].sort_values(keys)
+        assert len(a) > 0 and a["value"].to_numpy().tobytes() == b["value"].to_numpy().tobytes()
+    last = m[(m["t"] == m["t"].max()) & (m["metric"] == "mse_honest")]
+    for f in FRACTIONS:
+        a = last[last["scenario"] == f"Private-B-ColME median, shift 0.1 f = {f}"]["value"]
+        b = last[last["scenario"] == _fwd("Private-B-ColME median", "shift 0.1", f)]["value"]
+        se = (a.var() / len(a) + b.var() / len(b)) ** 0.5
+        assert abs(a.mean() - b.mean()) < 2 * se
+        assert 0.95 <= round(b.mean() / a.mean(), 2) <= 0.98
+
+
+def test_against_corrupted_forwarding_the_median_is_the_defence(last):
+    local = float(last.loc[("local", "mse"), "mean"])
+    b_median = _h(last, _fwd("B-ColME median", "shift 0.1", 0.1))
+    assert round(b_median / local, 2) == 0.97
+    assert round(_h(last, _fwd("B-ColME", "shift 0.1", 0.1)) / b_median) == 33
+    p_median = _h(last, _fwd("Private-B-ColME median", "shift 0.1", 0.1))
+    assert round(p_median / local, 2) == 0.83
+    assert round(_h(last, _fwd("Private-B-ColME", "shift 0.1", 0.1)) / p_median, 1) == 1.9
+    for row, below, worse in (("B-ColME", 25, 6.6), ("Private-B-ColME", 7.9, 1.6)):
+        median = _h(last, _fwd(f"{row} median", "shift 0.1", 0.3))
+        assert (
+            round(_h(last, _fwd(row, "shift 0.1", 0.3)) / median, 1 if below < 10 else 0) == below
+        )
+        assert round(median / local, 1) == worse
