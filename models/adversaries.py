@@ -63,7 +63,11 @@ KEYS = (
 #: What an adversary does to the sums of other agents' values it forwards (B-ColME's tables).
 FORWARDED = ("unchanged", "corrupted")
 #: Why a family refuses ``forwarded``, where more than "nothing to forward" (by family name).
-NOT_FORWARDED = {"pricer": "its adversaries always corrupt the honest shares they relay"}
+NOT_FORWARDED = {
+    "pricer": "its adversaries always corrupt the honest shares they relay",
+    "C-ColME and Private-C-ColME": "a state's Y_b is the sender's own consensus estimate, "
+    "derived from its corrupted mean",
+}
 #: The random stream the adversaries are drawn from (`desim.kernel.randomness.Streams.SHARED`).
 STREAM = "adversaries"
 

@@ -32,7 +32,7 @@ def _validate(tmp_path: Path, capsys, table: str, protocol: str = "b-colme", ext
     [
         (SHIFT + 'forwarded = "corrupt"', "b-colme", "must be one of unchanged, corrupted"),
         (SHIFT + "forwarded = true", "private-b-colme", "forwarded = True: must be one of"),
-        (SHIFT + 'forwarded = "corrupted"', "c-colme", "no sums of other agents' values"),
+        (SHIFT + 'forwarded = "corrupted"', "c-colme", "own consensus estimate"),
         (SHIFT + 'forwarded = "unchanged"', "private-c-colme", "remove forwarded"),
         (
             '[adversaries]\nfraction = 0.2\nbehaviour = "inflate"\nfactor = 3\n'
@@ -51,12 +51,19 @@ def test_forwarded_is_refused_in_one_line_naming_value_and_what_is_allowed(
     assert len(err.strip().splitlines()) == 1, err
 
 
-def test_pricer_says_its_relays_are_always_corrupted():
-    from desim.models.adversaries import Adversaries
-
+@pytest.mark.parametrize(
+    ("protocol", "fragment"),
+    [
+        ("pricer", "always corrupt the honest shares they relay"),
+        ("private-colme", "its messages carry no sums of other agents' values"),
+        ("eb-gaussian", "its messages carry no sums of other agents' values"),
+    ],
+)
+def test_families_without_forwarded_sums_refuse_it_with_their_reason(protocol, fragment):
     table = {"fraction": 0.2, "behaviour": "shift", "shift": 0.1, "forwarded": "corrupted"}
-    with pytest.raises(ValueError, match="always corrupt the honest shares they relay"):
-        Adversaries.from_table(table, ("shift",), "pricer")
+    with pytest.raises(Exception, match=fragment) as caught:
+        build(PROTOCOLS.get(protocol).Params, {"adversaries": table}, "test")
+    assert "adversaries.forwarded = 'corrupted'" in str(caught.value)
 
 
 @pytest.mark.parametrize("protocol", ["b-colme", "private-b-colme"])
