@@ -59,7 +59,9 @@ from typing import Any
 
 import numpy as np
 
-from desim.models.colme.model import combine, z_accepts
+from desim.models.colme.combination import trimmed_sums
+from desim.models.colme.model import combine, sch_var_2_estimate, z_accepts
+from desim.models.colme.variance import sample_variance, welch_accepts
 from desim.models.forgetting import Forget, ForgettingSums, PrefixWindow, difference_noise_count
 
 #: The forgetting rules Private-ColME computes exactly.
@@ -75,22 +77,25 @@ def check_forget(params: Any) -> None:
     forget = Forget.from_table(params.forget, PEER_FORGET, "private-colme", why)
     object.__setattr__(params, "forget", forget)
     for name, (allowed, reason) in _NEEDS.items():
-        if getattr(params, name) != allowed:
+        if getattr(params, name) not in allowed:
+            allowed_text = ", ".join(repr(x) for x in allowed)
             raise ValueError(
                 f"forget: with {name} = {getattr(params, name)!r} not yet ({reason}; allowed "
-                f"with forget: {name} = {allowed!r})"
+                f"with forget: {name} = {allowed_text})"
             )
 
 
 #: What a ``forget`` table needs of Private-ColME's other parameters, and why.
 _NEEDS = {
     "variance": (
-        "known",
-        "the variance estimates cover every sample since the start, a windowed one would be "
-        "another release or estimator",
+        ("known", "sch-var-2", "sch-var-2-bayes"),
+        "Sch-Var-1's release is b's noisy sample variance over every sample since its first; "
+        "differencing two would need the noise correction of every p-sum between them",
     ),
-    "weights": ("last", "MoM averages prefix means over every sample: the window replaces T's"),
-    "combination": ("weighted", "the trimmed combination is not windowed yet"),
+    "weights": (
+        ("last",),
+        "MoM averages prefix means over every sample: the window replaces T's weights",
+    ),
 }
 
 
@@ -122,8 +127,13 @@ class ReleaseWindows:
         # links that are not ideal: releases arrive with gaps in j, and the querier's κ (the
         # delivery's stale test) is the statistic's, kept current here
         self.gaps = protocol.asynchronous
-        self.own = ForgettingSums(p.forget, m)
+        self.own = ForgettingSums(p.forget, m, squares=not protocol.known)
         self.prefixes = PrefixWindow(p.forget, protocol.n_pairs, kept, self.gaps)
+        #: Sch-Var-2 over each pair's window (None: variances known).
+        self.variances = None if protocol.known else WindowedVariances(p, self.prefixes)
+        #: β of a trimmed combination (None: Lemma 4 over every accepted peer).
+        self.trim = p.trim
+        self._n_other = None  # Welch's second count of the releases just taken
         shape = (m, m) if self.graph is None else protocol.n_pairs
         #: T^W and Var[T^W] of every pair ([a, b], or by edge on a graph; +∞: weight 0).
         self.value = np.zeros(shape)
@@ -143,6 +153,8 @@ class ReleaseWindows:
         if w._held is not None:
             w._held = carry(w._held.reshape(rows.shape), 0).ravel()
         w._j, w._stored, w._head = carry(w._j, 0), carry(w._stored, 0), carry(w._head, 0)
+        if self.variances is not None and self.variances.state is not None:
+            self.variances.state = carry(self.variances.state, 0.0)  # (a new link: no release)
 
     def add(self, t: int, samples: np.ndarray) -> None:
         """Slot t's own samples; at a reset every pair's T^W is undefined until its next
@@ -176,7 +188,12 @@ class ReleaseWindows:
             # links take every release in its own slot: never so)
             n = np.where(t_b < tau, 0.0, n)
         noise = self._noise(j, i, degraded_from)
-        sigma2_b = p.sigma2[b]
+        if self.variances is None:
+            sigma2_b = p.sigma2[b]
+        else:  # V_{b→a} over the same window (+∞ until two p-sums), Welch's count beside it
+            sigma2_b, self._n_other = self.variances.take(pair, values, t_b, j, n, noisy_sum, i)
+            sigma2_b = self.variances.estimate(sigma2_b, p.sigma2_dp, n, noisy_sum, j, i)
+            p.v_hat.ravel()[pair] = sigma2_b
         if n.all():  # (the usual case: every window holds a p-sum)
             value = noisy_sum / n
             var = (sigma2_b * n + p.sigma2_dp * noise) / (n * n)
@@ -184,7 +201,9 @@ class ReleaseWindows:
             have = n > 0
             n_safe = np.where(have, n, 1.0)
             value = np.where(have, noisy_sum / n_safe, 0.0)
-            var = np.where(have, (sigma2_b * n + p.sigma2_dp * noise) / (n_safe * n_safe), np.inf)
+            with np.errstate(invalid="ignore"):  # (V_{b→a} = +∞ times n = 0: no weight)
+                var = (sigma2_b * n + p.sigma2_dp * noise) / (n_safe * n_safe)
+            var = np.where(have, var, np.inf)
         self.value.ravel()[pair] = value
         self.var.ravel()[pair] = var
         return value, var
@@ -201,23 +220,36 @@ class ReleaseWindows:
         weights = (stat.node_noise(j, degraded_from), stat.node_noise(i, degraded_from))
         return difference_noise_count("pm2", j, i, weights)
 
-    def accepts(
-        self, a: np.ndarray, sigma2_a: np.ndarray, value: np.ndarray, var: np.ndarray, z: Any
-    ) -> np.ndarray:
-        """The z-test of §III-C1 with a's own window (its n_a samples' sum) for X̄_a."""
-        # (a window's or a reset's weights are 1: the weight total is n_a)
-        return z_accepts(self.own.sums[a], self.own.weight, sigma2_a, value, var, z)
+    def accepts(self, a: np.ndarray, value: np.ndarray, var: np.ndarray, t: np.ndarray) -> Any:
+        """χ_a(b) at a's clock t with a's own window (its n_a samples) for X̄_a: the z-test of
+        §III-C1, or with unknown variances the Welch test of §III-C2 with V_a over the window
+        and Welch's second count over b's window (its samples, or its p-sums with ``kappa``)."""
+        p, own = self.protocol, self.own
+        t = t.astype(np.int64)
+        if self.variances is None:  # (a window's or a reset's weights are 1: total n_a)
+            return z_accepts(own.sums[a], own.weight, p.sigma2[a], value, var, p._z[t])
+        n_a = np.full(len(a), own.weight)
+        v_a = sample_variance(own.sums[a], own.sumsq[a], n_a)
+        return welch_accepts(own.sums[a] / n_a - value, v_a, n_a, var, self._n_other, p._theta[t])
 
-    def estimates(self, included: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
-        """Lemma 4 over the pairs' windowed statistics and each agent's own forgetting mean."""
-        local = self.own.mean()
+    def estimates(self, included: np.ndarray, sigma2: np.ndarray | None) -> np.ndarray:
+        """Lemma 4 over the pairs' windowed statistics and each agent's own forgetting mean
+        (with unknown variances eq. (5)'s weights, n_a/V_a over the window), over every
+        accepted peer or those a trimmed combination keeps."""
+        own = self.own
+        local = own.mean()
+        if sigma2 is None:
+            sigma2 = sample_variance(own.sums, own.sumsq, np.full(len(own.sums), own.weight))
         with np.errstate(divide="ignore"):
-            own = self.own.effective() / sigma2
+            own_weight = own.effective() / sigma2
             weight = np.where(included, 1.0 / self.var, 0.0)
         if self.graph is None:
             np.fill_diagonal(weight, 0.0)  # a itself
-            return combine(local, own, (weight * self.value).sum(axis=1), weight.sum(axis=1))
-        return combine(local, own, *self._edge_sums(weight))
+            if self.trim is not None:  # (trimmed over the windowed T^W of the accepted)
+                return combine(local, own_weight, *trimmed_sums(weight, self.value, self.trim))
+            sums = (weight * self.value).sum(axis=1), weight.sum(axis=1)
+            return combine(local, own_weight, *sums)
+        return combine(local, own_weight, *self._edge_sums(weight))
 
     def _edge_sums(self, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Σ_b T^W/Var[T^W] and Σ_b 1/Var[T^W] by querier on a graph, summed as
@@ -231,3 +263,104 @@ class ReleaseWindows:
         w, v = np.zeros((nb.n, nb.n)), np.zeros((nb.n, nb.n))
         w[nb.src, nb.dst], v[nb.src, nb.dst] = weight, self.value
         return (w * v).sum(axis=1), w.sum(axis=1)
+
+
+class WindowedVariances:
+    """Sch-Var-2 (§V-B) over each pair's window: V_{b→a} from the p-sum differences of the
+    releases a holds from the window's base to j, in the general unbiased form of
+    `desim.models.colme.variance.schvar2_raw_and_K` (unequal lengths, PM-II's shared nodes),
+
+        V' = (Σ P_k²/d_k − (ΣP)²/n)/(k − 1),  K = (Σ c_k/d_k − c/n)/(k − 1),  V = V' − Kσ_DP²,
+
+    ΣP the window's noisy sum, n its samples and c the noises of t_j R_j − t_i R_i: the same
+    estimator over the window's samples as over every sample (post-processing, no release).
+    ``window``: the differences are read from the releases held (`PrefixWindow.increments`);
+    ``reset``: each pair keeps its sums, restarted at its base."""
+
+    def __init__(self, params: Any, prefixes: PrefixWindow) -> None:
+        self.mechanism = params.mechanism
+        self.bayes = params.variance == "sch-var-2-bayes"
+        self.prior = params.prior
+        self.by_releases = params.welch_df == "kappa"
+        self.prefixes = prefixes
+        self.reset = params.forget.reset
+        # ``reset``, per pair: the last release taken (t R, t, j), Σ P²/d, Σ c/d, their count,
+        # since the base (since the start before it)
+        n_pairs = len(prefixes._head)
+        self.state = None if self.reset is None else np.zeros((n_pairs, 6))
+        self._sums: tuple = ()
+
+    def take(
+        self,
+        pair: np.ndarray,
+        values: np.ndarray,
+        t: np.ndarray,
+        j: np.ndarray,
+        n: np.ndarray,
+        noisy_sum: np.ndarray,
+        i: np.ndarray,
+    ) -> tuple[tuple, np.ndarray]:
+        """The window's (Σ P²/d, Σ c/d, k) of releases j (bases i, n samples) and Welch's
+        second count: b's samples in the window, or with ``kappa`` its p-sums k."""
+        if self.state is None:
+            sums = self.prefixes.increments(pair, i, j, self.mechanism)
+        else:
+            sums = self._take_reset(pair, values, t, j)
+        return sums, (sums[2] if self.by_releases else n)
+
+    def _take_reset(
+        self, pair: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The reset's sums: this release's difference added to the pair's, then restarted at
+        the release that becomes the base (its own statistic is over every sample: t < τ)."""
+        rows = self.state.take(pair, axis=0)
+        sum_prev, t_prev, j_prev, p2d, cd, count = rows.T
+        total = t * values
+        psum = total - sum_prev
+        with np.errstate(divide="ignore"):
+            inv_d = 1.0 / (t - t_prev)
+        c = difference_noise_count(self.mechanism, j, j_prev.astype(np.int64))
+        p2d += psum * psum * inv_d
+        cd += c * inv_d
+        count += 1.0
+        out = (p2d.copy(), cd.copy(), count.copy())
+        sum_prev[:], t_prev[:], j_prev[:] = total, t, j
+        base = self.prefixes.base_index(pair) == j  # (the base was stored by this release)
+        p2d[base], cd[base], count[base] = 0.0, 0.0, 0.0
+        self.state[pair] = rows
+        return out
+
+    def estimate(
+        self,
+        sums: tuple,
+        sigma2_dp: float,
+        n: np.ndarray,
+        noisy_sum: np.ndarray,
+        j: np.ndarray,
+        i: np.ndarray,
+    ) -> np.ndarray:
+        """V_{b→a} over the windows (`sums` of `take`): V' − Kσ_DP² (`unbiased`), +∞ before two
+        p-sums, a negative one +∞ or (``sch-var-2-bayes``) the posterior mean of (19)."""
+        v_raw, k_noise = self.unbiased(sums, sigma2_dp, n, noisy_sum, j, i)
+        return sch_var_2_estimate(v_raw, k_noise, sums[2], self.bayes, self.prior)
+
+    def unbiased(
+        self,
+        sums: tuple,
+        sigma2_dp: float,
+        n: np.ndarray,
+        noisy_sum: np.ndarray,
+        j: np.ndarray,
+        i: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(V', Kσ_DP²) of the windows: E[V' − Kσ_DP²] = σ_b² over the window's samples (V'
+        +∞ where the window holds no p-sum, n = 0)."""
+        p2d, cd, k = sums
+        c = difference_noise_count(self.mechanism, j, i)
+        k1 = np.maximum(k - 1.0, 1.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v_raw = (p2d - noisy_sum * (noisy_sum / n)) / k1
+            k_noise = sigma2_dp * (cd - c / n) / k1
+        v_raw[n == 0] = np.inf
+        k_noise[n == 0] = 0.0
+        return v_raw, k_noise
