@@ -37,11 +37,17 @@ withheld release (``stop``) is never received, so the window is over the release
 received; a degraded p-sum (``degrade``) enters Var[T^W] with the variance it was drawn with
 (`difference_noise_count`'s weights).
 
+With unknown variances (Sch-Var-2, plain or Bayesian) V_{b→a} is Sch-Var-2 over the same
+window (`WindowedVariances`: the differences of the releases held from the base to j, in the
+general unbiased form), V_a the sample variance of a's own window, and the Welch test and eq.
+(5)'s weights take both; with ``combination = "trimmed"`` the trim is over the windowed T^W.
+Both are post-processing: no release is added.
+
 Refused, with why: ``rate`` (a p-sum's samples are released summed: weights λ^(t − s) within one
-cannot be applied); unknown variances (Sch-Var-1's released variance and Sch-Var-2's estimate
-cover every sample since the start: a windowed variance would be another release or another
-estimator); MoM weights (they average prefix means over every sample since the start: the
-window replaces T's weights); the trimmed combination (not yet).
+cannot be applied); Sch-Var-1 (its release covers every sample since the start: a windowed one
+needs the noise correction of every p-sum between two releases, whose lengths a lacks for the
+releases it lost); MoM weights (they average prefix means over every sample since the start:
+the window replaces T's weights).
 
 On a graph that changes during the run (`desim.models.colme.rewire`) the windows follow the
 pairs by the same map as the rest of their state (`ReleaseWindows.follow`): a kept link keeps

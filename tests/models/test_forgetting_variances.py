@@ -251,6 +251,18 @@ def test_on_a_changing_graph_a_long_window_is_sch_var_2_over_every_release():
     assert np.isfinite(reset.metrics.value).all()
 
 
+@pytest.mark.parametrize("forget", [{"window": 30}, {"reset": 40}])
+def test_a_change_that_moves_no_link_keeps_the_windowed_variances(forget):
+    """Rewiring that moves nothing (round(q·|E|) = 0): every pair's windowed Sch-Var-2 state
+    carried to itself, the static graph's bytes."""
+    ring = {"model": "regular", "degree": 4}
+    params = {"variance": "sch-var-2", "peers": "topology", "forget": forget}
+    static = _run(params, topology=ring)
+    tiny = _run(params, topology={**ring, "rewire": {"every": 10, "fraction": 1e-9}})
+    pd.testing.assert_frame_equal(static.metrics, tiny.metrics, check_exact=True)
+    pd.testing.assert_frame_equal(static.agents, tiny.agents, check_exact=True)
+
+
 def test_a_reset_forgets_the_old_class_with_unknown_variances():
     """Every agent switches class at τ = 40 (jump 0.6): without forgetting the squared bias
     (0.6 · 39/400)² ≈ 3.4e-3 stays at t = 400 and V_a carries the jump's variance; with a reset
