@@ -136,7 +136,9 @@ class ReleaseWindows:
         self.own = ForgettingSums(p.forget, m, squares=not protocol.known)
         self.prefixes = PrefixWindow(p.forget, protocol.n_pairs, kept, self.gaps)
         #: Sch-Var-2 over each pair's window (None: variances known).
-        self.variances = None if protocol.known else WindowedVariances(p, self.prefixes)
+        self.variances = (
+            None if protocol.known else WindowedVariances(p, self.prefixes, protocol.n_pairs)
+        )
         #: β of a trimmed combination (None: Lemma 4 over every accepted peer).
         self.trim = p.trim
         self._n_other = None  # Welch's second count of the releases just taken
@@ -283,7 +285,7 @@ class WindowedVariances:
     ``window``: the differences are read from the releases held (`PrefixWindow.increments`);
     ``reset``: each pair keeps its sums, restarted at its base."""
 
-    def __init__(self, params: Any, prefixes: PrefixWindow) -> None:
+    def __init__(self, params: Any, prefixes: PrefixWindow, n_pairs: int) -> None:
         self.mechanism = params.mechanism
         self.bayes = params.variance == "sch-var-2-bayes"
         self.prior = params.prior
@@ -292,9 +294,7 @@ class WindowedVariances:
         self.reset = params.forget.reset
         # ``reset``, per pair: the last release taken (t R, t, j), Σ P²/d, Σ c/d, their count,
         # since the base (since the start before it)
-        n_pairs = len(prefixes._head)
         self.state = None if self.reset is None else np.zeros((n_pairs, 6))
-        self._sums: tuple = ()
 
     def take(
         self,

@@ -79,7 +79,7 @@ def _windowed(forget: Forget, mechanism: str, n_pairs: int, kept: int, gaps: boo
     params = types.SimpleNamespace(
         mechanism=mechanism, variance="sch-var-2", prior="paper", welch_df="printed", forget=forget
     )
-    return prefixes, WindowedVariances(params, prefixes)
+    return prefixes, WindowedVariances(params, prefixes, n_pairs)
 
 
 def _reference(ts, prefix, held, j, i, mechanism):
