@@ -316,19 +316,11 @@ class PrefixWindow:
         releases held from each base to j, the p-sum differences P = t_k R_k − t_k' R_k' over
         d = t_k − t_k' samples with c (`difference_noise_count`) noises, (Σ P²/d, Σ c/d, their
         number), summed from the base on (Sch-Var-2 over the window's samples)."""
-        shift, mask = self._shift, self._mask
-        first = pair << shift
-        prev = self._ring.take(first + (head & mask))
+        prev = self._ring.take((pair << self._shift) + (head & self._mask))
         prev_j = head.copy()
         p2d, cd = np.zeros(len(pair)), np.zeros(len(pair))
         count = np.zeros(len(pair))
-        for step in range(1, int((j - head).max(initial=0)) + 1):
-            k = head + step
-            live = k <= j
-            at = first + (k & mask)
-            cell = self._ring.take(at)
-            if self.gaps:  # (a cell of an index never received holds an older release)
-                live &= self._held.take(at) == k
+        for k, cell, live in self.walk(pair, head, j):
             if not live.all():
                 k = np.where(live, k, prev_j)
                 cell = np.where(live, cell, prev)
@@ -342,6 +334,20 @@ class PrefixWindow:
             count += live
             prev, prev_j = cell, k
         return p2d, cd, count
+
+    def walk(self, pair: np.ndarray, head: np.ndarray, j: np.ndarray) -> Any:
+        """Under ``window``, right after `take` (`head`: its bases): the releases held after
+        each base up to j, one index a step: (k, its cell t_k + i·t_k R_k, whether the pair
+        holds release k: k ≤ j and, with gaps, received)."""
+        first = pair << self._shift
+        for step in range(1, int((j - head).max(initial=0)) + 1):
+            k = head + step
+            live = k <= j
+            at = first + (k & self._mask)
+            cell = self._ring.take(at)
+            if self.gaps:  # (a cell of an index never received holds an older release)
+                live &= self._held.take(at) == k
+            yield k, cell, live
 
     def base_index(self, pair: np.ndarray) -> np.ndarray:
         """Under ``reset``: each pair's base release j (0 while none is stored)."""

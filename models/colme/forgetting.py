@@ -40,14 +40,16 @@ received; a degraded p-sum (``degrade``) enters Var[T^W] with the variance it wa
 With unknown variances (Sch-Var-2, plain or Bayesian) V_{b→a} is Sch-Var-2 over the same
 window (`WindowedVariances`: the differences of the releases held from the base to j, in the
 general unbiased form), V_a the sample variance of a's own window, and the Welch test and eq.
-(5)'s weights take both; with ``combination = "trimmed"`` the trim is over the windowed T^W.
-Both are post-processing: no release is added.
+(5)'s weights take both; with MoM weights T^W is the mean of the window's prefix means from the
+base, with its exact variance (`WindowedMoM`); with ``combination = "trimmed"`` the trim is over
+the windowed T^W. All are post-processing: no release is added.
 
 Refused, with why: ``rate`` (a p-sum's samples are released summed: weights λ^(t − s) within one
 cannot be applied); Sch-Var-1 (its release covers every sample since the start: a windowed one
 needs the noise correction of every p-sum between two releases, whose lengths a lacks for the
-releases it lost); MoM weights (they average prefix means over every sample since the start:
-the window replaces T's weights).
+releases it lost); wMoM weights (κ's current dyadic block of prefix means over every sample: a
+window has none); MoM with a ``degrade`` budget (the window's noise term counts every node with
+σ_DP²).
 
 On a graph that changes during the run (`desim.models.colme.rewire`) the windows follow the
 pairs by the same map as the rest of their state (`ReleaseWindows.follow`): a kept link keeps
@@ -69,6 +71,7 @@ from desim.models.colme.combination import trimmed_sums
 from desim.models.colme.model import combine, sch_var_2_estimate, z_accepts
 from desim.models.colme.variance import sample_variance, welch_accepts
 from desim.models.forgetting import Forget, ForgettingSums, PrefixWindow, difference_noise_count
+from desim.models.privacy.release import levels_for
 
 #: The forgetting rules Private-ColME computes exactly.
 PEER_FORGET = ("window", "reset")
@@ -89,6 +92,13 @@ def check_forget(params: Any) -> None:
                 f"forget: with {name} = {getattr(params, name)!r} not yet ({reason}; allowed "
                 f"with forget: {name} = {allowed_text})"
             )
+    budget = params.budget
+    action = budget.get("action") if isinstance(budget, dict) else getattr(budget, "action", None)
+    if params.weights == "mom" and action == "degrade":
+        raise ValueError(
+            "forget: with weights = 'mom' and budget action = 'degrade' not yet (the window's "
+            "MoM counts every node with σ_DP²; allowed: weights = 'last', or action = 'stop')"
+        )
 
 
 #: What a ``forget`` table needs of Private-ColME's other parameters, and why.
@@ -99,8 +109,9 @@ _NEEDS = {
         "differencing two would need the noise correction of every p-sum between them",
     ),
     "weights": (
-        ("last",),
-        "MoM averages prefix means over every sample: the window replaces T's weights",
+        ("last", "mom"),
+        "wMoM averages the releases of κ's current dyadic block, each a mean over every sample "
+        "since the start; a window has no such block",
     ),
 }
 
@@ -139,6 +150,14 @@ class ReleaseWindows:
         self.variances = (
             None if protocol.known else WindowedVariances(p, self.prefixes, protocol.n_pairs)
         )
+        #: MoM over each pair's window (None: ``last`` weights, T^W of the newest release).
+        self.means = (
+            WindowedMoM(
+                p.mechanism, self.prefixes, protocol.n_pairs, levels_for(protocol.ctx.t_max)
+            )
+            if p.weights == "mom"
+            else None
+        )
         #: β of a trimmed combination (None: Lemma 4 over every accepted peer).
         self.trim = p.trim
         self._n_other = None  # Welch's second count of the releases just taken
@@ -161,8 +180,9 @@ class ReleaseWindows:
         if w._held is not None:
             w._held = carry(w._held.reshape(rows.shape), 0).ravel()
         w._j, w._stored, w._head = carry(w._j, 0), carry(w._stored, 0), carry(w._head, 0)
-        if self.variances is not None and self.variances.state is not None:
-            self.variances.state = carry(self.variances.state, 0.0)  # (a new link: no release)
+        for sums in (self.variances, self.means):  # (a new link: no release, no sums)
+            if sums is not None and sums.state is not None:
+                sums.state = carry(sums.state, 0.0)
 
     def add(self, t: int, samples: np.ndarray) -> None:
         """Slot t's own samples; at a reset every pair's T^W is undefined until its next
@@ -202,7 +222,9 @@ class ReleaseWindows:
             sigma2_b, self._n_other = self.variances.take(pair, values, t_b, j, n, noisy_sum, i)
             sigma2_b = self.variances.estimate(sigma2_b, p.sigma2_dp, n, noisy_sum, j, i)
             p.v_hat.ravel()[pair] = sigma2_b
-        if n.all():  # (the usual case: every window holds a p-sum)
+        if self.means is not None:  # MoM: the mean of the window's prefix means
+            value, var = self._mom(sigma2_b, pair, values * t_b, t_b, j, n, noisy_sum, i)
+        elif n.all():  # (the usual case: every window holds a p-sum)
             value = noisy_sum / n
             var = (sigma2_b * n + p.sigma2_dp * noise) / (n * n)
         else:
@@ -215,6 +237,15 @@ class ReleaseWindows:
         self.value.ravel()[pair] = value
         self.var.ravel()[pair] = var
         return value, var
+
+    def _mom(self, sigma2_b: Any, *window: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(T^W, Var[T^W]) under MoM weights (`WindowedMoM.take` of the `window`'s releases)."""
+        value, data, noise, count = self.means.take(*window)
+        have = (count > 0) & (window[4] > 0)  # (n = 0: no whole p-sum in the window)
+        k = np.where(have, count, 1.0)
+        with np.errstate(invalid="ignore"):  # (V_{b→a} = +∞ times D = 0: no weight)
+            var = (sigma2_b * data + self.protocol.sigma2_dp * noise) / (k * k)
+        return np.where(have, value, 0.0), np.where(have, var, np.inf)
 
     def _noise(self, j: np.ndarray, i: np.ndarray, degraded_from: np.ndarray | None) -> Any:
         """The noise of t_j R_j − t_i R_i over σ_DP² (`difference_noise_count`); after a
@@ -370,3 +401,93 @@ class WindowedVariances:
         v_raw[n == 0] = np.inf
         k_noise[n == 0] = 0.0
         return v_raw, k_noise
+
+
+class WindowedMoM:
+    """MoM weights (``weights = "mom"``) over each pair's window: T^W the mean of the windowed
+    prefix means Y_r = (t_{k_r} R_{k_r} − t_i R_i)/n_r of the K releases a holds after the base
+    i (n_r = t_{k_r} − t_i), and its exact variance (σ_b² D + σ_DP² A)/K² with
+    D = Σ_r (2r − 1)/n_r (nested windows from one base) and A = Σ_ν (coefficient of ν)², ν each
+    p-sum (PM-I) or tree node (PM-II) the releases hold: Σ_{r using ν} 1/n_r, less Σ_r 1/n_r
+    for the base's own (t_i R_i's) that no release shares. With the base the empty prefix it is
+    the paper's MoM over every release. ``window``: summed from the base over the releases held
+    at each take (`PrefixWindow.walk`); ``reset``: each pair keeps its sums, restarted at its
+    base."""
+
+    #: Per pair: Σ prefix·u, Σ u, D, A, PM-I's Σ_p gaps·C_p, K (u = 1/n_r), then PM-II's
+    #: current node id and coefficient per level and the base's node coefficient per level.
+    _FIXED = 6
+
+    def __init__(self, mechanism: str, prefixes: PrefixWindow, n_pairs: int, levels: int) -> None:
+        self.pm2 = mechanism == "pm2"
+        self.levels = levels if self.pm2 else 0
+        self.prefixes = prefixes
+        width = self._FIXED + 3 * self.levels
+        self.state = np.zeros((n_pairs, width)) if prefixes.reset else None
+        self.width = width
+
+    def take(
+        self,
+        pair: np.ndarray,
+        prefix: np.ndarray,
+        t: np.ndarray,
+        j: np.ndarray,
+        n: np.ndarray,
+        noisy_sum: np.ndarray,
+        i: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(T^W, D, A, K) of releases j (prefix t_j R_j, bases i, n samples; K = 0: none)."""
+        base_prefix, base_t = prefix - noisy_sum, t - n
+        if self.state is None:
+            rows = np.zeros((len(pair), self.width))
+            for k, cell, live in self.prefixes.walk(pair, i, j):
+                self._step(rows, cell.imag, cell.real - base_t, k, i, live)
+        else:
+            rows = self.state.take(pair, axis=0)
+            self._step(rows, prefix, n, j, i, n > 0)
+            out = rows.copy()
+            # restart where this release became the base (and where a reset's base is not yet
+            # this pair's: before τ − 1 the sums run from the empty prefix)
+            rows[self.prefixes.base_index(pair) == j] = 0.0
+            self.state[pair] = rows
+            rows = out
+        count = rows[:, 5]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            value = (rows[:, 0] - base_prefix * rows[:, 1]) / count
+        return value, rows[:, 2], rows[:, 3], count
+
+    def _step(
+        self,
+        rows: np.ndarray,
+        prefix: np.ndarray,
+        n: np.ndarray,
+        k: np.ndarray,
+        i: np.ndarray,
+        live: np.ndarray,
+    ) -> None:
+        """Add release k (its prefix, n = t_k − t_i samples after the base i) where `live`."""
+        with np.errstate(divide="ignore"):
+            u = np.where(live, 1.0 / np.where(live, n, 1.0), 0.0)
+        rows[:, 5] += live
+        rows[:, 0] += prefix * u
+        rows[:, 1] += u
+        rows[:, 2] += (2.0 * rows[:, 5] - 1.0) * u
+        if not self.pm2:  # each p-sum i+1 … k gains u: A += 2u·Σ g C + u²·(k − i)
+            gaps = np.where(live, k - i, 0).astype(float)
+            rows[:, 3] += 2.0 * u * rows[:, 4] + u * u * gaps
+            rows[:, 4] += u * gaps
+            return
+        L, f = self.levels, self._FIXED
+        ids, coef, base = rows[:, f : f + L], rows[:, f + L : f + 2 * L], rows[:, f + 2 * L :]
+        for lv in range(L):
+            in_k, in_i = (k >> lv) & 1 == 1, (i >> lv) & 1 == 1
+            shared = in_k & in_i & ((k >> lv) == (i >> lv))
+            mine = live & in_k & ~shared  # k's node at this level gains u
+            node = (k >> lv).astype(float)
+            c = np.where(ids[:, lv] == node, coef[:, lv], 0.0)
+            rows[:, 3] += np.where(mine, 2.0 * u * c + u * u, 0.0)
+            coef[:, lv] = np.where(mine, c + u, coef[:, lv])
+            ids[:, lv] = np.where(mine, node, ids[:, lv])
+            theirs = live & in_i & ~shared  # the base's node loses u (Σ_r 1/n_r grew)
+            rows[:, 3] += np.where(theirs, -2.0 * u * base[:, lv] + u * u, 0.0)
+            base[:, lv] -= np.where(theirs, u, 0.0)

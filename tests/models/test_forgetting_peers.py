@@ -280,7 +280,6 @@ def test_a_degraded_window_longer_than_the_run_is_t_over_every_release(mechanism
     ("params", "fragment"),
     [
         ({"variance": "sch-var-1"}, "variance = 'sch-var-1' not yet (Sch-Var-1's release is"),
-        ({"weights": "mom"}, "weights = 'mom' not yet (MoM averages prefix means"),
         ({"weights": "wmom"}, "weights = 'wmom' not yet"),
     ],
 )

@@ -147,11 +147,11 @@ def test_from_the_empty_prefix_the_noise_counts_are_the_papers():
 
 
 def _simulate_pairs(forget: Forget, mechanism: str, shift: float, seed: int = 5):
-    """2000 pairs, releases every 8 slots up to t = 400 with PM-I or PM-II Gaussian noise
+    """1000 pairs, releases every 8 slots up to t = 400 with PM-I or PM-II Gaussian noise
     (σ_DP = 3), samples N(μ, 1) whose μ moves by `shift` at slot 201: each pair's V' − Kσ_DP²
     at its last release."""
     rng = np.random.default_rng(seed)
-    pairs, every, t_max, sigma_dp = 2000, 8, 400, 3.0
+    pairs, every, t_max, sigma_dp = 1000, 8, 400, 3.0
     x = rng.normal(size=(pairs, t_max)) + shift * (np.arange(1, t_max + 1) > 200)
     cum = np.cumsum(x, axis=1)
     levels = 6
@@ -177,7 +177,7 @@ def _simulate_pairs(forget: Forget, mechanism: str, shift: float, seed: int = 5)
 def test_after_a_switch_the_windowed_sch_var_2_is_unbiased(mechanism, forget):
     """After a mean shift of 2 at slot 201, V' − Kσ_DP² over a window inside the new samples
     (the last 150 slots at t = 400) or since a reset at 201 is unbiased for σ² = 1 (Lemma 7 over
-    those samples): the mean over 2000 independent pairs within 4 standard errors. Over every
+    those samples): the mean over 1000 independent pairs within 4 standard errors. Over every
     sample (W ≥ t_max) it carries the shift's variance, ≈ Δ²/4 = 1 more."""
     v = _simulate_pairs(forget, mechanism, shift=2.0)
     se = v.std() / np.sqrt(len(v))
