@@ -198,3 +198,18 @@ def test_on_a_changing_graph_a_long_window_is_mom():
     plain = _run({"peers": "topology"}, topology=topology)
     window = _run({"peers": "topology", "forget": {"window": 150}}, topology=topology)
     np.testing.assert_allclose(window.metrics.value, plain.metrics.value, rtol=1e-9)
+
+
+@pytest.mark.parametrize("mechanism", ["pm1", "pm2"])
+def test_under_a_stop_budget_mom_with_forget_keeps_the_ledger(mechanism):
+    """A withheld release is never received (a gap in the window's releases): the releases
+    made, and every ε of the ledger, are those without forgetting."""
+    params = {"mechanism": mechanism, "budget": {"epsilon": 2.0, "against": "colluding"}}
+    plain = _run(params)
+    window = _run({**params, "forget": {"window": 30}})
+    ledger = ~plain.metrics.metric.isin(["mse", "accuracy"])
+    pd.testing.assert_frame_equal(
+        plain.metrics[ledger].reset_index(drop=True),
+        window.metrics[ledger.to_numpy()].reset_index(drop=True),
+    )
+    assert np.isfinite(window.metrics.value).all()
