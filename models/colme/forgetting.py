@@ -446,8 +446,8 @@ class WindowedMoM:
             rows = self.state.take(pair, axis=0)
             self._step(rows, prefix, n, j, i, n > 0)
             out = rows.copy()
-            # restart where this release became the base (and where a reset's base is not yet
-            # this pair's: before τ − 1 the sums run from the empty prefix)
+            # restart where this release became the base (the sums so far ran from the empty
+            # prefix: this release's own statistic, made before τ, is over every sample)
             rows[self.prefixes.base_index(pair) == j] = 0.0
             self.state[pair] = rows
             rows = out
