@@ -104,12 +104,16 @@ def refuse_when_stopping(params: Any) -> None:
 
 class ForgettingSums:
     """Every agent's forgetting statistic of its own samples: the weighted sum Σ w_s x_s, the
-    weight total Σ w_s and Σ w_s² (the same for every agent: one sample each per slot)."""
+    weight total Σ w_s and Σ w_s² (the same for every agent: one sample each per slot); with
+    `squares` (window or reset only: weights 1) also Σ w_s x_s², for the sample variance over
+    the same samples."""
 
-    def __init__(self, forget: Forget, n_agents: int) -> None:
+    def __init__(self, forget: Forget, n_agents: int, squares: bool = False) -> None:
         self.forget = forget
         self.rule = forget.rule
         self.sums = np.zeros(n_agents)
+        #: Σ x_s² over the samples the rule keeps (None without `squares`).
+        self.sumsq = np.zeros(n_agents) if squares else None
         #: Σ_s w_s and Σ_s w_s² of the samples so far.
         self.weight = 0.0
         self.weight2 = 0.0
@@ -127,13 +131,18 @@ class ForgettingSums:
             self.weight = f.rate * self.weight + 1.0
             self.weight2 = f.rate * f.rate * self.weight2 + 1.0
             return
+        squares = self.sumsq
         if rule == "reset" and t == f.reset:
             self.sums[:] = 0.0
             self.weight = self.weight2 = 0.0
+            if squares is not None:
+                squares[:] = 0.0
         if rule == "window":
             row = self._ring[self._seen % f.window]
             if self._seen >= f.window:
                 self.sums -= row
+                if squares is not None:
+                    squares -= row * row
             row[:] = samples
             self.weight = self.weight2 = float(min(self._seen + 1, f.window))
         else:
@@ -141,6 +150,8 @@ class ForgettingSums:
             self.weight2 += 1.0
         self._seen += 1
         self.sums += samples
+        if squares is not None:  # (in the order the protocol's own Σx² adds them)
+            squares += samples * samples
 
     @property
     def slots(self) -> int:
@@ -297,6 +308,50 @@ class PrefixWindow:
             move = (held != head) | (old.real < start)
         self._head[pair] = head
         return t - old.real, prefix - old.imag, head
+
+    def increments(
+        self, pair: np.ndarray, head: np.ndarray, j: np.ndarray, mechanism: str
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Under ``window``, right after `take` (`head`: its bases): over the consecutive
+        releases held from each base to j, the p-sum differences P = t_k R_k − t_k' R_k' over
+        d = t_k − t_k' samples with c (`difference_noise_count`) noises, (Σ P²/d, Σ c/d, their
+        number), summed from the base on (Sch-Var-2 over the window's samples)."""
+        prev = self._ring.take((pair << self._shift) + (head & self._mask))
+        prev_j = head.copy()
+        p2d, cd = np.zeros(len(pair)), np.zeros(len(pair))
+        count = np.zeros(len(pair))
+        for k, cell, live in self.walk(pair, head, j):
+            if not live.all():
+                k = np.where(live, k, prev_j)
+                cell = np.where(live, cell, prev)
+            psum = cell.imag - prev.imag
+            c = difference_noise_count(mechanism, k, prev_j)
+            with np.errstate(divide="ignore", invalid="ignore"):  # (d = 0 where not live)
+                inv_d = 1.0 / (cell.real - prev.real)
+                # (the no-forget Sch-Var-2's floats: psum·psum·(1/d) and c·(1/d), base on)
+                p2d += np.where(live, psum * psum * inv_d, 0.0)
+                cd += np.where(live, c * inv_d, 0.0)
+            count += live
+            prev, prev_j = cell, k
+        return p2d, cd, count
+
+    def walk(self, pair: np.ndarray, head: np.ndarray, j: np.ndarray) -> Any:
+        """Under ``window``, right after `take` (`head`: its bases): the releases held after
+        each base up to j, one index a step: (k, its cell t_k + i·t_k R_k, whether the pair
+        holds release k: k ≤ j and, with gaps, received)."""
+        first = pair << self._shift
+        for step in range(1, int((j - head).max(initial=0)) + 1):
+            k = head + step
+            live = k <= j
+            at = first + (k & self._mask)
+            cell = self._ring.take(at)
+            if self.gaps:  # (a cell of an index never received holds an older release)
+                live &= self._held.take(at) == k
+            yield k, cell, live
+
+    def base_index(self, pair: np.ndarray) -> np.ndarray:
+        """Under ``reset``: each pair's base release j (0 while none is stored)."""
+        return np.where(self._stored.take(pair) == 1, self._j.take(pair), 0)
 
     def _take_reset(
         self, pair: np.ndarray, prefix: np.ndarray, t: np.ndarray, j: np.ndarray

@@ -37,11 +37,19 @@ withheld release (``stop``) is never received, so the window is over the release
 received; a degraded p-sum (``degrade``) enters Var[T^W] with the variance it was drawn with
 (`difference_noise_count`'s weights).
 
+With unknown variances (Sch-Var-2, plain or Bayesian) V_{b→a} is Sch-Var-2 over the same
+window (`WindowedVariances`: the differences of the releases held from the base to j, in the
+general unbiased form), V_a the sample variance of a's own window, and the Welch test and eq.
+(5)'s weights take both; with MoM weights T^W is the mean of the window's prefix means from the
+base, with its exact variance (`WindowedMoM`); with ``combination = "trimmed"`` the trim is over
+the windowed T^W. All are post-processing: no release is added.
+
 Refused, with why: ``rate`` (a p-sum's samples are released summed: weights λ^(t − s) within one
-cannot be applied); unknown variances (Sch-Var-1's released variance and Sch-Var-2's estimate
-cover every sample since the start: a windowed variance would be another release or another
-estimator); MoM weights (they average prefix means over every sample since the start: the
-window replaces T's weights); the trimmed combination (not yet).
+cannot be applied); Sch-Var-1 (its release covers every sample since the start: a windowed one
+needs the noise correction of every p-sum between two releases, whose lengths a lacks for the
+releases it lost); wMoM weights (κ's current dyadic block of prefix means over every sample: a
+window has none); MoM with a ``degrade`` budget (the window's noise term counts every node with
+σ_DP²).
 
 On a graph that changes during the run (`desim.models.colme.rewire`) the windows follow the
 pairs by the same map as the rest of their state (`ReleaseWindows.follow`): a kept link keeps
@@ -59,8 +67,11 @@ from typing import Any
 
 import numpy as np
 
-from desim.models.colme.model import combine, z_accepts
+from desim.models.colme.combination import trimmed_sums
+from desim.models.colme.model import combine, sch_var_2_estimate, z_accepts
+from desim.models.colme.variance import sample_variance, welch_accepts
 from desim.models.forgetting import Forget, ForgettingSums, PrefixWindow, difference_noise_count
+from desim.models.privacy.release import levels_for
 
 #: The forgetting rules Private-ColME computes exactly.
 PEER_FORGET = ("window", "reset")
@@ -75,22 +86,33 @@ def check_forget(params: Any) -> None:
     forget = Forget.from_table(params.forget, PEER_FORGET, "private-colme", why)
     object.__setattr__(params, "forget", forget)
     for name, (allowed, reason) in _NEEDS.items():
-        if getattr(params, name) != allowed:
+        if getattr(params, name) not in allowed:
+            allowed_text = ", ".join(repr(x) for x in allowed)
             raise ValueError(
                 f"forget: with {name} = {getattr(params, name)!r} not yet ({reason}; allowed "
-                f"with forget: {name} = {allowed!r})"
+                f"with forget: {name} = {allowed_text})"
             )
+    budget = params.budget
+    action = budget.get("action") if isinstance(budget, dict) else getattr(budget, "action", None)
+    if params.weights == "mom" and action == "degrade":
+        raise ValueError(
+            "forget: with weights = 'mom' and budget action = 'degrade' not yet (the window's "
+            "MoM counts every node with σ_DP²; allowed: weights = 'last', or action = 'stop')"
+        )
 
 
 #: What a ``forget`` table needs of Private-ColME's other parameters, and why.
 _NEEDS = {
     "variance": (
-        "known",
-        "the variance estimates cover every sample since the start, a windowed one would be "
-        "another release or estimator",
+        ("known", "sch-var-2", "sch-var-2-bayes"),
+        "Sch-Var-1's release is b's noisy sample variance over every sample since its first; "
+        "differencing two would need the noise correction of every p-sum between them",
     ),
-    "weights": ("last", "MoM averages prefix means over every sample: the window replaces T's"),
-    "combination": ("weighted", "the trimmed combination is not windowed yet"),
+    "weights": (
+        ("last", "mom"),
+        "wMoM averages the releases of κ's current dyadic block, each a mean over every sample "
+        "since the start; a window has no such block",
+    ),
 }
 
 
@@ -122,8 +144,23 @@ class ReleaseWindows:
         # links that are not ideal: releases arrive with gaps in j, and the querier's κ (the
         # delivery's stale test) is the statistic's, kept current here
         self.gaps = protocol.asynchronous
-        self.own = ForgettingSums(p.forget, m)
+        self.own = ForgettingSums(p.forget, m, squares=not protocol.known)
         self.prefixes = PrefixWindow(p.forget, protocol.n_pairs, kept, self.gaps)
+        #: Sch-Var-2 over each pair's window (None: variances known).
+        self.variances = (
+            None if protocol.known else WindowedVariances(p, self.prefixes, protocol.n_pairs)
+        )
+        #: MoM over each pair's window (None: ``last`` weights, T^W of the newest release).
+        self.means = (
+            WindowedMoM(
+                p.mechanism, self.prefixes, protocol.n_pairs, levels_for(protocol.ctx.t_max)
+            )
+            if p.weights == "mom"
+            else None
+        )
+        #: β of a trimmed combination (None: Lemma 4 over every accepted peer).
+        self.trim = p.trim
+        self._n_other = None  # Welch's second count of the releases just taken
         shape = (m, m) if self.graph is None else protocol.n_pairs
         #: T^W and Var[T^W] of every pair ([a, b], or by edge on a graph; +∞: weight 0).
         self.value = np.zeros(shape)
@@ -143,6 +180,9 @@ class ReleaseWindows:
         if w._held is not None:
             w._held = carry(w._held.reshape(rows.shape), 0).ravel()
         w._j, w._stored, w._head = carry(w._j, 0), carry(w._stored, 0), carry(w._head, 0)
+        for sums in (self.variances, self.means):  # (a new link: no release, no sums)
+            if sums is not None and sums.state is not None:
+                sums.state = carry(sums.state, 0.0)
 
     def add(self, t: int, samples: np.ndarray) -> None:
         """Slot t's own samples; at a reset every pair's T^W is undefined until its next
@@ -176,18 +216,36 @@ class ReleaseWindows:
             # links take every release in its own slot: never so)
             n = np.where(t_b < tau, 0.0, n)
         noise = self._noise(j, i, degraded_from)
-        sigma2_b = p.sigma2[b]
-        if n.all():  # (the usual case: every window holds a p-sum)
+        if self.variances is None:
+            sigma2_b = p.sigma2[b]
+        else:  # V_{b→a} over the same window (+∞ until two p-sums), Welch's count beside it
+            sigma2_b, self._n_other = self.variances.take(pair, values, t_b, j, n, noisy_sum, i)
+            sigma2_b = self.variances.estimate(sigma2_b, p.sigma2_dp, n, noisy_sum, j, i)
+            p.v_hat.ravel()[pair] = sigma2_b
+        if self.means is not None:  # MoM: the mean of the window's prefix means
+            value, var = self._mom(sigma2_b, pair, values * t_b, t_b, j, n, noisy_sum, i)
+        elif n.all():  # (the usual case: every window holds a p-sum)
             value = noisy_sum / n
             var = (sigma2_b * n + p.sigma2_dp * noise) / (n * n)
         else:
             have = n > 0
             n_safe = np.where(have, n, 1.0)
             value = np.where(have, noisy_sum / n_safe, 0.0)
-            var = np.where(have, (sigma2_b * n + p.sigma2_dp * noise) / (n_safe * n_safe), np.inf)
+            with np.errstate(invalid="ignore"):  # (V_{b→a} = +∞ times n = 0: no weight)
+                var = (sigma2_b * n + p.sigma2_dp * noise) / (n_safe * n_safe)
+            var = np.where(have, var, np.inf)
         self.value.ravel()[pair] = value
         self.var.ravel()[pair] = var
         return value, var
+
+    def _mom(self, sigma2_b: Any, *window: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(T^W, Var[T^W]) under MoM weights (`WindowedMoM.take` of the `window`'s releases)."""
+        value, data, noise, count = self.means.take(*window)
+        have = (count > 0) & (window[4] > 0)  # (n = 0: no whole p-sum in the window)
+        k = np.where(have, count, 1.0)
+        with np.errstate(invalid="ignore"):  # (V_{b→a} = +∞ times D = 0: no weight)
+            var = (sigma2_b * data + self.protocol.sigma2_dp * noise) / (k * k)
+        return np.where(have, value, 0.0), np.where(have, var, np.inf)
 
     def _noise(self, j: np.ndarray, i: np.ndarray, degraded_from: np.ndarray | None) -> Any:
         """The noise of t_j R_j − t_i R_i over σ_DP² (`difference_noise_count`); after a
@@ -201,23 +259,36 @@ class ReleaseWindows:
         weights = (stat.node_noise(j, degraded_from), stat.node_noise(i, degraded_from))
         return difference_noise_count("pm2", j, i, weights)
 
-    def accepts(
-        self, a: np.ndarray, sigma2_a: np.ndarray, value: np.ndarray, var: np.ndarray, z: Any
-    ) -> np.ndarray:
-        """The z-test of §III-C1 with a's own window (its n_a samples' sum) for X̄_a."""
-        # (a window's or a reset's weights are 1: the weight total is n_a)
-        return z_accepts(self.own.sums[a], self.own.weight, sigma2_a, value, var, z)
+    def accepts(self, a: np.ndarray, value: np.ndarray, var: np.ndarray, t: np.ndarray) -> Any:
+        """χ_a(b) at a's clock t with a's own window (its n_a samples) for X̄_a: the z-test of
+        §III-C1, or with unknown variances the Welch test of §III-C2 with V_a over the window
+        and Welch's second count over b's window (its samples, or its p-sums with ``kappa``)."""
+        p, own = self.protocol, self.own
+        t = t.astype(np.int64)
+        if self.variances is None:  # (a window's or a reset's weights are 1: total n_a)
+            return z_accepts(own.sums[a], own.weight, p.sigma2[a], value, var, p._z[t])
+        n_a = np.full(len(a), own.weight)
+        v_a = sample_variance(own.sums[a], own.sumsq[a], n_a)
+        return welch_accepts(own.sums[a] / n_a - value, v_a, n_a, var, self._n_other, p._theta[t])
 
-    def estimates(self, included: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
-        """Lemma 4 over the pairs' windowed statistics and each agent's own forgetting mean."""
-        local = self.own.mean()
+    def estimates(self, included: np.ndarray, sigma2: np.ndarray | None) -> np.ndarray:
+        """Lemma 4 over the pairs' windowed statistics and each agent's own forgetting mean
+        (with unknown variances eq. (5)'s weights, n_a/V_a over the window), over every
+        accepted peer or those a trimmed combination keeps."""
+        own = self.own
+        local = own.mean()
+        if sigma2 is None:
+            sigma2 = sample_variance(own.sums, own.sumsq, np.full(len(own.sums), own.weight))
         with np.errstate(divide="ignore"):
-            own = self.own.effective() / sigma2
+            own_weight = own.effective() / sigma2
             weight = np.where(included, 1.0 / self.var, 0.0)
         if self.graph is None:
             np.fill_diagonal(weight, 0.0)  # a itself
-            return combine(local, own, (weight * self.value).sum(axis=1), weight.sum(axis=1))
-        return combine(local, own, *self._edge_sums(weight))
+            if self.trim is not None:  # (trimmed over the windowed T^W of the accepted)
+                return combine(local, own_weight, *trimmed_sums(weight, self.value, self.trim))
+            sums = (weight * self.value).sum(axis=1), weight.sum(axis=1)
+            return combine(local, own_weight, *sums)
+        return combine(local, own_weight, *self._edge_sums(weight))
 
     def _edge_sums(self, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Σ_b T^W/Var[T^W] and Σ_b 1/Var[T^W] by querier on a graph, summed as
@@ -231,3 +302,192 @@ class ReleaseWindows:
         w, v = np.zeros((nb.n, nb.n)), np.zeros((nb.n, nb.n))
         w[nb.src, nb.dst], v[nb.src, nb.dst] = weight, self.value
         return (w * v).sum(axis=1), w.sum(axis=1)
+
+
+class WindowedVariances:
+    """Sch-Var-2 (§V-B) over each pair's window: V_{b→a} from the p-sum differences of the
+    releases a holds from the window's base to j, in the general unbiased form of
+    `desim.models.colme.variance.schvar2_raw_and_K` (unequal lengths, PM-II's shared nodes),
+
+        V' = (Σ P_k²/d_k − (ΣP)²/n)/(k − 1),  K = (Σ c_k/d_k − c/n)/(k − 1),  V = V' − Kσ_DP²,
+
+    ΣP the window's noisy sum, n its samples and c the noises of t_j R_j − t_i R_i: the same
+    estimator over the window's samples as over every sample (post-processing, no release).
+    ``window``: the differences are read from the releases held (`PrefixWindow.increments`);
+    ``reset``: each pair keeps its sums, restarted at its base."""
+
+    def __init__(self, params: Any, prefixes: PrefixWindow, n_pairs: int) -> None:
+        self.mechanism = params.mechanism
+        self.bayes = params.variance == "sch-var-2-bayes"
+        self.prior = params.prior
+        self.by_releases = params.welch_df == "kappa"
+        self.prefixes = prefixes
+        self.reset = params.forget.reset
+        # ``reset``, per pair: the last release taken (t R, t, j), Σ P²/d, Σ c/d, their count,
+        # since the base (since the start before it)
+        self.state = None if self.reset is None else np.zeros((n_pairs, 6))
+
+    def take(
+        self,
+        pair: np.ndarray,
+        values: np.ndarray,
+        t: np.ndarray,
+        j: np.ndarray,
+        n: np.ndarray,
+        noisy_sum: np.ndarray,
+        i: np.ndarray,
+    ) -> tuple[tuple, np.ndarray]:
+        """The window's (Σ P²/d, Σ c/d, k) of releases j (bases i, n samples) and Welch's
+        second count: b's samples in the window, or with ``kappa`` its p-sums k."""
+        if self.state is None:
+            sums = self.prefixes.increments(pair, i, j, self.mechanism)
+        else:
+            sums = self._take_reset(pair, values, t, j)
+        return sums, (sums[2] if self.by_releases else n)
+
+    def _take_reset(
+        self, pair: np.ndarray, values: np.ndarray, t: np.ndarray, j: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The reset's sums: this release's difference added to the pair's, then restarted at
+        the release that becomes the base (its own statistic is over every sample: t < τ)."""
+        rows = self.state.take(pair, axis=0)
+        sum_prev, t_prev, j_prev, p2d, cd, count = rows.T
+        total = t * values
+        psum = total - sum_prev
+        with np.errstate(divide="ignore"):
+            inv_d = 1.0 / (t - t_prev)
+        c = difference_noise_count(self.mechanism, j, j_prev.astype(np.int64))
+        p2d += psum * psum * inv_d
+        cd += c * inv_d
+        count += 1.0
+        out = (p2d.copy(), cd.copy(), count.copy())
+        sum_prev[:], t_prev[:], j_prev[:] = total, t, j
+        base = self.prefixes.base_index(pair) == j  # (the base was stored by this release)
+        p2d[base], cd[base], count[base] = 0.0, 0.0, 0.0
+        self.state[pair] = rows
+        return out
+
+    def estimate(
+        self,
+        sums: tuple,
+        sigma2_dp: float,
+        n: np.ndarray,
+        noisy_sum: np.ndarray,
+        j: np.ndarray,
+        i: np.ndarray,
+    ) -> np.ndarray:
+        """V_{b→a} over the windows (`sums` of `take`): V' − Kσ_DP² (`unbiased`), +∞ before two
+        p-sums, a negative one +∞ or (``sch-var-2-bayes``) the posterior mean of (19)."""
+        v_raw, k_noise = self.unbiased(sums, sigma2_dp, n, noisy_sum, j, i)
+        return sch_var_2_estimate(v_raw, k_noise, sums[2], self.bayes, self.prior)
+
+    def unbiased(
+        self,
+        sums: tuple,
+        sigma2_dp: float,
+        n: np.ndarray,
+        noisy_sum: np.ndarray,
+        j: np.ndarray,
+        i: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(V', Kσ_DP²) of the windows: E[V' − Kσ_DP²] = σ_b² over the window's samples (V'
+        +∞ where the window holds no p-sum, n = 0)."""
+        p2d, cd, k = sums
+        c = difference_noise_count(self.mechanism, j, i)
+        k1 = np.maximum(k - 1.0, 1.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v_raw = (p2d - noisy_sum * (noisy_sum / n)) / k1
+            k_noise = sigma2_dp * (cd - c / n) / k1
+        v_raw[n == 0] = np.inf
+        k_noise[n == 0] = 0.0
+        return v_raw, k_noise
+
+
+class WindowedMoM:
+    """MoM weights (``weights = "mom"``) over each pair's window: T^W the mean of the windowed
+    prefix means Y_r = (t_{k_r} R_{k_r} − t_i R_i)/n_r of the K releases a holds after the base
+    i (n_r = t_{k_r} − t_i), and its exact variance (σ_b² D + σ_DP² A)/K² with
+    D = Σ_r (2r − 1)/n_r (nested windows from one base) and A = Σ_ν (coefficient of ν)², ν each
+    p-sum (PM-I) or tree node (PM-II) the releases hold: Σ_{r using ν} 1/n_r, less Σ_r 1/n_r
+    for the base's own (t_i R_i's) that no release shares. With the base the empty prefix it is
+    the paper's MoM over every release. ``window``: summed from the base over the releases held
+    at each take (`PrefixWindow.walk`); ``reset``: each pair keeps its sums, restarted at its
+    base."""
+
+    #: Per pair: Σ prefix·u, Σ u, D, A, PM-I's Σ_p gaps·C_p, K (u = 1/n_r), then PM-II's
+    #: current node id and coefficient per level and the base's node coefficient per level.
+    _FIXED = 6
+
+    def __init__(self, mechanism: str, prefixes: PrefixWindow, n_pairs: int, levels: int) -> None:
+        self.pm2 = mechanism == "pm2"
+        self.levels = levels if self.pm2 else 0
+        self.prefixes = prefixes
+        width = self._FIXED + 3 * self.levels
+        self.state = np.zeros((n_pairs, width)) if prefixes.reset else None
+        self.width = width
+
+    def take(
+        self,
+        pair: np.ndarray,
+        prefix: np.ndarray,
+        t: np.ndarray,
+        j: np.ndarray,
+        n: np.ndarray,
+        noisy_sum: np.ndarray,
+        i: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(T^W, D, A, K) of releases j (prefix t_j R_j, bases i, n samples; K = 0: none)."""
+        base_prefix, base_t = prefix - noisy_sum, t - n
+        if self.state is None:
+            rows = np.zeros((len(pair), self.width))
+            for k, cell, live in self.prefixes.walk(pair, i, j):
+                self._step(rows, cell.imag, cell.real - base_t, k, i, live)
+        else:
+            rows = self.state.take(pair, axis=0)
+            self._step(rows, prefix, n, j, i, n > 0)
+            out = rows.copy()
+            # restart where this release became the base (the sums so far ran from the empty
+            # prefix: this release's own statistic, made before τ, is over every sample)
+            rows[self.prefixes.base_index(pair) == j] = 0.0
+            self.state[pair] = rows
+            rows = out
+        count = rows[:, 5]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            value = (rows[:, 0] - base_prefix * rows[:, 1]) / count
+        return value, rows[:, 2], rows[:, 3], count
+
+    def _step(
+        self,
+        rows: np.ndarray,
+        prefix: np.ndarray,
+        n: np.ndarray,
+        k: np.ndarray,
+        i: np.ndarray,
+        live: np.ndarray,
+    ) -> None:
+        """Add release k (its prefix, n = t_k − t_i samples after the base i) where `live`."""
+        with np.errstate(divide="ignore"):
+            u = np.where(live, 1.0 / np.where(live, n, 1.0), 0.0)
+        rows[:, 5] += live
+        rows[:, 0] += prefix * u
+        rows[:, 1] += u
+        rows[:, 2] += (2.0 * rows[:, 5] - 1.0) * u
+        if not self.pm2:  # each p-sum i+1 … k gains u: A += 2u·Σ g C + u²·(k − i)
+            gaps = np.where(live, k - i, 0).astype(float)
+            rows[:, 3] += 2.0 * u * rows[:, 4] + u * u * gaps
+            rows[:, 4] += u * gaps
+            return
+        L, f = self.levels, self._FIXED
+        ids, coef, base = rows[:, f : f + L], rows[:, f + L : f + 2 * L], rows[:, f + 2 * L :]
+        for lv in range(L):
+            in_k, in_i = (k >> lv) & 1 == 1, (i >> lv) & 1 == 1
+            shared = in_k & in_i & ((k >> lv) == (i >> lv))
+            mine = live & in_k & ~shared  # k's node at this level gains u
+            node = (k >> lv).astype(float)
+            c = np.where(ids[:, lv] == node, coef[:, lv], 0.0)
+            rows[:, 3] += np.where(mine, 2.0 * u * c + u * u, 0.0)
+            coef[:, lv] = np.where(mine, c + u, coef[:, lv])
+            ids[:, lv] = np.where(mine, node, ids[:, lv])
+            theirs = live & in_i & ~shared  # the base's node loses u (Σ_r 1/n_r grew)
+            rows[:, 3] += np.where(theirs, -2.0 * u * base[:, lv] + u * u, 0.0)
+            base[:, lv] -= np.where(theirs, u, 0.0)

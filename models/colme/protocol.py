@@ -548,7 +548,7 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
         values, t_b = payload[:, VALUE], payload[:, COUNT]
         j = payload[:, INDEX].astype(np.int64)
         pair = got.pair if got.pair is not None else self.pairs_of(a, b, payload, self.edge_column)
-        if self.forget is not None:  # T^W and its variance replace T's (known variances)
+        if self.forget is not None:  # T^W and its (estimated) variance replace T's
             value, var = self.forget.take(a, b, pair, values, t_b, j)
             self.beliefs.revise_pairs(a, pair, self._test(a, b, value, var, t_b, got.slot))
             return
@@ -594,12 +594,10 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
     ) -> np.ndarray:
         """χ_a(b) with a's state after `slot` of the view: the z-test of §III-C1 with known
         variances, the Welch t-test of §III-C2 (with V_a and V̂ar[T_{b→a}]) otherwise."""
+        if self.forget is not None:  # (a's own window for X̄_a and V_a: `colme.forgetting`)
+            return self.forget.accepts(a, value, var, self.view.clock(slot))
         if self.known:
             t = self.view.clock(slot)  # every agent has t samples (one per slot)
-            if self.forget is not None:
-                return self.forget.accepts(
-                    a, self.sigma2[a], value, var, self._z[t.astype(np.int64)]
-                )
             own = self.view.sums_of(a, slot)
             return z_accepts(own, t, self.sigma2[a], value, var, self._z[t.astype(np.int64)])
         sums, sumsq, t = self.view.own(a, slot)

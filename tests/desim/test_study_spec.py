@@ -61,7 +61,7 @@ QUICK_DIGESTS = {
     "privacy-budgets/ccolme": "c6b4f10ebbbc3828",
     "privacy-budgets/colme": "b135eed120a3c77e",  # issue 30: degrade scenarios added
     "privacy-budgets/eb": "a0c820400b1ebc9f",
-    "robustness/drift": "4df4ee01039754ee",
+    "robustness/drift": "02c385ded1c98d5d",
     "robustness/adversaries": "ebf9dbfadf045671",
     "robustness/adversaries/pricer": "5ca5f23e005e632e",
     "robustness/adversaries/ccolme": "49f1a144b8d03eea",  # + corrupted forwarding

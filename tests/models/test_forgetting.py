@@ -211,8 +211,8 @@ def test_private_colme_with_a_reset_forgets_the_old_class():
         ("private-colme", {"forget": {"window": 9, "reset": 3}}, "give exactly one of"),
         (
             "private-colme",
-            {"forget": {"window": 9}, "variance": "sch-var-2"},
-            "forget: with variance = 'sch-var-2' not yet",
+            {"forget": {"window": 9}, "variance": "sch-var-1"},
+            "forget: with variance = 'sch-var-1' not yet",
         ),
         (
             "eb-gaussian",
