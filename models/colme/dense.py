@@ -14,18 +14,16 @@ already hold:
 A slot's releases are then taken by `DenseTake` in one pass over the run of pairs: the pair's
 old terms in Lemma 4's sums (from κ − 1), the new T and Var[T], the z-test, the compensated
 replacement of the terms (`CombinationSums`) and the revised beliefs — a compiled loop where
-numba is installed (`desim.fast`), else the same arithmetic in numpy. Both give the bytes of
-`PrivateColME.take` on the same state.
+numba is installed (`desim.models.colme.dense_kernel`), else the same arithmetic in numpy. Both
+give the bytes of `PrivateColME.take` on the same state.
 """
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from desim import fast
 from desim.models.colme.delivery import Arrivals, Synchronous
 from desim.models.colme.model import contribution
 from desim.models.colme.pairs import COUNT, INDEX, VALUE
@@ -151,13 +149,21 @@ class DenseTake:
 
     def __init__(self, protocol: PrivateColME) -> None:
         self.p = protocol
-        self.compiled = fast.compiled()
+        # numba is imported here, on the dense path only: plug-in loading stays as cheap
+        from desim import fast
+
+        #: The compiled pass (`dense_kernel.take_run`), or None: the numpy path.
+        self.kernel = None
+        if fast.compiled():
+            from desim.models.colme.dense_kernel import take_run
+
+            self.kernel = take_run
 
     def take(self, got: Arrivals) -> None:
         """Take releases of distinct pairs (each j = κ + 1): what `PrivateColME.take` does."""
         p = self.p
         run = got.pair if isinstance(got.pair, slice) else None
-        if self.compiled and run is not None and _every_agent(got.a, p.schedule.agents):
+        if self.kernel is not None and run is not None and _every_agent(got.a, p.schedule.agents):
             self._take_compiled(got, run)
         else:
             self._take_numpy(got)
@@ -192,7 +198,7 @@ class DenseTake:
         m = p.ctx.n_agents
         t = p.view.clock(got.slot)
         sums_w = p.sums_w
-        take_run(
+        self.kernel(
             run.start,
             m,
             got.payload[:, VALUE],
@@ -216,102 +222,3 @@ class DenseTake:
 def _every_agent(a: np.ndarray, agents: np.ndarray) -> bool:
     """Whether `a` is every agent in order (RR's queriers, the array the schedule sent)."""
     return a is agents or (len(a) == len(agents) and bool((a == agents).all()))
-
-
-@fast.kernel
-def _inverse(x):
-    """1/x as numpy divides (±∞ at ±0) without numba's division check."""
-    if x == 0.0:
-        return math.copysign(math.inf, x)
-    return 1.0 / x
-
-
-@fast.kernel
-def _two_sum(sums, carry, row, a, x):
-    """`CombinationSums._add_exact` for one cell: sums += x, its rounding error to carry."""
-    s = sums[row, a]
-    total = s + x
-    x_part = total - s
-    s_part = total - x_part
-    s_part -= s
-    x_part -= x
-    s_part += x_part
-    carry[row, a] -= s_part
-    sums[row, a] = total
-
-
-@fast.kernel
-def take_run(
-    start,
-    m,
-    values,
-    counts,
-    index,
-    totals,
-    flat,
-    n_included,
-    sigma2,
-    sigma2_dp,
-    own,
-    t,
-    z,
-    sums,
-    carry,
-    terms,
-    dirty,
-):
-    """A slot's releases b = a + o → a, pairs start … start + M − 1 (o = start / M), taken as
-    `DenseTake._take_numpy` takes them, element by element in the same operations."""
-    o = start // m
-    for a in range(m):
-        pair = start + a
-        b = a + o
-        if b >= m:
-            b -= m
-        j = np.int64(index[a])
-        before = j - 1
-        s2b = sigma2[b]
-        # the pair's old terms in a's sums
-        data = 0.0
-        if before > 0:
-            data = 1.0 / np.float64((before - 1) * (m - 1) + o)
-        num = s2b * data
-        num += sigma2_dp * (np.float64(before) * data * data)
-        included = flat[pair]
-        old_den = 0.0
-        if included and before > 0:
-            old_den = _inverse(num)
-        old_num = old_den * totals[pair]
-        # the new release: T, Var[T], the z-test
-        u = 1.0 / counts[a]
-        value = values[a] + 0.0
-        var = s2b * u + sigma2_dp * (np.float64(j) * u * u)
-        spread = sigma2[a] / t
-        spread += var
-        spread = np.sqrt(spread)
-        spread *= z
-        gap = own[a] / t
-        gap -= value
-        decision = abs(gap) < spread
-        new_den = 0.0
-        if decision:
-            new_den = _inverse(var)
-        new_num = new_den * value
-        totals[pair] = value
-        # `CombinationSums.replace` for agent a: the old terms leave, the new enter
-        finite = (
-            np.isfinite(old_num)
-            and np.isfinite(new_num)
-            and np.isfinite(old_den)
-            and np.isfinite(new_den)
-        )
-        if not finite:
-            dirty[a] = True
-        terms[a] += np.int64(new_den != 0.0) - np.int64(old_den != 0.0)
-        _two_sum(sums, carry, 0, a, -old_num)
-        _two_sum(sums, carry, 1, a, -old_den)
-        _two_sum(sums, carry, 0, a, new_num)
-        _two_sum(sums, carry, 1, a, new_den)
-        if decision != included:
-            flat[pair] = decision
-            n_included[a] += 1 if decision else -1
