@@ -15,7 +15,9 @@ A slot's releases are then taken by `DenseTake` in one pass over the run of pair
 old terms in Lemma 4's sums (from κ − 1), the new T and Var[T], the z-test, the compensated
 replacement of the terms (`CombinationSums`) and the revised beliefs — a compiled loop where
 numba is installed (`desim.models.colme.dense_kernel`), else the same arithmetic in numpy. Both
-give the bytes of `PrivateColME.take` on the same state.
+give the bytes of `PrivateColME.take` on the same state. Where compiled, the slot's releases
+are made in one pass too (the mechanism's count, noise total and R = (S_b + Z)/t, after the
+same draws).
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ import numpy as np
 
 from desim.models.colme.delivery import Arrivals, Synchronous
 from desim.models.colme.model import contribution
-from desim.models.colme.pairs import COUNT, INDEX, VALUE
+from desim.models.colme.pairs import ASKED, COUNT, INDEX, VALUE
 from desim.models.colme.statistic import PairStatistic
+from desim.models.privacy.calibration import sample_noise
 
 if TYPE_CHECKING:
     from desim.models.colme.protocol import PrivateColME
@@ -131,6 +134,38 @@ class DenseSynchronous(Synchronous):
         protocol.stat.share_count(protocol.mech.count.reshape(-1))
         self.taker = DenseTake(protocol)
 
+    def answer(self, queries: Any) -> None:
+        """Answer a slot's queries, as sent, with new releases made in one compiled pass (the
+        mechanism's `PSumRelease.release` on the run: the same draws and floats); else as
+        `Synchronous.answer` does."""
+        p, kernel = self.p, self.taker.release_kernel
+        b, a = queries.dst, queries.src
+        asked_a, asked_b, run = self._run
+        if kernel is None or a is not asked_a or b is not asked_b:
+            super().answer(queries)
+            return
+        mech = p.mech
+        fresh = sample_noise(mech.rng, mech.noise, mech.sigma2, len(b))
+        payload = np.empty((len(b), p.release_width), order="F")
+        t = p.view.clock(None)  # every agent has t samples (`OneSlot.counts_of`)
+        payload[:, COUNT] = t
+        # (the mechanism's totals by pair number: `PSumRelease` keeps them per pair b·M + a,
+        # here the RR numbering's, as `PrivateColME._release` hands it over)
+        kernel(
+            run.start,
+            len(b),
+            mech.count.reshape(-1),
+            mech._total_flat,
+            fresh,
+            p.sums,
+            t,
+            payload[:, VALUE],
+            payload[:, INDEX],
+        )
+        payload[:, ASKED] = queries.sent_at
+        self._answered = (payload, run)
+        p.ctx.send("release", b, a, payload)
+
     def receive(self, releases: Any) -> None:
         """Take releases (one per pair, each j = κ + 1), a slot's run in one pass."""
         a = releases.dst
@@ -152,12 +187,12 @@ class DenseTake:
         # numba is imported here, on the dense path only: plug-in loading stays as cheap
         from desim import fast
 
-        #: The compiled pass (`dense_kernel.take_run`), or None: the numpy path.
-        self.kernel = None
+        #: The compiled passes (`dense_kernel.take_run`, `release_run`), or None: numpy's.
+        self.kernel = self.release_kernel = None
         if fast.compiled():
-            from desim.models.colme.dense_kernel import take_run
+            from desim.models.colme.dense_kernel import release_run, take_run
 
-            self.kernel = take_run
+            self.kernel, self.release_kernel = take_run, release_run
 
     def take(self, got: Arrivals) -> None:
         """Take releases of distinct pairs (each j = κ + 1): what `PrivateColME.take` does."""

@@ -122,3 +122,21 @@ def take_run(
         if decision != included:
             flat[pair] = decision
             n_included[a] += 1 if decision else -1
+
+
+@fast.kernel
+def release_run(start, m, count, noise_total, fresh, sums, t, values, index):
+    """`PSumRelease.release` (PM-I) of b = a + o to a, pairs start … start + M − 1: j = κ + 1,
+    the noise total plus the fresh draw, R = (S_b + Z)/t into `values`, j into `index`."""
+    o = start // m
+    for a in range(m):
+        pair = start + a
+        b = a + o
+        if b >= m:
+            b -= m
+        j = count[pair] + 1
+        count[pair] = j
+        z = noise_total[pair] + fresh[a]
+        noise_total[pair] = z
+        values[a] = (sums[b] + z) / t
+        index[a] = j
