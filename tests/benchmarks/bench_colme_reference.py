@@ -122,13 +122,14 @@ _JIT = """
 import json, sys, time
 import numpy as np
 cpu = time.process_time()
-from desim.models.colme.dense_kernel import take_run
+from desim.models.colme.dense_kernel import release_run, take_run
 loaded = time.process_time()
 m = 3
 one = np.ones(m)
 take_run(m, m, one, one, one, np.zeros(m * m), np.ones(m * m, bool), np.zeros(m, np.int64), one,
          1.0, one, 1.0, 2.0, np.zeros((2, m)), np.zeros((2, m)), np.zeros(m, np.int64),
          np.zeros(m, bool))
+release_run(m, m, np.zeros(m * m, np.int32), np.zeros(m * m), one, one, 1.0, one, one.copy())
 print(json.dumps({"import": loaded - cpu, "first": time.process_time() - loaded}))
 """
 
@@ -146,7 +147,7 @@ def child(code: str, m: int, t_max: int, seed: int, env: dict | None = None) -> 
 
 
 def jit_costs() -> None:
-    """Print the CPU cost of importing numba with the compiled pass and of its first call, from
+    """Print the CPU cost of importing numba with the compiled passes and their first calls, from
     numba's on-disk cache and compiled from scratch (the cache in a scratch folder)."""
     with tempfile.TemporaryDirectory() as cache:
         for name, env in (("cached", None), ("compiled anew", {"NUMBA_CACHE_DIR": cache})):
