@@ -82,7 +82,8 @@ from desim.kernel.registry import METRICS, PROTOCOLS, applies_to, records
 from desim.models.adversaries import STREAM, ActiveAdversaries, Adversaries
 from desim.models.colme.budget import ReleaseBudget
 from desim.models.colme.combination import CombinationSums, trimmed_sums
-from desim.models.colme.delivery import Arrivals, Asynchronous, Synchronous, query_ids
+from desim.models.colme.delivery import Arrivals, Asynchronous, query_ids
+from desim.models.colme.dense import statistic_class, synchronous
 from desim.models.colme.forgetting import check_forget, release_windows
 from desim.models.colme.graph import (
     EdgeBeliefs,
@@ -104,7 +105,7 @@ from desim.models.colme.pairs import COUNT, INDEX, VALUE, VARIANCE, ClassBeliefs
 from desim.models.colme.positions import round_robin_pairs
 from desim.models.colme.rewire import ChangingNeighbours
 from desim.models.colme.schedule import RestrictedRoundRobin, RoundRobin, max_pair_releases
-from desim.models.colme.statistic import PairStatistic, SchVar2
+from desim.models.colme.statistic import SchVar2
 from desim.models.colme.variance import sample_variance, welch_accepts
 from desim.models.colme.view import OneSlot, SlotBatch
 from desim.models.forgetting import forget_param
@@ -291,7 +292,7 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
         self.sigma2 = np.asarray(ctx.public["sigma2"], dtype=float) if self.known else None
         self._setup_releases(ctx)
         levels = levels_for(ctx.t_max)
-        self.stat = PairStatistic(
+        self.stat = statistic_class(self)(
             m,
             p.mechanism,
             p.weights,
@@ -331,7 +332,7 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
             self.sums_w = CombinationSums(m)
         # Ideal links deliver every message at once: releases arrive in order, one per query.
         self.asynchronous = ctx.links is not None and not ctx.links.ideal
-        self.delivery = Asynchronous(self) if self.asynchronous else Synchronous(self)
+        self.delivery = Asynchronous(self) if self.asynchronous else synchronous(self)
         #: Whether a slot's pairs may go as a slice (`Neighbours.span`), not as indices.
         self.runs = _slot_runs(self)
         # where the engine hands over several slots at once (`on_slots`, `batches_slots`), the

@@ -10,7 +10,9 @@ combination kept per agent by adding each new term and removing the old one, and
 desim's 60 log-spaced checkpoints. Its random draws are its own, so only its MSE is compared
 with desim's (within a few standard errors of the mean over agents); the times are CPU
 seconds of one run each, in fresh processes, desim and the reference alternated (`--repeat`:
-best of N tries of each).
+best of N tries of each). Desim's time includes importing numba and loading its compiled pass
+(`desim.models.colme.dense_kernel`) where numba is installed; the cost of that load, and of a
+compilation from scratch, is printed first. ``--numpy`` runs desim without the compiled pass.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -87,6 +91,7 @@ def reference(m: int, t_max: int, seed: int) -> tuple[dict[int, float], float]:
 _DESIM = """
 import json, sys, time
 import desim, desim.kernel.plugins
+from desim import fast
 from desim.study.scenario import Scenario
 (m, t_max, seed, means, sigma, _) = json.loads(sys.argv[1])
 desim.kernel.plugins.load_plugins()
@@ -97,7 +102,8 @@ cpu = time.process_time()
 out = desim.run(s)
 cpu = time.process_time() - cpu
 err2 = out.agents[out.agents.t == t_max].value.to_numpy()
-print(json.dumps({"cpu": cpu, "mse": float(err2.mean()), "se": float(err2.std() / m**0.5)}))
+print(json.dumps({"cpu": cpu, "mse": float(err2.mean()), "se": float(err2.std() / m**0.5),
+                  "compiled": fast.compiled()}))
 """
 
 _REFERENCE = """
@@ -112,15 +118,48 @@ print(json.dumps({"cpu": cpu, "mse": mse[t_max], "se": se}))
 """
 
 
-def child(code: str, m: int, t_max: int, seed: int) -> dict:
+_JIT = """
+import json, sys, time
+import numpy as np
+cpu = time.process_time()
+from desim.models.colme.dense_kernel import release_run, take_run
+loaded = time.process_time()
+m = 3
+one = np.ones(m)
+take_run(m, m, one, one, one, np.zeros(m * m), np.ones(m * m, bool), np.zeros(m, np.int64), one,
+         1.0, one, 1.0, 2.0, np.zeros((2, m)), np.zeros((2, m)), np.zeros(m, np.int64),
+         np.zeros(m, bool))
+release_run(m, m, np.zeros(m * m, np.int32), np.zeros(m * m), one, one, 1.0, one, one.copy())
+print(json.dumps({"import": loaded - cpu, "first": time.process_time() - loaded}))
+"""
+
+
+def child(code: str, m: int, t_max: int, seed: int, env: dict | None = None) -> dict:
     out = subprocess.run(
         [sys.executable, "-c", code, json.dumps([m, t_max, seed, CLASS_MEANS, SIGMA, HERE])],
         check=True,
         capture_output=True,
         text=True,
         cwd=ROOT,
+        env=env,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def jit_costs() -> None:
+    """Print the CPU cost of importing numba with the compiled passes and their first calls, from
+    numba's on-disk cache and compiled from scratch (the cache in a scratch folder)."""
+    with tempfile.TemporaryDirectory() as cache:
+        for name, env in (("cached", None), ("compiled anew", {"NUMBA_CACHE_DIR": cache})):
+            try:
+                r = child(_JIT, 0, 0, 0, None if env is None else {**os.environ, **env})
+            except subprocess.CalledProcessError:  # numba not installed: no compiled pass
+                print("compiled pass: numba not installed (desim runs its numpy path)")
+                return
+            print(
+                f"compiled pass, {name}: import {r['import']:.2f} s, first call "
+                f"{r['first']:.2f} s CPU"
+            )
 
 
 def main() -> None:
@@ -128,20 +167,26 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=5000)
     parser.add_argument("--t-max", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=1, help="tries of each, alternated")
+    parser.add_argument("--numpy", action="store_true", help="desim without its compiled pass")
     args = parser.parse_args()
     m, t_max = args.agents, args.t_max
+    env = {**os.environ, "DESIM_COMPILED": "0"} if args.numpy else None
+    jit_costs()
     tries: dict[str, list[dict]] = {"desim": [], "reference": []}
     for i in range(args.repeat):
         for name, code in (("desim", _DESIM), ("reference", _REFERENCE)):
             start = time.perf_counter()
-            r = child(code, m, t_max, 1 + i)
+            r = child(code, m, t_max, 1 + i, env if name == "desim" else None)
             r["wall"] = time.perf_counter() - start
             tries[name].append(r)
             print(name, f"cpu {r['cpu']:.2f} s", flush=True, file=sys.stderr)
     best = {name: min(runs, key=lambda r: r["cpu"]) for name, runs in tries.items()}
     ratio = best["desim"]["cpu"] / best["reference"]["cpu"]
-    print(f"\nPrivate-ColME dense M={m} T={t_max}, best of {args.repeat} (CPU s)")
+    path = "compiled" if best["desim"]["compiled"] else "numpy"
+    print(f"\nPrivate-ColME dense M={m} T={t_max}, best of {args.repeat} (CPU s; {path} path)")
     print(f"{'desim':>10} {'reference':>10} {'ratio':>6}  bar")
+    pairs = zip(tries["desim"], tries["reference"], strict=True)
+    print("tries, alternated: " + ", ".join(f"{d['cpu']:.2f}/{r['cpu']:.2f}" for d, r in pairs))
     verdict = "ok" if ratio <= BAR else "FAIL"
     print(
         f"{best['desim']['cpu']:10.2f} {best['reference']['cpu']:10.2f} {ratio:6.2f}  "
