@@ -103,7 +103,6 @@ from desim.models.ccolme.model import (
     consensus_update,
     data_bernstein_parameter,  # noqa: F401  (re-exported)
     metropolis_weights,  # noqa: F401  (re-exported)
-    mix,
     one_minus_alpha,
     row_sums,  # noqa: F401  (re-exported)
     small_component,
@@ -524,11 +523,9 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         self._w = self._sizes.weights(idx, counts, self.size, every, whole)
         # W Y over the mixed b ∈ C_a; they are in CSR order, so agent a's are the `counts[a]`
         # consecutive ones
-        rows, starts = self._csr.starts(counts, self._kept_version if all_kept else None)
-        # Y_a over a's mixed edges, in a reused buffer when every edge is mixed
         version = self._kept_version if all_kept else None
-        terms = self._csr.spread(self.y, counts, version) if len(starts) else None
-        mixed = mix(self.y, nb_y, self._w, counts, rows, starts, terms)
+        rows, starts = runs = self._csr.starts(counts, version)
+        mixed = self._csr.mix(self.y, nb_y, self._w, counts, runs, version)
         mixed = self.robust_mix(mixed, nb_y, counts)
         oma = one_minus_alpha(self.t - self.start, p.alpha_c, p.alpha_p)
         self.y = consensus_update(self._mean, mixed, oma)
