@@ -102,3 +102,20 @@ def refresh_weights(size, src, dst, size_dst, w):
         b = float(size[dst[e]])
         size_dst[e] = b
         w[e] = 1.0 / (max(float(size[src[e]]), b) + 1.0)
+
+
+@fast.kernel
+def block_order(index, bits, blocks, sorted_index, back):
+    """`index` sorted by block index >> bits, stably (a counting sort), into `sorted_index`,
+    and where each index went into `back`."""
+    starts = np.zeros(blocks + 1, dtype=np.int64)
+    for i in range(len(index)):
+        starts[(index[i] >> bits) + 1] += 1
+    for b in range(blocks):
+        starts[b + 1] += starts[b]
+    for i in range(len(index)):
+        b = index[i] >> bits
+        p = starts[b]
+        sorted_index[p] = index[i]
+        back[i] = p
+        starts[b] = p + 1

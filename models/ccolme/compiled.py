@@ -114,3 +114,10 @@ class CompiledPass:
     ) -> None:
         """|C_b| (a float) per edge into `size_dst` and eq. (2)'s W_ab into `w`, in place."""
         self._k.refresh_weights(size, src, dst, size_dst, w)
+
+    def block_order(self, index: np.ndarray, bits: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(index sorted stably by block of 2^bits values, where each index went), for values
+        of `n` entries: `desim.models.ccolme.edges.BlockedTake`'s order by a counting sort."""
+        sorted_index, back = np.empty_like(index), np.empty(len(index), dtype=np.int64)
+        self._k.block_order(index, bits, (n >> bits) + 1, sorted_index, back)
+        return sorted_index, back

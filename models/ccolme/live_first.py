@@ -99,7 +99,10 @@ class LiveFirst:
         if len(mean) >= BLOCKED_FROM:
             if self.blocked is None or self.blocked[0] != self.version:
                 self.blocked = None  # its arrays freed before the new ones are made
-                self.blocked = (self.version, BlockedTake(sender[:k], len(mean)))
+                self.blocked = (
+                    self.version,
+                    BlockedTake(sender[:k], len(mean), compiled=self._compiled),
+                )
             blocked = self.blocked[1]
         if self._compiled is not None:
             self._compiled.gather_states(mean, y, sender[:k], t, payload[:k], blocked)
