@@ -1,18 +1,22 @@
 """C-ColME's compiled per-slot passes (`desim.fast`): the numpy path's bytes, in one loop each.
 
-Three passes of a slot read or write every edge of S or C: the state send's gather (X̃_b and
-Y_b by sender), the neighbour test (|X̃_a − X̃_b| against one bound for every edge) and the mix
-(W Y over each agent's run of kept edges). In numpy each is several passes over per-edge arrays
-that fit in no cache, with temporaries between them; here each is one loop over the edges in
-CSR order. They give the numpy path's bytes: the gather copies, the test subtracts, takes the
-absolute value and compares as numpy does, and the mix forms (Y_b − Y_a)·W_ab per edge and sums
-each agent's terms in `np.add.reduceat`'s order (`desim.fast.reduceat_sum`).
+The passes of a slot that read or write every edge of S or C: the state send's gather (X̃_b and
+Y_b by sender, by block of senders on large graphs, whose order a counting sort gives), the
+neighbour test (|X̃_a − X̃_b| against one bound for every edge), the mix (W Y over each agent's
+run of kept edges) and, when C moves over ideal links, C's edges, the size send and eq. (2)'s
+weights. In numpy each is several passes over per-edge arrays that fit in no cache, with
+temporaries between them; here each is one loop over the edges in CSR order. They give the
+numpy path's bytes: the gathers copy, the test subtracts, takes the absolute value and compares
+as numpy does, eq. (2) is max, +1 and a division as numpy's, and the mix forms (Y_b − Y_a)·W_ab
+per edge and sums each agent's terms in `np.add.reduceat`'s order (`desim.fast.reduceat_sum`).
 
 `CompiledPass.choose` is called once at set-up by the parts that own these passes
 (`desim.models.ccolme.live_first.LiveFirst`, `desim.models.ccolme.model.NeighbourTest`,
-`desim.models.ccolme.edges.Rows`): it returns the strategy when the kernels are available
-(`desim.fast.compiled`) and the graph has at least `COMPILED_FROM` directed edges, else None
-(the numpy path).
+`desim.models.ccolme.edges.Rows`, `desim.models.ccolme.sizes.Sizes`): it returns the strategy
+when the graph has at least `COMPILED_FROM` directed edges and the kernels are available
+(`desim.fast.compiled`), else None (the numpy path). The kernels live in
+`desim.models.ccolme._kernels`, imported only then, so runs that do not take them never import
+numba.
 """
 
 from __future__ import annotations
