@@ -10,9 +10,13 @@ and finds each agent's run of edges.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from desim.kernel.rowindex import RowIndex
+from desim.models.ccolme.compiled import CompiledPass
+from desim.models.ccolme.model import mix
 from desim.topologies.graph import Graph
 
 #: Edge keys up to which `EdgeSlots` keeps a direct table (int32: 16 MiB).
@@ -95,19 +99,37 @@ class BlockedTake:
     the values are the same bits as `np.take(values, index)`.
     """
 
-    def __init__(self, index: np.ndarray, n: int, bits: int | None = None) -> None:
+    def __init__(
+        self, index: np.ndarray, n: int, bits: int | None = None, compiled: Any = None
+    ) -> None:
+        """For `index` into values of `n` entries; `compiled` (a `CompiledPass`) sorts by
+        block in one counting pass instead of numpy's argsort (the same order)."""
         bits = BLOCK_BITS if bits is None else bits
-        blocks = (index >> bits).astype(np.uint8 if n >> bits < 256 else np.int64)
-        order = np.argsort(blocks, kind="stable")  # 8-bit keys: a radix sort
-        self._sorted = index.take(order)
-        self._back = np.empty(len(index), dtype=np.int64)
-        self._back[order] = np.arange(len(index))
-        self._read = np.empty(len(index))
+        #: The indices sorted by block (stable), and where each read goes back to.
+        self.sorted: np.ndarray
+        self.back: np.ndarray
+        if compiled is not None:
+            self.sorted, self.back = compiled.block_order(index, bits, n)
+        else:
+            blocks = (index >> bits).astype(np.uint8 if n >> bits < 256 else np.int64)
+            order = np.argsort(blocks, kind="stable")  # 8-bit keys: a radix sort
+            self.sorted = index.take(order)
+            self.back = np.empty(len(index), dtype=np.int64)
+            self.back[order] = np.arange(len(index))
+        self._read: np.ndarray | None = None  # the first pass's reads (made at the first take)
 
     def take(self, values: np.ndarray, out: np.ndarray) -> np.ndarray:
         """values[index] written into `out` (returned)."""
-        np.take(values, self._sorted, out=self._read, mode="clip")
-        return np.take(self._read, self._back, out=out, mode="clip")
+        np.take(values, self.sorted, out=self.reads(), mode="clip")
+        return np.take(self._read, self.back, out=out, mode="clip")
+
+    def reads(self, width: int = 1) -> np.ndarray:
+        """The buffer of the first pass's reads: one per index (`width` values each)."""
+        shape = (len(self.back), width) if width > 1 else (len(self.back),)
+        if self._read is None or self._read.shape != shape:
+            self._read = None  # freed before the new one is made
+            self._read = np.empty(shape)
+        return self._read
 
 
 class EdgeSlots:
@@ -213,6 +235,7 @@ class Rows:
         self._src = graph.src  # each edge's agent (irregular graphs' `spread`)
         self._owners: tuple[int, np.ndarray] | None = None  # (C's version, `owners`)
         self._owner_turns = Turns(graph.n_directed, count=1)  # read within C's version
+        self._compiled = CompiledPass.choose(graph.n_directed)  # `mix`'s pass, chosen once
 
     def spread(
         self, values: np.ndarray, counts: np.ndarray | None = None, version: int | None = None
@@ -232,6 +255,24 @@ class Rows:
         if version is None:
             return np.repeat(values, counts)
         return self.gather(values, self.owners(counts, version))
+
+    def mix(
+        self,
+        y: np.ndarray,
+        nb_y: np.ndarray,
+        w: np.ndarray | float,
+        counts: np.ndarray,
+        starts: tuple[np.ndarray, np.ndarray],
+        version: int | None,
+    ) -> np.ndarray:
+        """(W Y)_a over each agent's run of `counts[a]` mixed edges (`desim.models.ccolme.model.
+        mix`; `starts` are `starts(counts, version)`): Y_a spread in the buffer `spread` reuses,
+        or one compiled pass with the same bytes."""
+        rows, first = starts
+        if self._compiled is not None and len(first):
+            return self._compiled.mix(y, nb_y, w, counts)
+        terms = self.spread(y, counts, version) if len(first) else None
+        return mix(y, nb_y, w, counts, rows, first, terms)
 
     def gather(self, values: np.ndarray, agents: np.ndarray) -> np.ndarray:
         """values[agents] (one agent per edge) in the buffer `spread` reuses."""

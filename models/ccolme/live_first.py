@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from desim.models.ccolme.compiled import CompiledPass
 from desim.models.ccolme.edges import BlockedTake, EdgeStates, Turns, flatnonzero_into
 from desim.topologies.graph import Graph
 
@@ -66,6 +67,7 @@ class LiveFirst:
         # version; its edges, also the slots of the size send last heard (filed, at the
         # latest, when the next version's send arrives)
         self._c_pos, self._c_edges = Turns(len(kept_idx), count=1), Turns(len(kept_idx))
+        self._compiled = CompiledPass.choose(self._e)  # the send's gather, chosen once
 
     # -- sending -----------------------------------------------------------------------------
     def compact(self, kept_idx: np.ndarray, kept_version: int, symmetric: bool) -> None:
@@ -93,16 +95,25 @@ class LiveFirst:
             self._order = (self.version, self._dst[order], self._src[order], order)
         _, sender, receiver, slots = self._order
         k = len(s)
+        blocked = None
         if len(mean) >= BLOCKED_FROM:
             if self.blocked is None or self.blocked[0] != self.version:
                 self.blocked = None  # its arrays freed before the new ones are made
-                self.blocked = (self.version, BlockedTake(sender[:k], len(mean)))
-            self.blocked[1].take(mean, payload[:k, 0])
-            self.blocked[1].take(y, payload[:k, 2])
+                self.blocked = (
+                    self.version,
+                    BlockedTake(sender[:k], len(mean), compiled=self._compiled),
+                )
+            blocked = self.blocked[1]
+        if self._compiled is not None:
+            self._compiled.gather_states(mean, y, sender[:k], t, payload[:k], blocked)
         else:
-            np.take(mean, sender[:k], out=payload[:k, 0], mode="clip")
-            np.take(y, sender[:k], out=payload[:k, 2], mode="clip")
-        payload[:k, 1] = t
+            if blocked is not None:
+                blocked.take(mean, payload[:k, 0])
+                blocked.take(y, payload[:k, 2])
+            else:
+                np.take(mean, sender[:k], out=payload[:k, 0], mode="clip")
+                np.take(y, sender[:k], out=payload[:k, 2], mode="clip")
+            payload[:k, 1] = t
         nan_from = self._nan_from[turn]
         if k < nan_from:  # the buffer's rows past S (S only shrinks): NaN, once
             payload[k:nan_from] = np.nan
@@ -132,6 +143,13 @@ class LiveFirst:
     def kept_moved(self, kept_version: int) -> np.ndarray:
         """C lost this slot's drops (no ``symmetric``): it is χ = S's alive edges, returned
         (CSR order) and their positions in S kept for `y_of`; both in buffers taken in turn."""
+        if self._compiled is not None:
+            k = len(self.alive)
+            pos, edges = self._compiled.alive_edges(
+                self.alive, self.s, self._c_pos.next(k), self._c_edges.next(k)
+            )
+            self._seed(("C", kept_version), self.version, pos)
+            return edges
         pos = flatnonzero_into(self.alive, self._c_pos.next(len(self.alive)))
         self._seed(("C", kept_version), self.version, pos)
         return np.take(self.s, pos, out=self._c_edges.next(len(pos)), mode="clip")

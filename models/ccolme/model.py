@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from desim.models.ccolme.compiled import CompiledPass
 from desim.topologies.graph import Graph
 
 # -- the neighbour test -----------------------------------------------------------------------
@@ -79,7 +80,18 @@ def optimistic_keep(
 
     `diff` is |X̃_a − X̃_b|, n_a and n_b the numbers of samples behind each mean (§2.2, §3.4).
     """
-    return diff <= confidence_radius(n_a, sigma2_a, gamma) + confidence_radius(n_b, sigma2_b, gamma)
+    return diff <= optimistic_bound(n_a, n_b, sigma2_a, sigma2_b, gamma)
+
+
+def optimistic_bound(
+    n_a: np.ndarray | float,
+    n_b: np.ndarray | float,
+    sigma2_a: np.ndarray | float,
+    sigma2_b: np.ndarray | float,
+    gamma: float,
+) -> np.ndarray:
+    """β(n_a; σ̃_a, γ) + β(n_b; σ̃_b, γ), the bound of the optimistic distance (§2.2, §3.4)."""
+    return confidence_radius(n_a, sigma2_a, gamma) + confidence_radius(n_b, sigma2_b, gamma)
 
 
 def pair_parameters(
@@ -122,8 +134,20 @@ def bernstein_keep(
 
     n = min(t_a, t_b) is the number of samples behind the shorter mean.
     """
+    return diff < bernstein_bound(n, sigma2_ab, beta_ab, theta, scale, exact)
+
+
+def bernstein_bound(
+    n: np.ndarray | float,
+    sigma2_ab: np.ndarray | float,
+    beta_ab: np.ndarray | float,
+    theta: float,
+    scale: float = 1.0,
+    exact: bool = True,
+) -> np.ndarray:
+    """scale·z_t at level θ_t = θ/ln(n+1), the (strict) bound of the Bernstein test (§3.3)."""
     theta_t = theta / np.log(np.asarray(n, dtype=float) + 1.0)
-    return diff < scale * bernstein_threshold(n, sigma2_ab, beta_ab, theta_t, exact)
+    return scale * bernstein_threshold(n, sigma2_ab, beta_ab, theta_t, exact)
 
 
 # -- the mixing weights ------------------------------------------------------------------------
@@ -236,6 +260,8 @@ class NeighbourTest:
         #: γ = δ/(4 Σ_a deg a) of the optimistic distance.
         self.gamma = params.delta / (4.0 * max(links, 1))
         self._chunk = np.empty(0)  # `keep_in_chunks`'s buffer
+        # one bound for every edge (equal variances): the compiled test, chosen once
+        self._compiled = CompiledPass.choose(links) if self._equal else None
 
     def keep(
         self,
@@ -265,6 +291,9 @@ class NeighbourTest:
         """`keep` on |X̃_a − X̃_b| for the edges (a, b), X̃_a = mean[a], `chunk` edges at a
         time in one reused buffer: element-wise, so the same floats as on whole arrays, without
         passes over per-edge arrays that fit in no cache."""
+        if self._compiled is not None:
+            bound, strict = self.bound(n_a, n_b)
+            return self._compiled.keep_within(mean, x_b, a, bound, strict)
         keep = np.empty(len(x_b), dtype=bool)
         if len(self._chunk) < chunk:
             self._chunk = np.empty(chunk)
@@ -276,6 +305,16 @@ class NeighbourTest:
             np.abs(diff, out=diff)
             keep[part] = self.keep(diff, n_a, n_b, a[part], b[part])
         return keep
+
+    def bound(self, n_a: float, n_b: float) -> tuple[float, bool]:
+        """(the bound `keep` compares |X̃_a − X̃_b| with, whether strictly) when every agent
+        has the same variance: one number for every edge of a slot."""
+        if self.rule == "optimistic":
+            s2 = float(self.sigma2_tilde[0])
+            return float(optimistic_bound(n_a, n_b, s2, s2, self.gamma)), False
+        s2, beta = self._pair(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+        bound = bernstein_bound(min(n_a, n_b), s2, beta, self.theta, self.scale, self.exact)
+        return float(bound), True
 
     def _s2(self, agents: np.ndarray) -> np.ndarray | float:
         """σ̃² of the given agents (one float when all agents share it)."""

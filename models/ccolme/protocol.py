@@ -79,7 +79,9 @@ do) moves the run to the per-edge path explicitly, never silently.
 
 The model itself (tests, weights, update, fallback) is `desim.models.ccolme.model`; |C_b| and
 W_ab are `desim.models.ccolme.sizes`; the graph, the noise, the test's set-up and the ledgers'
-hooks, which B-ColME shares, are `desim.models.ccolme.family`.
+hooks, which B-ColME shares, are `desim.models.ccolme.family`. With numba installed, graphs from
+2¹⁹ directed edges take compiled per-slot passes (the state send's gather, the test, the mix, the
+moves of C) with the numpy path's bytes: `desim.models.ccolme.compiled`, chosen once at set-up.
 """
 
 from __future__ import annotations
@@ -103,7 +105,6 @@ from desim.models.ccolme.model import (
     consensus_update,
     data_bernstein_parameter,  # noqa: F401  (re-exported)
     metropolis_weights,  # noqa: F401  (re-exported)
-    mix,
     one_minus_alpha,
     row_sums,  # noqa: F401  (re-exported)
     small_component,
@@ -524,11 +525,9 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         self._w = self._sizes.weights(idx, counts, self.size, every, whole)
         # W Y over the mixed b ∈ C_a; they are in CSR order, so agent a's are the `counts[a]`
         # consecutive ones
-        rows, starts = self._csr.starts(counts, self._kept_version if all_kept else None)
-        # Y_a over a's mixed edges, in a reused buffer when every edge is mixed
         version = self._kept_version if all_kept else None
-        terms = self._csr.spread(self.y, counts, version) if len(starts) else None
-        mixed = mix(self.y, nb_y, self._w, counts, rows, starts, terms)
+        rows, starts = runs = self._csr.starts(counts, version)
+        mixed = self._csr.mix(self.y, nb_y, self._w, counts, runs, version)
         mixed = self.robust_mix(mixed, nb_y, counts)
         oma = one_minus_alpha(self.t - self.start, p.alpha_c, p.alpha_p)
         self.y = consensus_update(self._mean, mixed, oma)

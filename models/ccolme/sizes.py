@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from desim.models.ccolme.compiled import CompiledPass
 from desim.models.ccolme.edges import Turns, newest
 from desim.models.ccolme.model import edge_weight
 from desim.topologies.graph import Graph
@@ -65,6 +66,8 @@ class Sizes:
             # per version of C, the size send's senders and W_ab: read within the version
             e = graph.n_directed
             self._turns = (Turns(e, count=1), Turns(e, float, count=1))
+        # the size send and eq. (2)'s refresh in one pass each (ideal links), chosen once
+        self._compiled = CompiledPass.choose(graph.n_directed) if in_order else None
 
     # -- sending -----------------------------------------------------------------------------
     def payload(
@@ -78,9 +81,17 @@ class Sizes:
         """(senders, receivers, payload) of this slot's size send: b = dst[e] tells a = src[e]
         its |C_b| for every kept edge e (`kept_idx`, CSR order), with the slot t; `receiver`,
         if given, is src[kept_idx] (`Rows.owners`, shared rather than built twice)."""
-        if self._send is None or self._send[0] != version:
-            if receiver is None:  # src[kept_idx]: kept_idx is in CSR order
-                receiver = np.repeat(self._agents, size)
+        new = self._send is None or self._send[0] != version
+        if new and receiver is None:  # src[kept_idx]: kept_idx is in CSR order
+            receiver = np.repeat(self._agents, size)
+        if new and self._compiled is not None:  # in order: senders and sizes in one pass
+            sender = self._turns[0].next(len(kept_idx))
+            payload = self._buffer(len(sender))
+            self._compiled.size_send(kept_idx, self._g.dst, self._size_dst, t, sender, payload)
+            self._send, self._payload = (version, sender, receiver), payload
+            self._sent_version = version
+            return sender, receiver, payload  # type: ignore[return-value]
+        if new:
             if self._in_order:  # each send read within its slot: buffers in turn
                 sender = self._g.dst.take(kept_idx, out=self._turns[0].next(len(kept_idx)))
             else:  # a send in flight keeps its own arrays
@@ -169,7 +180,11 @@ class Sizes:
     def _refresh(self, size: np.ndarray) -> None:
         """|C_b| and W_ab of eq. (2) on every edge, written into the arrays held (the floats
         `edge_weight` gives; no per-edge array made)."""
-        g, as_float = self._g, size.astype(float)
+        g = self._g
+        if self._compiled is not None and self._metropolis:
+            self._compiled.refresh_weights(size, g.src, g.dst, self._size_dst, self._w_full)
+            return
+        as_float = size.astype(float)
         np.take(as_float, g.dst, out=self._size_dst, mode="clip")
         if self._metropolis:
             w = np.take(as_float, g.src, out=self._w_full, mode="clip")

@@ -7,12 +7,16 @@
 
 Each workload runs in a fresh process, so its peak memory (max RSS) is its own; the graph and
 the data are part of the timed run (as in a study). Wall time depends on what else the machine
-runs, so the table also gives the process's CPU time.
+runs, so the table also gives the process's CPU time. From 2^19 directed edges C-ColME takes its
+compiled passes when numba is installed (`desim.models.ccolme.compiled`); their loading from
+numba's disk cache (or their first compilation) is part of the timed run. `--numpy` sets
+DESIM_COMPILED=0 for the runs, to time the numpy path.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 
 from harness import time_scenario, time_study
 
@@ -89,7 +93,10 @@ def main() -> None:
     parser.add_argument("--million", action="store_true", help="also C-ColME at M = 10⁶")
     parser.add_argument("--only-million", action="store_true", help="with --million: only it")
     parser.add_argument("--t-max", type=int, help="slots of the M = 10⁶ run (default: 2000)")
+    parser.add_argument("--numpy", action="store_true", help="no compiled passes (numpy only)")
     args = parser.parse_args()
+    if args.numpy:
+        os.environ["DESIM_COMPILED"] = "0"  # the runs' fresh processes inherit it
     rows = []
     workloads = {} if args.million and args.only_million else WORKLOADS
     for name, (protocol, params, data, degree, t_max, bar) in workloads.items():

@@ -1,0 +1,127 @@
+"""C-ColME's compiled per-slot passes (`desim.fast`): the numpy path's bytes, in one loop each.
+
+The passes of a slot that read or write every edge of S or C: the state send's gather (X̃_b and
+Y_b by sender, by block of senders on large graphs, whose order a counting sort gives), the
+neighbour test (|X̃_a − X̃_b| against one bound for every edge), the mix (W Y over each agent's
+run of kept edges) and, when C moves over ideal links, C's edges, the size send and eq. (2)'s
+weights. In numpy each is several passes over per-edge arrays that fit in no cache, with
+temporaries between them; here each is one loop over the edges in CSR order. They give the
+numpy path's bytes: the gathers copy, the test subtracts, takes the absolute value and compares
+as numpy does, eq. (2) is max, +1 and a division as numpy's, and the mix forms (Y_b − Y_a)·W_ab
+per edge and sums each agent's terms in `np.add.reduceat`'s order (`desim.fast.reduceat_sum`).
+
+`CompiledPass.choose` is called once at set-up by the parts that own these passes
+(`desim.models.ccolme.live_first.LiveFirst`, `desim.models.ccolme.model.NeighbourTest`,
+`desim.models.ccolme.edges.Rows`, `desim.models.ccolme.sizes.Sizes`): it returns the strategy
+when the graph has at least `COMPILED_FROM` directed edges and the kernels are available
+(`desim.fast.compiled`), else None (the numpy path). The kernels live in
+`desim.models.ccolme._kernels`, imported only then, so runs that do not take them never import
+numba.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from desim.models.ccolme.edges import BlockedTake
+
+#: Directed edges from which the compiled passes are taken (below, numpy's passes are in cache
+#: and the kernels' first compilation would not pay; tests set it to 0).
+COMPILED_FROM = 1 << 19
+
+
+class CompiledPass:
+    """The compiled passes of one run (the strategy chosen at set-up; None: numpy's)."""
+
+    @classmethod
+    def choose(cls, edges: int) -> CompiledPass | None:
+        """The compiled passes for a graph of `edges` directed edges, or None for numpy's."""
+        if edges < COMPILED_FROM:
+            return None
+        from desim import fast  # numba is imported only here: by runs that may use it
+
+        return cls() if fast.compiled() else None
+
+    def __init__(self) -> None:
+        """The kernels, imported (and their compiled code loaded) at set-up."""
+        from desim.models.ccolme import _kernels
+
+        self._k = _kernels
+
+    def gather_states(
+        self,
+        mean: np.ndarray,
+        y: np.ndarray,
+        sender: np.ndarray,
+        t: float,
+        payload: np.ndarray,
+        blocked: BlockedTake | None = None,
+    ) -> None:
+        """payload[i] = (X̃_b, t, Y_b) for b = sender[i], its columns written in place; by
+        block of senders when `blocked` (their `BlockedTake`) is given."""
+        columns = payload[:, 0], payload[:, 1], payload[:, 2]
+        if blocked is None:
+            self._k.gather_states(mean, y, sender, float(t), *columns)
+        else:
+            read = blocked.reads(2)
+            self._k.gather_blocked(mean, y, blocked.sorted, blocked.back, float(t), read, *columns)
+
+    def keep_within(
+        self, mean: np.ndarray, x_b: np.ndarray, a: np.ndarray, bound: float, strict: bool
+    ) -> np.ndarray:
+        """|X̃_a − X̃_b| < bound (strict) or ≤ bound per edge, X̃_a = mean[a]."""
+        keep = np.empty(len(x_b), dtype=bool)
+        self._k.keep_within(mean, x_b, a, float(bound), strict, keep)
+        return keep
+
+    def mix(
+        self, y: np.ndarray, nb_y: np.ndarray, w: np.ndarray | float, counts: np.ndarray
+    ) -> np.ndarray:
+        """(W Y)_a of `desim.models.ccolme.model.mix`, a new array."""
+        out = np.empty(len(y))
+        if isinstance(w, np.ndarray):
+            self._k.mix_rows(y, nb_y, w, 0.0, counts, out)
+        else:
+            self._k.mix_rows(y, nb_y, np.empty(0), float(w), counts, out)
+        return out
+
+    def size_send(
+        self,
+        kept_idx: np.ndarray,
+        dst: np.ndarray,
+        size_dst: np.ndarray,
+        t: float,
+        sender: np.ndarray,
+        payload: np.ndarray,
+    ) -> None:
+        """The size send over the kept edges e: sender dst[e] into `sender`, (|C_b| held per
+        edge, t) into the payload's columns."""
+        self._k.size_send(kept_idx, dst, size_dst, float(t), sender, payload[:, 0], payload[:, 1])
+
+    def alive_edges(
+        self, alive: np.ndarray, s: np.ndarray, pos: np.ndarray, edges: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(`np.flatnonzero(alive)`, s there), written into the first slots of pos and edges."""
+        k = self._k.alive_edges(alive, s, pos, edges)
+        return pos[:k], edges[:k]
+
+    def refresh_weights(
+        self,
+        size: np.ndarray,
+        src: np.ndarray,
+        dst: np.ndarray,
+        size_dst: np.ndarray,
+        w: np.ndarray,
+    ) -> None:
+        """|C_b| (a float) per edge into `size_dst` and eq. (2)'s W_ab into `w`, in place."""
+        self._k.refresh_weights(size, src, dst, size_dst, w)
+
+    def block_order(self, index: np.ndarray, bits: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(index sorted stably by block of 2^bits values, where each index went), for values
+        of `n` entries: `desim.models.ccolme.edges.BlockedTake`'s order by a counting sort."""
+        sorted_index, back = np.empty_like(index), np.empty(len(index), dtype=np.int64)
+        self._k.block_order(index, bits, (n >> bits) + 1, sorted_index, back)
+        return sorted_index, back
