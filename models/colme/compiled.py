@@ -13,7 +13,8 @@ variances, ``last`` weights under PM-I without a budget: the synchronous slot of
 the protocol's mechanism, statistic and beliefs become the subclasses of
 `desim.models.colme.pair_kernels`, which take the kernel for pairs given as indices and the
 numpy path for everything else (a run of pairs: a regular graph's slot). A graph change
-re-makes them of the same class (`desim.models.colme.rewire`). Without numba, with
+re-makes them of the same class, and installs them if the new graph is the first irregular one
+(`desim.models.colme.rewire`). Without numba, with
 ``DESIM_COMPILED=0``, or up to `CompiledPairs.above` agents, nothing is installed.
 """
 
@@ -32,12 +33,14 @@ class CompiledPairs:
 
     @classmethod
     def applies(cls, protocol: Any) -> bool:
-        """Whether the run's slot is the synchronous ``last`` PM-I one on a graph of more than
-        `above` agents, with numba available and not switched off (``DESIM_COMPILED=0``)."""
-        p = protocol.params
+        """Whether the run's slot is the synchronous ``last`` PM-I one on an irregular graph of
+        more than `above` agents, with numba available and not switched off
+        (``DESIM_COMPILED=0``). (A regular graph's slot is one run of pairs: slices.)"""
+        p, nb = protocol.params, protocol.graph
         if (
-            protocol.graph is None
-            or protocol.graph.n <= cls.above
+            nb is None
+            or nb.n <= cls.above
+            or nb.min_degree() == nb.max_degree()
             or protocol.asynchronous
             or not protocol.known
             or (p.mechanism, p.weights, p.budget) != ("pm1", "last", None)
@@ -49,13 +52,13 @@ class CompiledPairs:
 
     @classmethod
     def install(cls, protocol: Any) -> None:
-        """Make `protocol`'s (fresh) mechanism, statistic and beliefs the compiled classes where
-        they apply; otherwise leave them."""
+        """Make `protocol`'s mechanism, statistic and beliefs (fresh, or just re-made by a graph
+        change) the compiled classes where they apply; otherwise leave them."""
         if not cls.applies(protocol):
             return
         from desim.models.colme import pair_kernels
 
-        # (fresh, no release made yet; the subclasses add no state)
+        # (the subclasses add no state: the objects keep theirs)
         protocol.mech.__class__ = pair_kernels.CompiledRelease
         protocol.stat.__class__ = pair_kernels.CompiledStatistic
         protocol.beliefs.__class__ = pair_kernels.CompiledBeliefs

@@ -44,6 +44,7 @@ import numpy as np
 from desim.kernel.messages import Batch
 from desim.kernel.protocol import FollowsGraph
 from desim.models.colme.budget import budget_on_changing_graph
+from desim.models.colme.compiled import CompiledPairs
 from desim.models.colme.delivery import Asynchronous
 from desim.models.colme.graph import (
     NeighbourRestrictedRoundRobin,
@@ -252,6 +253,7 @@ def follow(
         proto.schedule = NeighbourRestrictedRoundRobin(nb, beliefs)
         proto.schedule.offset = offset
     _carry_delivery(proto, carry)
+    CompiledPairs.install(proto)  # (a rewired regular graph is irregular from now on)
     if proto.asynchronous:
         follower = proto.follower if proto.follower is not None else InFlight(old.n_pairs)
         follower.follow(nb, carry, t)

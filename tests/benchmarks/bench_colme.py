@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from harness import _SCENARIO_CHILD, best_of, run_child, time_scenario, time_study
+from harness import best_of, run_child, time_scenario, time_study
 
 DATA = {"model": "classes", "agents": 200, "class_means": [0.2, 0.4, 0.8], "sigma": 0.5}
 T_MAX = 30_000
@@ -57,12 +57,24 @@ REWIRE_EVERY, BAR_REWIRE = 100, 1.2
 #: `time_scenario`'s child with Private-ColME's compiled kernels loaded before the timed run (as
 #: the imports are), their load time printed apart: numba's first call costs a fixed fraction of
 #: a second that only the runs taking a kernel (irregular graphs) would otherwise carry.
-_WARM_CHILD = _SCENARIO_CHILD.replace(
-    "start, cpu =",
-    "from desim.models.colme.pair_kernels import warm\n"
-    "jit = time.process_time(); warm(); jit = time.process_time() - jit\n"
-    "start, cpu =",
-).replace('"rss_mb": rss}', '"rss_mb": rss, "jit": jit}')
+_WARM_CHILD = """
+import json, resource, sys, time
+import desim, desim.kernel.plugins
+from desim.models.colme.pair_kernels import warm
+from desim.study.scenario import Scenario
+(kwargs,) = json.loads(sys.argv[1])
+kwargs["metrics"] = tuple(kwargs.get("metrics", ()))
+s = Scenario(**kwargs)
+desim.kernel.plugins.load_plugins()
+jit = time.process_time()
+warm()
+jit = time.process_time() - jit
+start, cpu = time.perf_counter(), time.process_time()
+desim.run(s)
+wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"wall": wall, "cpu": cpu, "rss_mb": rss, "jit": jit}))
+"""
 
 
 def rewire_rows(repeat: int) -> list[tuple]:
