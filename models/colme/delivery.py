@@ -41,9 +41,9 @@ class Arrivals:
     b: np.ndarray
     payload: np.ndarray
     slot: np.ndarray
-    #: Their pairs when the deliverer knows them as a run of consecutive pairs (else None:
-    #: `PrivateColME.pairs_of` finds them).
-    pair: slice | None = None
+    #: Their pairs when the deliverer knows them: a run of consecutive pairs, or indices (else
+    #: None: `PrivateColME.pairs_of` finds them).
+    pair: slice | np.ndarray | None = None
 
     def pick(self, index: np.ndarray) -> Arrivals:
         """The arrivals selected by `index` (a mask or indices)."""
@@ -60,8 +60,9 @@ class Synchronous:
         # sent with the run of their pairs
         self._asked: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
         self._run: tuple[np.ndarray | None, np.ndarray | None, slice | None] = (None, None, None)
-        # the payload of the releases sent last and their run of pairs (`runs`; else None)
-        self._answered: tuple[np.ndarray | None, slice | None] = (None, None)
+        # the payload of the releases sent last and their pairs (a run, `runs`; or the integers
+        # the queries were sent with, on a graph; else None)
+        self._answered: tuple[np.ndarray | None, slice | np.ndarray | None] = (None, None)
 
     def ask(self, t: int, a: np.ndarray, b: np.ndarray, edge: np.ndarray | None = None) -> None:
         """Send slot t's queries a → b (on a graph each carries its edge a → b)."""
@@ -85,7 +86,7 @@ class Synchronous:
         if run is not None:
             pair = run  # queries carrying a run of consecutive pairs: that run, as a slice
         elif edge is not None and queries.payload.base is sent and len(queries) == len(edge):
-            pair = edge  # the whole send, handed over as it was sent: its pairs as integers
+            pair = run = edge  # the whole send, handed over as sent: its pairs as integers
         else:
             pair = p.pairs_of(a, b, queries.payload)
         payload = p.release(b, a, pair, p.view.slots(None, len(b)))

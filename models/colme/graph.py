@@ -3,11 +3,13 @@ neighbours, and every per-pair state is held for the directed edges that exist.
 
 A pair b → a is named by a pair index p of the directed edge a → b, so the pair state of M
 agents of degree r takes O(M·r) memory, not O(M²). Pairs are numbered by RR position first,
-then by querier: block q holds, in agent order, every agent's neighbour at RR position q + 1
-(those of degree > q). Under RR every querier of one degree is at the same position in a slot,
-so on a regular graph a slot's queries touch one contiguous block of every per-pair array,
-not one cache line per query scattered over all of them. Sums over a's neighbours run in the
-graph's CSR order (by neighbour), as before this numbering: `csr_pairs` maps CSR edges to pairs.
+then by the querier's degree, then by querier: block q holds every agent's neighbour at RR
+position q + 1 (those of degree > q), by degree, then in agent order. Under RR every querier of
+one degree is at the same position in a slot, so on a regular graph a slot's queries touch one
+contiguous block of every per-pair array, and on an irregular one a run per degree (read in
+agent order, as a few interleaved streams of consecutive pairs), not one cache line per query
+scattered over all of them. Sums over a's neighbours run in the graph's CSR order (by
+neighbour), as before this numbering: `csr_pairs` maps CSR edges to pairs.
 
 RR over neighbours keeps the dense RR's order: agent a's neighbours taken cyclically from the
 first one above a (a+1, a+2, … mod M, skipping non-neighbours), one per slot; rRR skips the
@@ -49,7 +51,7 @@ class Neighbours:
         numbers = np.arange(self.n_pairs)
         position = numbers - np.repeat(self.indptr[:-1] + self.below, self.degree)
         position += np.repeat(self.degree, self.degree) * (position < 0)
-        order = _by_position(position)
+        order = _by_position(position, np.repeat(self.degree, self.degree))
         csr_pairs = np.empty(self.n_pairs, dtype=np.int64)
         csr_pairs[order] = numbers
         #: The pair index of every CSR edge (a's edges in order of neighbour).
@@ -74,6 +76,18 @@ class Neighbours:
     def csr_keys(self) -> np.ndarray:
         """a·M + b of every CSR edge a → b: sorted (what a graph change searches)."""
         return _frozen(self.csr_src * self.n + self.csr_dst)
+
+    @cached_property
+    def following(self) -> np.ndarray:
+        """The pair of the same querier at the next RR position (cyclic) of every pair: RR's
+        slot t + 1 on an irregular graph is these of slot t's pairs."""
+        start = np.repeat(self.indptr[:-1], self.degree)  # by place in `_rr`: its agent's row
+        place = np.arange(self.n_pairs) - start
+        place += 1
+        place[place == np.repeat(self.degree, self.degree)] = 0
+        out = np.empty(self.n_pairs, dtype=np.int64)
+        out[self._rr] = self._rr[start + place]
+        return _frozen(out)
 
     def scratch(self, count: int) -> list[np.ndarray]:
         """`count` float arrays of one entry per pair, kept for reuse from call to call (their
@@ -169,9 +183,9 @@ class NeighbourRoundRobin:
         # position (t − 1) mod d + 1, a range (views of these, not gathers)
         self._uniform = len(a) > 0 and bool((self._degree == self._degree[0]).all())
         self._pairs = nb.numbers
-        # otherwise each querier's RR place (from 0) in the slot last asked for: slot t + 1
-        # moves it one step (an add and a compare, not an integer division per querier)
-        self._slot, self._place = 0, np.zeros(0, dtype=np.int64)
+        # otherwise the pairs of the slot last asked for: slot t + 1 moves each querier to its
+        # next neighbour in RR order (one look-up per querier in `following`)
+        self._slot, self._last = 0, np.zeros(0, dtype=np.int64)
 
     def targets(self, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The queriers a, queried neighbours b and pairs a → b of slot t (`Neighbours.edge`
@@ -180,14 +194,11 @@ class NeighbourRoundRobin:
             first = self.nb.block[(t - 1) % int(self._degree[0])]
             span = slice(first, first + len(self.agents))
             return self.agents, self.nb.dst[span], self._pairs[span]
-        d, place = self._degree, self._place
         if t == self._slot + 1 and self._slot > 0:
-            place += 1
-            place[place == d] = 0
+            e = self.nb.following.take(self._last)
         else:
-            place = (t - 1) % d
-        self._slot, self._place = t, place
-        e = self.nb._rr.take(place + self._first)
+            e = self.nb._rr.take((t - 1) % self._degree + self._first)
+        self._slot, self._last = t, e
         return self.agents, self.nb.dst.take(e), e
 
     def batch(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -343,13 +354,18 @@ def responder_spend(
     return one, every
 
 
-def _by_position(position: np.ndarray) -> np.ndarray:
-    """The CSR edges ordered by RR position, then querier: the order of the keys
-    position·M + a. CSR order is by querier and one querier's positions differ, so a stable
-    sort by position alone gives it; on small integers numpy's stable sort is a radix sort
+def _by_position(position: np.ndarray, degree: np.ndarray) -> np.ndarray:
+    """The CSR edges ordered by RR position, then querier's degree, then querier. CSR order is
+    by querier and one querier's positions differ, so a stable sort by degree, then a stable
+    sort of that by position, gives it; on small integers numpy's stable sort is a radix sort
     (O(E), where a graph change rebuilds it), not a comparison sort of 64-bit keys."""
-    small = np.uint16 if len(position) == 0 or position.max() < 2**16 else position.dtype
-    return np.argsort(position.astype(small), kind="stable")
+    by_degree = np.argsort(_small(degree), kind="stable")
+    return by_degree[np.argsort(_small(position[by_degree]), kind="stable")]
+
+
+def _small(keys: np.ndarray) -> np.ndarray:
+    """Non-negative integer `keys` as 16-bit ones where they fit (a radix sort's keys)."""
+    return keys.astype(np.uint16 if len(keys) == 0 or keys.max() < 2**16 else keys.dtype)
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:

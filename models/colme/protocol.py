@@ -82,6 +82,7 @@ from desim.kernel.registry import METRICS, PROTOCOLS, applies_to, records
 from desim.models.adversaries import STREAM, ActiveAdversaries, Adversaries
 from desim.models.colme.budget import ReleaseBudget
 from desim.models.colme.combination import CombinationSums, trimmed_sums
+from desim.models.colme.compiled import CompiledPairs
 from desim.models.colme.delivery import Arrivals, Asynchronous, query_ids
 from desim.models.colme.dense import statistic_class, synchronous
 from desim.models.colme.forgetting import check_forget, release_windows
@@ -335,6 +336,7 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
         self.delivery = Asynchronous(self) if self.asynchronous else synchronous(self)
         #: Whether a slot's pairs may go as a slice (`Neighbours.span`), not as indices.
         self.runs = _slot_runs(self)
+        CompiledPairs.install(self)  # (irregular graphs: the per-pair update in kernels)
         # where the engine hands over several slots at once (`on_slots`, `batches_slots`), the
         # windows read the state of each slot from a batch view
         self._batch_view = SlotBatch() if self.asynchronous and self.batches_slots() else None

@@ -44,16 +44,16 @@ import numpy as np
 from desim.kernel.messages import Batch
 from desim.kernel.protocol import FollowsGraph
 from desim.models.colme.budget import budget_on_changing_graph
+from desim.models.colme.compiled import CompiledPairs
 from desim.models.colme.delivery import Asynchronous
 from desim.models.colme.graph import (
-    EdgeBeliefs,
     NeighbourRestrictedRoundRobin,
     NeighbourRoundRobin,
     Neighbours,
 )
 from desim.models.colme.pairs import ASKED, LastReleases
-from desim.models.colme.statistic import PairStatistic, SchVar2
-from desim.models.privacy.release import PSumRelease, SampleVarianceRelease, levels_for
+from desim.models.colme.statistic import SchVar2
+from desim.models.privacy.release import SampleVarianceRelease, levels_for
 from desim.topologies.graph import Graph
 
 if TYPE_CHECKING:
@@ -244,7 +244,7 @@ def follow(
         proto.forget.follow(nb, carry)
     included = proto._initially_included(proto.ctx)
     carry.into(included, proto.beliefs.flat)
-    beliefs = EdgeBeliefs(included, nb)
+    beliefs = type(proto.beliefs)(included, nb)  # (the class the protocol chose)
     offset = _next_offsets(old, nb, proto.schedule) if proto.params.schedule == "rrr" else None
     proto.beliefs, proto.included = beliefs, beliefs.included
     if offset is None:
@@ -253,6 +253,7 @@ def follow(
         proto.schedule = NeighbourRestrictedRoundRobin(nb, beliefs)
         proto.schedule.offset = offset
     _carry_delivery(proto, carry)
+    CompiledPairs.install(proto)  # (a rewired regular graph is irregular from now on)
     if proto.asynchronous:
         follower = proto.follower if proto.follower is not None else InFlight(old.n_pairs)
         follower.follow(nb, carry, t)
@@ -268,7 +269,7 @@ def _carry_releases(proto: PrivateColME, carry: _Carry) -> None:
     """b's mechanisms for a (and Sch-Var-1's), over the new pairs: a new link's start afresh."""
     side, t_max = _side(carry.n), proto.ctx.t_max
     old = proto.mech
-    mech = PSumRelease(side, old.mechanism, old.noise, old.sigma2, old.rng, t_max)
+    mech = type(old)(side, old.mechanism, old.noise, old.sigma2, old.rng, t_max)
     carry.into(mech._count_flat, old._count_flat)
     if old.mechanism == "pm1":
         carry.into(mech._total_flat, old._total_flat)
@@ -289,7 +290,7 @@ def _carry_statistic(proto: PrivateColME, carry: _Carry) -> None:
     """T_{b→a}, its variance terms, V_{b→a} and Sch-Var-2's sums over the new pairs (a new
     link's as at set-up: no release)."""
     old, levels = proto.stat, levels_for(proto.ctx.t_max)
-    stat = PairStatistic(
+    stat = type(old)(  # (the class the protocol chose: `desim.models.colme.compiled`)
         old.n_agents,
         old.mechanism,
         old.weights,

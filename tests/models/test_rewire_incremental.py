@@ -49,14 +49,15 @@ def test_the_pairs_carried_by_the_change_are_those_a_search_of_every_link_finds(
 
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(1, 30), p=st.floats(0.0, 1.0), seed=st.integers(0, 2**16))
-def test_pairs_are_numbered_by_rr_position_then_querier(n, p, seed):
+def test_pairs_are_numbered_by_rr_position_then_degree_then_querier(n, p, seed):
     g = _graph(n, p, seed)
     nb = Neighbours(g)
-    # the layout's definition: position (from the first neighbour above a, cyclic), then a
+    # the layout's definition: position (from the first neighbour above a, cyclic), then a's
+    # degree, then a
     place = np.arange(g.n_directed) - g.indptr[g.src]
     below = np.bincount(g.src[g.dst < g.src], minlength=n)
     position = (place - below[g.src]) % np.maximum(g.degree[g.src], 1)
-    order = np.argsort(position * n + g.src)
+    order = np.argsort((position * (n + 1) + g.degree[g.src]) * n + g.src)
     np.testing.assert_array_equal(nb.src, g.src[order])
     np.testing.assert_array_equal(nb.dst, g.dst[order])
     np.testing.assert_array_equal(nb.src[nb.csr_pairs], g.src)
