@@ -12,21 +12,23 @@ import dp_accounting  # noqa: F401  (the privacy metric's; imported once here, n
 import numpy as np
 import pandas as pd
 import pytest
+from _forget import (
+    DRIFT,
+    LATENCY,
+    assert_refused_in_one_line,
+    mse_without_and_with_reset,
+)
 from _runs import every_slot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from desim.kernel.params import ConfigError
 from desim.kernel.plugins import load_plugins
 from desim.kernel.randomness import Streams
 from desim.models.colme.forgetting import WindowedMoM
 from desim.models.forgetting import Forget, PrefixWindow
-from desim.study.scenario import Scenario, resolve, run
+from desim.study.scenario import Scenario, run
 
 load_plugins()
-SMALL = {"model": "classes", "agents": 10, "class_means": [0.2, 0.8], "sigma": 0.5}
-DRIFT = {**SMALL, "drift": {"model": "switch", "fraction": 0.5, "at": 40}}
-LATENCY = {"links": "ideal", "latency": {"model": "exponential", "mean": 2.0}}
 PAIRS = np.flatnonzero(~np.eye(10, dtype=bool))
 
 
@@ -147,16 +149,7 @@ def test_the_ledger_with_forget_is_the_ledger_without_under_mom(forget):
 def test_a_reset_forgets_the_old_class_under_mom():
     """Every agent switches class at τ = 40: with a reset at τ the MoM estimates are over the
     new class's samples, a third of the MSE without (at least) at t = 400."""
-    data = {**SMALL, "agents": 20, "drift": {"model": "switch", "fraction": 1.0, "at": 40}}
-    out = []
-    for forget in (None, {"reset": 40}):
-        params = {"epsilon": 5.0, "weights": "mom"}
-        if forget:
-            params["forget"] = forget
-        s = Scenario(protocol="private-colme", params=params, data=data, t_max=400)
-        m = run(s, streams=Streams(3, 0, 11, 22)).metrics
-        out.append(float(m[(m.metric == "mse") & (m.t == 400)].value.iloc[0]))
-    plain, reset = out
+    plain, reset = mse_without_and_with_reset({"epsilon": 5.0, "weights": "mom"})
     assert plain > 2e-3 and reset < plain / 3
 
 
@@ -171,15 +164,7 @@ def test_a_reset_forgets_the_old_class_under_mom():
     ],
 )
 def test_what_forget_refuses_with_mom_is_said_in_one_line(params, fragment):
-    scenario = Scenario(
-        protocol="private-colme",
-        params={**params, "forget": {"window": 9}},
-        data={"model": "classes"},
-        t_max=50,
-    )
-    with pytest.raises(ConfigError) as info:
-        resolve(scenario)
-    assert fragment in str(info.value) and "\n" not in str(info.value)
+    assert_refused_in_one_line(params, fragment)
 
 
 @pytest.mark.parametrize("forget", [{"window": 30}, {"reset": 40}])

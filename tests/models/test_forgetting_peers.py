@@ -13,11 +13,17 @@ import dp_accounting  # noqa: F401  (the privacy metric's; imported once here, n
 import numpy as np
 import pandas as pd
 import pytest
+from _forget import (
+    DRIFT,
+    LATENCY,
+    SMALL,
+    assert_refused_in_one_line,
+    forget_run,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from desim.kernel.engine import Simulation
-from desim.kernel.params import ConfigError
 from desim.kernel.plugins import load_plugins
 from desim.kernel.randomness import Streams
 from desim.models.colme.protocol import PrivateColME
@@ -27,25 +33,10 @@ from desim.testing import WINDOW_NETWORKS, check_modes
 from desim.topologies.files import build_graph
 
 load_plugins()
-SMALL = {"model": "classes", "agents": 10, "class_means": [0.2, 0.8], "sigma": 0.5}
-DRIFT = {**SMALL, "drift": {"model": "switch", "fraction": 0.5, "at": 40}}
 RING = {"model": "regular", "degree": 4}
-LATENCY = {"links": "ideal", "latency": {"model": "exponential", "mean": 2.0}}
 
 
-def _run(params: dict, network: dict | None = None, topology: dict | None = None, t: int = 120):
-    s = Scenario(
-        protocol="private-colme",
-        params=params,
-        data=DRIFT,
-        network=network or {"links": "ideal"},
-        t_max=t,
-        checkpoints=12,
-        topology=topology,
-        per_agent=True,
-        metrics=("privacy", "colme-async"),
-    )
-    return run(s, streams=Streams(1, 0, 5, 7))
+_run = forget_run
 
 
 def _same(one, other) -> None:
@@ -284,12 +275,4 @@ def test_a_degraded_window_longer_than_the_run_is_t_over_every_release(mechanism
     ],
 )
 def test_what_forget_still_refuses_is_said_in_one_line(params, fragment):
-    scenario = Scenario(
-        protocol="private-colme",
-        params={**params, "forget": {"window": 9}},
-        data={"model": "classes"},
-        t_max=50,
-    )
-    with pytest.raises(ConfigError) as info:
-        resolve(scenario)
-    assert fragment in str(info.value) and "\n" not in str(info.value)
+    assert_refused_in_one_line(params, fragment)

@@ -16,6 +16,11 @@ import dp_accounting  # noqa: F401  (the privacy metric's; imported once here, n
 import numpy as np
 import pandas as pd
 import pytest
+from _forget import (
+    LATENCY,
+    forget_run,
+    mse_without_and_with_reset,
+)
 from _runs import class_data, every_slot
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,28 +34,13 @@ from desim.models.colme.model import combine
 from desim.models.colme.protocol import PrivateColME
 from desim.models.colme.variance import noise_counts, sample_variance, schvar2_raw_and_K
 from desim.models.forgetting import Forget, ForgettingSums, PrefixWindow, difference_noise_count
-from desim.study.scenario import Scenario, resolve, run
+from desim.study.scenario import Scenario, resolve
 
 load_plugins()
-SMALL = {"model": "classes", "agents": 10, "class_means": [0.2, 0.8], "sigma": 0.5}
-DRIFT = {**SMALL, "drift": {"model": "switch", "fraction": 0.5, "at": 40}}
-LATENCY = {"links": "ideal", "latency": {"model": "exponential", "mean": 2.0}}
 UNKNOWN = ("sch-var-2", "sch-var-2-bayes")
 
 
-def _run(params: dict, network: dict | None = None, topology: dict | None = None, t: int = 120):
-    s = Scenario(
-        protocol="private-colme",
-        params=params,
-        data=DRIFT,
-        network=network or {"links": "ideal"},
-        t_max=t,
-        checkpoints=12,
-        topology=topology,
-        per_agent=True,
-        metrics=("privacy", "colme-async"),
-    )
-    return run(s, streams=Streams(1, 0, 5, 7))
+_run = forget_run
 
 
 # ------------------------------------------------------------------ the agent's own variance
@@ -267,16 +257,7 @@ def test_a_reset_forgets_the_old_class_with_unknown_variances():
     """Every agent switches class at τ = 40 (jump 0.6): without forgetting the squared bias
     (0.6 · 39/400)² ≈ 3.4e-3 stays at t = 400 and V_a carries the jump's variance; with a reset
     at τ the means and variances are over the new class's samples."""
-    data = {**SMALL, "agents": 20, "drift": {"model": "switch", "fraction": 1.0, "at": 40}}
-    out = []
-    for forget in (None, {"reset": 40}):
-        params = {"epsilon": 5.0, "variance": "sch-var-2-bayes"}
-        if forget:
-            params["forget"] = forget
-        s = Scenario(protocol="private-colme", params=params, data=data, t_max=400)
-        m = run(s, streams=Streams(3, 0, 11, 22)).metrics
-        out.append(float(m[(m.metric == "mse") & (m.t == 400)].value.iloc[0]))
-    plain, reset = out
+    plain, reset = mse_without_and_with_reset({"epsilon": 5.0, "variance": "sch-var-2-bayes"})
     assert plain > 2e-3 and reset < plain / 3
 
 
