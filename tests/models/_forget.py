@@ -1,6 +1,7 @@
 """Helpers of the Private-ColME forgetting tests: the small drifting population, one run of it
 measured at 12 checkpoints with the ledger and the asynchrony metrics, the MSE at t = 400 of a
-switch at τ = 40 with and without a reset, and the one-line refusal of a `forget` combination.
+switch at τ = 40 with and without a reset, the one-line refusal of a `forget` combination, and
+the release sequences the windowed estimators' property tests draw.
 
 A test module imports them (`from _forget import DRIFT, forget_run`): pytest puts this folder on
 sys.path to import the module.
@@ -9,6 +10,8 @@ sys.path to import the module.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from desim.kernel.params import ConfigError
 from desim.kernel.randomness import Streams
@@ -17,6 +20,16 @@ from desim.study.scenario import Scenario, resolve, run
 SMALL = {"model": "classes", "agents": 10, "class_means": [0.2, 0.8], "sigma": 0.5}
 DRIFT = {**SMALL, "drift": {"model": "switch", "fraction": 0.5, "at": 40}}
 LATENCY = {"links": "ideal", "latency": {"model": "exponential", "mean": 2.0}}
+
+#: Releases 1 … J of one pair at increasing t (`steps` apart), a subset `received` in order,
+#: under a window or a reset of `size` slots, PM-I or PM-II (the windowed estimators' properties).
+windowed_releases = given(
+    received=st.lists(st.booleans(), min_size=1, max_size=30).filter(any),
+    steps=st.lists(st.integers(1, 5), min_size=30, max_size=30),
+    rule=st.sampled_from(["window", "reset"]),
+    size=st.integers(2, 40),
+    mechanism=st.sampled_from(["pm1", "pm2"]),
+)
 
 
 def forget_run(

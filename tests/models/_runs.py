@@ -1,7 +1,8 @@
 """Helpers of the model tests: the two-class data set-up and one protocol run measured at every
 slot (the ledger, budget and asynchrony tests read each slot's metrics), one run measured at
 its end with the `adversaries` metric (the adversary tests of every family), and `desim validate`
-of small studies on a 4-regular graph, static or rewired (the graph families' refusals).
+of small studies on a 4-regular graph, static or rewired (the graph families' refusals), and a
+Private-ColME class run on three classes (the dense, positions and incremental tests).
 
 A test module imports them (`from _runs import class_data, every_slot`): pytest puts this folder
 on sys.path to import the module.
@@ -17,6 +18,7 @@ from desim.kernel.engine import Simulation
 from desim.kernel.params import build
 from desim.kernel.randomness import Streams
 from desim.kernel.registry import DATA, METRICS, PROTOCOLS
+from desim.models.colme.protocol import PrivateColME
 from desim.study.cli import main
 
 
@@ -26,6 +28,26 @@ def class_data(m: int, seed: int = 0):
         DATA.get("classes"), {"agents": m, "class_means": [0.2, 0.8], "sigma": 0.5}, "data"
     )
     return spec.make(np.random.default_rng(seed))
+
+
+def run_private_colme(
+    cls: type, params: dict, m: int, t_max: int, seed: int, checkpoints, links=None
+):
+    """A Private-ColME class (or subclass) run on three classes of M agents (means −0.3, 0.2,
+    0.8, σ = 0.5) for t_max slots, streams keyed by `seed`; the protocol after the run."""
+    spec = build(
+        DATA.get("classes"), {"agents": m, "class_means": [-0.3, 0.2, 0.8], "sigma": 0.5}, "data"
+    )
+    proto = cls(build(PrivateColME.Params, params, "test"))
+    Simulation(
+        proto,
+        spec.make(np.random.default_rng(seed)),
+        t_max,
+        Streams(seed, 0, 1, 2),
+        links=links,
+        checkpoints=np.asarray(checkpoints),
+    ).run()
+    return proto
 
 
 def adversary_run(protocol: str, params: dict, source, t_max: int):

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _runs import run_private_colme
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from desim import fast
-from desim.kernel.engine import Simulation
-from desim.kernel.params import build
-from desim.kernel.randomness import Streams
-from desim.kernel.registry import DATA
 from desim.models.colme.delivery import Synchronous
 from desim.models.colme.dense import DenseSynchronous, RoundRobinStatistic
 from desim.models.colme.protocol import PrivateColME, PrivateColMEOracle
@@ -32,18 +29,7 @@ class Dense(Plain):
 
 
 def run(cls: type, params: dict, m: int, t_max: int, seed: int = 4) -> PrivateColME:
-    spec = build(
-        DATA.get("classes"), {"agents": m, "class_means": [-0.3, 0.2, 0.8], "sigma": 0.5}, "data"
-    )
-    proto = cls(build(PrivateColME.Params, params, "test"))
-    Simulation(
-        proto,
-        spec.make(np.random.default_rng(seed)),
-        t_max,
-        Streams(seed, 0, 1, 2),
-        checkpoints=np.array([1, t_max]),
-    ).run()
-    return proto
+    return run_private_colme(cls, params, m, t_max, seed, [1, t_max])
 
 
 def assert_same_run(dense: PrivateColME, plain: PrivateColME) -> None:

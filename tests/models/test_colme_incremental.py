@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _runs import run_private_colme
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -52,19 +53,7 @@ class Checked(PrivateColME):
 
 
 def run(params: dict, m: int, t_max: int, links, seed: int) -> Checked:
-    spec = build(
-        DATA.get("classes"), {"agents": m, "class_means": [-0.3, 0.2, 0.8], "sigma": 0.5}, "data"
-    )
-    proto = Checked(build(PrivateColME.Params, params, "test"))
-    Simulation(
-        proto,
-        spec.make(np.random.default_rng(seed)),
-        t_max,
-        Streams(seed, 0, 1, 2),
-        links=links,
-        checkpoints=CHECKPOINTS,
-    ).run()
-    return proto
+    return run_private_colme(Checked, params, m, t_max, seed, CHECKPOINTS, links)
 
 
 def incremental_sums_equal_the_full_recomputation(

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _runs import run_private_colme
 
-from desim.kernel.engine import Simulation
-from desim.kernel.params import build
-from desim.kernel.randomness import Streams
-from desim.kernel.registry import DATA
 from desim.models.colme.model import rr_offset
 from desim.models.colme.positions import RoundRobinPairs
 from desim.models.colme.protocol import PrivateColME, PrivateColMEOracle
@@ -42,18 +39,7 @@ class PlainOracle(PrivateColMEOracle):
 
 
 def run(cls: type, params: dict, m: int = 13, t_max: int = 50, seed: int = 4) -> PrivateColME:
-    spec = build(
-        DATA.get("classes"), {"agents": m, "class_means": [-0.3, 0.2, 0.8], "sigma": 0.5}, "data"
-    )
-    proto = cls(build(PrivateColME.Params, params, "test"))
-    Simulation(
-        proto,
-        spec.make(np.random.default_rng(seed)),
-        t_max,
-        Streams(seed, 0, 1, 2),
-        checkpoints=np.array([1, 7, 20, t_max]),
-    ).run()
-    return proto
+    return run_private_colme(cls, params, m, t_max, seed, [1, 7, 20, t_max])
 
 
 def test_the_numbering_names_every_pair_once_and_a_slot_as_one_run():

@@ -20,10 +20,10 @@ from _forget import (
     LATENCY,
     forget_run,
     mse_without_and_with_reset,
+    windowed_releases,
 )
 from _runs import class_data, every_slot
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import settings
 
 from desim.kernel.engine import Simulation
 from desim.kernel.plugins import load_plugins
@@ -84,13 +84,7 @@ def _reference(ts, prefix, held, j, i, mechanism):
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    received=st.lists(st.booleans(), min_size=1, max_size=30).filter(any),
-    steps=st.lists(st.integers(1, 5), min_size=30, max_size=30),
-    rule=st.sampled_from(["window", "reset"]),
-    size=st.integers(2, 40),
-    mechanism=st.sampled_from(["pm1", "pm2"]),
-)
+@windowed_releases
 def test_the_windowed_sch_var_2_is_the_general_form_over_the_window(
     received, steps, rule, size, mechanism
 ):
