@@ -137,9 +137,10 @@ class Protocol:
         self.params = params
 
     @classmethod
-    def memory_per_unit(cls, params: Any, t_max: int) -> dict[str, float]:
+    def memory_per_unit(cls, params: Any, t_max: int, sizes: Any = None) -> dict[str, float]:
         """Bytes of state per unit (the units of `memory`) of a run with `params` and horizon
-        `t_max`, for the estimate `desim validate` makes (default: the declared `memory`)."""
+        `t_max` at `sizes` (`desim.study.spec.limits.Sizes`, the largest the run reaches; None:
+        unknown), for the estimate `desim validate` makes (default: the declared `memory`)."""
         return dict(cls.memory)
 
     @property

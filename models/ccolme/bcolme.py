@@ -176,7 +176,7 @@ class BColME(TableAdversarial, CColMEFamily, rewire.Follows):
     memory = {"edge": 360.0, "agent": 200.0}
 
     @classmethod
-    def memory_per_unit(cls, params: Any, t_max: int) -> dict[str, float]:
+    def memory_per_unit(cls, params: Any, t_max: int, sizes: Any = None) -> dict[str, float]:
         """Bytes per directed edge: the held message and two payload buffers (2κ floats
         each), the tables of the slot (2κ), flags; per agent a few vectors."""
         return {"edge": 8.0 * 8 * int(params.up_to) + 16.0, "agent": 200.0}

@@ -69,6 +69,7 @@ import numpy as np
 
 from desim.models.colme.combination import trimmed_sums
 from desim.models.colme.model import combine, sch_var_2_estimate, z_accepts
+from desim.models.colme.schedule import max_pair_releases
 from desim.models.colme.variance import sample_variance, welch_accepts
 from desim.models.forgetting import Forget, ForgettingSums, PrefixWindow, difference_noise_count
 from desim.models.privacy.release import levels_for
@@ -128,6 +129,36 @@ def release_windows(protocol: Any) -> ReleaseWindows | None:
         # a querier asks one responder a slot, so a pair gets at most one release a slot
         return ReleaseWindows(protocol, min(span, protocol.ctx.t_max) + 1)
     return ReleaseWindows(protocol, protocol.kappa_max(span) + 1)
+
+
+def window_bytes(params: Any, t_max: int, sizes: Any = None) -> dict[str, float]:
+    """Bytes a ``forget`` table adds per pair (per edge on a graph) and per agent, for the
+    estimate `desim validate` makes (nothing without one): the rings of `ReleaseWindows` (one
+    complex cell per release a pair can get within W + 1 slots, rounded up to a power of two,
+    and the j each cell holds over links that are not ideal), the heads and a reset's base,
+    T^W and its variance, a reset's Sch-Var-2 and MoM sums, and every agent's own window.
+    `sizes` (`desim.study.spec.limits.Sizes`) bound the releases a pair gets within a window:
+    its agents (every other agent a peer) or the graph's smallest degree; without them (or on a
+    graph of unknown or changing degrees) a pair may get one every slot, as `release_windows`
+    assumes on a changing graph."""
+    f = params.forget
+    if f is None:
+        return {}
+    span = (f.window or 1) + 1
+    if params.peers == "all" and sizes is not None:
+        degree = sizes.agents - 1
+    else:
+        degree = getattr(sizes, "min_degree", None) if params.peers == "topology" else None
+    kept = (max_pair_releases(params.schedule, degree + 1, span) if degree else span) + 1
+    cells = 1 << kept.bit_length() if f.rule == "window" else 1
+    ideal = sizes is not None and sizes.ideal
+    per_pair = (16.0 + 8.0 * (not ideal)) * cells + 24.0 + 16.0
+    if f.rule == "reset":
+        pm2 = params.mechanism == "pm2"
+        per_pair += 48.0 * (params.variance != "known")
+        per_pair += 8.0 * (6 + 3 * levels_for(t_max) * pm2) * (params.weights == "mom")
+    per_agent = 8.0 * (f.window or 0) + 8.0 * (1 + (params.variance != "known"))
+    return {"edge" if params.peers == "topology" else "pair": per_pair, "agent": per_agent}
 
 
 class ReleaseWindows:

@@ -85,7 +85,7 @@ from desim.models.colme.combination import CombinationSums, trimmed_sums
 from desim.models.colme.compiled import CompiledPairs
 from desim.models.colme.delivery import Arrivals, Asynchronous, query_ids
 from desim.models.colme.dense import statistic_class, synchronous
-from desim.models.colme.forgetting import check_forget, release_windows
+from desim.models.colme.forgetting import check_forget, release_windows, window_bytes
 from desim.models.colme.graph import (
     EdgeBeliefs,
     NeighbourRestrictedRoundRobin,
@@ -242,10 +242,12 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
     incremental_above: ClassVar[int] = 1000
 
     @classmethod
-    def memory_per_unit(cls, params: PrivateColMEParams, t_max: int) -> dict[str, float]:
+    def memory_per_unit(
+        cls, params: PrivateColMEParams, t_max: int, sizes: Any = None
+    ) -> dict[str, float]:
         """Bytes per agent pair: T and its variance, beliefs and last releases, more with MoM
-        weights, estimated variances and a ``degrade`` budget, and per dyadic level with PM-II
-        and windowed MoM."""
+        weights, estimated variances and a ``degrade`` budget, per dyadic level with PM-II
+        and windowed MoM, and a ``forget`` table's windows (`forgetting.window_bytes`)."""
         levels = math.floor(math.log2(max(t_max, 1))) + 1
         per_pair = cls.memory["pair"]
         per_pair += 28.0 * (params.weights != "last") + 40.0 * (params.variance != "known")
@@ -253,7 +255,9 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
         per_pair += 10.0 * levels * (params.weights == "wmom")
         # ``degrade``: each pair's j_d (int32) and, under ``last`` weights, its release's c_j
         per_pair += 12.0 * (params.budget is not None and params.budget.action == "degrade")
-        return {"edge" if params.peers == "topology" else "pair": per_pair}
+        unit = "edge" if params.peers == "topology" else "pair"
+        windows = window_bytes(params, t_max, sizes)
+        return {**windows, unit: per_pair + windows.get(unit, 0.0)}
 
     @classmethod
     def check_setup(cls, params: PrivateColMEParams, data: Any, links: Any) -> None:

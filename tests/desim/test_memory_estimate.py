@@ -18,6 +18,7 @@ from desim.kernel.registry import PROTOCOLS
 from desim.study.cli import main
 from desim.study.spec import limits
 from desim.study.spec.limits import Sizes, parse_size, run_bytes
+from desim.study.spec.parse import parse_study, read_study_file
 
 STUDY = """
 [study]
@@ -192,6 +193,54 @@ WORKLOADS = {
         0,
         1,
     ),
+    # a ``forget`` window's rings: one cell per release a pair can get within W + 1 slots
+    # (rRR: one a slot; RR: one in M − 1 slots; on a graph one in d_min), a reset's sums
+    "private-colme rRR M=200 window": (
+        {
+            "protocol": "private-colme",
+            "params": {"schedule": "rrr", "forget": {"window": 200}},
+            "data": {**_CLASSES, "agents": 200},
+            "t_max": 400,
+        },
+        0,
+        1,
+    ),
+    "private-colme M=2000 window": (
+        {
+            "protocol": "private-colme",
+            "params": {"forget": {"window": 5000}},
+            "data": {**_CLASSES, "agents": 2000},
+            "t_max": 2000,
+        },
+        0,
+        1,
+    ),
+    "private-colme M=1000 reset PM-II MoM Sch-Var-2": (
+        {
+            "protocol": "private-colme",
+            "params": {
+                "forget": {"reset": 500},
+                "variance": "sch-var-2",
+                "weights": "mom",
+                "mechanism": "pm2",
+            },
+            "data": {**_CLASSES, "agents": 1000},
+            "t_max": 1000,
+        },
+        0,
+        1,
+    ),
+    "private-colme graph M=1e4 window": (
+        {
+            "protocol": "private-colme",
+            "params": {"peers": "topology", "forget": {"window": 1000}},
+            "data": {**_CLASSES, "agents": 10_000},
+            "t_max": 1200,
+            "topology": {"model": "regular", "degree": 10},
+        },
+        100_000,
+        1,
+    ),
 }
 
 
@@ -201,8 +250,9 @@ def estimate(scenario: dict, edges: int, dimension: int) -> int:
     cls = PROTOCOLS.get(scenario["protocol"])
     params = build(cls.Params, scenario.get("params", {}), "scenario")
     t_max, checkpoints = scenario["t_max"], scenario.get("checkpoints", 60)
-    sizes = Sizes(scenario["data"]["agents"], dimension, edges)
-    per_unit = cls.memory_per_unit(params, t_max)
+    degree = scenario.get("topology", {}).get("degree")
+    sizes = Sizes(scenario["data"]["agents"], dimension, edges, min_degree=degree)
+    per_unit = cls.memory_per_unit(params, t_max, sizes)
     return run_bytes(cls, sizes, t_max, checkpoints, per_unit=per_unit)[0]
 
 
@@ -221,3 +271,67 @@ def test_the_estimate_is_within_1_5x_of_the_measured_peak(name):
     measured = int(done.stdout.split()[-1])
     ratio = estimate(scenario, edges, dimension) / measured
     assert 1 / 1.5 <= ratio <= 1.5, (name, ratio, measured / 2**20)
+
+
+# -- what bounds a forget window's rings, read from the study file ---------------------------
+
+_FORGET = STUDY + 'schedule = "rrr"\nforget = {window = 200}\n'
+
+
+def test_a_forget_window_counts_in_the_estimate(tmp_path, capsys, machine):
+    # rRR: a pair may get a release every slot, so each ring holds 256 cells of 16 bytes
+    # (300² pairs × 4 kB ≈ 0.35 GiB): refused under 300M, while without ``forget`` it fits
+    folder = _folder(tmp_path)
+    assert main(["validate", str(folder), "--memory", "300M"]) == 0
+    (folder / "study.toml").write_text(_FORGET)
+    assert main(["validate", str(folder), "--memory", "300M"]) == 2
+    err = capsys.readouterr().err
+    assert "scenario 'PM-I': private-colme with agents = 300 needs about 0.4" in err
+    assert "(M² pair arrays)" in err and len(err.strip().splitlines()) == 1
+
+
+def _sizes(tmp_path: Path, extra: str) -> limits.Sizes:
+    (tmp_path / "study.toml").write_text(STUDY + extra)
+    file = tmp_path / "study.toml"
+    doc = parse_study(read_study_file(file), file)
+    return limits.study_sizes(limits.horizon(doc, False), doc)
+
+
+@pytest.mark.parametrize(
+    ("extra", "min_degree", "ideal"),
+    [
+        ("", None, True),
+        ('[topology]\nmodel = "regular"\ndegree = 6\n'
+         '[grid]\n"topology.degree" = [4, 8]\n', 4, True),
+        ('[topology]\nmodel = "ring"\nk = 3\n', 6, True),
+        ('[topology]\nmodel = "watts-strogatz"\nk = 6\n', 3, True),
+        ('[topology]\nmodel = "grid"\n', 2, True),
+        ('[topology]\nmodel = "erdos-renyi"\np = 0.1\n', None, True),
+        ('[topology]\nmodel = "regular"\ndegree = 6\nrewire = {every = 10}\n', None, True),
+        ('[topology]\nmodel = "regular"\ndegree = 6\nrewire = {every = 0}\n', 6, True),
+        ('[network]\nlinks = "bernoulli"\n', None, False),
+        ('[grid]\n"network.links" = ["ideal", "bernoulli"]\n', None, False),
+    ],
+)  # fmt: skip
+def test_the_smallest_degree_and_ideal_links_are_read_from_the_study(
+    tmp_path, extra, min_degree, ideal
+):
+    sizes = _sizes(tmp_path, extra)
+    assert (sizes.min_degree, sizes.ideal) == (min_degree, ideal)
+
+
+def test_a_ring_holds_the_releases_a_pair_can_get_within_the_window():
+    # RR over M = 101 agents: a pair gets a release every 100 slots, so W = 250 (251 slots)
+    # holds at most ⌈251/100⌉ = 3, kept 4, a ring of 8 cells (16 bytes each) and the heads,
+    # base and T^W (40 bytes); links that are not ideal also keep each cell's j (8 bytes)
+    load_plugins()
+    cls = PROTOCOLS.get("private-colme")
+    params = build(cls.Params, {"forget": {"window": 250}}, "scenario")
+    bare = cls.memory_per_unit(build(cls.Params, {}, "scenario"), 1000)["pair"]
+    ideal = cls.memory_per_unit(params, 1000, Sizes(101, 1, 0))
+    assert ideal["pair"] - bare == 16 * 8 + 40
+    assert ideal["agent"] == 8 * 250 + 8
+    lossy = cls.memory_per_unit(params, 1000, Sizes(101, 1, 0, ideal=False))
+    assert lossy["pair"] - bare == 24 * 8 + 40
+    # unknown sizes: one release a slot (kept 252, 256 cells), links perhaps not ideal
+    assert cls.memory_per_unit(params, 1000)["pair"] - bare == 24 * 256 + 40

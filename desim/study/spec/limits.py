@@ -137,12 +137,18 @@ TRACE_BYTES_PER_BYTE = 40
 @dataclass(frozen=True)
 class Sizes:
     """The largest sizes a study's runs reach: agents M, data dimension d, directed edges, and
-    the number of classes."""
+    the number of classes; and what bounds per-pair windows: the graph's smallest degree and
+    whether every link is ideal."""
 
     agents: int
     dimension: int
     edges: int
     classes: int = 2
+    #: The smallest degree every graph of the study is sure to have (None: unknown, e.g. a
+    #: random graph, or one that changes during the run).
+    min_degree: int | None = None
+    #: Whether every run's links are ideal (none lost or late).
+    ideal: bool = True
 
     def units(self, draws: int = 0) -> dict[str, float]:
         """How many of each `UNITS` a run of these sizes holds (`draws`: a curve's Monte Carlo
@@ -189,7 +195,7 @@ def check_memory(
             run_bytes(
                 cls, at, h.t_max, h.checkpoints, per_unit=per_unit, extra=extra, per_agent=keep
             )
-            for per_unit in _per_unit(cls, spec, doc, h.t_max)
+            for per_unit in _per_unit(cls, spec, doc, h.t_max, at)
         )
         if need > available:
             raise ConfigError(
@@ -210,7 +216,9 @@ def check_memory(
             )
 
 
-def _per_unit(cls: type, spec: ScenarioSpec, doc: StudyDocument, t_max: int) -> list[dict]:
+def _per_unit(
+    cls: type, spec: ScenarioSpec, doc: StudyDocument, t_max: int, sizes: Sizes
+) -> list[dict]:
     """The bytes per unit a scenario's protocol gives for its parameters (`[defaults]` and each
     swept value of a [grid] default it declares); its declared `memory` when they are bad
     (expansion then says what is wrong with them)."""
@@ -225,7 +233,7 @@ def _per_unit(cls: type, spec: ScenarioSpec, doc: StudyDocument, t_max: int) -> 
     out = []
     for table in tables:
         try:
-            out.append(cls.memory_per_unit(build(cls.Params, table, "scenario"), t_max))
+            out.append(cls.memory_per_unit(build(cls.Params, table, "scenario"), t_max, sizes))
         except (ConfigError, AttributeError, TypeError, ValueError):
             out.append(dict(getattr(cls, "memory", {})))
     return out
@@ -324,7 +332,10 @@ def study_sizes(h: Horizon, doc: StudyDocument) -> Sizes:
     dimension = max(_largest_in(h.data, doc.grid, "data", "dimension") or 1, vectors[1])
     means = h.data.get("class_means")
     classes = len(means) if isinstance(means, list) and means else 2
-    return Sizes(agents, dimension, _edges(doc, agents), classes)
+    ideal = doc.network == {"links": "ideal"} and not any(
+        k.startswith("network.") for k in doc.grid
+    )
+    return Sizes(agents, dimension, _edges(doc, agents), classes, _min_degree(doc), ideal)
 
 
 #: Directed edges of a topology model per agent, from its parameter (M·(M−1) for others).
@@ -352,6 +363,37 @@ def _edges(doc: StudyDocument, agents: int) -> int:
     if r is not None:
         return int(min(1.0, max(0.0, math.pi * r * r)) * dense)
     return dense
+
+
+#: The smallest degree of a topology model's graph, from its parameter's smallest value (the
+#: others: unknown).
+_MIN_DEGREE = {
+    "regular": ("degree", 1),
+    "ring": ("k", 2),
+    "barabasi-albert": ("m", 1),
+    # networkx rewires one end of each lattice link: an agent keeps its k/2 own links
+    "watts-strogatz": ("k", 0.5),
+}
+
+
+def _min_degree(doc: StudyDocument) -> int | None:
+    """The smallest degree the study's graphs are sure to have (None: unknown, or changing)."""
+    topology = doc.topology
+    if topology is None or "topology.model" in doc.grid:
+        return None
+    rewire = topology.get("rewire")
+    every = rewire.get("every", 0) if isinstance(rewire, dict) else 0
+    if every or topology.get("sequence") or any(k.startswith("topology.rewire.") for k in doc.grid):
+        return None
+    model = topology.get("model")
+    if model == "grid":
+        return 2
+    if model not in _MIN_DEGREE:
+        return None
+    key, factor = _MIN_DEGREE[model]
+    values = [topology.get(key), *doc.grid.get(f"topology.{key}", [])]
+    found = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    return int(factor * min(found)) if found else None
 
 
 def _file_edges(topology: dict, folder: Path) -> int:
