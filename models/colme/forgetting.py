@@ -131,9 +131,11 @@ def release_windows(protocol: Any) -> ReleaseWindows | None:
     return ReleaseWindows(protocol, protocol.kappa_max(span) + 1)
 
 
-def window_bytes(params: Any, t_max: int, sizes: Any = None) -> dict[str, float]:
-    """Bytes a ``forget`` table adds per pair (per edge on a graph) and per agent, for the
-    estimate `desim validate` makes (nothing without one): the rings of `ReleaseWindows` (one
+def window_bytes(
+    params: Any, t_max: int, sizes: Any = None, per_pair: float = 0.0
+) -> dict[str, float]:
+    """Bytes per pair (per edge on a graph; `per_pair` and what a ``forget`` table adds) and
+    per agent, for the estimate `desim validate` makes: the rings of `ReleaseWindows` (one
     complex cell per release a pair can get within W + 1 slots, rounded up to a power of two,
     and the j each cell holds over links that are not ideal), the heads and a reset's base,
     T^W and its variance, a reset's Sch-Var-2 and MoM sums, and every agent's own window.
@@ -142,8 +144,9 @@ def window_bytes(params: Any, t_max: int, sizes: Any = None) -> dict[str, float]
     graph of unknown or changing degrees) a pair may get one every slot, as `release_windows`
     assumes on a changing graph."""
     f = params.forget
+    unit = "edge" if params.peers == "topology" else "pair"
     if f is None:
-        return {}
+        return {unit: per_pair}
     span = (f.window or 1) + 1
     if params.peers == "all" and sizes is not None:
         degree = sizes.agents - 1
@@ -152,13 +155,13 @@ def window_bytes(params: Any, t_max: int, sizes: Any = None) -> dict[str, float]
     kept = (max_pair_releases(params.schedule, degree + 1, span) if degree else span) + 1
     cells = 1 << kept.bit_length() if f.rule == "window" else 1
     ideal = sizes is not None and sizes.ideal
-    per_pair = (16.0 + 8.0 * (not ideal)) * cells + 24.0 + 16.0
+    per_pair += (16.0 + 8.0 * (not ideal)) * cells + 24.0 + 16.0
     if f.rule == "reset":
         pm2 = params.mechanism == "pm2"
         per_pair += 48.0 * (params.variance != "known")
         per_pair += 8.0 * (6 + 3 * levels_for(t_max) * pm2) * (params.weights == "mom")
     per_agent = 8.0 * (f.window or 0) + 8.0 * (1 + (params.variance != "known"))
-    return {"edge" if params.peers == "topology" else "pair": per_pair, "agent": per_agent}
+    return {unit: per_pair, "agent": per_agent}
 
 
 class ReleaseWindows:

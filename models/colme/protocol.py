@@ -255,9 +255,7 @@ class PrivateColME(SlotBatched, ChangingNeighbours):
         per_pair += 10.0 * levels * (params.weights == "wmom")
         # ``degrade``: each pair's j_d (int32) and, under ``last`` weights, its release's c_j
         per_pair += 12.0 * (params.budget is not None and params.budget.action == "degrade")
-        unit = "edge" if params.peers == "topology" else "pair"
-        windows = window_bytes(params, t_max, sizes)
-        return {**windows, unit: per_pair + windows.get(unit, 0.0)}
+        return window_bytes(params, t_max, sizes, per_pair)
 
     @classmethod
     def check_setup(cls, params: PrivateColMEParams, data: Any, links: Any) -> None:
