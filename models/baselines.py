@@ -76,6 +76,13 @@ class Local(StopsSampling):
         if getattr(params, "adversaries", None) is not None:
             params.adversaries.check(data.n_agents, data.classes)
 
+    @classmethod
+    def memory_per_unit(cls, params: Any, t_max: int, sizes: Any = None) -> dict[str, float]:
+        """The declared bytes, and per agent a ``forget`` table's sums (a window's samples)."""
+        forget = getattr(params, "forget", None)
+        own = 0.0 if forget is None else ForgettingSums.bytes_per_agent(forget)
+        return {**cls.memory, "agent": cls.memory.get("agent", 0.0) + own}
+
     def setup(self, ctx: Context) -> None:
         super().setup(ctx)
         self.sums = np.zeros(ctx.n_agents)

@@ -122,6 +122,12 @@ class ForgettingSums:
             # the last W samples, row (s − 1) mod W: what leaves the window is subtracted
             self._ring = np.zeros((forget.window, n_agents))
 
+    @staticmethod
+    def bytes_per_agent(forget: Forget, squares: bool = False) -> float:
+        """Bytes these sums hold per agent under `forget` (the last W samples of a window, the
+        sums), for the memory estimate of `desim validate`."""
+        return 8.0 * ((forget.window or 0) * (forget.rule == "window") + 1 + squares)
+
     def add(self, t: int, samples: np.ndarray) -> None:
         """Take every agent's sample of slot `t` (slots in order)."""
         f, rule = self.forget, self.rule
@@ -252,6 +258,14 @@ class PrefixWindow:
         self._stored = np.zeros(n_pairs, dtype=np.int64)
         #: The oldest release of each pair still inside its window.
         self._head = np.zeros(n_pairs, dtype=np.int64)
+
+    @staticmethod
+    def bytes_per_pair(forget: Forget, kept: int, gaps: bool = False) -> float:
+        """Bytes a `PrefixWindow` of these arguments holds per pair (its ring's cells, each
+        cell's j with `gaps`, the heads and a reset's base), for the memory estimate of
+        `desim validate`."""
+        cells = 1 << kept.bit_length() if forget.rule == "window" else 1
+        return (16.0 + 8.0 * gaps) * cells + 24.0
 
     def take(
         self, pair: np.ndarray, value: np.ndarray, t: np.ndarray, j: np.ndarray

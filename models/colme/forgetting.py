@@ -153,15 +153,14 @@ def window_bytes(
     else:
         degree = getattr(sizes, "min_degree", None) if params.peers == "topology" else None
     kept = (max_pair_releases(params.schedule, degree + 1, span) if degree else span) + 1
-    cells = 1 << kept.bit_length() if f.rule == "window" else 1
     ideal = sizes is not None and sizes.ideal
-    per_pair += (16.0 + 8.0 * (not ideal)) * cells + 24.0 + 16.0
+    per_pair += PrefixWindow.bytes_per_pair(f, kept, gaps=not ideal) + 16.0
     if f.rule == "reset":
         pm2 = params.mechanism == "pm2"
         per_pair += 48.0 * (params.variance != "known")
         per_pair += 8.0 * (6 + 3 * levels_for(t_max) * pm2) * (params.weights == "mom")
-    per_agent = 8.0 * (f.window or 0) + 8.0 * (1 + (params.variance != "known"))
-    return {unit: per_pair, "agent": per_agent}
+    own = ForgettingSums.bytes_per_agent(f, squares=params.variance != "known")
+    return {unit: per_pair, "agent": own}
 
 
 class ReleaseWindows:

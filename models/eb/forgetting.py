@@ -84,6 +84,20 @@ class UploadForgetting:
             kept = (forget.window // every + 2) if forget.rule == "window" else 1
             self.prefixes = PrefixWindow(forget, n_agents, kept)
 
+    @staticmethod
+    def bytes_per_agent(params: Any, t_max: int) -> float:
+        """Bytes this forgetting holds per agent (nothing without a ``forget`` table), for the
+        memory estimate of `desim validate`."""
+        forget = getattr(params, "forget", None)
+        if forget is None:
+            return 0.0
+        own = ForgettingSums.bytes_per_agent(forget)
+        if params.mechanism not in ("pm1", "pm2"):
+            return own
+        every = int(params.round) if params.round is not None else t_max
+        kept = (forget.window // every + 2) if forget.rule == "window" else 1
+        return own + 8.0 + PrefixWindow.bytes_per_pair(forget, kept)
+
     @classmethod
     def build(cls, params: Any, n_agents: int, every: int) -> UploadForgetting | None:
         """The forgetting of a run with these parameters (None without a ``forget`` table)."""

@@ -109,6 +109,13 @@ class ServerEstimation(WindowSafe, StopsSampling):
     reads = frozenset({"network"})  # uploads to a server: no [topology]
     broadcast_width: int = 1
 
+    @classmethod
+    def memory_per_unit(cls, params: Any, t_max: int, sizes: Any = None) -> dict[str, float]:
+        """The declared bytes, and per agent what a ``forget`` table keeps (its window of
+        samples; with p-sum uploads, the prefixes its uploads difference)."""
+        agent = cls.memory.get("agent", 0.0) + UploadForgetting.bytes_per_agent(params, t_max)
+        return {**cls.memory, "agent": agent}
+
     def on_window_end(self) -> None:
         """Nothing left to finish: deliveries only file uploads and keep broadcasts (above)."""
 

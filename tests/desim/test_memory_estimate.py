@@ -243,6 +243,27 @@ WORKLOADS = {
         100_000,
         1,
     ),
+    # an agent's own window: its last W samples (local, ideal, the server protocols)
+    "local M=1e5 window": (
+        {
+            "protocol": "local",
+            "params": {"forget": {"window": 1000}},
+            "data": {"model": "hierarchical-gaussian", "agents": 100_000},
+            "t_max": 1000,
+        },
+        0,
+        1,
+    ),
+    "eb-gaussian PM-I M=1e5 window": (
+        {
+            "protocol": "eb-gaussian",
+            "params": {"forget": {"window": 1000}, "round": 100, "mechanism": "pm1"},
+            "data": {"model": "hierarchical-gaussian", "agents": 100_000},
+            "t_max": 1000,
+        },
+        0,
+        1,
+    ),
 }
 
 
