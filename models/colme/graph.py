@@ -61,7 +61,9 @@ class Neighbours:
         #: The querier and the neighbour of every CSR edge (sorted by a·M + b).
         self.csr_src, self.csr_dst = src, dst
         #: block[q]: the first pair at RR position q + 1 (block[q + 1] − block[q] agents).
-        self.block = np.concatenate(([0], np.cumsum(np.bincount(position, minlength=1))))
+        # (block q holds one pair of every agent of degree > q: counted from the degrees)
+        above = len(self.degree) - np.cumsum(np.bincount(self.degree, minlength=2))[:-1]
+        self.block = np.concatenate(([0], np.cumsum(above)))
         # rr[indptr[a] + q]: the pair of agent a's neighbour at RR position q + 1
         self._rr = np.empty(self.n_pairs, dtype=np.int64)
         self._rr[np.repeat(self.indptr[:-1], self.degree) + position] = self.csr_pairs

@@ -27,6 +27,10 @@ def _check(g: Graph) -> None:
     order = np.lexsort((g.src, g.degree[g.src], position))
     np.testing.assert_array_equal(nb.src, g.src[order])
     np.testing.assert_array_equal(nb.dst, g.dst[order])
+    # block q: the first pair at RR position q + 1
+    np.testing.assert_array_equal(
+        nb.block, np.concatenate(([0], np.cumsum(np.bincount(position, minlength=1))))
+    )
     # RR's next pair: the same querier's neighbour at the next position, cyclic
     a = nb.src
     np.testing.assert_array_equal(
