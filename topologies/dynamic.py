@@ -182,12 +182,23 @@ def _rewiring(
     while len(fresh) < m:  # uniform non-links: draw pairs, keep new ones, in draw order
         k = rng.integers(0, pairs, size=2 * (m - len(fresh)) + 8)
         i, j = _pair_from_index(k)
-        cand = i * n + j
-        cand = cand[~_member(cand, keys) & ~np.isin(cand, fresh)]
-        _, first = np.unique(cand, return_index=True)
-        fresh = np.concatenate([fresh, cand[np.sort(first)]])[:m]
+        fresh = np.concatenate([fresh, _first_new(i * n + j, keys, fresh)])[:m]
     lost, added = keys[dropped], np.sort(fresh)
     return _relinked(graph, added, lost), added, lost, _merged(np.delete(keys, dropped), added)
+
+
+def _first_new(cand: np.ndarray, keys: np.ndarray, fresh: np.ndarray) -> np.ndarray:
+    """The keys `cand` that are neither in sorted `keys` nor in `fresh`, each at its first
+    occurrence, in draw order. (Whether a key is kept depends on its value only, so the first
+    occurrences of the kept values are those of every value; one stable sort finds them and
+    sorts the searches' keys, which makes the search of `keys` cheaper.)"""
+    order = np.argsort(cand, kind="stable")
+    ranked = cand[order]
+    first = np.ones(len(ranked), dtype=bool)
+    first[1:] = ranked[1:] != ranked[:-1]  # (stable: the first in sorted order is the earliest)
+    ranked, order = ranked[first], order[first]
+    new = ~_member(ranked, keys) & ~np.isin(ranked, fresh)
+    return cand[np.sort(order[new])]
 
 
 def _merged(kept: np.ndarray, added: np.ndarray) -> np.ndarray:
