@@ -40,13 +40,8 @@ class Neighbours:
         #: Pairs, one per ordered pair (querier, neighbour): the number of pairs held.
         self.n_pairs = graph.n_directed
         src, dst = graph.src, graph.dst  # by CSR edge
-        #: The querier and the neighbour of every CSR edge (sorted by a·M + b).
-        self.csr_src, self.csr_dst = src, dst
-        # neighbours below a come first in a's row: RR starts after them (at the first above a);
-        # a's row holds the keys a·M + b, so they are those below a·M + a (a search of sorted
-        # keys, as the graph change's are: `csr_keys` is made for it anyway)
-        agents = np.arange(self.n)
-        self.below = np.searchsorted(self.csr_keys, agents * (self.n + 1)) - self.indptr[:-1]
+        # neighbours below a come first in a's row: RR starts after them (at the first above a)
+        self.below = np.bincount(src[dst < src], minlength=self.n)
         #: Agents with at least one neighbour: those that query.
         self.querying = np.flatnonzero(self.degree > 0)
         if len(self.querying) == self.n:  # (the views' arrays are then read without a gather)
@@ -63,6 +58,8 @@ class Neighbours:
         self.csr_pairs = _frozen(csr_pairs)
         #: The querier a and the neighbour b of every pair.
         self.src, self.dst = _frozen(src[order]), _frozen(dst[order])
+        #: The querier and the neighbour of every CSR edge (sorted by a·M + b).
+        self.csr_src, self.csr_dst = src, dst
         #: block[q]: the first pair at RR position q + 1 (block[q + 1] − block[q] agents).
         # (block q holds one pair of every agent of degree > q: counted from the degrees)
         above = len(self.degree) - np.cumsum(np.bincount(self.degree, minlength=2))[:-1]
