@@ -168,10 +168,13 @@ def rewired(graph: Graph, fraction: float, rng: np.random.Generator) -> Graph:
 
 
 def _rewiring(
-    graph: Graph, fraction: float, rng: np.random.Generator
-) -> tuple[Graph, np.ndarray, np.ndarray]:
-    """(`rewired` graph, the keys u·n + v of its new links, of its dropped links)."""
-    n, keys = graph.n, link_keys(graph)
+    graph: Graph, fraction: float, rng: np.random.Generator, keys: np.ndarray | None = None
+) -> tuple[Graph, np.ndarray, np.ndarray, np.ndarray]:
+    """(`rewired` graph, the keys u·n + v of its new links, of its dropped links, of all its
+    links: `link_keys` of the new graph); `keys`: `link_keys(graph)` where the caller holds
+    them (a schedule keeps each change's for the next)."""
+    n = graph.n
+    keys = link_keys(graph) if keys is None else keys
     m = moved_links(graph, fraction)
     dropped = np.sort(rng.choice(len(keys), size=m, replace=False))
     pairs = n * (n - 1) // 2
@@ -179,13 +182,50 @@ def _rewiring(
     while len(fresh) < m:  # uniform non-links: draw pairs, keep new ones, in draw order
         k = rng.integers(0, pairs, size=2 * (m - len(fresh)) + 8)
         i, j = _pair_from_index(k)
-        cand = i * n + j
-        cand = cand[~_member(cand, keys) & ~np.isin(cand, fresh)]
-        _, first = np.unique(cand, return_index=True)
-        fresh = np.concatenate([fresh, cand[np.sort(first)]])[:m]
-    lost = keys[dropped]
-    new = np.concatenate([np.delete(keys, dropped), fresh])
-    return Graph.from_edges(n, new // n, new % n), np.sort(fresh), lost
+        fresh = np.concatenate([fresh, _first_new(i * n + j, keys, fresh)])[:m]
+    lost, added = keys[dropped], np.sort(fresh)
+    return _relinked(graph, added, lost), added, lost, _merged(np.delete(keys, dropped), added)
+
+
+def _first_new(cand: np.ndarray, keys: np.ndarray, fresh: np.ndarray) -> np.ndarray:
+    """The keys `cand` that are neither in sorted `keys` nor in `fresh`, each at its first
+    occurrence, in draw order. (Whether a key is kept depends on its value only, so the first
+    occurrences of the kept values are those of every value; one stable sort finds them and
+    sorts the searches' keys, which makes the search of `keys` cheaper.)"""
+    order = np.argsort(cand, kind="stable")
+    ranked = cand[order]
+    first = np.ones(len(ranked), dtype=bool)
+    first[1:] = ranked[1:] != ranked[:-1]  # (stable: the first in sorted order is the earliest)
+    ranked, order = ranked[first], order[first]
+    new = ~_member(ranked, keys) & ~np.isin(ranked, fresh)
+    return cand[np.sort(order[new])]
+
+
+def _merged(kept: np.ndarray, added: np.ndarray) -> np.ndarray:
+    """Two sorted arrays with no common entry as one sorted array (a merge, not a sort)."""
+    return np.insert(kept, np.searchsorted(kept, added), added)
+
+
+def _relinked(graph: Graph, added: np.ndarray, lost: np.ndarray) -> Graph:
+    """`graph` with the links of keys `added` made and of keys `lost` dropped (both sorted):
+    `Graph.from_edges` of the new link set, its CSR arrays edited in place of a sort of every
+    link (the rows' neighbours stay increasing, so the arrays are the same)."""
+    n = graph.n
+    directed = graph.src * n + graph.indices  # CSR order: sorted
+    # (the searches' keys sorted too: each search starts near the last one's end)
+    gone = np.sort(np.concatenate([lost, lost % n * n + lost // n]))
+    made = np.sort(np.concatenate([added, added % n * n + added // n]))
+    drop = np.searchsorted(directed, gone)
+    keep = np.ones(len(directed), dtype=bool)
+    keep[drop] = False
+    at = np.searchsorted(directed, made)
+    at -= np.searchsorted(drop, at)  # places among the kept edges
+    indices = np.insert(graph.indices[keep], at, made % n)
+    degree = graph.degree + np.bincount(made // n, minlength=n)
+    degree -= np.bincount(gone // n, minlength=n)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(degree, out=indptr[1:])
+    return Graph(n, indptr, indices)
 
 
 def _pairs(keys: np.ndarray, n: int) -> np.ndarray:
@@ -219,6 +259,7 @@ class GraphSchedule:
     ) -> None:
         self._dyn, self._make_rng, self._folder = dyn, rng, folder
         self._rng: np.random.Generator | None = None  # made at the first rewiring
+        self._keys: np.ndarray | None = None  # `link_keys` of the graph in force, once rewired
         self._t_max = t_max
         self.graph = graph  # the graph in force
         self._first = graph
@@ -245,7 +286,9 @@ class GraphSchedule:
             assert rewire is not None
             if self._rng is None:
                 self._rng = self._make_rng()
-            new, added, dropped = _rewiring(self.graph, rewire.fraction, self._rng)
+            new, added, dropped, self._keys = _rewiring(
+                self.graph, rewire.fraction, self._rng, self._keys
+            )
             self.graph = new
             return new, _pairs(added, new.n), _pairs(dropped, new.n)
         added, dropped = difference(self.graph, new)

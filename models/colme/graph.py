@@ -61,7 +61,9 @@ class Neighbours:
         #: The querier and the neighbour of every CSR edge (sorted by a·M + b).
         self.csr_src, self.csr_dst = src, dst
         #: block[q]: the first pair at RR position q + 1 (block[q + 1] − block[q] agents).
-        self.block = np.concatenate(([0], np.cumsum(np.bincount(position, minlength=1))))
+        # (block q holds one pair of every agent of degree > q: counted from the degrees)
+        above = len(self.degree) - np.cumsum(np.bincount(self.degree, minlength=2))[:-1]
+        self.block = np.concatenate(([0], np.cumsum(above)))
         # rr[indptr[a] + q]: the pair of agent a's neighbour at RR position q + 1
         self._rr = np.empty(self.n_pairs, dtype=np.int64)
         self._rr[np.repeat(self.indptr[:-1], self.degree) + position] = self.csr_pairs
@@ -81,12 +83,14 @@ class Neighbours:
     def following(self) -> np.ndarray:
         """The pair of the same querier at the next RR position (cyclic) of every pair: RR's
         slot t + 1 on an irregular graph is these of slot t's pairs."""
-        start = np.repeat(self.indptr[:-1], self.degree)  # by place in `_rr`: its agent's row
-        place = np.arange(self.n_pairs) - start
-        place += 1
-        place[place == np.repeat(self.degree, self.degree)] = 0
+        # `_rr` holds each agent's pairs by RR position, row after row: the next position's
+        # pair is the next entry, but at the end of a row, where it is the row's first
+        nxt = np.empty(self.n_pairs, dtype=np.int64)
+        nxt[:-1] = self._rr[1:]
+        rows = self.degree > 0
+        nxt[self.indptr[1:][rows] - 1] = self._rr[self.indptr[:-1][rows]]
         out = np.empty(self.n_pairs, dtype=np.int64)
-        out[self._rr] = self._rr[start + place]
+        out[self._rr] = nxt
         return _frozen(out)
 
     def scratch(self, count: int) -> list[np.ndarray]:
@@ -356,9 +360,14 @@ def responder_spend(
 
 def _by_position(position: np.ndarray, degree: np.ndarray) -> np.ndarray:
     """The CSR edges ordered by RR position, then querier's degree, then querier. CSR order is
-    by querier and one querier's positions differ, so a stable sort by degree, then a stable
-    sort of that by position, gives it; on small integers numpy's stable sort is a radix sort
-    (O(E), where a graph change rebuilds it), not a comparison sort of 64-bit keys."""
+    by querier and one querier's positions differ, so a stable sort by (position, degree)
+    gives it; on small integers numpy's stable sort is a radix sort (O(E), where a graph change
+    rebuilds it), not a comparison sort of 64-bit keys. Where position·top + degree fits 16 bits
+    it is one sort of that key; otherwise a stable sort by degree, then one of that by
+    position."""
+    top = int(degree.max(initial=0)) + 1  # position < degree < top
+    if top * top <= 2**16:
+        return np.argsort((position * top + degree).astype(np.uint16), kind="stable")
     by_degree = np.argsort(_small(degree), kind="stable")
     return by_degree[np.argsort(_small(position[by_degree]), kind="stable")]
 
