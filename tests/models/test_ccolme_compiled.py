@@ -242,3 +242,20 @@ def test_the_compiled_mix_is_numpys_for_any_runs_and_values(counts, seed, scale)
     with np.errstate(over="ignore", invalid="ignore"):
         expected = mix(y, nb_y, w, counts, rows, starts)
     assert CompiledPass().mix(y, nb_y, w, counts).tobytes() == expected.tobytes()
+
+
+@needs_numba
+@pytest.mark.parametrize("scale", [1e-300, 1.0, 1e300])
+def test_the_compiled_mix_is_numpys_for_every_row_length(scale):
+    """Rows of every length from 0 to 300 (the unrolled branch of 9 to 129 terms, its edges,
+    and the buffered sums on either side), with per-edge or one W: `model.mix`'s bytes."""
+    counts = np.arange(301)
+    rng = np.random.default_rng(9)
+    y = rng.standard_normal(len(counts)) * scale
+    nb_y = rng.standard_normal(int(counts.sum())) * scale
+    rows = counts > 0
+    starts = (np.cumsum(counts) - counts)[rows]
+    for w in (rng.random(len(nb_y)), 0.0625):
+        with np.errstate(over="ignore", invalid="ignore"):
+            expected = mix(y, nb_y, w, counts, rows, starts)
+        assert CompiledPass().mix(y, nb_y, w, counts).tobytes() == expected.tobytes()
