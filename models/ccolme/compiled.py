@@ -78,14 +78,20 @@ class CompiledPass:
         return keep
 
     def mix(
-        self, y: np.ndarray, nb_y: np.ndarray, w: np.ndarray | float, counts: np.ndarray
+        self,
+        y: np.ndarray,
+        nb_y: np.ndarray,
+        w: np.ndarray | float,
+        counts: np.ndarray,
+        at: np.ndarray | None = None,
     ) -> np.ndarray:
-        """(W Y)_a of `desim.models.ccolme.model.mix`, a new array."""
+        """(W Y)_a of `desim.models.ccolme.model.mix`, a new array; with `at`, Y_b of mixed
+        edge i is nb_y[at[i]] (read in place of a gathered copy: the same values)."""
         out = np.empty(len(y))
         if isinstance(w, np.ndarray):
-            self._k.mix_rows(y, nb_y, w, 0.0, counts, out)
+            self._k.mix_rows(y, nb_y, at, w, 0.0, counts, out)
         else:
-            self._k.mix_rows(y, nb_y, np.empty(0), float(w), counts, out)
+            self._k.mix_rows(y, nb_y, at, np.empty(0), float(w), counts, out)
         return out
 
     def size_send(

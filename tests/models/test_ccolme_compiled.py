@@ -255,7 +255,29 @@ def test_the_compiled_mix_is_numpys_for_every_row_length(scale):
     nb_y = rng.standard_normal(int(counts.sum())) * scale
     rows = counts > 0
     starts = (np.cumsum(counts) - counts)[rows]
+    # Y_b read through positions in a longer column (the send's Y over S)
+    column = rng.standard_normal(2 * len(nb_y)) * scale
+    at = np.sort(rng.choice(len(column), len(nb_y), replace=False))
+    column[at] = nb_y
     for w in (rng.random(len(nb_y)), 0.0625):
         with np.errstate(over="ignore", invalid="ignore"):
             expected = mix(y, nb_y, w, counts, rows, starts)
         assert CompiledPass().mix(y, nb_y, w, counts).tobytes() == expected.tobytes()
+        assert CompiledPass().mix(y, column, w, counts, at).tobytes() == expected.tobytes()
+
+
+@needs_numba
+def test_the_mix_reads_y_b_where_the_send_holds_it(monkeypatch):
+    """Once C is smaller than S (edges dropped since S was last compacted), the compiled mix
+    reads Y_b through C's positions in the send instead of a gathered copy: the same bytes as
+    the numpy path, which gathers; a robust mix still gets Y_b gathered."""
+    lazy = collections.Counter()
+    original = CompiledPass.mix
+
+    def counted(self, y, nb_y, w, counts, at=None):
+        lazy[at is not None] += 1
+        return original(self, y, nb_y, w, counts, at)
+
+    monkeypatch.setattr(CompiledPass, "mix", counted)
+    assert run(monkeypatch, True, "c-colme", {}) == run(monkeypatch, False, "c-colme", {})
+    assert lazy[True] and lazy[False]  # S is C in the first slots, then C is smaller
