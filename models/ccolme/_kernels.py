@@ -44,7 +44,7 @@ def gather_blocked(mean, y, sorted_sender, back, t, read, x_out, n_out, y_out):
 @fast.kernel
 def keep_within(mean, x_b, a, bound, strict, keep):
     """keep[i] = |mean[a[i]] − x_b[i]| < bound (strict) or ≤ bound."""
-    # one loop per comparison: a branch-free body the compiler can vectorise
+    # one loop per comparison: no branch on `strict` inside the loop
     if strict:
         for i in range(len(x_b)):
             keep[i] = abs(mean[a[i]] - x_b[i]) < bound

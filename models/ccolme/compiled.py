@@ -8,7 +8,9 @@ weights. In numpy each is several passes over per-edge arrays that fit in no cac
 temporaries between them; here each is one loop over the edges in CSR order. They give the
 numpy path's bytes: the gathers copy, the test subtracts, takes the absolute value and compares
 as numpy does, eq. (2) is max, +1 and a division as numpy's, and the mix forms (Y_b − Y_a)·W_ab
-per edge and sums each agent's terms in `np.add.reduceat`'s order (`desim.fast.reduceat_sum`).
+per edge and sums each agent's terms in `np.add.reduceat`'s order (`desim.fast.reduceat_sum`'s,
+written out for rows of 9 to 129 terms), reading Y_b through C's positions in the state send
+while C is smaller than S (no gathered copy).
 
 `CompiledPass.choose` is called once at set-up by the parts that own these passes
 (`desim.models.ccolme.live_first.LiveFirst`, `desim.models.ccolme.model.NeighbourTest`,
