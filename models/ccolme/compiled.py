@@ -8,7 +8,9 @@ weights. In numpy each is several passes over per-edge arrays that fit in no cac
 temporaries between them; here each is one loop over the edges in CSR order. They give the
 numpy path's bytes: the gathers copy, the test subtracts, takes the absolute value and compares
 as numpy does, eq. (2) is max, +1 and a division as numpy's, and the mix forms (Y_b − Y_a)·W_ab
-per edge and sums each agent's terms in `np.add.reduceat`'s order (`desim.fast.reduceat_sum`).
+per edge and sums each agent's terms in `np.add.reduceat`'s order (`desim.fast.reduceat_sum`'s,
+written out for rows of 9 to 129 terms), reading Y_b through C's positions in the state send
+while C is smaller than S (no gathered copy).
 
 `CompiledPass.choose` is called once at set-up by the parts that own these passes
 (`desim.models.ccolme.live_first.LiveFirst`, `desim.models.ccolme.model.NeighbourTest`,
@@ -78,14 +80,20 @@ class CompiledPass:
         return keep
 
     def mix(
-        self, y: np.ndarray, nb_y: np.ndarray, w: np.ndarray | float, counts: np.ndarray
+        self,
+        y: np.ndarray,
+        nb_y: np.ndarray,
+        w: np.ndarray | float,
+        counts: np.ndarray,
+        at: np.ndarray | None = None,
     ) -> np.ndarray:
-        """(W Y)_a of `desim.models.ccolme.model.mix`, a new array."""
+        """(W Y)_a of `desim.models.ccolme.model.mix`, a new array; with `at`, Y_b of mixed
+        edge i is nb_y[at[i]] (read in place of a gathered copy: the same values)."""
         out = np.empty(len(y))
         if isinstance(w, np.ndarray):
-            self._k.mix_rows(y, nb_y, w, 0.0, counts, out)
+            self._k.mix_rows(y, nb_y, at, w, 0.0, counts, out)
         else:
-            self._k.mix_rows(y, nb_y, np.empty(0), float(w), counts, out)
+            self._k.mix_rows(y, nb_y, at, np.empty(0), float(w), counts, out)
         return out
 
     def size_send(

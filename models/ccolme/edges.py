@@ -264,13 +264,17 @@ class Rows:
         counts: np.ndarray,
         starts: tuple[np.ndarray, np.ndarray],
         version: int | None,
+        at: np.ndarray | None = None,
     ) -> np.ndarray:
         """(W Y)_a over each agent's run of `counts[a]` mixed edges (`desim.models.ccolme.model.
         mix`; `starts` are `starts(counts, version)`): Y_a spread in the buffer `spread` reuses,
-        or one compiled pass with the same bytes."""
+        or one compiled pass with the same bytes. With `at`, Y_b of mixed edge i is nb_y[at[i]]
+        (`desim.models.ccolme.live_first.LiveFirst.y_of`, lazy)."""
         rows, first = starts
         if self._compiled is not None and len(first):
-            return self._compiled.mix(y, nb_y, w, counts)
+            return self._compiled.mix(y, nb_y, w, counts, at)
+        if at is not None:
+            nb_y = nb_y.take(at)
         terms = self.spread(y, counts, version) if len(first) else None
         return mix(y, nb_y, w, counts, rows, first, terms)
 

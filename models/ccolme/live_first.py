@@ -172,18 +172,24 @@ class LiveFirst:
             x = x.take(self._pos(("S", self.version), version, e, s))
         return x, n_all, n_all
 
-    def y_of(self, idx: np.ndarray, kept_version: int | None) -> np.ndarray:
-        """Y_b of the newest send on the edges idx: the kept edges of C's version
-        `kept_version`, or another subset of S (None)."""
+    def y_of(
+        self, idx: np.ndarray, kept_version: int | None, lazy: bool = False
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Y_b of the newest send on the edges idx (the kept edges of C's version
+        `kept_version`, or another subset of S: None), and None; or, when `lazy` and the
+        compiled mix reads it (`desim.models.ccolme.compiled`), the send's Y column over S and
+        the positions of idx in it: the mix then reads Y_b there, with no gathered copy."""
         version, s, _, y = self._held
         if version == self.version and self._s_is_kept == kept_version is not None:
-            return y  # S is C: no gather
+            return y, None  # S is C: no gather
         key = None if kept_version is None else ("C", kept_version)
         pos = self._pos(key, version, idx, s)
+        if lazy and self._compiled is not None:
+            return y, pos
         # read within the slot only: one buffer, not a fresh array per slot
         if self._y_of is None:
             self._y_of = np.empty(self._e)
-        return np.take(y, pos, out=self._y_of[: len(pos)], mode="clip")
+        return np.take(y, pos, out=self._y_of[: len(pos)], mode="clip"), None
 
     def _pos(self, key: Any, version: int, idx: np.ndarray, s: np.ndarray) -> np.ndarray:
         """The positions in S (of `version`) of the edges idx, cached by key for the two latest

@@ -515,19 +515,19 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         idx, counts, all_kept = self._mixed()
         every = len(idx) == self.graph.n_directed  # every link mixed: no need to compress
         states = self.states
-        if isinstance(states, LiveFirst):
-            nb_y = states.y_of(idx, self._kept_version if all_kept else None)
+        version = self._kept_version if all_kept else None
+        if isinstance(states, LiveFirst):  # Y_b, or the send's Y and where each is (a robust
+            nb_y, at = states.y_of(idx, version, self.robust is None)  # mix reads them gathered)
         else:
-            nb_y = states.y if every else states.y[idx]
+            nb_y, at = (states.y if every else states.y[idx]), None
         # the latest size send arrived whole and covers the kept edges: its column, as sent
         whole = all_kept and self._sizes.whole(self._kept_version)
         self._mixed_idx = idx
         self._w = self._sizes.weights(idx, counts, self.size, every, whole)
         # W Y over the mixed b ∈ C_a; they are in CSR order, so agent a's are the `counts[a]`
         # consecutive ones
-        version = self._kept_version if all_kept else None
         rows, starts = runs = self._csr.starts(counts, version)
-        mixed = self._csr.mix(self.y, nb_y, self._w, counts, runs, version)
+        mixed = self._csr.mix(self.y, nb_y, self._w, counts, runs, version, at)
         mixed = self.robust_mix(mixed, nb_y, counts)
         oma = one_minus_alpha(self.t - self.start, p.alpha_c, p.alpha_p)
         self.y = consensus_update(self._mean, mixed, oma)

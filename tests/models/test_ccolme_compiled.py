@@ -242,3 +242,42 @@ def test_the_compiled_mix_is_numpys_for_any_runs_and_values(counts, seed, scale)
     with np.errstate(over="ignore", invalid="ignore"):
         expected = mix(y, nb_y, w, counts, rows, starts)
     assert CompiledPass().mix(y, nb_y, w, counts).tobytes() == expected.tobytes()
+
+
+@needs_numba
+@pytest.mark.parametrize("scale", [1e-300, 1.0, 1e300])
+def test_the_compiled_mix_is_numpys_for_every_row_length(scale):
+    """Rows of every length from 0 to 300 (the unrolled branch of 9 to 129 terms, its edges,
+    and the buffered sums on either side), with per-edge or one W: `model.mix`'s bytes."""
+    counts = np.arange(301)
+    rng = np.random.default_rng(9)
+    y = rng.standard_normal(len(counts)) * scale
+    nb_y = rng.standard_normal(int(counts.sum())) * scale
+    rows = counts > 0
+    starts = (np.cumsum(counts) - counts)[rows]
+    # Y_b read through positions in a longer column (the send's Y over S)
+    column = rng.standard_normal(2 * len(nb_y)) * scale
+    at = np.sort(rng.choice(len(column), len(nb_y), replace=False))
+    column[at] = nb_y
+    for w in (rng.random(len(nb_y)), 0.0625):
+        with np.errstate(over="ignore", invalid="ignore"):
+            expected = mix(y, nb_y, w, counts, rows, starts)
+        assert CompiledPass().mix(y, nb_y, w, counts).tobytes() == expected.tobytes()
+        assert CompiledPass().mix(y, column, w, counts, at).tobytes() == expected.tobytes()
+
+
+@needs_numba
+def test_the_mix_reads_y_b_where_the_send_holds_it(monkeypatch):
+    """Once C is smaller than S (edges dropped since S was last compacted), the compiled mix
+    reads Y_b through C's positions in the send instead of a gathered copy: the same bytes as
+    the numpy path, which gathers; a robust mix still gets Y_b gathered."""
+    lazy = collections.Counter()
+    original = CompiledPass.mix
+
+    def counted(self, y, nb_y, w, counts, at=None):
+        lazy[at is not None] += 1
+        return original(self, y, nb_y, w, counts, at)
+
+    monkeypatch.setattr(CompiledPass, "mix", counted)
+    assert run(monkeypatch, True, "c-colme", {}) == run(monkeypatch, False, "c-colme", {})
+    assert lazy[True] and lazy[False]  # S is C in the first slots, then C is smaller
