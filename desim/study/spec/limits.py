@@ -335,7 +335,7 @@ def study_sizes(h: Horizon, doc: StudyDocument) -> Sizes:
     ideal = doc.network == {"links": "ideal"} and not any(
         k.startswith("network.") for k in doc.grid
     )
-    return Sizes(agents, dimension, _edges(doc, agents), classes, _min_degree(doc), ideal)
+    return Sizes(agents, dimension, _edges(doc, agents), classes, _min_degree(doc, agents), ideal)
 
 
 #: Directed edges of a topology model per agent, from its parameter (M·(M−1) for others).
@@ -365,19 +365,20 @@ def _edges(doc: StudyDocument, agents: int) -> int:
     return dense
 
 
-#: The smallest degree of a topology model's graph, from its parameter's smallest value (the
-#: others: unknown).
+#: The smallest degree of a topology model's graph, from its parameter's smallest value (a
+#: complete graph: M − 1; the others, e.g. a grid of one row or a Barabási–Albert graph's first
+#: agents, may have agents of degree 1: unknown).
 _MIN_DEGREE = {
     "regular": ("degree", 1),
     "ring": ("k", 2),
-    "barabasi-albert": ("m", 1),
     # networkx rewires one end of each lattice link: an agent keeps its k/2 own links
     "watts-strogatz": ("k", 0.5),
 }
 
 
-def _min_degree(doc: StudyDocument) -> int | None:
-    """The smallest degree the study's graphs are sure to have (None: unknown, or changing)."""
+def _min_degree(doc: StudyDocument, agents: int) -> int | None:
+    """The smallest degree the study's graphs of (at most) `agents` agents are sure to have
+    (None: unknown, or changing)."""
     topology = doc.topology
     if topology is None or "topology.model" in doc.grid:
         return None
@@ -386,8 +387,8 @@ def _min_degree(doc: StudyDocument) -> int | None:
     if every or topology.get("sequence") or any(k.startswith("topology.rewire.") for k in doc.grid):
         return None
     model = topology.get("model")
-    if model == "grid":
-        return 2
+    if model == "complete":  # (at the largest M, where the pairs' memory is largest)
+        return agents - 1
     if model not in _MIN_DEGREE:
         return None
     key, factor = _MIN_DEGREE[model]
