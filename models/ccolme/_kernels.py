@@ -7,13 +7,19 @@ from desim import fast
 
 
 @fast.kernel
-def gather_states(mean, y, sender, t, x_out, n_out, y_out):
-    """x_out[i], n_out[i], y_out[i] = mean[b], t, y[b] for b = sender[i] (copies)."""
-    m = len(mean)
-    pair = np.empty((m, 2))  # X̃_b and Y_b side by side: one cache line serves both reads
-    for b in range(m):
+def _side_by_side(mean, y):
+    """X̃_b and Y_b side by side, row b: one cache line serves both reads of a sender."""
+    pair = np.empty((len(mean), 2))
+    for b in range(len(mean)):
         pair[b, 0] = mean[b]
         pair[b, 1] = y[b]
+    return pair
+
+
+@fast.kernel
+def gather_states(mean, y, sender, t, x_out, n_out, y_out):
+    """x_out[i], n_out[i], y_out[i] = mean[b], t, y[b] for b = sender[i] (copies)."""
+    pair = _side_by_side(mean, y)
     for i in range(len(sender)):
         b = sender[i]
         x_out[i] = pair[b, 0]
@@ -25,11 +31,7 @@ def gather_states(mean, y, sender, t, x_out, n_out, y_out):
 def gather_blocked(mean, y, sorted_sender, back, t, read, x_out, n_out, y_out):
     """`gather_states` in `desim.models.ccolme.edges.BlockedTake`'s two passes: read the pairs
     by block of senders (`sorted_sender`), then put each back in place (`back`)."""
-    m = len(mean)
-    pair = np.empty((m, 2))
-    for b in range(m):
-        pair[b, 0] = mean[b]
-        pair[b, 1] = y[b]
+    pair = _side_by_side(mean, y)
     for i in range(len(sorted_sender)):
         b = sorted_sender[i]
         read[i, 0] = pair[b, 0]

@@ -15,6 +15,13 @@ from desim import fast
 
 
 @fast.kernel
+def _responder(a, o, m):
+    """b = a + o mod M, the agent that answers a at RR offset o (0 ≤ a, o < M)."""
+    b = a + o
+    return b - m if b >= m else b
+
+
+@fast.kernel
 def _inverse(x):
     """1/x as numpy divides (±∞ at ±0) without numba's division check."""
     if x == 0.0:
@@ -91,9 +98,7 @@ def take_run(
     o = start // m
     for a in range(m):
         pair = start + a
-        b = a + o
-        if b >= m:
-            b -= m
+        b = _responder(a, o, m)
         j = np.int64(index[a])
         before = j - 1
         s2b = sigma2[b]
@@ -131,9 +136,7 @@ def release_run(start, m, count, noise_total, fresh, sums, t, values, index):
     o = start // m
     for a in range(m):
         pair = start + a
-        b = a + o
-        if b >= m:
-            b -= m
+        b = _responder(a, o, m)
         j = count[pair] + 1
         count[pair] = j
         z = noise_total[pair] + fresh[a]

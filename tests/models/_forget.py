@@ -9,6 +9,9 @@ sys.path to import the module.
 
 from __future__ import annotations
 
+from typing import Any
+
+import pandas as pd
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -60,6 +63,18 @@ def mse_without_and_with_reset(params: dict) -> tuple[float, float]:
         m = run(s, streams=Streams(3, 0, 11, 22)).metrics
         out.append(float(m[(m.metric == "mse") & (m.t == 400)].value.iloc[0]))
     return out[0], out[1]
+
+
+def assert_same_ledger(plain: Any, forgets: Any) -> None:
+    """Every ε row of the ledger of run `forgets` (with ``forget``) equals run `plain`'s, exactly
+    (forgetting is post-processing of the releases: the ledger counts the same ones)."""
+    ledger = plain.metrics.metric.str.startswith("eps")
+    assert ledger.any()
+    pd.testing.assert_frame_equal(
+        plain.metrics[ledger].reset_index(drop=True),
+        forgets.metrics[ledger.to_numpy()].reset_index(drop=True),
+        check_exact=True,
+    )
 
 
 def assert_refused_in_one_line(params: dict, fragment: str) -> None:

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 from _forget import (
     LATENCY,
+    assert_same_ledger,
     forget_run,
     mse_without_and_with_reset,
     windowed_releases,
@@ -205,13 +206,7 @@ def test_the_ledger_with_forget_is_the_ledger_without_for_unknown_variances(forg
     params = {"variance": variance, "mechanism": "pm2"}
     plain = _run(params)
     forgets = _run({**params, "forget": forget})
-    ledger = plain.metrics.metric.str.startswith("eps")
-    assert ledger.any()
-    pd.testing.assert_frame_equal(
-        plain.metrics[ledger].reset_index(drop=True),
-        forgets.metrics[ledger.to_numpy()].reset_index(drop=True),
-        check_exact=True,
-    )
+    assert_same_ledger(plain, forgets)
 
 
 @pytest.mark.parametrize("forget", [{"window": 30}, {"reset": 40}])
