@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from desim import fast
 from desim.kernel.fingerprint import sha256_file
 from desim.kernel.params import ConfigError, build, param
 from desim.kernel.randomness import Streams
@@ -38,6 +39,9 @@ from desim.topologies.graph import Graph
 DYNAMIC_KEYS = ("rewire", "sequence")
 #: The random stream rewiring draws from (`desim.kernel.randomness.Streams.SHARED`).
 REWIRE_STREAM = "rewire"
+#: Graphs of more agents than this take the draw's compiled passes (`rewire_kernels`) when
+#: `desim.fast.compiled()`; on smaller ones numba's load would cost more than they save.
+COMPILED_ABOVE = 1000
 
 
 @dataclass(frozen=True)
@@ -178,13 +182,19 @@ def _rewiring(
     m = moved_links(graph, fraction)
     dropped = np.sort(rng.choice(len(keys), size=m, replace=False))
     pairs = n * (n - 1) // 2
+    passes = _passes(n)
     fresh = np.empty(0, dtype=np.int64)
     while len(fresh) < m:  # uniform non-links: draw pairs, keep new ones, in draw order
         k = rng.integers(0, pairs, size=2 * (m - len(fresh)) + 8)
         i, j = _pair_from_index(k)
-        fresh = np.concatenate([fresh, _first_new(i * n + j, keys, fresh)])[:m]
+        fresh = np.concatenate([fresh, passes.first_new(i * n + j, graph, keys, fresh)])[:m]
     lost, added = keys[dropped], np.sort(fresh)
-    return _relinked(graph, added, lost), added, lost, _merged(np.delete(keys, dropped), added)
+    return passes.relinked(graph, added, lost), added, lost, passes.merged(keys, dropped, added)
+
+
+def _directed(links: np.ndarray, n: int) -> np.ndarray:
+    """Both directions a·n + b of the link keys u·n + v, sorted."""
+    return np.sort(np.concatenate([links, links % n * n + links // n]))
 
 
 def _first_new(cand: np.ndarray, keys: np.ndarray, fresh: np.ndarray) -> np.ndarray:
@@ -213,8 +223,7 @@ def _relinked(graph: Graph, added: np.ndarray, lost: np.ndarray) -> Graph:
     n = graph.n
     directed = graph.src * n + graph.indices  # CSR order: sorted
     # (the searches' keys sorted too: each search starts near the last one's end)
-    gone = np.sort(np.concatenate([lost, lost % n * n + lost // n]))
-    made = np.sort(np.concatenate([added, added % n * n + added // n]))
+    gone, made = _directed(lost, n), _directed(added, n)
     drop = np.searchsorted(directed, gone)
     keep = np.ones(len(directed), dtype=bool)
     keep[drop] = False
@@ -226,6 +235,51 @@ def _relinked(graph: Graph, added: np.ndarray, lost: np.ndarray) -> Graph:
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(degree, out=indptr[1:])
     return Graph(n, indptr, indices)
+
+
+class _NumpyPasses:
+    """The draw's passes over every link, as numpy passes."""
+
+    relinked = staticmethod(_relinked)
+
+    @staticmethod
+    def first_new(cand: np.ndarray, graph: Graph, keys: np.ndarray, fresh: np.ndarray):
+        """`_first_new` (the links of `graph` are the sorted `keys`)."""
+        return _first_new(cand, keys, fresh)
+
+    @staticmethod
+    def merged(keys: np.ndarray, dropped: np.ndarray, added: np.ndarray) -> np.ndarray:
+        """`link_keys` of the new graph: `keys` without the places `dropped`, with `added`."""
+        return _merged(np.delete(keys, dropped), added)
+
+
+class _CompiledPasses:
+    """The same passes as compiled loops (`desim.topologies.rewire_kernels`): the same arrays."""
+
+    def __init__(self) -> None:
+        from desim.topologies import rewire_kernels
+
+        self.merged = rewire_kernels.merged_without
+        self._first_new = rewire_kernels.first_new
+
+    def first_new(self, cand: np.ndarray, graph: Graph, keys: np.ndarray, fresh: np.ndarray):
+        """`_first_new`, a link looked for in its row of `graph` (whose links are `keys`)."""
+        return self._first_new(cand, graph.indptr, graph.indices, fresh)
+
+    @staticmethod
+    def relinked(graph: Graph, added: np.ndarray, lost: np.ndarray) -> Graph:
+        """`_relinked`'s graph from one pass over its CSR arrays."""
+        from desim.topologies.rewire_kernels import relinked_csr
+
+        n = graph.n
+        gone, made = _directed(lost, n), _directed(added, n)
+        return Graph(n, *relinked_csr(graph.indptr, graph.indices, gone, made))
+
+
+def _passes(n: int) -> _NumpyPasses | _CompiledPasses:
+    """The draw's passes for a graph on n agents: compiled above `COMPILED_ABOVE` agents when
+    `desim.fast.compiled()`, numpy's otherwise."""
+    return _CompiledPasses() if n > COMPILED_ABOVE and fast.compiled() else _NumpyPasses()
 
 
 def _pairs(keys: np.ndarray, n: int) -> np.ndarray:

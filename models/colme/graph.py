@@ -33,46 +33,51 @@ from desim.topologies.graph import Graph
 class Neighbours:
     """Each agent's neighbours in RR order, and the pair index of each (agent, RR position)."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(
+        self, graph: Graph, compiled: bool = False, previous: Neighbours | None = None
+    ) -> None:
+        """The numbering of `graph`'s pairs (`compiled`: by `change_kernels.neighbour_layout`,
+        the same integers; `previous`: the numbering this one replaces, whose run of pair
+        indices is reused where the pair counts agree)."""
         self.n = graph.n
         self.indptr = graph.indptr
         self.degree = graph.degree
         #: Pairs, one per ordered pair (querier, neighbour): the number of pairs held.
         self.n_pairs = graph.n_directed
         src, dst = graph.src, graph.dst  # by CSR edge
-        # neighbours below a come first in a's row: RR starts after them (at the first above a)
-        self.below = np.bincount(src[dst < src], minlength=self.n)
         #: Agents with at least one neighbour: those that query.
         self.querying = np.flatnonzero(self.degree > 0)
         if len(self.querying) == self.n:  # (the views' arrays are then read without a gather)
             self.querying = every_agent(self.n)
-        # the RR position (from 0) of every CSR edge, then the pairs: by position, then querier
-        # (its place in a's row less `below`, wrapped by deg(a): a multiply, not a division)
-        numbers = np.arange(self.n_pairs)
-        position = numbers - np.repeat(self.indptr[:-1] + self.below, self.degree)
-        position += np.repeat(self.degree, self.degree) * (position < 0)
-        order = _by_position(position, np.repeat(self.degree, self.degree))
-        csr_pairs = np.empty(self.n_pairs, dtype=np.int64)
-        csr_pairs[order] = numbers
+        top = int(self.degree.max(initial=0)) + 1  # position < degree < top
+        if compiled and top * top <= _COUNTING_KEYS:
+            from desim.models.colme.change_kernels import neighbour_layout
+
+            self.below, csr_pairs, by_pair_src, by_pair_dst, self._rr, following = (
+                neighbour_layout(self.indptr, graph.indices, top)
+            )
+            self.__dict__["following"] = _frozen(following)  # (the cached property's value)
+        else:
+            self.below, csr_pairs, by_pair_src, by_pair_dst, self._rr = _layout(graph)
         #: The pair index of every CSR edge (a's edges in order of neighbour).
         self.csr_pairs = _frozen(csr_pairs)
         #: The querier a and the neighbour b of every pair.
-        self.src, self.dst = _frozen(src[order]), _frozen(dst[order])
+        self.src, self.dst = _frozen(by_pair_src), _frozen(by_pair_dst)
         #: The querier and the neighbour of every CSR edge (sorted by a·M + b).
         self.csr_src, self.csr_dst = src, dst
         #: block[q]: the first pair at RR position q + 1 (block[q + 1] − block[q] agents).
         # (block q holds one pair of every agent of degree > q: counted from the degrees)
         above = len(self.degree) - np.cumsum(np.bincount(self.degree, minlength=2))[:-1]
         self.block = np.concatenate(([0], np.cumsum(above)))
-        # rr[indptr[a] + q]: the pair of agent a's neighbour at RR position q + 1
-        self._rr = np.empty(self.n_pairs, dtype=np.int64)
-        self._rr[np.repeat(self.indptr[:-1], self.degree) + position] = self.csr_pairs
         self._responders: tuple[np.ndarray | None, np.ndarray] = (None, np.empty(0))
         self._scratch: list[np.ndarray] = []
         #: Every pair index in order, as integers and as floats (what a message carries):
         #: RR's slot on a regular graph is a view of a run of them (`span`).
-        self.numbers = _frozen(numbers)
-        self.floats = _frozen(self.numbers.astype(float))
+        if previous is not None and previous.n_pairs == self.n_pairs:
+            self.numbers, self.floats = previous.numbers, previous.floats
+        else:
+            self.numbers = _frozen(np.arange(self.n_pairs))
+            self.floats = _frozen(self.numbers.astype(float))
 
     @cached_property
     def csr_keys(self) -> np.ndarray:
@@ -356,6 +361,31 @@ def responder_spend(
     every = np.zeros(nb.n, dtype=per.dtype)
     np.add.at(every, nb.dst, per)
     return one, every
+
+
+#: The most (position, degree) keys the compiled layout counts (degrees up to 1023).
+_COUNTING_KEYS = 2**20
+
+
+def _layout(graph: Graph) -> tuple[np.ndarray, ...]:
+    """`Neighbours`' numbering of `graph` by numpy passes: (below, csr_pairs, src, dst, rr):
+    each agent's neighbours below it, the pair of every CSR edge, the querier and neighbour of
+    every pair, and rr[indptr[a] + q], the pair of a's neighbour at RR position q + 1."""
+    n, n_pairs, degree, indptr = graph.n, graph.n_directed, graph.degree, graph.indptr
+    src, dst = graph.src, graph.dst
+    # neighbours below a come first in a's row: RR starts after them (at the first above a)
+    below = np.bincount(src[dst < src], minlength=n)
+    # the RR position (from 0) of every CSR edge, then the pairs: by position, then querier
+    # (its place in a's row less `below`, wrapped by deg(a): a multiply, not a division)
+    numbers = np.arange(n_pairs)
+    position = numbers - np.repeat(indptr[:-1] + below, degree)
+    position += np.repeat(degree, degree) * (position < 0)
+    order = _by_position(position, np.repeat(degree, degree))
+    csr_pairs = np.empty(n_pairs, dtype=np.int64)
+    csr_pairs[order] = numbers
+    rr = np.empty(n_pairs, dtype=np.int64)
+    rr[np.repeat(indptr[:-1], degree) + position] = csr_pairs
+    return below, csr_pairs, src[order], dst[order], rr
 
 
 def _by_position(position: np.ndarray, degree: np.ndarray) -> np.ndarray:

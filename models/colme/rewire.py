@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from desim import fast
 from desim.kernel.messages import Batch
 from desim.kernel.protocol import FollowsGraph
 from desim.models.colme.budget import budget_on_changing_graph
@@ -227,11 +228,20 @@ def follow(
     """Move `proto`'s pair state from its graph to `graph` before slot t (the module's rules;
     `change`: the links (added, dropped), which spare a search of every link)."""
     old = proto.graph
-    nb = Neighbours(graph)
-    by_change = None if change is None else carried_by_change(old, nb, *change)
-    carry = _Carry(carried(old, nb) if by_change is None else by_change)
-    lost = np.ones(old.n_pairs, dtype=bool)
-    lost[carry.index[~carry.new]] = False
+    compiled = graph.n > CompiledPairs.above and fast.compiled()
+    nb = Neighbours(graph, compiled, previous=old)
+    if compiled:  # (one merge of the old and new rows gives both)
+        from desim.models.colme.change_kernels import carry_map
+
+        index, kept = carry_map(
+            old.indptr, old.csr_dst, old.csr_pairs, nb.indptr, nb.csr_dst, nb.csr_pairs
+        )
+        carry, lost = _Carry(index), ~kept
+    else:
+        by_change = None if change is None else carried_by_change(old, nb, *change)
+        carry = _Carry(carried(old, nb) if by_change is None else by_change)
+        lost = np.ones(old.n_pairs, dtype=bool)
+        lost[carry.index[~carry.new]] = False
     retired = proto.retired if proto.retired is not None else RetiredPairs(nb.n)
     retired.add(old.dst[lost], old.src[lost], proto.mech.count.ravel()[: old.n_pairs][lost])
     proto.retired = retired

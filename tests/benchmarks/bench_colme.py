@@ -54,20 +54,22 @@ REWIRE = {
     "t_max": 2000,
 }
 REWIRE_EVERY, BAR_REWIRE = 100, 1.2
-#: `time_scenario`'s child with Private-ColME's compiled kernels loaded before the timed run (as
-#: the imports are), their load time printed apart: numba's first call costs a fixed fraction of
-#: a second that only the runs taking a kernel (irregular graphs) would otherwise carry.
+#: `time_scenario`'s child with Private-ColME's compiled kernels (the slot's, a graph change's
+#: and the rewiring draw's) loaded before the timed run (as the imports are), their load time
+#: printed apart: numba's first call costs a fixed fraction of a second that only the runs
+#: taking a kernel (irregular or changing graphs) would otherwise carry.
 _WARM_CHILD = """
 import json, resource, sys, time
 import desim, desim.kernel.plugins
-from desim.models.colme.pair_kernels import warm
+from desim.models.colme import change_kernels, pair_kernels
+from desim.topologies import rewire_kernels
 from desim.study.scenario import Scenario
 (kwargs,) = json.loads(sys.argv[1])
 kwargs["metrics"] = tuple(kwargs.get("metrics", ()))
 s = Scenario(**kwargs)
 desim.kernel.plugins.load_plugins()
 jit = time.process_time()
-warm()
+pair_kernels.warm(), change_kernels.warm(), rewire_kernels.warm()
 jit = time.process_time() - jit
 start, cpu = time.perf_counter(), time.process_time()
 desim.run(s)

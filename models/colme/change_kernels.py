@@ -1,0 +1,112 @@
+"""A graph change's passes over every pair as compiled loops (`desim.fast.kernel`): the pair
+numbering of the new graph (`graph.Neighbours`) and the map of the pairs it keeps
+(`rewire.carried`), the same integers as their numpy paths. `desim.models.colme.rewire` takes
+them for graphs above `compiled.CompiledPairs.above` agents when `desim.fast.compiled()`;
+importing this module imports numba, where it is installed."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from desim import fast
+
+
+def neighbour_layout(indptr: np.ndarray, indices: np.ndarray, top: int) -> tuple[np.ndarray, ...]:
+    """`Neighbours`' numbering of the graph `indptr`, `indices` (degrees below `top`):
+    (below, csr_pairs, src, dst, rr, following), each pair numbered by RR position, then the
+    querier's degree, then the querier, by one counting sort of the CSR edges (stable, as the
+    numpy path's radix sort is). (Three loops, each its own kernel: as one, numba compiles
+    them to code twice as slow.)"""
+    below, position, starts = _positions(indptr, indices, top)
+    csr_pairs, src, dst, rr = _placed(indptr, indices, top, position, starts)
+    return below, csr_pairs, src, dst, rr, _following(indptr, rr)
+
+
+@fast.kernel
+def _positions(indptr, indices, top):  # pragma: no cover
+    """Each agent's neighbours below it, the RR position (from 0) of every CSR edge, and the
+    first pair of every key position·top + degree (a counting sort's starts)."""
+    n = len(indptr) - 1
+    below = np.zeros(n, dtype=np.int64)
+    position = np.empty(len(indices), dtype=np.int64)
+    starts = np.zeros(top * top + 1, dtype=np.int64)
+    for a in range(n):
+        first, degree = indptr[a], indptr[a + 1] - indptr[a]
+        count = 0
+        for e in range(first, first + degree):
+            count += indices[e] < a
+        below[a] = count
+        for e in range(first, first + degree):
+            place = e - first - count
+            position[e] = place + degree if place < 0 else place
+            starts[position[e] * top + degree + 1] += 1
+    for key in range(top * top):
+        starts[key + 1] += starts[key]
+    return below, position, starts
+
+
+@fast.kernel
+def _placed(indptr, indices, top, position, starts):  # pragma: no cover
+    """The pair of every CSR edge (its key's next free place, in CSR order: stable), the
+    querier and neighbour of every pair, and rr[indptr[a] + q]: a's pair at position q + 1."""
+    n_pairs = len(indices)
+    csr_pairs = np.empty(n_pairs, dtype=np.int64)
+    src, dst = np.empty(n_pairs, dtype=np.int64), np.empty(n_pairs, dtype=np.int64)
+    rr = np.empty(n_pairs, dtype=np.int64)
+    for a in range(len(indptr) - 1):
+        first, degree = indptr[a], indptr[a + 1] - indptr[a]
+        for e in range(first, first + degree):
+            key = position[e] * top + degree
+            pair = starts[key]
+            starts[key] = pair + 1
+            csr_pairs[e] = pair
+            src[pair], dst[pair] = a, indices[e]
+            rr[first + position[e]] = pair
+    return csr_pairs, src, dst, rr
+
+
+@fast.kernel
+def _following(indptr, rr):  # pragma: no cover
+    """`Neighbours.following`: the pair at the next RR position (cyclic) of every pair."""
+    following = np.empty(len(rr), dtype=np.int64)
+    for a in range(len(indptr) - 1):
+        first, last = indptr[a], indptr[a + 1] - 1
+        for i in range(first, last):
+            following[rr[i]] = rr[i + 1]
+        if last >= first:
+            following[rr[last]] = rr[first]
+    return following
+
+
+@fast.kernel
+def carry_map(old_indptr, old_indices, old_pairs, new_indptr, new_indices, new_pairs):  # pragma: no cover
+    """(`rewire.carried`'s map: for every new pair the old pair of its link, −1 for a new
+    link; whether each old pair is kept): one merge of each agent's old and new rows (both in
+    increasing neighbour order)."""
+    carry = np.full(len(new_indices), -1, dtype=np.int64)
+    kept = np.zeros(len(old_indices), dtype=np.bool_)
+    for a in range(len(new_indptr) - 1):
+        i, i_end = old_indptr[a], old_indptr[a + 1]
+        j, j_end = new_indptr[a], new_indptr[a + 1]
+        while i < i_end and j < j_end:
+            if old_indices[i] == new_indices[j]:
+                carry[new_pairs[j]] = old_pairs[i]
+                kept[old_pairs[i]] = True
+                i += 1
+                j += 1
+            elif old_indices[i] < new_indices[j]:
+                i += 1
+            else:
+                j += 1
+    return carry, kept
+
+
+def warm() -> None:
+    """Call every kernel once on a one-link graph, with the argument types of a run (a graph's
+    arrays are read-only): numba loads (or compiles) them now, not at the run's first change."""
+    from desim.models.colme.graph import Neighbours
+    from desim.topologies.graph import Graph
+
+    old = Neighbours(Graph(2, np.array([0, 1, 2]), np.array([1, 0])))
+    new = Neighbours(Graph(2, np.array([0, 1, 2]), np.array([1, 0])), compiled=True)
+    carry_map(old.indptr, old.csr_dst, old.csr_pairs, new.indptr, new.csr_dst, new.csr_pairs)

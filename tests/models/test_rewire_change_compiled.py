@@ -1,0 +1,146 @@
+"""A graph change's compiled passes (`colme.change_kernels`, `topologies.rewire_kernels`) give
+the numpy paths' integers: the new graph's pair numbering, the map of the pairs kept, the
+rewiring draw's graph and link keys, and whole runs on a rewired graph."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import desim
+from desim.kernel.plugins import load_plugins
+from desim.models.colme import change_kernels
+from desim.models.colme.compiled import CompiledPairs
+from desim.models.colme.graph import Neighbours
+from desim.models.colme.rewire import carried
+from desim.study.scenario import Scenario
+from desim.topologies import dynamic
+from desim.topologies.generators import ErdosRenyi, RandomRegular
+from desim.topologies.graph import Graph
+
+pytest.importorskip("numba")
+load_plugins()
+
+NUMBERING = ("below", "csr_pairs", "src", "dst", "_rr", "following", "numbers", "floats")
+
+
+def _assert_same_numbering(graph: Graph) -> None:
+    """`Neighbours` of `graph` laid out by the kernel and by numpy: the same arrays."""
+    plain, fast = Neighbours(graph), Neighbours(graph, compiled=True, previous=Neighbours(graph))
+    for name in NUMBERING:
+        x, y = getattr(plain, name), getattr(fast, name)
+        assert x.dtype == y.dtype, name
+        np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+def _chain(graph: Graph, changes: int, fraction: float, seed: int) -> list[Graph]:
+    """`graph` and its next `changes` rewirings (the numpy draw)."""
+    rng, out, keys = np.random.default_rng(seed), [graph], None
+    for _ in range(changes):
+        new, _, _, keys = dynamic._rewiring(out[-1], fraction, rng, keys)
+        out.append(new)
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(2, 60), p=st.floats(0.0, 1.0), seed=st.integers(0, 2**16))
+def test_the_compiled_numbering_is_numpys_on_any_graph(n, p, seed):
+    _assert_same_numbering(ErdosRenyi(p=p).make(n, np.random.default_rng(seed)))
+
+
+def test_the_compiled_numbering_is_numpys_on_rewired_regular_graphs():
+    for graph in _chain(RandomRegular(degree=6).make(200, np.random.default_rng(3)), 5, 0.3, 4):
+        _assert_same_numbering(graph)
+
+
+def test_a_degree_beyond_the_counting_keys_takes_the_numpy_layout():
+    star = Graph.from_edges(1100, np.zeros(1099, dtype=np.int64), np.arange(1, 1100))
+    _assert_same_numbering(star)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    n=st.integers(3, 50),
+    p=st.floats(0.05, 0.9),
+    fraction=st.floats(0.05, 1.0),
+    seed=st.integers(0, 2**16),
+)
+def test_the_compiled_carry_map_is_carried(n, p, fraction, seed):
+    g = ErdosRenyi(p=p).make(n, np.random.default_rng(seed))
+    if g.n_links == 0 or dynamic.moved_links(g, fraction) > n * (n - 1) // 2 - g.n_links:
+        return
+    old, new = Neighbours(g), Neighbours(dynamic.rewired(g, fraction, np.random.default_rng(seed)))
+    carry, kept = change_kernels.carry_map(
+        old.indptr, old.csr_dst, old.csr_pairs, new.indptr, new.csr_dst, new.csr_pairs
+    )
+    want = carried(old, new)
+    np.testing.assert_array_equal(carry, want)
+    lost = np.ones(old.n_pairs, dtype=bool)
+    lost[want[want >= 0]] = False
+    np.testing.assert_array_equal(~kept, lost)
+
+
+@pytest.mark.parametrize("topology", ["regular", "erdos-renyi"])
+def test_compiled_and_numpy_draws_give_the_same_graphs_and_keys(monkeypatch, topology):
+    rng = np.random.default_rng(11)
+    g = (
+        RandomRegular(degree=8).make(300, rng)
+        if topology == "regular"
+        else ErdosRenyi(p=0.05).make(300, rng)
+    )
+    monkeypatch.setattr(dynamic, "COMPILED_ABOVE", 0)
+    runs = []
+    for compiled in ("1", "0"):
+        monkeypatch.setenv("DESIM_COMPILED", compiled)
+        rng, graph, keys, out = np.random.default_rng(5), g, None, []
+        for fraction in (0.1, 0.5, 1.0, 0.02):
+            graph, added, lost, keys = dynamic._rewiring(graph, fraction, rng, keys)
+            out += [graph.indptr, graph.indices, added, lost, keys]
+        runs.append(out)
+    for x, y in zip(*runs, strict=True):
+        assert x.dtype == y.dtype
+        np.testing.assert_array_equal(x, y)
+
+
+def test_a_draw_that_meets_its_own_and_existing_links_keeps_the_first_new_ones():
+    # a tiny dense graph: most candidates are links already or drawn twice
+    g = ErdosRenyi(p=0.7).make(12, np.random.default_rng(2))
+    cand = np.random.default_rng(3).integers(0, 66, size=200)
+    from desim.topologies import rewire_kernels
+    from desim.topologies.generators import _pair_from_index
+
+    i, j = _pair_from_index(cand)
+    keys, fresh = dynamic.link_keys(g), (i * 12 + j)[:3]
+    fresh = fresh[~np.isin(fresh, keys)]
+    want = dynamic._first_new(i * 12 + j, keys, fresh)
+    got = rewire_kernels.first_new(i * 12 + j, g.indptr, g.indices, fresh)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "params", [{}, {"schedule": "rrr"}, {"mechanism": "pm2"}, {"forget": {"window": 10}}]
+)
+def test_runs_on_a_rewired_graph_give_the_same_bytes_both_ways(monkeypatch, params):
+    monkeypatch.setattr(CompiledPairs, "above", 0)
+    monkeypatch.setattr(dynamic, "COMPILED_ABOVE", 0)
+    runs = []
+    for compiled in ("1", "0"):
+        monkeypatch.setenv("DESIM_COMPILED", compiled)
+        out = desim.run(
+            Scenario(
+                protocol="private-colme",
+                topology={"model": "regular", "degree": 4, "rewire": {"every": 5, "fraction": 0.3}},
+                seed=3,
+                data={"model": "classes", "class_means": [0.2, 0.4, 0.8], "sigma": 0.5, "agents": 40},
+                params={"peers": "topology", **params},
+                t_max=40,
+                checkpoints=4,
+                per_agent=True,
+                metrics=("accuracy", "privacy"),
+            )
+        )
+        runs.append((out.metrics["value"].to_numpy(float), out.agents.to_numpy()))
+    for x, y in zip(*runs, strict=True):
+        np.testing.assert_array_equal(x, y)
