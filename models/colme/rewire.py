@@ -154,7 +154,8 @@ class _Carry:
         """`values` (pairs on axis 0) over the new pairs, `fill` on the new links."""
         if not self.any_kept:
             return np.full((self.n, *values.shape[1:]), fill, values.dtype)
-        out = values.take(self.index, axis=0)
+        rows = _rows(values).take(self.index)
+        out = rows.view(values.dtype).reshape(self.n, *values.shape[1:])
         out[self.fresh] = fill
         return out
 
@@ -163,10 +164,21 @@ class _Carry:
         new links' rows keep what it was made with)."""
         if not self.any_kept:
             return
-        head = new[: self.n]
+        head, old = _rows(new[: self.n]), _rows(old)
         made = head[self.fresh]
-        old.take(self.index, axis=0, out=head, mode="clip")  # (clip: no buffered copy)
+        old.take(self.index, out=head, mode="clip")  # (clip: no buffered copy)
         head[self.fresh] = made
+
+
+def _rows(values: np.ndarray) -> np.ndarray:
+    """`values` (pairs on axis 0) as a 1-D array of one opaque item per pair, the same memory
+    where `values` is C-contiguous (a copy otherwise; every array written into is): a gather
+    of rows is then one copy per row, not numpy's indexing of a 2-D array, which costs many
+    times more for rows of a few floats."""
+    if values.ndim == 1:
+        return values
+    row = np.dtype((np.void, values.itemsize * math.prod(values.shape[1:])))
+    return np.ascontiguousarray(values).reshape(len(values), -1).view(row).reshape(len(values))
 
 
 class RetiredPairs:
