@@ -80,25 +80,34 @@ def _following(indptr, rr):  # pragma: no cover
 
 @fast.kernel
 def carry_map(old_indptr, old_indices, old_pairs, new_indptr, new_indices, new_pairs):  # pragma: no cover
-    """(`rewire.carried`'s map: for every new pair the old pair of its link, −1 for a new
-    link; whether each old pair is kept): one merge of each agent's old and new rows (both in
-    increasing neighbour order)."""
-    carry = np.full(len(new_indices), -1, dtype=np.int64)
-    kept = np.zeros(len(old_indices), dtype=np.bool_)
+    """`rewire._Carry`'s arrays from one merge of each agent's old and new rows (both in
+    increasing neighbour order): (index: for every new pair the old pair of its link, 0 for a
+    new link; new: whether it is a new link; fresh: the new links' pairs, increasing; lost:
+    whether each old pair's link is gone)."""
+    index = np.zeros(len(new_indices), dtype=np.int64)
+    new = np.ones(len(new_indices), dtype=np.bool_)
+    lost = np.ones(len(old_indices), dtype=np.bool_)
     for a in range(len(new_indptr) - 1):
         i, i_end = old_indptr[a], old_indptr[a + 1]
         j, j_end = new_indptr[a], new_indptr[a + 1]
         while i < i_end and j < j_end:
             if old_indices[i] == new_indices[j]:
-                carry[new_pairs[j]] = old_pairs[i]
-                kept[old_pairs[i]] = True
+                index[new_pairs[j]] = old_pairs[i]
+                new[new_pairs[j]] = False
+                lost[old_pairs[i]] = False
                 i += 1
                 j += 1
             elif old_indices[i] < new_indices[j]:
                 i += 1
             else:
                 j += 1
-    return carry, kept
+    fresh = np.empty(len(new_indices), dtype=np.int64)
+    count = 0
+    for pair in range(len(new)):
+        if new[pair]:
+            fresh[count] = pair
+            count += 1
+    return index, new, fresh[:count], lost
 
 
 def warm() -> None:

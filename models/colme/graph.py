@@ -38,7 +38,7 @@ class Neighbours:
     ) -> None:
         """The numbering of `graph`'s pairs (`compiled`: by `change_kernels.neighbour_layout`,
         the same integers; `previous`: the numbering this one replaces, whose run of pair
-        indices is reused where the pair counts agree)."""
+        indices and scratch arrays are reused where the pair counts agree)."""
         self.n = graph.n
         self.indptr = graph.indptr
         self.degree = graph.degree
@@ -75,6 +75,7 @@ class Neighbours:
         #: RR's slot on a regular graph is a view of a run of them (`span`).
         if previous is not None and previous.n_pairs == self.n_pairs:
             self.numbers, self.floats = previous.numbers, previous.floats
+            self._scratch = previous._scratch  # (their pages are in memory already)
         else:
             self.numbers = _frozen(np.arange(self.n_pairs))
             self.floats = _frozen(self.numbers.astype(float))

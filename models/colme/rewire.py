@@ -143,12 +143,28 @@ class _Carry:
     changes shift), the new links' rows then set."""
 
     def __init__(self, carry: np.ndarray) -> None:
-        self.n = len(carry)
-        self.new = carry < 0
+        self._set(np.where(carry < 0, 0, carry), carry < 0, None)
+
+    def _set(self, index: np.ndarray, new: np.ndarray, fresh: np.ndarray | None) -> None:
+        """The map: the old pair each new pair reads (0 for a new link), which are new links,
+        and their pairs (None: found here)."""
+        self.n, self.index, self.new = len(index), index, new
         #: The new links' pairs, and the pair of the old numbering each new pair reads.
-        self.fresh = np.flatnonzero(self.new)
-        self.index = np.where(self.new, 0, carry)
+        self.fresh = np.flatnonzero(new) if fresh is None else fresh
         self.any_kept = len(self.fresh) < self.n
+
+    @classmethod
+    def merged(cls, old: Neighbours, nb: Neighbours) -> tuple[_Carry, np.ndarray]:
+        """The map from `old` to `nb` (`carried`'s) and which old pairs' links are gone, from
+        one compiled merge of their rows (`change_kernels.carry_map`)."""
+        from desim.models.colme.change_kernels import carry_map
+
+        index, new, fresh, lost = carry_map(
+            old.indptr, old.csr_dst, old.csr_pairs, nb.indptr, nb.csr_dst, nb.csr_pairs
+        )
+        carry = cls.__new__(cls)
+        carry._set(index, new, fresh)
+        return carry, lost
 
     def __call__(self, values: np.ndarray, fill: Any) -> np.ndarray:
         """`values` (pairs on axis 0) over the new pairs, `fill` on the new links."""
@@ -242,13 +258,8 @@ def follow(
     old = proto.graph
     compiled = graph.n > CompiledPairs.above and fast.compiled()
     nb = Neighbours(graph, compiled, previous=old)
-    if compiled:  # (one merge of the old and new rows gives both)
-        from desim.models.colme.change_kernels import carry_map
-
-        index, kept = carry_map(
-            old.indptr, old.csr_dst, old.csr_pairs, nb.indptr, nb.csr_dst, nb.csr_pairs
-        )
-        carry, lost = _Carry(index), ~kept
+    if compiled:  # (one merge of the old and new rows gives the map and the links lost)
+        carry, lost = _Carry.merged(old, nb)
     else:
         by_change = None if change is None else carried_by_change(old, nb, *change)
         carry = _Carry(carried(old, nb) if by_change is None else by_change)

@@ -11,10 +11,9 @@ from hypothesis import strategies as st
 
 import desim
 from desim.kernel.plugins import load_plugins
-from desim.models.colme import change_kernels
 from desim.models.colme.compiled import CompiledPairs
 from desim.models.colme.graph import Neighbours
-from desim.models.colme.rewire import carried
+from desim.models.colme.rewire import _Carry, carried
 from desim.study.scenario import Scenario
 from desim.topologies import dynamic
 from desim.topologies.generators import ErdosRenyi, RandomRegular
@@ -72,14 +71,16 @@ def test_the_compiled_carry_map_is_carried(n, p, fraction, seed):
     if g.n_links == 0 or dynamic.moved_links(g, fraction) > n * (n - 1) // 2 - g.n_links:
         return
     old, new = Neighbours(g), Neighbours(dynamic.rewired(g, fraction, np.random.default_rng(seed)))
-    carry, kept = change_kernels.carry_map(
-        old.indptr, old.csr_dst, old.csr_pairs, new.indptr, new.csr_dst, new.csr_pairs
-    )
-    want = carried(old, new)
-    np.testing.assert_array_equal(carry, want)
-    lost = np.ones(old.n_pairs, dtype=bool)
-    lost[want[want >= 0]] = False
-    np.testing.assert_array_equal(~kept, lost)
+    fast, lost = _Carry.merged(old, new)
+    plain = _Carry(carried(old, new))
+    for name in ("index", "new", "fresh"):
+        x, y = getattr(fast, name), getattr(plain, name)
+        assert x.dtype == y.dtype, name
+        np.testing.assert_array_equal(x, y, err_msg=name)
+    assert fast.any_kept == plain.any_kept
+    want = np.ones(old.n_pairs, dtype=bool)
+    want[plain.index[~plain.new]] = False
+    np.testing.assert_array_equal(lost, want)
 
 
 @pytest.mark.parametrize("topology", ["regular", "erdos-renyi"])
