@@ -79,7 +79,9 @@ def _following(indptr, rr):  # pragma: no cover
 
 
 @fast.kernel
-def carry_map(old_indptr, old_indices, old_pairs, new_indptr, new_indices, new_pairs):  # pragma: no cover
+def carry_map(
+    old_indptr, old_indices, old_pairs, new_indptr, new_indices, new_pairs
+):  # pragma: no cover
     """`rewire._Carry`'s arrays from one merge of each agent's old and new rows (both in
     increasing neighbour order): (index: for every new pair the old pair of its link, 0 for a
     new link; new: whether it is a new link; fresh: the new links' pairs, increasing; lost:

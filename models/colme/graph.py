@@ -53,8 +53,8 @@ class Neighbours:
         if compiled and top * top <= _COUNTING_KEYS:
             from desim.models.colme.change_kernels import neighbour_layout
 
-            self.below, csr_pairs, by_pair_src, by_pair_dst, self._rr, following = (
-                neighbour_layout(self.indptr, graph.indices, top)
+            self.below, csr_pairs, by_pair_src, by_pair_dst, self._rr, following = neighbour_layout(
+                self.indptr, graph.indices, top
             )
             self.__dict__["following"] = _frozen(following)  # (the cached property's value)
         else:

@@ -22,6 +22,8 @@ from desim.topologies.graph import Graph
 pytest.importorskip("numba")
 load_plugins()
 
+DATA = {"model": "classes", "class_means": [0.2, 0.4, 0.8], "sigma": 0.5, "agents": 40}
+REWIRED = {"model": "regular", "degree": 4, "rewire": {"every": 5, "fraction": 0.3}}
 NUMBERING = ("below", "csr_pairs", "src", "dst", "_rr", "following", "numbers", "floats")
 
 
@@ -132,9 +134,9 @@ def test_runs_on_a_rewired_graph_give_the_same_bytes_both_ways(monkeypatch, para
         out = desim.run(
             Scenario(
                 protocol="private-colme",
-                topology={"model": "regular", "degree": 4, "rewire": {"every": 5, "fraction": 0.3}},
+                topology=REWIRED,
                 seed=3,
-                data={"model": "classes", "class_means": [0.2, 0.4, 0.8], "sigma": 0.5, "agents": 40},
+                data=DATA,
                 params={"peers": "topology", **params},
                 t_max=40,
                 checkpoints=4,
