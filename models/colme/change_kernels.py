@@ -112,6 +112,18 @@ def carry_map(
     return index, new, fresh[:count], lost
 
 
+@fast.kernel
+def carried_beliefs(included, old, index, new, src, n_included):  # pragma: no cover
+    """χ_a(b) over the new pairs: `old`'s of the link for a kept one, `included`'s as made
+    for a new link; each querier's count of included pairs counted into `n_included` (zeros)
+    in the same pass (`EdgeBeliefs`' count, the same integers)."""
+    for pair in range(len(index)):
+        if not new[pair]:
+            included[pair] = old[index[pair]]
+        if included[pair]:
+            n_included[src[pair]] += 1
+
+
 def warm() -> None:
     """Call every kernel once on a one-link graph, with the argument types of a run (a graph's
     arrays are read-only): numba loads (or compiles) them now, not at the run's first change."""
@@ -120,4 +132,8 @@ def warm() -> None:
 
     old = Neighbours(Graph(2, np.array([0, 1, 2]), np.array([1, 0])))
     new = Neighbours(Graph(2, np.array([0, 1, 2]), np.array([1, 0])), compiled=True)
-    carry_map(old.indptr, old.csr_dst, old.csr_pairs, new.indptr, new.csr_dst, new.csr_pairs)
+    index, fresh, _, _ = carry_map(
+        old.indptr, old.csr_dst, old.csr_pairs, new.indptr, new.csr_dst, new.csr_pairs
+    )
+    included = np.ones(2, dtype=bool)
+    carried_beliefs(included, included.copy(), index, fresh, new.src, np.zeros(2, dtype=np.int64))

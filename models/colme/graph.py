@@ -163,11 +163,16 @@ class EdgeBeliefs:
     """C_a^{(t)} restricted to neighbours: `flat[e]` is χ_a(b) of edge e = a → b, with each
     agent's number of included neighbours (itself not counted)."""
 
-    def __init__(self, included: np.ndarray, neighbours: Neighbours) -> None:
+    def __init__(
+        self, included: np.ndarray, neighbours: Neighbours, n_included: np.ndarray | None = None
+    ) -> None:
+        """χ_a(b) of every edge (`n_included`: each agent's count of them, where known)."""
         self.flat = self.included = included
-        self.n_included = np.bincount(
-            neighbours.src, weights=included, minlength=neighbours.n
-        ).astype(np.int64)
+        if n_included is None:
+            n_included = np.bincount(
+                neighbours.src, weights=included, minlength=neighbours.n
+            ).astype(np.int64)
+        self.n_included = n_included
 
     def revise_pairs(
         self,

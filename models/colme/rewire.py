@@ -275,9 +275,16 @@ def follow(
     _carry_statistic(proto, carry)
     if proto.forget is not None:  # the windows of the releases held, by the same map
         proto.forget.follow(nb, carry)
-    included = proto._initially_included(proto.ctx)
-    carry.into(included, proto.beliefs.flat)
-    beliefs = type(proto.beliefs)(included, nb)  # (the class the protocol chose)
+    included, n_included = proto._initially_included(proto.ctx), None
+    if compiled:  # (the carry and each querier's count in one pass)
+        from desim.models.colme.change_kernels import carried_beliefs
+
+        n_included = np.zeros(nb.n, dtype=np.int64)
+        old_flat = proto.beliefs.flat
+        carried_beliefs(included, old_flat, carry.index, carry.new, nb.src, n_included)
+    else:
+        carry.into(included, proto.beliefs.flat)
+    beliefs = type(proto.beliefs)(included, nb, n_included)  # (the class the protocol chose)
     offset = _next_offsets(old, nb, proto.schedule) if proto.params.schedule == "rrr" else None
     proto.beliefs, proto.included = beliefs, beliefs.included
     if offset is None:

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 import desim
 from desim.kernel.plugins import load_plugins
+from desim.models.colme import change_kernels
 from desim.models.colme.compiled import CompiledPairs
-from desim.models.colme.graph import Neighbours
+from desim.models.colme.graph import EdgeBeliefs, Neighbours
 from desim.models.colme.rewire import _Carry, carried
 from desim.study.scenario import Scenario
 from desim.topologies import dynamic
@@ -83,6 +84,19 @@ def test_the_compiled_carry_map_is_carried(n, p, fraction, seed):
     want = np.ones(old.n_pairs, dtype=bool)
     want[plain.index[~plain.new]] = False
     np.testing.assert_array_equal(lost, want)
+
+
+def test_compiled_beliefs_carry_gives_numpys_beliefs_and_counts():
+    g = ErdosRenyi(p=0.2).make(50, np.random.default_rng(8))
+    old, new = Neighbours(g), Neighbours(dynamic.rewired(g, 0.4, np.random.default_rng(9)))
+    flat = np.random.default_rng(10).random(old.n_pairs) < 0.6
+    carry, _ = _Carry.merged(old, new)
+    plain = np.ones(new.n_pairs, dtype=bool)
+    carry.into(plain, flat)
+    fast, counts = np.ones(new.n_pairs, dtype=bool), np.zeros(new.n, dtype=np.int64)
+    change_kernels.carried_beliefs(fast, flat, carry.index, carry.new, new.src, counts)
+    np.testing.assert_array_equal(fast, plain)
+    np.testing.assert_array_equal(counts, EdgeBeliefs(plain, new).n_included)
 
 
 @pytest.mark.parametrize("topology", ["regular", "erdos-renyi"])
