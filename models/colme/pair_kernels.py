@@ -124,3 +124,9 @@ def warm() -> None:
     release_pm1(kappa, values.copy(), pair, values, values, ones, kappa.copy(), values.copy())
     take_last_pm1(kappa, np.zeros((2, 2)), pair, values, ones, pair, *np.zeros((3, 2)))
     revise_pairs(np.zeros(2, dtype=bool), np.zeros(2, dtype=np.int64), pair, pair, ones > 0)
+    # and with the argument types of a run on a graph whose agents all query: the queriers
+    # read-only (`every_agent`), their sample counts a read-only strided view
+    agents, t_b = np.arange(2), np.ones(4)[::2]
+    agents.flags.writeable = t_b.flags.writeable = False
+    release_pm1(kappa, values.copy(), pair, values, values, t_b, kappa.copy(), values.copy())
+    revise_pairs(np.zeros(2, dtype=bool), np.zeros(2, dtype=np.int64), agents, pair, ones > 0)
