@@ -15,8 +15,8 @@ def neighbour_layout(indptr: np.ndarray, indices: np.ndarray, top: int) -> tuple
     """`Neighbours`' numbering of the graph `indptr`, `indices` (degrees below `top`):
     (below, csr_pairs, src, dst, rr, following), each pair numbered by RR position, then the
     querier's degree, then the querier, by one counting sort of the CSR edges (stable, as the
-    numpy path's radix sort is). (Three loops, each its own kernel: as one, numba compiles
-    them to code twice as slow.)"""
+    numpy path's radix sort is). (Three loops, each its own kernel: as one, numba compiled
+    them to slower code.)"""
     below, position, starts = _positions(indptr, indices, top)
     csr_pairs, src, dst, rr = _placed(indptr, indices, top, position, starts)
     return below, csr_pairs, src, dst, rr, _following(indptr, rr)
