@@ -147,14 +147,6 @@ def refresh_weights(size, src, dst, size_dst, w):
 
 
 @fast.kernel
-def weights_over(idx, size, src, dst, w):
-    """Eq. (2)'s W_ab = 1/(1 + max(|C_a|, |C_b|)) on the edges e = idx[j], into w[j]."""
-    for j in range(len(idx)):
-        e = idx[j]
-        w[j] = 1.0 / (max(float(size[src[e]]), float(size[dst[e]])) + 1.0)
-
-
-@fast.kernel
 def block_order(index, bits, blocks, sorted_index, back):
     """`index` sorted by block index >> bits, stably (a counting sort), into `sorted_index`,
     and where each index went into `back`."""

@@ -127,13 +127,6 @@ class CompiledPass:
         """|C_b| (a float) per edge into `size_dst` and eq. (2)'s W_ab into `w`, in place."""
         self._k.refresh_weights(size, src, dst, size_dst, w)
 
-    def weights_over(
-        self, idx: np.ndarray, size: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray
-    ) -> np.ndarray:
-        """Eq. (2)'s W_ab on the edges idx (|C_a| = size[src], |C_b| = size[dst]) into w."""
-        self._k.weights_over(idx, size, src, dst, w)
-        return w
-
     def block_order(self, index: np.ndarray, bits: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(index sorted stably by block of 2^bits values, where each index went), for values
         of `n` entries: `desim.models.ccolme.edges.BlockedTake`'s order by a counting sort."""

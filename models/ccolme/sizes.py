@@ -12,8 +12,7 @@ drops; |C_b| and W_ab are kept per edge and updated where C moves. There, when e
 tells its own |C_b| and the engine takes built sends (`Context.send_batch`), a send is a
 `desim.kernel.messages.SenderBatch`: b's row (|C_b|, t) over C's edges, its senders, receivers
 and payload made only if something reads them (the protocol reads the sizes of the edges C
-drops only), so a slot in which C moves writes no per-edge send, and W_ab is made over C's
-edges from |C| when the update reads it, instead of kept on every edge.
+drops only), so a slot in which C moves writes no per-edge send.
 """
 
 from __future__ import annotations
@@ -68,9 +67,6 @@ class Sizes:
         self._payload: np.ndarray | None = None
         self._buffers: list[np.ndarray] = []
         self._w_cache: tuple[int, np.ndarray | float] | None = None  # (C's version, W_ab)
-        # the sends are `SenderBatch`es (`send`): |C_b| told is b's own, so W_ab of C's edges
-        # is made from |C| when read, and nothing is kept per edge
-        self._direct = False
         if in_order:  # per edge: |C_b| (float) and eq. (2)'s W_ab, updated where C moves
             self._size_dst = size[graph.dst].astype(float)
             if told is not None:
@@ -104,7 +100,6 @@ class Sizes:
                 return out
 
             self._sent_version = version
-            self._direct = True  # every send from now on: W_ab made over C's edges when read
             batch = SenderBatch(table, kept_idx, g.dst, g.src)
             ctx.send_batch("size", batch)
             return batch, batch, kept_idx
@@ -223,8 +218,6 @@ class Sizes:
         if not self._heard_filed and heard is not None and heard[2] == version:
             self._nb_size[gone] = self._heard_sizes(np.searchsorted(heard[0], gone))
             self._heard_filed = True
-        if self._direct:  # |C_b| and W_ab are not kept per edge (`weights` makes them)
-            return
         g = self._g
         deg = g.degree[agents]
         if self.told is None and int(deg.sum()) >= EVERY_EDGE_FROM * g.n_directed:
@@ -276,14 +269,7 @@ class Sizes:
         if whole and self._w_cache is not None and self._w_cache[0] == version:
             return self._w_cache[1]  # the same C and sizes as the last step: the same W
         if whole and self._in_order:  # they are this slot's |C_b|: W_ab is kept per edge
-            w = self._turns[1].next(len(idx))
-            if not self._direct:
-                w = self._w_full.take(idx, out=w, mode="clip")
-            elif self._compiled is not None:
-                w = self._compiled.weights_over(idx, size, self._g.src, self._g.dst, w)
-            else:
-                g = self._g
-                w[:] = edge_weight(size.take(g.src.take(idx)), size.take(g.dst.take(idx)))
+            w = self._w_full.take(idx, out=self._turns[1].next(len(idx)), mode="clip")
         else:
             w = edge_weight(np.repeat(size, counts), self.of(idx, every, whole))
         if whole:
