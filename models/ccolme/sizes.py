@@ -24,7 +24,7 @@ import numpy as np
 from desim.kernel.messages import Batch, SenderBatch
 from desim.kernel.protocol import Context
 from desim.models.ccolme.compiled import CompiledPass
-from desim.models.ccolme.edges import Turns, newest
+from desim.models.ccolme.edges import Rows, Turns, newest
 from desim.models.ccolme.model import edge_weight
 from desim.topologies.graph import Graph
 
@@ -60,7 +60,7 @@ class Sizes:
         self.w_const = 1.0 / (1.0 + (graph.degree.max() if graph.n else 0))
         self._send: tuple[int, np.ndarray, np.ndarray] | None = None  # (C's version, src, dst)
         self._sent_version: int | None = None  # C's version of the latest send
-        # (slots, |C_b| column, C's version) of the latest send when it arrived whole
+        # (slots, the send's batch, C's version) of the latest send when it arrived whole
         self._heard: tuple[np.ndarray, Batch, int] | None = None
         self._heard_filed = True
         self._column: tuple[int, np.ndarray] | None = None  # (C's version, `_whole_column`)
@@ -86,7 +86,7 @@ class Sizes:
         version: int,
         size: np.ndarray,
         t: float,
-        rows: Any,
+        rows: Rows,
     ) -> tuple[Any, Any, np.ndarray]:
         """Send this slot's sizes over the kept edges (`kept_idx`, CSR order, of C's `version`;
         `rows`: the protocol's `Rows`); returns (senders, receivers, slots) as sent, or
