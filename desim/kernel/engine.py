@@ -232,6 +232,7 @@ class Simulation:
             public=dict(self.data.public),
             streams=self.streams,
             send=self.network.send,
+            send_batch=self.network.send_batch,
             now=lambda: self.env.now,
             oracle_classes=self.data.classes.copy() if self.protocol.uses_oracle else None,
             links=self.links,

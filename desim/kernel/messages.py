@@ -3,12 +3,15 @@
 A `Batch` holds its messages as a struct of arrays. A window's messages (`RowBatch`) arrive as
 one float matrix instead, one row per message: selecting or joining them is then one operation,
 not one per array, and the integer columns are read out of the matrix only when a protocol
-asks for them. Both have the same attributes and methods; a protocol need not know which it got.
+asks for them. A send whose every message carries its sender's row of one table
+(`SenderBatch`: "b tells each neighbour its |C_b|") is held as the table and the edges it goes
+over; its columns are made only when read. All have the same attributes and methods; a protocol
+need not know which it got.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -183,6 +186,55 @@ class RowBatch(Batch):
         if len({p.rows.shape[1] for p in parts}) != 1:
             return None
         return RowBatch(np.concatenate([p.rows for p in parts]), parts[0].kinds)
+
+
+class SenderBatch(Batch):
+    """One send in which every message carries its sender's row of a table (one row per
+    agent): message i goes over edge e = edges[i], from src = senders[e] to dst = receivers[e],
+    and carries table[src], as the columns a `Batch` would hold.
+
+    The table is made by `make_table` when first needed; `kinds`, `kind` and `sent_at` are
+    given by the transport (`kind` and `sent_at` shared arrays); `src`, `dst` and `payload` are
+    made when first read, then held as a `Batch` holds them. `len()` makes none of them. A
+    protocol that recognises its own send reads only what it needs (`rows`); every other reader
+    (selection, joining, a transport that draws per message) gets the columns.
+    """
+
+    __slots__ = ("make_table", "edges", "senders", "receivers", "_table")
+
+    def __init__(
+        self,
+        make_table: Callable[[], np.ndarray],
+        edges: np.ndarray,
+        senders: np.ndarray,
+        receivers: np.ndarray,
+    ) -> None:
+        self.make_table, self.edges = make_table, edges
+        self.senders, self.receivers = senders, receivers
+        self.delivered_at = None
+        self._table: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.edges)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        # called only for a slot not filled yet (see `RowBatch.__getattr__`)
+        if name == "src":
+            value = self.senders.take(self.edges)
+        elif name == "dst":
+            value = self.receivers.take(self.edges)
+        elif name == "payload":
+            value = self.rows(slice(None))
+        else:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        setattr(self, name, value)
+        return value
+
+    def rows(self, index: np.ndarray | slice) -> np.ndarray:
+        """The payload rows of the messages `index` (a new array: table[src] there)."""
+        if self._table is None:
+            self._table = self.make_table()
+        return self._table.take(self.senders.take(self.edges[index]), axis=0)
 
 
 def _positions(index: np.ndarray) -> np.ndarray:

@@ -78,6 +78,8 @@ class Network:
         self.links = transport.links
         #: `Transport.send` of the run's transport, bound once: a send costs one call.
         self.send: Callable[..., None] = transport.send
+        #: `Transport.send_batch`: a send built by the protocol (`SenderBatch`), bound once.
+        self.send_batch: Callable[..., None] = transport.send_batch
         #: Run a slot's tick through the transport (`Instants.at_tick`).
         self.at_tick: Callable[[Callable[[], None]], None] = transport.at_tick
 

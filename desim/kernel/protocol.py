@@ -73,6 +73,7 @@ class Context:
     and before the recorder (deadlines, e.g. of `desim.kernel.server`). `adversary_truth` is
     the data source (its means and classes at the start), set only for a protocol that
     simulates adversaries (`has_adversaries`): what omniscient adversaries report from.
+    `send_batch` (optional) sends a batch the protocol built, e.g. a `SenderBatch`.
     """
 
     n_agents: int
@@ -85,6 +86,9 @@ class Context:
     links: Any = None
     call_at: Callable[[float, Callable[[], None]], None] | None = None
     adversary_truth: DataSource | None = None
+    #: `send_batch(kind, batch)` sends a `desim.kernel.messages.SenderBatch` (each message
+    #: carries its sender's row of a table, its columns made when read); None: use `send`.
+    send_batch: Callable[..., None] | None = None
 
 
 class Protocol:

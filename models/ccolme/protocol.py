@@ -91,7 +91,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from desim.kernel.messages import Batch
+from desim.kernel.messages import Batch, SenderBatch
 from desim.kernel.protocol import Context
 from desim.kernel.registry import PROTOCOLS
 from desim.models.baselines import Local
@@ -138,6 +138,8 @@ def _same_ends(batch: Batch, src: np.ndarray, dst: np.ndarray) -> bool:
     """Whether `batch` is the send (src, dst) as sent, by its length and end messages: ideal
     links hand every send over whole and in order; a batch filtered or reordered on the way
     (a test's device) is looked up edge by edge instead, with the same results."""
+    if isinstance(src, SenderBatch):  # a built send (`Sizes.send`): its columns
+        src, dst = src.src, src.dst
     n = len(src)
     if len(batch) != n:
         return False
@@ -279,7 +281,7 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         whether the batch is the last send of its kind, whole (so the newest of its kind)."""
         if self._in_order:  # ideal links: every send arrives whole, at once, in send order
             sent = self._sent.get(kind)
-            if sent is not None and _same_ends(batch, sent[0], sent[1]):
+            if sent is not None and (batch is sent[0] or _same_ends(batch, sent[0], sent[1])):
                 return sent[2], True
         return self._slot_of.find(batch.dst, batch.src), False
 
@@ -403,7 +405,7 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
     def _on_size(self, batch: Batch) -> None:
         e, whole = self._slots(batch, "size")
         if whole:
-            self._sizes.heard_whole(e, batch.payload[:, 0])  # type: ignore[arg-type]
+            self._sizes.heard_whole(e, batch)  # type: ignore[arg-type]
         else:
             self._sizes.heard(e, batch.payload[:, 0], batch.payload[:, 1])  # type: ignore[arg-type]
 
@@ -447,12 +449,9 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         if not self._sends_sizes or len(self._kept_idx) == 0:
             self._update()
             return
-        owners = self._csr.owners(self.size, self._kept_version, self._kept_idx, self._in_order)
-        sender, receiver, payload = self._sizes.payload(
-            self._kept_idx, self._kept_version, self.size, self.t, owners
+        self._sent["size"] = self._sizes.send(
+            self.ctx, self._kept_idx, self._kept_version, self.size, self.t, self._csr
         )
-        self._sent["size"] = (sender, receiver, self._kept_idx)
-        self.ctx.send("size", sender, receiver, payload)
         self.ctx.call_at(self.t, self._update)
 
     # -- neighbour test ----------------------------------------------------------------------

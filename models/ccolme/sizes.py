@@ -8,15 +8,23 @@ caches what stays the same while C does not move. Every cache is keyed by the ve
 
 With ideal links (`in_order`) every send arrives whole, at once and in order: the latest send's
 column is held as it came (`_heard`) and written per edge only when read, or for the edges C
-drops; |C_b| and W_ab are kept per edge and updated where C moves.
+drops; |C_b| and W_ab are kept per edge and updated where C moves. There, when every agent
+tells its own |C_b| and the engine takes built sends (`Context.send_batch`), a send is a
+`desim.kernel.messages.SenderBatch`: b's row (|C_b|, t) over C's edges, its senders, receivers
+and payload made only if something reads them (the protocol reads the sizes of the edges C
+drops only), so a slot in which C moves writes no per-edge send.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from desim.kernel.messages import Batch, SenderBatch
+from desim.kernel.protocol import Context
 from desim.models.ccolme.compiled import CompiledPass
-from desim.models.ccolme.edges import Turns, newest
+from desim.models.ccolme.edges import Rows, Turns, newest
 from desim.models.ccolme.model import edge_weight
 from desim.topologies.graph import Graph
 
@@ -52,9 +60,10 @@ class Sizes:
         self.w_const = 1.0 / (1.0 + (graph.degree.max() if graph.n else 0))
         self._send: tuple[int, np.ndarray, np.ndarray] | None = None  # (C's version, src, dst)
         self._sent_version: int | None = None  # C's version of the latest send
-        # (slots, |C_b| column, C's version) of the latest send when it arrived whole
-        self._heard: tuple[np.ndarray, np.ndarray, int] | None = None
+        # (slots, the send's batch, C's version) of the latest send when it arrived whole
+        self._heard: tuple[np.ndarray, Batch, int] | None = None
         self._heard_filed = True
+        self._column: tuple[int, np.ndarray] | None = None  # (C's version, `_whole_column`)
         self._payload: np.ndarray | None = None
         self._buffers: list[np.ndarray] = []
         self._w_cache: tuple[int, np.ndarray | float] | None = None  # (C's version, W_ab)
@@ -70,6 +79,35 @@ class Sizes:
         self._compiled = CompiledPass.choose(graph.n_directed) if in_order else None
 
     # -- sending -----------------------------------------------------------------------------
+    def send(
+        self,
+        ctx: Context,
+        kept_idx: np.ndarray,
+        version: int,
+        size: np.ndarray,
+        t: float,
+        rows: Rows,
+    ) -> tuple[Any, Any, np.ndarray]:
+        """Send this slot's sizes over the kept edges (`kept_idx`, CSR order, of C's `version`;
+        `rows`: the protocol's `Rows`); returns (senders, receivers, slots) as sent, or
+        (batch, batch, slots) for a `SenderBatch`."""
+        if self._in_order and self.told is None and ctx.send_batch is not None:
+            g = self._g
+
+            def table() -> np.ndarray:  # (|C_b|, t) per agent b, as the per-edge columns hold
+                out = np.empty((g.n, 2))
+                out[:, 0], out[:, 1] = size, t
+                return out
+
+            self._sent_version = version
+            batch = SenderBatch(table, kept_idx, g.dst, g.src)
+            ctx.send_batch("size", batch)
+            return batch, batch, kept_idx
+        owners = rows.owners(size, version, kept_idx, self._in_order)
+        sender, receiver, payload = self.payload(kept_idx, version, size, t, owners)
+        ctx.send("size", sender, receiver, payload)
+        return sender, receiver, kept_idx
+
     def payload(
         self,
         kept_idx: np.ndarray,
@@ -125,11 +163,11 @@ class Sizes:
         return self._buffers[0][:, :k].T
 
     # -- receiving ---------------------------------------------------------------------------
-    def heard_whole(self, slots: np.ndarray, size: np.ndarray) -> None:
-        """The latest send (in order), whole: hold its column over its slots."""
+    def heard_whole(self, slots: np.ndarray, batch: Batch) -> None:
+        """The latest send (in order), whole: hold it (its |C_b| column read when needed)."""
         if not self._heard_filed and self._heard[2] != self._sent_version:  # type: ignore[index]
             self._file_heard()  # the new sizes do not cover the same slots
-        self._heard, self._heard_filed = (slots, size, self._sent_version), False  # type: ignore[assignment]
+        self._heard, self._heard_filed = (slots, batch, self._sent_version), False  # type: ignore[assignment]
 
     def heard(self, e: np.ndarray, size: np.ndarray, at: np.ndarray) -> None:
         """Sizes of any send for the edge slots e, sent at `at`: keep per edge the newest."""
@@ -147,9 +185,26 @@ class Sizes:
     def _file_heard(self) -> None:
         """Write the sizes of the latest whole send into `_nb_size` (if not done yet)."""
         if not self._heard_filed:
-            e, size, _ = self._heard  # type: ignore[misc]
-            self._nb_size[e] = size
+            self._nb_size[self._heard[0]] = self._heard_sizes(slice(None))  # type: ignore[index]
             self._heard_filed = True
+
+    def _whole_column(self) -> np.ndarray:
+        """|C_b| of every message of the latest whole send (made once per version of C when
+        the send is a `SenderBatch`: a version's sends carry the same sizes)."""
+        _, batch, version = self._heard  # type: ignore[misc]
+        if not isinstance(batch, SenderBatch):
+            return batch.payload[:, 0]
+        if self._column is None or self._column[0] != version:
+            self._column = None  # freed before the new one is made
+            self._column = (version, batch.rows(slice(None))[:, 0])
+        return self._column[1]
+
+    def _heard_sizes(self, rows: np.ndarray | slice) -> np.ndarray:
+        """|C_b| of the messages `rows` of the latest whole send (only those made, if lazy)."""
+        batch = self._heard[1]  # type: ignore[index]
+        if isinstance(batch, SenderBatch):
+            return batch.rows(rows)[:, 0]
+        return batch.payload[rows, 0]
 
     # -- C moved (in order) ------------------------------------------------------------------
     def moved(self, gone: np.ndarray, agents: np.ndarray, size: np.ndarray, version: int) -> None:
@@ -161,7 +216,7 @@ class Sizes:
         """
         heard = self._heard
         if not self._heard_filed and heard is not None and heard[2] == version:
-            self._nb_size[gone] = heard[1][np.searchsorted(heard[0], gone)]
+            self._nb_size[gone] = self._heard_sizes(np.searchsorted(heard[0], gone))
             self._heard_filed = True
         g = self._g
         deg = g.degree[agents]
@@ -200,7 +255,7 @@ class Sizes:
     def of(self, idx: np.ndarray, every: bool, whole: bool) -> np.ndarray:
         """|C_b| as b told a on the edges idx (all edges if `every`; the kept ones if `whole`)."""
         if whole:  # the latest send arrived whole: its column
-            return self._heard[1]  # type: ignore[index]
+            return self._whole_column()
         return self.nb_size if every else self.nb_size[idx]
 
     def weights(

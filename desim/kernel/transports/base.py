@@ -19,7 +19,7 @@ import simpy
 from simpy.events import Event
 
 from desim.kernel.links import LinkModel
-from desim.kernel.messages import Batch
+from desim.kernel.messages import Batch, SenderBatch
 
 #: Priorities of same-time events: a slot's tick, deliveries, deadlines, then measurements.
 PRIORITY_TICK, PRIORITY_DELIVER, PRIORITY_DEADLINE, PRIORITY_RECORD = 0, 1, 2, 3
@@ -84,6 +84,12 @@ class Transport:
         random delays are then fixed functions of (kind, id) (`LinkModel.latency`).
         """
         raise NotImplementedError
+
+    def send_batch(self, kind: str, batch: SenderBatch) -> None:
+        """Send the messages of `batch` (built by the protocol, its columns made when read) as
+        `send` sends its columns; a transport that hands a send over whole (`Synchronous`)
+        hands over the batch itself."""
+        self.send(kind, batch.src, batch.dst, batch.payload)
 
     def _columns(
         self, src: np.ndarray, dst: np.ndarray, payload: np.ndarray | None
