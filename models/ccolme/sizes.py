@@ -94,6 +94,8 @@ class Sizes:
         if self._in_order and self.told is None and ctx.send_batch is not None:
             g = self._g
 
+            # made when first read: `size` is never written in place (C's moves make a new
+            # array), so the table then is the one of this send
             def table() -> np.ndarray:  # (|C_b|, t) per agent b, as the per-edge columns hold
                 out = np.empty((g.n, 2))
                 out[:, 0], out[:, 1] = size, t
