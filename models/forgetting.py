@@ -277,24 +277,28 @@ class PrefixWindow:
         if self.reset:
             return self._take_reset(pair, prefix, t, j)
         mask = self._mask
-        head = self._head.take(pair)
         first = pair << self._shift
         cell = first + (j & mask)
         # this release first (`kept` bounds the releases in a window, so it never overwrites
-        # one inside), so the search below stops at it at the latest (n = 0: no whole p-sum)
-        self._ring[cell] = t + 1j * prefix
-        start = t - self.forget.window
+        # one inside), so the search below stops at it at the latest (n = 0: no whole p-sum);
+        # its two parts written in place (a complex t + i·prefix would be built first)
+        self._ring.real[cell], self._ring.imag[cell] = t, prefix
+        head = self._head.take(pair)
         if self.gaps:
-            return self._search_gaps(pair, cell, head, first, j, prefix, t, start)
-        # the oldest release with t_j − t_i ≤ W: heads move on (about one release a call)
+            return self._search_gaps(pair, cell, head, first, j, prefix, t, t - self.forget.window)
+        # the oldest release with n = t_j − t_i ≤ W (integers: exact): heads move on (about one
+        # release a call); `count_nonzero` is numpy's cheapest test of a flag on a few hundred
+        window = self.forget.window
         old = self._ring.take(first + (head & mask))
-        move = old.real < start
-        while move.any():
+        n = t - old.real
+        move = n > window
+        while np.count_nonzero(move):
             head += move
             old = self._ring.take(first + (head & mask))
-            move = old.real < start
+            n = t - old.real
+            move = n > window
         self._head[pair] = head
-        return t - old.real, prefix - old.imag, head
+        return n, prefix - old.imag, head
 
     def _search_gaps(
         self,

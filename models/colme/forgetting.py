@@ -257,7 +257,7 @@ class ReleaseWindows:
             p.v_hat.ravel()[pair] = sigma2_b
         if self.means is not None:  # MoM: the mean of the window's prefix means
             value, var = self._mom(sigma2_b, pair, values * t_b, t_b, j, n, noisy_sum, i)
-        elif n.all():  # (the usual case: every window holds a p-sum)
+        elif np.count_nonzero(n) == len(n):  # (the usual case: every window holds a p-sum)
             value = noisy_sum / n
             var = (sigma2_b * n + p.sigma2_dp * noise) / (n * n)
         else:

@@ -16,6 +16,8 @@ import math
 import dp_accounting
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from desim.kernel.engine import Simulation
 from desim.kernel.params import ConfigError, build
@@ -137,6 +139,37 @@ def test_a_window_differences_the_oldest_release_inside_it():
         n, s, i = window.take(np.array([0]), np.array([1.0]), np.array([float(t)]), np.array([j]))
         got.append((n[0], s[0], i[0]))
     assert got == [(3, 3, 0), (6, 6, 0), (6, 6, 1), (6, 6, 2)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    window=st.integers(1, 12),
+    seed=st.integers(0, 2**32 - 1),
+    rate=st.floats(0.1, 1.0),
+)
+def test_a_window_s_base_is_the_oldest_release_within_w_for_any_release_times(
+    window: int, seed: int, rate: float
+) -> None:
+    """Five pairs releasing in random slots (each at most once a slot): every take gives the
+    base a brute-force search over all the pair's releases finds, the oldest i with
+    t_j − t_i ≤ W, and n and the noisy sum from it (the same floats)."""
+    rng = np.random.default_rng(seed)
+    pairs = 5
+    prefixes = PrefixWindow(Forget(window=window), n_pairs=pairs, kept=window + 2)
+    held = [[(0.0, 0.0)] for _ in range(pairs)]  # (t_k, t_k R_k) of releases k = 0, 1, …
+    for t in range(1, 4 * window + 8):
+        pair = np.flatnonzero(rng.random(pairs) < rate)
+        if len(pair) == 0:
+            continue
+        value = rng.standard_normal(len(pair))
+        t_b = np.full(len(pair), float(t))
+        j = np.array([len(held[p]) for p in pair])
+        n, noisy, i = prefixes.take(pair, value, t_b, j)
+        for k, p in enumerate(pair):
+            held[p].append((float(t), float(value[k] * t_b[k])))
+            base = next(x for x, (t_x, _) in enumerate(held[p]) if t - t_x <= window)
+            assert (i[k], n[k]) == (base, t - held[p][base][0])
+            assert noisy[k] == held[p][-1][1] - held[p][base][1]
 
 
 def test_a_reset_differences_the_first_release_from_tau_minus_1():
