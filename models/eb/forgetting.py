@@ -12,9 +12,10 @@ samples instead of the running mean:
 - ``pm1``, ``pm2``: the agent still makes its p-sum release of its whole prefix
   (`desim.models.privacy.release.PSumRelease`), and uploads the difference of two prefixes it
   has released, (t_j R_j − t_i R_i)/(t_j − t_i) over the samples t_i + 1 … t_j
-  (`desim.models.forgetting.PrefixWindow`): post-processing of releases, so the ledger is the one
-  without forgetting. Its noise variance is σ_DP² times the p-sums (PM-I) or tree nodes
-  (PM-II) the difference keeps (`difference_noise_count`). Exponential weights are refused: a
+  (`RoundPrefixes`: `desim.models.forgetting.PrefixWindow`'s rule for agents that all release
+  at every round): post-processing of releases, so the ledger is the one without forgetting.
+  Its noise variance is σ_DP² times the p-sums (PM-I) or tree nodes (PM-II) the difference
+  keeps (`difference_noise_count`). Exponential weights are refused: a
   p-sum's samples are released summed, so weights λ^(t − s) within one cannot be applied. A
   window must hold a whole round (W ≥ round) and a reset fall on a round (τ − 1 a multiple of
   round), so that every upload covers samples.
@@ -26,13 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from desim.models.forgetting import (
-    RULES,
-    Forget,
-    ForgettingSums,
-    PrefixWindow,
-    difference_noise_count,
-)
+from desim.models.forgetting import RULES, Forget, ForgettingSums, difference_noise_count
 
 #: Why p-sum uploads allow no exponential weights (the message of a refused rate).
 _PSUM_WHY = "a p-sum's samples are released summed: no weights λ^(t − s) within one"
@@ -81,8 +76,7 @@ class UploadForgetting:
             #: The running sum and count of every agent's samples (what its p-sums cover).
             self.full_sums = np.zeros(n_agents)
             self.full_count = 0
-            kept = (forget.window // every + 2) if forget.rule == "window" else 1
-            self.prefixes = PrefixWindow(forget, n_agents, kept)
+            self.prefixes = RoundPrefixes(forget, n_agents, every)
 
     @staticmethod
     def bytes_per_agent(params: Any, t_max: int) -> float:
@@ -95,8 +89,7 @@ class UploadForgetting:
         if params.mechanism not in ("pm1", "pm2"):
             return own
         every = int(params.round) if params.round is not None else t_max
-        kept = (forget.window // every + 2) if forget.rule == "window" else 1
-        return own + 8.0 + PrefixWindow.bytes_per_pair(forget, kept)
+        return own + 8.0 + RoundPrefixes.bytes_per_agent(forget, every)
 
     @classmethod
     def build(cls, params: Any, n_agents: int, every: int) -> UploadForgetting | None:
@@ -121,11 +114,71 @@ class UploadForgetting:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(value, count, noise variance) of the p-sum uploads of `agents`: the release of the
         whole prefix, differenced against the window's base release."""
-        t = np.full(len(agents), float(self.full_count))
+        t = float(self.full_count)
         value, j, _ = release.release(
-            agents, np.zeros(len(agents), dtype=np.int64), self.full_sums[agents], t
+            agents,
+            np.zeros(len(agents), dtype=np.int64),
+            self.full_sums[agents],
+            np.full(len(agents), t),
         )
-        n, noisy_sum, i = self.prefixes.take(agents, value, t, j)
-        n_safe = np.maximum(n, 1.0)  # (n ≥ round by the checks above)
-        noise = sigma2_dp * difference_noise_count(self.mechanism, j, i) / (n_safe * n_safe)
-        return noisy_sum / n_safe, n, noise
+        # every agent releases at every round, so j (as t) is every agent's
+        n, noisy_sum, i = self.prefixes.take(value, t, int(j[0]))
+        n_safe = max(n, 1.0)  # (n ≥ round by the checks above)
+        if self.mechanism == "pm1":  # (the p-sums i + 1 … j: an integer, exact as a float)
+            count = float(j[0] - i)
+        else:
+            count = difference_noise_count(self.mechanism, j[:1], np.array([i]))[0]
+        noise = sigma2_dp * count / (n_safe * n_safe)
+        k = len(agents)
+        return noisy_sum / n_safe, np.full(k, n), np.full(k, noise)
+
+
+class RoundPrefixes:
+    """The prefixes every agent released, one row a round, and the base a ``forget`` rule
+    differences against: `desim.models.forgetting.PrefixWindow`'s rule (the same base, n and
+    noisy sum) for agents that all release at every round. A ``forget`` table refuses budgets,
+    so no upload is withheld, and the releases' t and j, the base and n are every agent's: the
+    base is searched once a round, over scalars.
+
+    ``window = W``: the base i is the oldest release with t_j − t_i ≤ W (row k mod rows holds
+    release k; rows = W // round + 2 bounds the releases in a window, plus this one);
+    ``reset = τ``: the first release whose prefix ends at or after slot τ − 1, from slot τ on
+    (before it, every sample)."""
+
+    def __init__(self, forget: Forget, n_agents: int, every: int) -> None:
+        self.forget = forget
+        rows = forget.window // every + 2 if forget.rule == "window" else 1
+        # row 0 starts as release 0, the empty prefix (t = 0); under reset it is the base
+        self._prefix = np.zeros((rows, n_agents))
+        self._t = np.zeros(rows)
+        self._head = 0  # the window's base
+        self._base_j = 0  # the reset's base (0: none stored yet)
+
+    @staticmethod
+    def bytes_per_agent(forget: Forget, every: int) -> float:
+        """Bytes per agent of the rows a `RoundPrefixes` of this rule and round keeps."""
+        return 8.0 * (forget.window // every + 2 if forget.rule == "window" else 1)
+
+    def take(self, value: np.ndarray, t: float, j: int) -> tuple[float, np.ndarray, int]:
+        """Take every agent's release j (values R_j, made at t): (n, S̃, i) with n = t_j − t_i
+        the samples kept, S̃ each agent's noisy sum over them and i the base release."""
+        prefix = value * t
+        if self.forget.rule == "reset":
+            return self._take_reset(prefix, t, j)
+        rows = len(self._t)
+        self._prefix[j % rows], self._t[j % rows] = prefix, t
+        head = self._head
+        while t - self._t[head % rows] > self.forget.window:  # (it stops at j at the latest)
+            head += 1
+        self._head = head
+        return t - self._t[head % rows], prefix - self._prefix[head % rows], head
+
+    def _take_reset(self, prefix: np.ndarray, t: float, j: int) -> tuple[float, np.ndarray, int]:
+        """`take` under ``reset = τ``: the empty prefix before slot τ; from τ on the first release
+        whose prefix ends at or after slot τ − 1 (n = 0 until a later one)."""
+        tau = self.forget.reset
+        if t >= tau - 1 and self._base_j == 0:  # the first such release: the base
+            self._prefix[0], self._t[0], self._base_j = prefix, t, j
+        if t < tau:  # before τ the statistic is every sample's
+            return t, prefix, 0
+        return t - self._t[0], prefix - self._prefix[0], self._base_j

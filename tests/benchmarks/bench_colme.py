@@ -13,9 +13,8 @@ printed at the end is what goes into closing notes.
 from __future__ import annotations
 
 import argparse
-import statistics
 
-from harness import best_of, run_child, time_scenario, time_study
+from harness import best_of, forget_rows, print_forget, run_child, time_scenario, time_study
 
 DATA = {"model": "classes", "agents": 200, "class_means": [0.2, 0.4, 0.8], "sigma": 0.5}
 T_MAX = 30_000
@@ -112,9 +111,11 @@ def rewire_rows(repeat: int) -> list[tuple]:
 
 
 #: Forgetting (issue 29): the robustness/drift study's Private-ColME run (M = 200, uniform data,
-#: a fifth of the agents switch class at 2000, T = 10⁴, 100 checkpoints) without a ``forget``
-#: table, with ``window = 1000`` and with ``reset = 2000``: per-slot CPU ≤ 1.2× without.
+#: a fifth of the agents switch class at 2000, T = 10⁴, 100 checkpoints, PM-I RR) without a
+#: ``forget`` table and with each of `harness.FORGET_RULES`: per-slot CPU ≤ 1.2× without.
 FORGET = {
+    "protocol": "private-colme",
+    "params": {"mechanism": "pm1", "schedule": "rr", "epsilon": 1.0},
     "data": {
         **DATA,
         "distribution": "uniform",
@@ -123,9 +124,8 @@ FORGET = {
     "t_max": 10_000,
     "checkpoints": 100,
     "metrics": ["accuracy"],
+    "seed": 1,
 }
-FORGET_WORKLOADS = {"without": None, "window 1000": {"window": 1000}, "reset 2000": {"reset": 2000}}
-BAR_FORGET = 1.2
 
 
 def graph_rows() -> list[tuple]:
@@ -147,37 +147,6 @@ def graph_rows() -> list[tuple]:
     return rows
 
 
-def forget_rows(tries: int) -> list[tuple]:
-    """Per-slot CPU (ms) of Private-ColME PM-I RR without and with each ``forget`` rule:
-    `tries` fresh processes each, the workloads alternated (so a change in load hits all
-    alike); per workload its median, least and most, and the median's ratio to the median
-    without."""
-    cpu: dict[str, list[float]] = {name: [] for name in FORGET_WORKLOADS}
-    for _ in range(tries):
-        for name, forget in FORGET_WORKLOADS.items():
-            params = {"mechanism": "pm1", "schedule": "rr", "epsilon": 1.0}
-            if forget is not None:
-                params["forget"] = forget
-            r = time_scenario(protocol="private-colme", params=params, seed=1, **FORGET)
-            cpu[name].append(r["cpu"] / FORGET["t_max"] * 1e3)
-    base = statistics.median(cpu["without"])
-    rows = []
-    for name, per_slot in cpu.items():
-        ratio = statistics.median(per_slot) / base
-        ok = name == "without" or ratio <= BAR_FORGET
-        rows.append((name, statistics.median(per_slot), min(per_slot), max(per_slot), ratio, ok))
-    return rows
-
-
-def _print_forget(rows: list[tuple], tries: int) -> None:
-    """The forgetting rows, as closing notes quote them (ms per slot, `tries` runs each)."""
-    print(f"\nPrivate-ColME M=200 T=1e4, ms per slot, {tries} alternated runs each")
-    print(f"{'forget':<14} {'median':>7} {'least':>7} {'most':>7} {'ratio':>6}  bar")
-    for name, mid, low, high, ratio, ok in rows:
-        result = f"≤ {BAR_FORGET:g}× {'ok' if ok else 'FAIL'}" if name != "without" else ""
-        print(f"{name:<14} {mid:7.3f} {low:7.3f} {high:7.3f} {ratio:5.2f}×  {result}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", action="store_true", help="also time the full Fig. 2 study")
@@ -190,7 +159,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.forget:
-        _print_forget(forget_rows(args.forget), args.forget)
+        print_forget("Private-ColME M=200 T=1e4", forget_rows(FORGET, args.forget), args.forget)
         return
     if args.graph or args.rewire:
         _print(rewire_rows(args.rewire) if args.rewire else graph_rows())

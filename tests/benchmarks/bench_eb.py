@@ -2,6 +2,7 @@
 
     python tests/benchmarks/bench_eb.py
     python tests/benchmarks/bench_eb.py --repeat 3   # best of 3 tries, workloads alternated
+    python tests/benchmarks/bench_eb.py --forget 5   # only the forgetting rows, 5 alternations
 
 One-shot workloads (m = 10⁴ agents, one round at t_max = n) for each protocol, bar ≤ 2 s, and
 streaming workloads (M = 200, T = 3·10⁴, a round every slot, PM-I uploads), bar ≤ 4 s. Then
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import best_of, time_scenario
+from harness import best_of, forget_rows, print_forget, time_scenario
 
 GAUSS = {
     "model": "hierarchical-gaussian",
@@ -103,6 +104,17 @@ EXACT_WORKLOADS = (
 )
 #: Issue 15's bar: an exact-time what-if costs at most this many times its synchronous run.
 EXACT_BAR = 3.0
+#: Forgetting (issue 29): eb-gaussian with PM-I uploads every slot (M = 200, a fifth of the
+#: agents switch class at 2000, T = 10⁴, 100 checkpoints) without a ``forget`` table and with
+#: each of `harness.FORGET_RULES`: per-slot CPU ≤ 1.2× without.
+FORGET = {
+    "protocol": "eb-gaussian",
+    "params": {"mechanism": "pm1", "round": 1},
+    "data": {**CLASSES, "drift": {"model": "switch", "fraction": 0.2, "at": 2000}},
+    "t_max": 10_000,
+    "checkpoints": 100,
+    "seed": 1,
+}
 
 
 def main() -> None:
@@ -113,7 +125,14 @@ def main() -> None:
         default=1,
         help="tries of each workload, in rounds over all of them (best kept)",
     )
+    parser.add_argument(
+        "--forget", type=int, metavar="N", help="only the forgetting rows, N alternations"
+    )
     args = parser.parse_args()
+    if args.forget:
+        title = "eb-gaussian PM-I every slot, M=200 T=1e4"
+        print_forget(title, forget_rows(FORGET, args.forget), args.forget)
+        return
     # every timed run: one-shot and streaming workloads, then each what-if synchronous and exact
     runs = {
         label: dict(protocol=protocol, params=params, data=data, t_max=t_max, seed=1)

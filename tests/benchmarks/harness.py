@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -80,3 +81,40 @@ def best_of(tries: list[dict]) -> dict:
     """The try of one workload with the least CPU time: on a shared machine interference only
     adds time, so the least is the closest to what the code costs (as `timeit` keeps)."""
     return min(tries, key=lambda r: r["cpu"])
+
+
+#: The ``forget`` rules a forgetting row compares with the run without one (issue 29's bar:
+#: per-slot CPU ≤ `BAR_FORGET`× without).
+FORGET_RULES = {"without": None, "window 1000": {"window": 1000}, "reset 2000": {"reset": 2000}}
+BAR_FORGET = 1.2
+
+
+def forget_rows(scenario: dict, tries: int) -> list[tuple]:
+    """Per-slot CPU (ms) of `scenario` without and with each of `FORGET_RULES` (added to its
+    params): `tries` fresh processes each, the rules alternated (so a change in load hits all
+    alike); per rule its median, least and most, and the median's ratio to the median
+    without, and whether that ratio meets `BAR_FORGET`."""
+    cpu: dict[str, list[float]] = {name: [] for name in FORGET_RULES}
+    for _ in range(tries):
+        for name, forget in FORGET_RULES.items():
+            params = dict(scenario["params"])
+            if forget is not None:
+                params["forget"] = forget
+            r = time_scenario(**{**scenario, "params": params})
+            cpu[name].append(r["cpu"] / scenario["t_max"] * 1e3)
+    base = statistics.median(cpu["without"])
+    rows = []
+    for name, per_slot in cpu.items():
+        ratio = statistics.median(per_slot) / base
+        ok = name == "without" or ratio <= BAR_FORGET
+        rows.append((name, statistics.median(per_slot), min(per_slot), max(per_slot), ratio, ok))
+    return rows
+
+
+def print_forget(title: str, rows: list[tuple], tries: int) -> None:
+    """`forget_rows`' table, as closing notes quote them (ms per slot, `tries` runs each)."""
+    print(f"\n{title}, ms per slot, {tries} alternated runs each")
+    print(f"{'forget':<14} {'median':>7} {'least':>7} {'most':>7} {'ratio':>6}  bar")
+    for name, mid, low, high, ratio, ok in rows:
+        result = f"≤ {BAR_FORGET:g}× {'ok' if ok else 'FAIL'}" if name != "without" else ""
+        print(f"{name:<14} {mid:7.3f} {low:7.3f} {high:7.3f} {ratio:5.2f}×  {result}")

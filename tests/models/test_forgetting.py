@@ -25,6 +25,7 @@ from desim.kernel.plugins import load_plugins
 from desim.kernel.randomness import Streams
 from desim.kernel.registry import CURVES, DATA, METRICS, PROTOCOLS
 from desim.models.baselines import BaselineParams, Ideal, Local
+from desim.models.eb.forgetting import RoundPrefixes
 from desim.models.forgetting import (
     Forget,
     PrefixWindow,
@@ -170,6 +171,33 @@ def test_a_window_s_base_is_the_oldest_release_within_w_for_any_release_times(
             base = next(x for x, (t_x, _) in enumerate(held[p]) if t - t_x <= window)
             assert (i[k], n[k]) == (base, t - held[p][base][0])
             assert noisy[k] == held[p][-1][1] - held[p][base][1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    every=st.integers(1, 5),
+    span=st.integers(0, 12),
+    reset=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_round_prefixes_give_the_pair_window_s_base_n_and_sums(
+    every: int, span: int, reset: bool, seed: int
+) -> None:
+    """Agents that all release every `every` slots (server uploads): `RoundPrefixes`' one
+    search a round gives what `PrefixWindow` gives each agent as a pair of its own, bit for bit
+    (a window W ≥ round, or a reset whose τ − 1 falls on a round)."""
+    forget = Forget(reset=every * span + 1) if reset else Forget(window=every + span)
+    rng = np.random.default_rng(seed)
+    agents = np.arange(4)
+    rows = RoundPrefixes(forget, len(agents), every)
+    pairs = PrefixWindow(forget, len(agents), kept=(forget.window or 0) // every + 2)
+    for j in range(1, 40 // every + 2):
+        t, value = float(j * every), rng.standard_normal(len(agents))
+        n, noisy, i = rows.take(value, t, j)
+        n_p, noisy_p, i_p = pairs.take(agents, value, np.full(4, t), np.full(4, j))
+        np.testing.assert_array_equal(np.full(4, n), n_p)
+        np.testing.assert_array_equal(noisy, noisy_p)
+        np.testing.assert_array_equal(np.full(4, i), i_p)
 
 
 def test_a_reset_differences_the_first_release_from_tau_minus_1():
