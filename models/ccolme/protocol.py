@@ -250,14 +250,12 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
                 return
         if self._relive:  # after a graph change (`rewire`)
             rewire.relive(self)
-        payload = self._state_payload()
         states = self.states
         if isinstance(states, LiveFirst):
             states.compact(self._kept_idx, self._kept_version, self.params.symmetric)
-            sender, receiver, slots = states.fill(self._mean, self.y, t, payload, self._turn)
-            self._sent["state"] = (sender, receiver, slots)
-            self.ctx.send("state", sender, receiver, payload)
+            self._sent["state"] = states.send(self.ctx, self._mean, self.y, t)
         else:
+            payload = self._state_payload()
             np.take(self._mean, self.dst, out=payload[:, 0], mode="clip")
             payload[:, 1] = t
             np.take(self.y, self.dst, out=payload[:, 2], mode="clip")
@@ -267,8 +265,8 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         self.ctx.call_at(t, self._decided)
 
     def _state_payload(self) -> np.ndarray:
-        """An (edges × 3) array for this slot's states, columns contiguous: in order, the next
-        of `BUFFERS` in turn (`_turn` tells which)."""
+        """An (edges × 3) array for this slot's states on the per-edge path, columns
+        contiguous: in order, the next of `BUFFERS` in turn."""
         if not self._in_order:
             return np.empty((3, self.graph.n_directed)).T
         if not self._buffers:
@@ -300,13 +298,13 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
 
     def _on_state(self, batch: Batch) -> None:
         e, whole = self._slots(batch, "state")
-        x, n, y = batch.payload[:, 0], batch.payload[:, 1], batch.payload[:, 2]
         states = self.states
         if isinstance(states, LiveFirst):
             if whole:  # in order, every send arrives whole, at once
-                self._on_live_states(states, x, y)
+                self._on_live_states(states, batch)
                 return
             self.states = states = states.to_edge_states()  # per edge from now on
+        x, n, y = batch.payload[:, 0], batch.payload[:, 1], batch.payload[:, 2]
         if batch.delivered_at is not None:  # a window's, with exact times (window_safe)
             if isinstance(e, slice):
                 e = np.arange(self.graph.n_directed)[e]
@@ -324,9 +322,9 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         if self.params.symmetric:
             self._tell(e, chi, self.ctx.now())
 
-    def _on_live_states(self, states: LiveFirst, x: np.ndarray, y: np.ndarray) -> None:
-        """A live-first send of this slot, whole: hold its columns over S, test χ's edges."""
-        s = states.receive(x, y, self.t)
+    def _on_live_states(self, states: LiveFirst, batch: Batch) -> None:
+        """A live-first send of this slot, whole: hold its values over S, test χ's edges."""
+        s = states.receive(batch, self.t)
         died = states.tested(self._rule(s))  # irrevocable: a drop of S stays dropped
         if len(died):
             self.chi[died] = False

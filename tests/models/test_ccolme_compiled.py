@@ -218,10 +218,11 @@ def test_passes_are_numpys_on_random_arrays(seed):
     numpy_blocked = edges.BlockedTake(sender, n, 2)
     assert (blocked.sorted == numpy_blocked.sorted).all()
     assert (blocked.back == numpy_blocked.back).all()
-    payload = np.empty((3, 400)).T
-    k.gather_states(mean, y, sender, 7, payload, blocked)
-    assert payload[:, 0].tobytes() == mean[sender].tobytes()
-    assert (payload[:, 1] == 7).all() and payload[:, 2].tobytes() == y[sender].tobytes()
+    for by_block in (blocked, None):
+        x_out, y_out = np.empty(400), np.empty(400)
+        k.gather_states(mean, y, sender, x_out, y_out, by_block)
+        assert x_out.tobytes() == mean[sender].tobytes()
+        assert y_out.tobytes() == y[sender].tobytes()
 
 
 @needs_numba
