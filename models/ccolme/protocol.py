@@ -525,8 +525,7 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         self._w = self._sizes.weights(idx, counts, self.size, every, whole)
         # W Y over the mixed b ∈ C_a; they are in CSR order, so agent a's are the `counts[a]`
         # consecutive ones
-        rows, starts = runs = self._csr.starts(counts, version)
-        mixed = self._csr.mix(self.y, nb_y, self._w, counts, runs, version, at)
+        mixed = self._csr.mix(self.y, nb_y, self._w, counts, version, at)
         mixed = self.robust_mix(mixed, nb_y, counts)
         oma = one_minus_alpha(self.t - self.start, p.alpha_c, p.alpha_p)
         self.y = consensus_update(self._mean, mixed, oma)
@@ -539,6 +538,7 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
                 starts = np.cumsum(size)[rows] - size[rows]
                 nb_size = self._sizes.nb_size[self._kept_idx]
             else:
+                rows, starts = self._csr.starts(counts, version)
                 nb_size = self._sizes.of(idx, every, whole)
             # |C̃_a| = 1: nobody kept; = 2: one neighbour b kept, and b keeps only a
             single = np.zeros(self.graph.n)
