@@ -27,30 +27,30 @@ def gather_states(mean, y, sender, x_out, y_out):
 
 
 @fast.kernel
-def gather_blocked(mean, y, sorted_sender, back, read, x_block, y_out):
-    """`gather_states` by block of senders (`desim.models.ccolme.edges.BlockedTake`): X̃_b
-    read by block into `x_block` and left in that order (message i's is x_block[back[i]]),
-    Y_b read by block into `read`, then put back in place into `y_out` (`back`)."""
+def gather_blocked(mean, y, sorted_sender, back, read, x_out, y_out):
+    """`gather_states` in `desim.models.ccolme.edges.BlockedTake`'s two passes: read the pairs
+    by block of senders (`sorted_sender`), then put each back in place (`back`)."""
     pair = _side_by_side(mean, y)
     for i in range(len(sorted_sender)):
         b = sorted_sender[i]
-        x_block[i] = pair[b, 0]
-        read[i] = pair[b, 1]
+        read[i, 0] = pair[b, 0]
+        read[i, 1] = pair[b, 1]
     for i in range(len(back)):
-        y_out[i] = read[back[i]]
+        j = back[i]
+        x_out[i] = read[j, 0]
+        y_out[i] = read[j, 1]
 
 
 @fast.kernel
-def keep_within(mean, x_b, at, a, bound, strict, keep):
-    """keep[i] = |mean[a[i]] − X̃_b| < bound (strict) or ≤ bound, X̃_b = x_b[i], or x_b[at[i]]
-    (`at` not None: a compile-time choice)."""
+def keep_within(mean, x_b, a, bound, strict, keep):
+    """keep[i] = |mean[a[i]] − x_b[i]| < bound (strict) or ≤ bound."""
     # one loop per comparison: no branch on `strict` inside the loop
     if strict:
-        for i in range(len(keep)):
-            keep[i] = abs(mean[a[i]] - (x_b[i] if at is None else x_b[at[i]])) < bound
+        for i in range(len(x_b)):
+            keep[i] = abs(mean[a[i]] - x_b[i]) < bound
     else:
-        for i in range(len(keep)):
-            keep[i] = abs(mean[a[i]] - (x_b[i] if at is None else x_b[at[i]])) <= bound
+        for i in range(len(x_b)):
+            keep[i] = abs(mean[a[i]] - x_b[i]) <= bound
 
 
 @fast.kernel

@@ -1,8 +1,7 @@
 """C-ColME's compiled per-slot passes (`desim.fast`): the numpy path's bytes, in one loop each.
 
 The passes of a slot that read or write every edge of S or C: the state send's gather (X̃_b and
-Y_b by sender, by block of senders on large graphs, whose order a counting sort gives; X̃_b is
-then left in the block order and the test reads it through each message's position there), the
+Y_b by sender, by block of senders on large graphs, whose order a counting sort gives), the
 neighbour test (|X̃_a − X̃_b| against one bound for every edge), the mix (W Y over each agent's
 run of kept edges) and, when C moves over ideal links, C's edges, the size send and eq. (2)'s
 weights. In numpy each is several passes over per-edge arrays that fit in no cache, with
@@ -62,31 +61,21 @@ class CompiledPass:
         x_out: np.ndarray,
         y_out: np.ndarray,
         blocked: BlockedTake | None = None,
-    ) -> np.ndarray | None:
-        """x_out[i], y_out[i] = X̃_b, Y_b for b = sender[i], written in place, and None; or,
-        by block of senders when `blocked` (their `BlockedTake`) is given, X̃_b left in the
-        block order and the positions there (`blocked.back`: message i's is x_out[back[i]]),
-        which the test reads through (one pass fewer than putting them back)."""
+    ) -> None:
+        """x_out[i], y_out[i] = X̃_b, Y_b for b = sender[i], written in place; by block of
+        senders when `blocked` (their `BlockedTake`) is given."""
         if blocked is None:
             self._k.gather_states(mean, y, sender, x_out, y_out)
-            return None
-        read = blocked.reads()
-        self._k.gather_blocked(mean, y, blocked.sorted, blocked.back, read, x_out, y_out)
-        return blocked.back
+        else:
+            read = blocked.reads(2)
+            self._k.gather_blocked(mean, y, blocked.sorted, blocked.back, read, x_out, y_out)
 
     def keep_within(
-        self,
-        mean: np.ndarray,
-        x_b: np.ndarray,
-        a: np.ndarray,
-        bound: float,
-        strict: bool,
-        at: np.ndarray | None = None,
+        self, mean: np.ndarray, x_b: np.ndarray, a: np.ndarray, bound: float, strict: bool
     ) -> np.ndarray:
-        """|X̃_a − X̃_b| < bound (strict) or ≤ bound per edge, X̃_a = mean[a], X̃_b = x_b[i] or,
-        with `at`, x_b[at[i]]."""
-        keep = np.empty(len(a), dtype=bool)
-        self._k.keep_within(mean, x_b, at, a, float(bound), strict, keep)
+        """|X̃_a − X̃_b| < bound (strict) or ≤ bound per edge, X̃_a = mean[a]."""
+        keep = np.empty(len(x_b), dtype=bool)
+        self._k.keep_within(mean, x_b, a, float(bound), strict, keep)
         return keep
 
     def mix(

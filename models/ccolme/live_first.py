@@ -53,27 +53,13 @@ class LiveFirst:
         self.died = kept_idx[:0]
         self._order: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
         # X̃_b and Y_b over S of the sends, in `BUFFERS` buffers each taken in turn, and the
-        # latest send with its two and X̃_b's positions (None: in S's order)
+        # latest send with its two
         self._values = Turns(self._e, float, BUFFERS), Turns(self._e, float, BUFFERS)
-        self._sent: tuple[SenderBatch, np.ndarray, np.ndarray, np.ndarray | None] | None = None
-        # the newest and the previous send as a holds them: (S's version, S, X̃_b, Y_b, where
-        # X̃_b of S's edge i is: None for x[i], see `read`), the previous without Y_b
+        self._sent: tuple[SenderBatch, np.ndarray, np.ndarray] | None = None
+        # the newest and the previous send as a holds them: (S's version, S, X̃_b, Y_b)
         zero = np.zeros(self._e)
-        self._held: tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None] = (
-            0,
-            self.s,
-            zero,
-            zero,
-            None,
-        )
-        self._held_prev: tuple[int, np.ndarray, np.ndarray, np.ndarray | None] = (
-            0,
-            self.s,
-            zero,
-            None,
-        )
-        #: Where `read` left X̃_b of S's edge i (None: at i; see `read`).
-        self.read_at: np.ndarray | None = None
+        self._held: tuple[int, np.ndarray, np.ndarray, np.ndarray] = (0, self.s, zero, zero)
+        self._held_prev: tuple[int, np.ndarray, np.ndarray] = (0, self.s, zero)
         #: t_b of the newest send (0: none yet), and of the one before.
         self.n_all: float = 0.0
         self.n_prev_all: float = 0.0
@@ -127,9 +113,8 @@ class LiveFirst:
             blocked = self.blocked[1]
         # ideal links: a holds t − 1's and t − 2's states, so t − 3's buffers are free
         x_b, y_b = self._values[0].next(k), self._values[1].next(k)
-        at = None  # or X̃_b left in the blocked gather's order: message i's is x_b[at[i]]
         if self._compiled is not None:
-            at = self._compiled.gather_states(mean, y, sender[:k], x_b, y_b, blocked)
+            self._compiled.gather_states(mean, y, sender[:k], x_b, y_b, blocked)
         elif blocked is not None:
             blocked.take(mean, x_b)
             blocked.take(y, y_b)
@@ -145,7 +130,7 @@ class LiveFirst:
             return out
 
         batch = SenderBatch(table, slots, self._dst, self._src, carried=k)
-        self._sent = (batch, x_b, y_b, at)
+        self._sent = (batch, x_b, y_b)
         if ctx.send_batch is None:  # an engine that takes columns only
             ctx.send("state", batch.src, batch.dst, batch.payload)
         else:
@@ -158,12 +143,11 @@ class LiveFirst:
         or from the columns of a batch made of them); returns S (the edges to test)."""
         k = len(self.s)
         if self._sent is not None and batch is self._sent[0]:
-            _, x, y, at = self._sent
+            x, y = self._sent[1], self._sent[2]
         else:
-            x, y, at = batch.payload[:k, 0], batch.payload[:k, 2], None
-        version, s, x_prev, _, at_prev = self._held
-        self._held_prev = (version, s, x_prev, at_prev)
-        self._held = (self.version, self.s, x, y, at)
+            x, y = batch.payload[:k, 0], batch.payload[:k, 2]
+        self._held_prev = self._held[:3]
+        self._held = (self.version, self.s, x, y)
         self.n_prev_all, self.n_all = self.n_all, float(t)
         return self.s
 
@@ -199,20 +183,15 @@ class LiveFirst:
         return self._order[2][: len(e)], self._order[1][: len(e)]
 
     def read(self, e: np.ndarray, fresh: bool) -> tuple[np.ndarray, float, float]:
-        """(X̃_b, t_b, t_b) on S (`e`) of the newest send (`fresh`) or the one before. X̃_b of
-        S's edge i is x[read_at[i]] when `read_at` is not None (X̃_b in the blocked gather's
-        order, over more than `CHUNK` edges: the compiled test reads it there), else x[i]."""
+        """(X̃_b, t_b, t_b) on S (`e`) of the newest send (`fresh`) or the one before."""
         if fresh:
-            version, s, x, _, at = self._held
+            version, s, x, _ = self._held
             n_all = self.n_all
         else:
-            version, s, x, at = self._held_prev
+            version, s, x = self._held_prev
             n_all = self.n_prev_all
-        if at is not None and (version != self.version or len(x) <= CHUNK):
-            x, at = x.take(at), None  # in S's order, for a gather or the test on whole arrays
         if version != self.version:  # held over an older S
             x = x.take(self._pos(("S", self.version), version, e, s))
-        self.read_at = at
         return x, n_all, n_all
 
     def y_of(
@@ -222,7 +201,7 @@ class LiveFirst:
         `kept_version`, or another subset of S: None), and None; or, when `lazy` and the
         compiled mix reads it (`desim.models.ccolme.compiled`), the send's Y column over S and
         the positions of idx in it: the mix then reads Y_b there, with no gathered copy."""
-        version, s, _, y, _ = self._held
+        version, s, _, y = self._held
         if version == self.version and self._s_is_kept == kept_version is not None:
             return y, None  # S is C: no gather
         key = None if kept_version is None else ("C", kept_version)
@@ -256,11 +235,9 @@ class LiveFirst:
         message carried no value (edges dropped for good)."""
         if name in ("n", "n_prev"):
             return np.full(self._e, self.n_all if name == "n" else self.n_prev_all)
-        _, s, x, y, at = self._held
+        _, s, x, y = self._held
         if name == "x_prev":
-            _, s, x, at = self._held_prev
-        if at is not None and name != "y":
-            x = x.take(at)
+            _, s, x = self._held_prev
         out = np.full(self._e, np.nan)
         out[s] = y if name == "y" else x
         return out

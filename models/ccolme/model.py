@@ -287,16 +287,13 @@ class NeighbourTest:
         n_a: float,
         n_b: float,
         chunk: int,
-        at: np.ndarray | None = None,
     ) -> np.ndarray:
-        """`keep` on |X̃_a − X̃_b| for the edges (a, b), X̃_a = mean[a], X̃_b = x_b (or x_b[at]),
-        `chunk` edges at a time in one reused buffer: element-wise, so the same floats as on
-        whole arrays, without passes over per-edge arrays that fit in no cache."""
+        """`keep` on |X̃_a − X̃_b| for the edges (a, b), X̃_a = mean[a], `chunk` edges at a
+        time in one reused buffer: element-wise, so the same floats as on whole arrays, without
+        passes over per-edge arrays that fit in no cache."""
         if self._compiled is not None:
             bound, strict = self.bound(n_a, n_b)
-            return self._compiled.keep_within(mean, x_b, a, bound, strict, at)
-        if at is not None:
-            x_b = x_b.take(at)
+            return self._compiled.keep_within(mean, x_b, a, bound, strict)
         keep = np.empty(len(x_b), dtype=bool)
         if len(self._chunk) < chunk:
             self._chunk = np.empty(chunk)

@@ -95,10 +95,10 @@ from desim.kernel.messages import Batch, SenderBatch
 from desim.kernel.protocol import Context
 from desim.kernel.registry import PROTOCOLS
 from desim.models.baselines import Local
-from desim.models.ccolme import live_first, rewire
+from desim.models.ccolme import rewire
 from desim.models.ccolme.edges import EdgeStates, Rows, common, newest
 from desim.models.ccolme.family import CColMEFamily
-from desim.models.ccolme.live_first import BUFFERS, LiveFirst
+from desim.models.ccolme.live_first import BUFFERS, CHUNK, LiveFirst
 from desim.models.ccolme.model import (
     bernstein_threshold,  # noqa: F401  (re-exported: the formulas' former home)
     confidence_radius,  # noqa: F401  (re-exported)
@@ -467,10 +467,8 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         # live-first, e is S: (a, b) are its send's receivers and senders (no gather)
         a, b = states.ends(e) if live else (self.src[e], self.dst[e])  # type: ignore[union-attr,arg-type]
         n_a = float(self.t)
-        chunk = live_first.CHUNK  # (`LiveFirst.read` leaves X̃_b in place past it: read_at)
-        if n_all is not None and len(x_b) > chunk:  # one t_b: element-wise in pieces
-            at = states.read_at if live else None  # type: ignore[union-attr]
-            return self._test.keep_in_chunks(self._mean, x_b, a, b, n_a, n_all, chunk, at)
+        if n_all is not None and len(x_b) > CHUNK:  # one t_b: element-wise in pieces
+            return self._test.keep_in_chunks(self._mean, x_b, a, b, n_a, n_all, CHUNK)
         # |X̃_a − X̃_b|, in place; every edge: CSR order, a = src, agents' rows
         if isinstance(e, slice) or (live and len(e) == self.graph.n_directed):
             # r-regular: a scalar count repeats faster

@@ -221,8 +221,8 @@ def relive(proto: CColME) -> None:
         return
     s = np.flatnonzero(proto.chi)
     live = LiveFirst(proto.graph, s)
-    live._held = (0, s, states.x[s], states.y[s], None)
-    live._held_prev = (0, s, states.x_prev[s], None)
+    live._held = (0, s, states.x[s], states.y[s])
+    live._held_prev = (0, s, states.x_prev[s])
     live.n_all = states.n_all
     live.n_prev_all = states.n_prev_all if states.n_prev_all is not None else states.n_all
     # S is C (C = χ without symmetric decisions): the update's Y_b need no gather

@@ -21,7 +21,7 @@ from desim.kernel.links import IdealLinks
 from desim.kernel.params import build
 from desim.kernel.randomness import Streams
 from desim.kernel.registry import PROTOCOLS
-from desim.models.ccolme import compiled, edges, live_first, sizes
+from desim.models.ccolme import compiled, edges, live_first, protocol, sizes
 from desim.models.ccolme.compiled import CompiledPass
 from desim.models.ccolme.model import mix
 from desim.network_models.links import FixedLatency
@@ -67,7 +67,7 @@ def run(monkeypatch, kernels, name, params, links=None, sigma2=None, rewire=None
     monkeypatch.setattr(compiled, "COMPILED_FROM", 0)
     monkeypatch.setattr(live_first, "BLOCKED_FROM", 0 if blocked else 1 << 30)
     monkeypatch.setattr(edges, "BLOCK_BITS", 2)  # many blocks of four senders
-    monkeypatch.setattr(live_first, "CHUNK", 16)  # the test in chunks, as on large graphs
+    monkeypatch.setattr(protocol, "CHUNK", 16)  # the test in chunks, as on large graphs
     # eq. (2) refreshed on every edge at each move of C, or only around the agents that moved
     monkeypatch.setattr(sizes, "EVERY_EDGE_FROM", 0.0 if blocked else float("inf"))
     base = PROTOCOLS.get(name)
@@ -220,17 +220,9 @@ def test_passes_are_numpys_on_random_arrays(seed):
     assert (blocked.back == numpy_blocked.back).all()
     for by_block in (blocked, None):
         x_out, y_out = np.empty(400), np.empty(400)
-        at = k.gather_states(mean, y, sender, x_out, y_out, by_block)
-        assert (at is None) == (by_block is None)
-        # by block, X̃_b is left in the block order: read through the positions returned
-        assert (x_out if at is None else x_out[at]).tobytes() == mean[sender].tobytes()
+        k.gather_states(mean, y, sender, x_out, y_out, by_block)
+        assert x_out.tobytes() == mean[sender].tobytes()
         assert y_out.tobytes() == y[sender].tobytes()
-    # the test through those positions: the booleans of the test on X̃_b in place
-    x_block = np.empty(400)
-    at = k.gather_states(mean, y, sender, x_block, np.empty(400), blocked)
-    for strict in (False, True):
-        direct = k.keep_within(mean, mean[sender], a, 0.7, strict)
-        assert (k.keep_within(mean, x_block, a, 0.7, strict, at) == direct).all()
 
 
 @needs_numba

@@ -219,12 +219,13 @@ def test_a_blocked_take_is_np_take(n, k, bits, seed):
 def test_the_test_in_cache_sized_pieces_is_the_same_bit_for_bit(monkeypatch, name, params):
     """Large graphs test their edges a chunk at a time: forced on a small graph with chunks
     that split S and agents' rows, the run is the one tested over whole arrays, bit for bit."""
+    from desim.models.ccolme import protocol as ccolme_protocol
 
     g = regular(60, 6, seed=4)
     data = GraphData(g, np.arange(60) % 2, [0.0, 1.0], sigma=0.3)
     cls = PROTOCOLS.get(name)
     whole = run(cls, params, data, 60, 5)[2]
-    monkeypatch.setattr(live_first, "CHUNK", 7)
+    monkeypatch.setattr(ccolme_protocol, "CHUNK", 7)
     pieces = run(cls, params, data, 60, 5)[2]
     assert pieces.metrics.to_csv().encode() == whole.metrics.to_csv().encode()
     assert pieces.agents.to_csv().encode() == whole.agents.to_csv().encode()
