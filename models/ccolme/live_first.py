@@ -7,6 +7,10 @@ tested only, and Y_b is gathered from the send by a cached index: the operations
 path (`desim.models.ccolme.edges.EdgeStates`) on the same values, over fewer edges, so the
 results are the same bit for bit (tests check it).
 
+The send is a `desim.kernel.messages.SenderBatch` (b's row (X̃_b, t, Y_b), NaN rows past S),
+its columns made only if something reads them; the receivers read X̃_b and Y_b over S from
+the two buffers the send's gather wrote, so no per-edge payload or slot column is written.
+
 S, the edges whose states carry values (CSR order, a superset of χ), is χ as of its last
 compaction: it holds the edges dropped since then until they are an eighth of it (their values
 are sent and not read), so that S, its message order and the index arrays built from it change
