@@ -113,6 +113,16 @@ def mix_rows(y, nb_y, at, w, w_const, counts, out):
 
 
 @fast.kernel
+def consensus_step(mean, mixed, start, t, c, out):
+    """out[a] = (1 − α) X̃_a + α (W Y)_a with 1 − α = min(1, c/s) at age s = t − start[a]: the
+    operations of `model.one_minus_alpha` (p = 1, c ≥ 1) and `model.consensus_update`."""
+    for a in range(len(mean)):
+        decay = c / (t - start[a])
+        oma = 1.0 if decay >= 1.0 else decay  # np.minimum(1.0, decay), NaN kept
+        out[a] = oma * mean[a] + (1.0 - oma) * mixed[a]
+
+
+@fast.kernel
 def size_send(kept_idx, dst, size_dst, t, sender, sizes, times):
     """The size send over the kept edges e: sender dst[e], |C_b| = size_dst[e], slot t."""
     for j in range(len(kept_idx)):

@@ -95,6 +95,15 @@ class CompiledPass:
             self._k.mix_rows(y, nb_y, at, np.empty(0), float(w), counts, out)
         return out
 
+    def consensus_step(
+        self, mean: np.ndarray, mixed: np.ndarray, start: np.ndarray, t: float, c: float
+    ) -> np.ndarray:
+        """Y^(t) with 1 − α = min(1, c/s) at the ages s = t − start, a new array (see
+        `desim.models.ccolme.model.consensus_step`)."""
+        out = np.empty(len(mean))
+        self._k.consensus_step(mean, mixed, start, float(t), float(c), out)
+        return out
+
     def size_send(
         self,
         kept_idx: np.ndarray,

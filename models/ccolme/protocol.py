@@ -96,16 +96,16 @@ from desim.kernel.protocol import Context
 from desim.kernel.registry import PROTOCOLS
 from desim.models.baselines import Local
 from desim.models.ccolme import rewire
+from desim.models.ccolme.compiled import CompiledPass
 from desim.models.ccolme.edges import EdgeStates, Rows, common, newest
 from desim.models.ccolme.family import CColMEFamily
 from desim.models.ccolme.live_first import BUFFERS, CHUNK, LiveFirst
 from desim.models.ccolme.model import (
     bernstein_threshold,  # noqa: F401  (re-exported: the formulas' former home)
     confidence_radius,  # noqa: F401  (re-exported)
-    consensus_update,
+    consensus_step,
     data_bernstein_parameter,  # noqa: F401  (re-exported)
     metropolis_weights,  # noqa: F401  (re-exported)
-    one_minus_alpha,
     row_sums,  # noqa: F401  (re-exported)
     small_component,
 )
@@ -231,6 +231,7 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         self._rewired: np.ndarray | None = None  # C_a changed by a graph change (`rewire`)
         self._relive = False  # back to the live-first path when it can (`rewire.relive`)
         self._handlers = (self._on_state, self._on_decision, self._on_size)
+        self._compiled = CompiledPass.choose(e)  # the consensus step's pass, chosen once
 
     # -- slot: sample, privatise, share ------------------------------------------------------
     def on_samples(self, t: int, samples: np.ndarray) -> None:
@@ -525,8 +526,8 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         # consecutive ones
         mixed = self._csr.mix(self.y, nb_y, self._w, counts, version, at)
         mixed = self.robust_mix(mixed, nb_y, counts)
-        oma = one_minus_alpha(self.t - self.start, p.alpha_c, p.alpha_p)
-        self.y = consensus_update(self._mean, mixed, oma)
+        args = (self.start, self.t, p.alpha_c, p.alpha_p, self._compiled)
+        self.y = consensus_step(self._mean, mixed, *args)  # (a new array: sends hold the old)
         if p.restart == "galante":
             self._restart(self._changed)
         if p.fallback != "none":
