@@ -193,6 +193,9 @@ class SenderBatch(Batch):
     agent): message i goes over edge e = edges[i], from src = senders[e] to dst = receivers[e],
     and carries table[src], as the columns a `Batch` would hold.
 
+    With `carried` = k, only the first k messages carry their sender's row, the others a row
+    of NaN (sent for their count, their values not meant to be read).
+
     The table is made by `make_table` when first needed; `kinds`, `kind` and `sent_at` are
     given by the transport (`kind` and `sent_at` shared arrays); `src`, `dst` and `payload` are
     made when first read, then held as a `Batch` holds them. `len()` makes none of them. A
@@ -200,7 +203,7 @@ class SenderBatch(Batch):
     (selection, joining, a transport that draws per message) gets the columns.
     """
 
-    __slots__ = ("make_table", "edges", "senders", "receivers", "_table")
+    __slots__ = ("make_table", "edges", "senders", "receivers", "carried", "_table")
 
     def __init__(
         self,
@@ -208,9 +211,12 @@ class SenderBatch(Batch):
         edges: np.ndarray,
         senders: np.ndarray,
         receivers: np.ndarray,
+        carried: int | None = None,
     ) -> None:
         self.make_table, self.edges = make_table, edges
         self.senders, self.receivers = senders, receivers
+        #: How many of the first messages carry their sender's row (None: all of them).
+        self.carried = carried
         self.delivered_at = None
         self._table: np.ndarray | None = None
 
@@ -231,10 +237,14 @@ class SenderBatch(Batch):
         return value
 
     def rows(self, index: np.ndarray | slice) -> np.ndarray:
-        """The payload rows of the messages `index` (a new array: table[src] there)."""
+        """The payload rows of the messages `index` (a new array: table[src] there, NaN past
+        `carried`)."""
         if self._table is None:
             self._table = self.make_table()
-        return self._table.take(self.senders.take(self.edges[index]), axis=0)
+        out = self._table.take(self.senders.take(self.edges[index]), axis=0)
+        if self.carried is not None and self.carried < len(self.edges):
+            out[np.arange(len(self.edges))[index] >= self.carried] = np.nan
+        return out
 
 
 def _positions(index: np.ndarray) -> np.ndarray:

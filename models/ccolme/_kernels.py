@@ -17,18 +17,17 @@ def _side_by_side(mean, y):
 
 
 @fast.kernel
-def gather_states(mean, y, sender, t, x_out, n_out, y_out):
-    """x_out[i], n_out[i], y_out[i] = mean[b], t, y[b] for b = sender[i] (copies)."""
+def gather_states(mean, y, sender, x_out, y_out):
+    """x_out[i], y_out[i] = mean[b], y[b] for b = sender[i] (copies)."""
     pair = _side_by_side(mean, y)
     for i in range(len(sender)):
         b = sender[i]
         x_out[i] = pair[b, 0]
-        n_out[i] = t
         y_out[i] = pair[b, 1]
 
 
 @fast.kernel
-def gather_blocked(mean, y, sorted_sender, back, t, read, x_out, n_out, y_out):
+def gather_blocked(mean, y, sorted_sender, back, read, x_out, y_out):
     """`gather_states` in `desim.models.ccolme.edges.BlockedTake`'s two passes: read the pairs
     by block of senders (`sorted_sender`), then put each back in place (`back`)."""
     pair = _side_by_side(mean, y)
@@ -39,7 +38,6 @@ def gather_blocked(mean, y, sorted_sender, back, t, read, x_out, n_out, y_out):
     for i in range(len(back)):
         j = back[i]
         x_out[i] = read[j, 0]
-        n_out[i] = t
         y_out[i] = read[j, 1]
 
 
@@ -112,6 +110,16 @@ def mix_rows(y, nb_y, at, w, w_const, counts, out):
                 terms[k] = _term(nb_y, at, w, w_const, per_edge, ya, j + k)
             out[a] = ya + fast.reduceat_sum(terms, 0, c)
         j += c
+
+
+@fast.kernel
+def consensus_step(mean, mixed, start, t, c, out):
+    """out[a] = (1 − α) X̃_a + α (W Y)_a with 1 − α = min(1, c/s) at age s = t − start[a]: the
+    operations of `model.one_minus_alpha` (p = 1, c ≥ 1) and `model.consensus_update`."""
+    for a in range(len(mean)):
+        decay = c / (t - start[a])
+        oma = 1.0 if decay >= 1.0 else decay  # np.minimum(1.0, decay), NaN kept
+        out[a] = oma * mean[a] + (1.0 - oma) * mixed[a]
 
 
 @fast.kernel

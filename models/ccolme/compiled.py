@@ -58,18 +58,17 @@ class CompiledPass:
         mean: np.ndarray,
         y: np.ndarray,
         sender: np.ndarray,
-        t: float,
-        payload: np.ndarray,
+        x_out: np.ndarray,
+        y_out: np.ndarray,
         blocked: BlockedTake | None = None,
     ) -> None:
-        """payload[i] = (X̃_b, t, Y_b) for b = sender[i], its columns written in place; by
-        block of senders when `blocked` (their `BlockedTake`) is given."""
-        columns = payload[:, 0], payload[:, 1], payload[:, 2]
+        """x_out[i], y_out[i] = X̃_b, Y_b for b = sender[i], written in place; by block of
+        senders when `blocked` (their `BlockedTake`) is given."""
         if blocked is None:
-            self._k.gather_states(mean, y, sender, float(t), *columns)
+            self._k.gather_states(mean, y, sender, x_out, y_out)
         else:
             read = blocked.reads(2)
-            self._k.gather_blocked(mean, y, blocked.sorted, blocked.back, float(t), read, *columns)
+            self._k.gather_blocked(mean, y, blocked.sorted, blocked.back, read, x_out, y_out)
 
     def keep_within(
         self, mean: np.ndarray, x_b: np.ndarray, a: np.ndarray, bound: float, strict: bool
@@ -94,6 +93,15 @@ class CompiledPass:
             self._k.mix_rows(y, nb_y, at, w, 0.0, counts, out)
         else:
             self._k.mix_rows(y, nb_y, at, np.empty(0), float(w), counts, out)
+        return out
+
+    def consensus_step(
+        self, mean: np.ndarray, mixed: np.ndarray, start: np.ndarray, t: float, c: float
+    ) -> np.ndarray:
+        """Y^(t) with 1 − α = min(1, c/s) at the ages s = t − start, a new array (see
+        `desim.models.ccolme.model.consensus_step`)."""
+        out = np.empty(len(mean))
+        self._k.consensus_step(mean, mixed, start, float(t), float(c), out)
         return out
 
     def size_send(

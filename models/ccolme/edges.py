@@ -262,17 +262,17 @@ class Rows:
         nb_y: np.ndarray,
         w: np.ndarray | float,
         counts: np.ndarray,
-        starts: tuple[np.ndarray, np.ndarray],
         version: int | None,
         at: np.ndarray | None = None,
     ) -> np.ndarray:
         """(W Y)_a over each agent's run of `counts[a]` mixed edges (`desim.models.ccolme.model.
-        mix`; `starts` are `starts(counts, version)`): Y_a spread in the buffer `spread` reuses,
-        or one compiled pass with the same bytes. With `at`, Y_b of mixed edge i is nb_y[at[i]]
-        (`desim.models.ccolme.live_first.LiveFirst.y_of`, lazy)."""
-        rows, first = starts
-        if self._compiled is not None and len(first):
+        mix`; `version`: C's, when `counts` are its |C|, else None): Y_a spread in the buffer
+        `spread` reuses, or one compiled pass with the same bytes (which needs no run starts).
+        With `at`, Y_b of mixed edge i is nb_y[at[i]] (`desim.models.ccolme.live_first.
+        LiveFirst.y_of`, lazy)."""
+        if self._compiled is not None and counts.any():
             return self._compiled.mix(y, nb_y, w, counts, at)
+        rows, first = self.starts(counts, version)
         if at is not None:
             nb_y = nb_y.take(at)
         terms = self.spread(y, counts, version) if len(first) else None

@@ -7,6 +7,10 @@ tested only, and Y_b is gathered from the send by a cached index: the operations
 path (`desim.models.ccolme.edges.EdgeStates`) on the same values, over fewer edges, so the
 results are the same bit for bit (tests check it).
 
+The send is a `desim.kernel.messages.SenderBatch` (b's row (X̃_b, t, Y_b), NaN rows past S),
+its columns made only if something reads them; the receivers read X̃_b and Y_b over S from
+the two buffers the send's gather wrote, so no per-edge payload or slot column is written.
+
 S, the edges whose states carry values (CSR order, a superset of χ), is χ as of its last
 compaction: it holds the edges dropped since then until they are an eighth of it (their values
 are sent and not read), so that S, its message order and the index arrays built from it change
@@ -20,13 +24,15 @@ from typing import Any
 
 import numpy as np
 
+from desim.kernel.messages import Batch, SenderBatch
+from desim.kernel.protocol import Context
 from desim.models.ccolme.compiled import CompiledPass
 from desim.models.ccolme.edges import BlockedTake, EdgeStates, Turns, flatnonzero_into
 from desim.topologies.graph import Graph
 
-#: State buffers the protocol turns through (ideal links: a holds t − 1's and t − 2's states).
+#: State buffers taken in turn (ideal links: a holds t − 1's and t − 2's states).
 BUFFERS = 3
-#: From this many agents on, X̃_b and Y_b are gathered by block of senders (`LiveFirst.fill`,
+#: From this many agents on, X̃_b and Y_b are gathered by block of senders (`LiveFirst.send`,
 #: `desim.models.ccolme.edges.BlockedTake`): their arrays no longer fit in a core's cache.
 BLOCKED_FROM = 1 << 17
 #: Edges the neighbour test takes at a time (`NeighbourTest.keep_in_chunks`): a cache's worth.
@@ -50,7 +56,10 @@ class LiveFirst:
         #: The edges dropped for good in this slot's test (the protocol takes them).
         self.died = kept_idx[:0]
         self._order: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._nan_from = [self._e] * BUFFERS  # per state buffer: rows from here on are NaN
+        # X̃_b and Y_b over S of the sends, in `BUFFERS` buffers each taken in turn, and the
+        # latest send with its two
+        self._values = Turns(self._e, float, BUFFERS), Turns(self._e, float, BUFFERS)
+        self._sent: tuple[SenderBatch, np.ndarray, np.ndarray] | None = None
         # the newest and the previous send as a holds them: (S's version, S, X̃_b, Y_b)
         zero = np.zeros(self._e)
         self._held: tuple[int, np.ndarray, np.ndarray, np.ndarray] = (0, self.s, zero, zero)
@@ -82,18 +91,20 @@ class LiveFirst:
         self.version += 1
         self._s_is_kept = None if symmetric else kept_version
 
-    def fill(
-        self, mean: np.ndarray, y: np.ndarray, t: float, payload: np.ndarray, turn: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Fill state buffer number `turn` with this slot's states, live first: the rows of S
-        carry (X̃_b, t, Y_b), the others NaN. Returns the senders, receivers and slots."""
+    def send(
+        self, ctx: Context, mean: np.ndarray, y: np.ndarray, t: float
+    ) -> tuple[SenderBatch, SenderBatch, np.ndarray]:
+        """Send this slot's states, live first: a `SenderBatch` of b's row (X̃_b, t, Y_b) over
+        S's edges, then NaN rows over the others. X̃_b and Y_b over S are gathered into two
+        buffers of this object's, which the receivers read (`receive`); the rows are made only
+        if something else reads them. Returns (batch, batch, the receivers' slots)."""
         s = self.s
         if self._order is None or self._order[0] != self.version:
             rest = np.ones(self._e, dtype=bool)
             rest[s] = False
             order = np.concatenate([s, np.flatnonzero(rest)])
             self._order = (self.version, self._dst[order], self._src[order], order)
-        _, sender, receiver, slots = self._order
+        _, sender, _, slots = self._order
         k = len(s)
         blocked = None
         if len(mean) >= BLOCKED_FROM:
@@ -104,28 +115,43 @@ class LiveFirst:
                     BlockedTake(sender[:k], len(mean), compiled=self._compiled),
                 )
             blocked = self.blocked[1]
+        # ideal links: a holds t − 1's and t − 2's states, so t − 3's buffers are free
+        x_b, y_b = self._values[0].next(k), self._values[1].next(k)
         if self._compiled is not None:
-            self._compiled.gather_states(mean, y, sender[:k], t, payload[:k], blocked)
+            self._compiled.gather_states(mean, y, sender[:k], x_b, y_b, blocked)
+        elif blocked is not None:
+            blocked.take(mean, x_b)
+            blocked.take(y, y_b)
         else:
-            if blocked is not None:
-                blocked.take(mean, payload[:k, 0])
-                blocked.take(y, payload[:k, 2])
-            else:
-                np.take(mean, sender[:k], out=payload[:k, 0], mode="clip")
-                np.take(y, sender[:k], out=payload[:k, 2], mode="clip")
-            payload[:k, 1] = t
-        nan_from = self._nan_from[turn]
-        if k < nan_from:  # the buffer's rows past S (S only shrinks): NaN, once
-            payload[k:nan_from] = np.nan
-            self._nan_from[turn] = k
-        return sender, receiver, slots
+            np.take(mean, sender[:k], out=x_b, mode="clip")
+            np.take(y, sender[:k], out=y_b, mode="clip")
+
+        # made when first read: `mean` and `y` are never written in place (each slot makes
+        # new ones), so the table then is the one of this send
+        def table() -> np.ndarray:  # (X̃_b, t, Y_b) per agent b
+            out = np.empty((len(mean), 3))
+            out[:, 0], out[:, 1], out[:, 2] = mean, t, y
+            return out
+
+        batch = SenderBatch(table, slots, self._dst, self._src, carried=k)
+        self._sent = (batch, x_b, y_b)
+        if ctx.send_batch is None:  # an engine that takes columns only
+            ctx.send("state", batch.src, batch.dst, batch.payload)
+        else:
+            ctx.send_batch("state", batch)
+        return batch, batch, slots
 
     # -- receiving ---------------------------------------------------------------------------
-    def receive(self, x: np.ndarray, y: np.ndarray, t: float) -> np.ndarray:
-        """This slot's send, whole: hold its columns over S; returns S (the edges to test)."""
+    def receive(self, batch: Batch, t: float) -> np.ndarray:
+        """This slot's send, whole: hold X̃_b and Y_b over S (from the buffers `send` filled,
+        or from the columns of a batch made of them); returns S (the edges to test)."""
         k = len(self.s)
+        if self._sent is not None and batch is self._sent[0]:
+            x, y = self._sent[1], self._sent[2]
+        else:
+            x, y = batch.payload[:k, 0], batch.payload[:k, 2]
         self._held_prev = self._held[:3]
-        self._held = (self.version, self.s, x[:k], y[:k])
+        self._held = (self.version, self.s, x, y)
         self.n_prev_all, self.n_all = self.n_all, float(t)
         return self.s
 

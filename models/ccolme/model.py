@@ -232,6 +232,23 @@ def consensus_update(
     return one_minus_alpha * mean + (1.0 - one_minus_alpha) * mixed
 
 
+def consensus_step(
+    mean: np.ndarray,
+    mixed: np.ndarray,
+    start: np.ndarray,
+    t: float,
+    c: float = 1.0,
+    p: float = 1.0,
+    compiled: CompiledPass | None = None,
+) -> np.ndarray:
+    """`consensus_update` with 1 − α of `one_minus_alpha` at the ages s = t − start: in one
+    compiled pass (the same operations) when `compiled` is given and 1 − α = min(1, c/s), c ≥ 1
+    (Theorem 1's schedule among them); a new array either way."""
+    if compiled is not None and p == 1.0 and c >= 1.0:
+        return compiled.consensus_step(mean, mixed, start, t, c)
+    return consensus_update(mean, mixed, one_minus_alpha(t - start, c, p))
+
+
 def small_component(size: np.ndarray, told: np.ndarray) -> np.ndarray:
     """Whether |C̃_a| seems 1 or 2 (the fallback to the local mean, §3.6): a keeps nobody, or
     keeps one neighbour b who keeps only a (`told`: Σ_{b ∈ C_a} |C_b| as the b told a)."""

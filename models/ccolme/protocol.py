@@ -96,16 +96,16 @@ from desim.kernel.protocol import Context
 from desim.kernel.registry import PROTOCOLS
 from desim.models.baselines import Local
 from desim.models.ccolme import rewire
+from desim.models.ccolme.compiled import CompiledPass
 from desim.models.ccolme.edges import EdgeStates, Rows, common, newest
 from desim.models.ccolme.family import CColMEFamily
 from desim.models.ccolme.live_first import BUFFERS, CHUNK, LiveFirst
 from desim.models.ccolme.model import (
     bernstein_threshold,  # noqa: F401  (re-exported: the formulas' former home)
     confidence_radius,  # noqa: F401  (re-exported)
-    consensus_update,
+    consensus_step,
     data_bernstein_parameter,  # noqa: F401  (re-exported)
     metropolis_weights,  # noqa: F401  (re-exported)
-    one_minus_alpha,
     row_sums,  # noqa: F401  (re-exported)
     small_component,
 )
@@ -231,6 +231,7 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         self._rewired: np.ndarray | None = None  # C_a changed by a graph change (`rewire`)
         self._relive = False  # back to the live-first path when it can (`rewire.relive`)
         self._handlers = (self._on_state, self._on_decision, self._on_size)
+        self._compiled = CompiledPass.choose(e)  # the consensus step's pass, chosen once
 
     # -- slot: sample, privatise, share ------------------------------------------------------
     def on_samples(self, t: int, samples: np.ndarray) -> None:
@@ -250,14 +251,12 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
                 return
         if self._relive:  # after a graph change (`rewire`)
             rewire.relive(self)
-        payload = self._state_payload()
         states = self.states
         if isinstance(states, LiveFirst):
             states.compact(self._kept_idx, self._kept_version, self.params.symmetric)
-            sender, receiver, slots = states.fill(self._mean, self.y, t, payload, self._turn)
-            self._sent["state"] = (sender, receiver, slots)
-            self.ctx.send("state", sender, receiver, payload)
+            self._sent["state"] = states.send(self.ctx, self._mean, self.y, t)
         else:
+            payload = self._state_payload()
             np.take(self._mean, self.dst, out=payload[:, 0], mode="clip")
             payload[:, 1] = t
             np.take(self.y, self.dst, out=payload[:, 2], mode="clip")
@@ -267,8 +266,8 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         self.ctx.call_at(t, self._decided)
 
     def _state_payload(self) -> np.ndarray:
-        """An (edges × 3) array for this slot's states, columns contiguous: in order, the next
-        of `BUFFERS` in turn (`_turn` tells which)."""
+        """An (edges × 3) array for this slot's states on the per-edge path, columns
+        contiguous: in order, the next of `BUFFERS` in turn."""
         if not self._in_order:
             return np.empty((3, self.graph.n_directed)).T
         if not self._buffers:
@@ -300,13 +299,13 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
 
     def _on_state(self, batch: Batch) -> None:
         e, whole = self._slots(batch, "state")
-        x, n, y = batch.payload[:, 0], batch.payload[:, 1], batch.payload[:, 2]
         states = self.states
         if isinstance(states, LiveFirst):
             if whole:  # in order, every send arrives whole, at once
-                self._on_live_states(states, x, y)
+                self._on_live_states(states, batch)
                 return
             self.states = states = states.to_edge_states()  # per edge from now on
+        x, n, y = batch.payload[:, 0], batch.payload[:, 1], batch.payload[:, 2]
         if batch.delivered_at is not None:  # a window's, with exact times (window_safe)
             if isinstance(e, slice):
                 e = np.arange(self.graph.n_directed)[e]
@@ -324,9 +323,9 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         if self.params.symmetric:
             self._tell(e, chi, self.ctx.now())
 
-    def _on_live_states(self, states: LiveFirst, x: np.ndarray, y: np.ndarray) -> None:
-        """A live-first send of this slot, whole: hold its columns over S, test χ's edges."""
-        s = states.receive(x, y, self.t)
+    def _on_live_states(self, states: LiveFirst, batch: Batch) -> None:
+        """A live-first send of this slot, whole: hold its values over S, test χ's edges."""
+        s = states.receive(batch, self.t)
         died = states.tested(self._rule(s))  # irrevocable: a drop of S stays dropped
         if len(died):
             self.chi[died] = False
@@ -525,11 +524,10 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         self._w = self._sizes.weights(idx, counts, self.size, every, whole)
         # W Y over the mixed b ∈ C_a; they are in CSR order, so agent a's are the `counts[a]`
         # consecutive ones
-        rows, starts = runs = self._csr.starts(counts, version)
-        mixed = self._csr.mix(self.y, nb_y, self._w, counts, runs, version, at)
+        mixed = self._csr.mix(self.y, nb_y, self._w, counts, version, at)
         mixed = self.robust_mix(mixed, nb_y, counts)
-        oma = one_minus_alpha(self.t - self.start, p.alpha_c, p.alpha_p)
-        self.y = consensus_update(self._mean, mixed, oma)
+        args = (self.start, self.t, p.alpha_c, p.alpha_p, self._compiled)
+        self.y = consensus_step(self._mean, mixed, *args)  # (a new array: sends hold the old)
         if p.restart == "galante":
             self._restart(self._changed)
         if p.fallback != "none":
@@ -539,6 +537,7 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
                 starts = np.cumsum(size)[rows] - size[rows]
                 nb_size = self._sizes.nb_size[self._kept_idx]
             else:
+                rows, starts = self._csr.starts(counts, version)
                 nb_size = self._sizes.of(idx, every, whole)
             # |C̃_a| = 1: nobody kept; = 2: one neighbour b kept, and b keeps only a
             single = np.zeros(self.graph.n)

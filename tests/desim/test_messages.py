@@ -7,7 +7,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from desim.kernel.messages import DST, DUE, KIND, PAYLOAD, SENT, SRC, Batch, RowBatch
+from desim.kernel.messages import (
+    DST,
+    DUE,
+    KIND,
+    PAYLOAD,
+    SENT,
+    SRC,
+    Batch,
+    RowBatch,
+    SenderBatch,
+)
 
 KINDS = ("a", "b")
 FIELDS = ("src", "dst", "kind", "payload", "sent_at", "delivered_at")
@@ -89,3 +99,20 @@ def test_a_row_batch_has_no_other_attributes():
     with pytest.raises(AttributeError, match="only"):
         held.only  # noqa: B018
     assert "3 messages" in repr(held)
+
+
+@pytest.mark.parametrize("carried", [None, 0, 4, 9])
+def test_a_sender_batch_carries_rows_up_to_carried_then_nan(carried):
+    """Message i carries its sender's row of the table when i < carried (all when None), a row
+    of NaN after, read whole, by positions or by a slice."""
+    table = np.arange(12.0).reshape(6, 2)
+    edges = np.array([3, 0, 5, 1, 4, 2, 6, 7, 8])
+    senders = np.array([5, 4, 3, 2, 1, 0, 2, 3, 4])
+    batch = SenderBatch(lambda: table, edges, senders, np.zeros(9, dtype=np.int64), carried)
+    k = 9 if carried is None else carried
+    expected = table[senders[edges]]
+    expected[k:] = np.nan
+    assert batch.payload.tobytes() == expected.tobytes()
+    picked = np.array([8, 0, 3])
+    assert batch.rows(picked).tobytes() == expected[picked].tobytes()
+    assert batch.rows(slice(2, 6)).tobytes() == expected[2:6].tobytes()

@@ -23,14 +23,14 @@ from desim.kernel.randomness import Streams
 from desim.kernel.registry import PROTOCOLS
 from desim.models.ccolme import compiled, edges, live_first, protocol, sizes
 from desim.models.ccolme.compiled import CompiledPass
-from desim.models.ccolme.model import mix
+from desim.models.ccolme.model import consensus_step, consensus_update, mix, one_minus_alpha
 from desim.network_models.links import FixedLatency
 from desim.topologies.dynamic import Dynamics, Rewire
 
 needs_numba = pytest.mark.skipif(not fast.AVAILABLE, reason="the kernels need numba")
 # (over ideal links the size send is a `SenderBatch`: no per-edge pass; `size_send` serves
 # the sends of inflating adversaries, whose told |C_b| is not the table's)
-PASSES = ("gather_states", "keep_within", "mix", "alive_edges", "block_order")
+PASSES = ("gather_states", "keep_within", "mix", "alive_edges", "block_order", "consensus_step")
 
 
 @pytest.fixture
@@ -100,6 +100,7 @@ VARIANTS = [
     ("c-colme", {}, PASSES),
     ("c-colme", {"weights": "max-degree"}, ("gather_states", "keep_within", "mix")),
     ("c-colme", {"symmetric": True}, ("gather_states", "keep_within", "mix")),
+    ("c-colme", {"alpha_c": 2.0, "restart": "galante"}, ("keep_within", "consensus_step")),
     ("c-colme", {"delta": 0.9, "restart": "hard", "reset": "agent"}, PASSES),
     ("private-c-colme", PRIVATE_LIVE, PASSES),
     ("private-c-colme", {"epsilon": 20.0}, ("keep_within", "mix")),
@@ -218,10 +219,11 @@ def test_passes_are_numpys_on_random_arrays(seed):
     numpy_blocked = edges.BlockedTake(sender, n, 2)
     assert (blocked.sorted == numpy_blocked.sorted).all()
     assert (blocked.back == numpy_blocked.back).all()
-    payload = np.empty((3, 400)).T
-    k.gather_states(mean, y, sender, 7, payload, blocked)
-    assert payload[:, 0].tobytes() == mean[sender].tobytes()
-    assert (payload[:, 1] == 7).all() and payload[:, 2].tobytes() == y[sender].tobytes()
+    for by_block in (blocked, None):
+        x_out, y_out = np.empty(400), np.empty(400)
+        k.gather_states(mean, y, sender, x_out, y_out, by_block)
+        assert x_out.tobytes() == mean[sender].tobytes()
+        assert y_out.tobytes() == y[sender].tobytes()
 
 
 @needs_numba
@@ -283,3 +285,24 @@ def test_the_mix_reads_y_b_where_the_send_holds_it(monkeypatch):
     monkeypatch.setattr(CompiledPass, "mix", counted)
     assert run(monkeypatch, True, "c-colme", {}) == run(monkeypatch, False, "c-colme", {})
     assert lazy[True] and lazy[False]  # S is C in the first slots, then C is smaller
+
+
+@needs_numba
+@pytest.mark.parametrize("c", [1.0, 1.5, 4.0])
+def test_the_compiled_consensus_step_is_numpys(c):
+    """Y^(t) in one pass: the bytes of `one_minus_alpha` and `consensus_update` (restarted
+    agents, ages 1 to 10⁶, magnitudes 10⁻³⁰⁰ to 10³⁰⁰, −0.0); other schedules take numpy."""
+    rng = np.random.default_rng(int(c * 10))
+    n, t = 500, 1_000_000
+    start = np.where(rng.random(n) < 0.2, t - 1.0, rng.integers(0, t, n).astype(float))
+    mean = rng.standard_normal(n) * 10.0 ** rng.integers(-300, 300, n)
+    mixed = rng.standard_normal(n) * 10.0 ** rng.integers(-300, 300, n)
+    mean[:3], mixed[2:5] = -0.0, -0.0
+    expected = consensus_update(mean, mixed, one_minus_alpha(t - start, c, 1.0))
+    got = consensus_step(mean, mixed, start, t, c, 1.0, CompiledPass())
+    assert got.tobytes() == expected.tobytes()
+    for c_p in ((0.5, 1.0), (1.0, 0.6)):  # c < 1 or p ≠ 1: numpy's operations
+        expected = consensus_update(mean, mixed, one_minus_alpha(t - start, *c_p))
+        assert consensus_step(mean, mixed, start, t, *c_p, CompiledPass()).tobytes() == (
+            expected.tobytes()
+        )

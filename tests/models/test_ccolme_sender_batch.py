@@ -1,7 +1,8 @@
-"""C-ColME's size send as a `SenderBatch` (ideal links): b's row (|C_b|, t) over C's edges, its
-columns made only when read. Runs with it give the bytes of runs that send the columns
-(`Context.send_batch` withheld: the per-edge send of before), and its columns, when made, are
-those the per-edge send carries."""
+"""C-ColME's size and state sends as `SenderBatch`es (ideal links): b's row (|C_b|, t) over C's
+edges, and b's row (X̃_b, t, Y_b) over S's edges then NaN rows, their columns made only when
+read. Runs with them give the bytes of runs that send the columns (`Context.send_batch`
+withheld: the per-edge sends of before), and their columns, when made, are those the per-edge
+sends carry."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from desim.kernel.randomness import Streams
 from desim.kernel.registry import PROTOCOLS
 from desim.kernel.transports.base import Transport
 from desim.kernel.transports.synchronous import Synchronous
-from desim.models.ccolme import compiled
+from desim.models.ccolme import compiled, edges, live_first, protocol
 from desim.models.ccolme.edges import Rows
 from desim.models.ccolme.sizes import Sizes
 from desim.topologies.generators import ErdosRenyi
@@ -35,6 +36,8 @@ VARIANTS = [
     ("c-colme", {"decisions": "retest", "restart": "hard", "reset": "agent"}),
     ("private-c-colme", PRIVATE_LIVE),
     ("private-c-colme", {"epsilon": 20.0}),
+    ("c-colme", {"weights": "max-degree", "reset": "agent"}),
+    ("c-colme", {"adversaries": {"fraction": 0.2, "behaviour": "shift", "shift": 0.2}}),
 ]
 
 
@@ -81,6 +84,10 @@ def test_a_sender_batch_gives_the_bytes_of_the_per_edge_send(monkeypatch, name, 
     edge, or as a batch whose columns are read."""
     monkeypatch.setenv("DESIM_COMPILED", "1" if kernels else "0")
     monkeypatch.setattr(compiled, "COMPILED_FROM", 0)
+    # the large graphs' state send (by block of senders) and test (in pieces)
+    monkeypatch.setattr(live_first, "BLOCKED_FROM", 0)
+    monkeypatch.setattr(edges, "BLOCK_BITS", 2)
+    monkeypatch.setattr(protocol, "CHUNK", 16)
     for graph in graphs():
         batch = run(name, params, graph, "batch")
         assert batch == run(name, params, graph, "columns")
@@ -129,3 +136,49 @@ def test_its_columns_are_the_per_edge_sends():
     assert part.payload.tobytes() == payload[rows].tobytes()
     both = Batch.concat([part, part])
     assert np.array_equal(both.src, np.concatenate([sender[rows]] * 2))
+
+
+class Sent:
+    """A context's sends, recorded: (kind, batch) of `send_batch`, (kind, columns) of `send`."""
+
+    def __init__(self, batches: bool) -> None:
+        self.sent: list = []
+        self.send_batch = (lambda kind, batch: self.sent.append((kind, batch))) if batches else None
+
+    def send(self, kind, src, dst, payload):
+        self.sent.append((kind, (src, dst, payload)))
+
+
+@pytest.mark.parametrize("kernels", [False, True] if fast.AVAILABLE else [False])
+@pytest.mark.parametrize("blocked", [False, True])
+def test_the_state_send_carries_each_senders_row_over_s_then_nan(monkeypatch, kernels, blocked):
+    """Message i goes from b = dst[e] to a = src[e] (e: S's edges first, then the others) and
+    carries (X̃_b, t, Y_b) over S, NaN rows after; sent as columns without `send_batch`. The
+    receiver reads X̃_b and Y_b over S from the send's buffers, gathered by block or not."""
+    monkeypatch.setenv("DESIM_COMPILED", "1" if kernels else "0")
+    monkeypatch.setattr(compiled, "COMPILED_FROM", 0)
+    monkeypatch.setattr(live_first, "BLOCKED_FROM", 0 if blocked else 1 << 30)
+    monkeypatch.setattr(edges, "BLOCK_BITS", 2)
+    g = regular(50, 6, seed=7)
+    rng = np.random.default_rng(1)
+    s = np.flatnonzero(rng.random(g.n_directed) < 0.6)
+    mean, y = rng.standard_normal(g.n), rng.standard_normal(g.n)
+    mean[:2] = -0.0
+    order = np.concatenate([s, np.setdiff1d(np.arange(g.n_directed), s)])
+    expected = np.full((g.n_directed, 3), np.nan)
+    expected[: len(s)] = np.column_stack([mean[g.dst[s]], np.full(len(s), 4.0), y[g.dst[s]]])
+    for batches in (True, False):
+        live = live_first.LiveFirst(g, s)
+        ctx = Sent(batches)
+        batch, _, slots = live.send(ctx, mean, y, 4.0)  # type: ignore[arg-type]
+        assert np.array_equal(slots, order) and len(ctx.sent) == 1
+        kind, sent = ctx.sent[0]
+        src, dst, payload = (batch.src, batch.dst, batch.payload) if batches else sent
+        assert kind == "state" and (sent is batch) == batches
+        assert np.array_equal(src, g.dst[order]) and np.array_equal(dst, g.src[order])
+        assert payload.tobytes() == expected.tobytes()
+        assert live.receive(batch, 4.0) is s
+        x, n_all, _ = live.read(s, True)
+        assert n_all == 4.0 and x.tobytes() == mean[g.dst[s]].tobytes()
+        assert live.view("x")[s].tobytes() == mean[g.dst[s]].tobytes()
+        assert live.y_of(s, None)[0].tobytes() == y[g.dst[s]].tobytes()
