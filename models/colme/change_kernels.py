@@ -13,13 +13,13 @@ from desim import fast
 
 def neighbour_layout(indptr: np.ndarray, indices: np.ndarray, top: int) -> tuple[np.ndarray, ...]:
     """`Neighbours`' numbering of the graph `indptr`, `indices` (degrees below `top`):
-    (below, csr_pairs, src, dst, rr, following), each pair numbered by RR position, then the
+    (below, csr_pairs, src, dst, rr, ahead), each pair numbered by RR position, then the
     querier's degree, then the querier, by one counting sort of the CSR edges (stable, as the
-    numpy path's radix sort is). (Three loops, each its own kernel: as one, numba compiled
-    them to slower code.)"""
+    numpy path's radix sort is); `ahead` is `Neighbours.ahead`. (Three loops, each its own
+    kernel: as one, numba compiled them to slower code.)"""
     below, position, starts = _positions(indptr, indices, top)
     csr_pairs, src, dst, rr = _placed(indptr, indices, top, position, starts)
-    return below, csr_pairs, src, dst, rr, _following(indptr, rr)
+    return below, csr_pairs, src, dst, rr, _following(indptr, rr, dst)
 
 
 @fast.kernel
@@ -66,16 +66,17 @@ def _placed(indptr, indices, top, position, starts):  # pragma: no cover
 
 
 @fast.kernel
-def _following(indptr, rr):  # pragma: no cover
-    """`Neighbours.following`: the pair at the next RR position (cyclic) of every pair."""
-    following = np.empty(len(rr), dtype=np.int64)
+def _following(indptr, rr, dst):  # pragma: no cover
+    """`Neighbours.ahead`: the pair at the next RR position (cyclic) of every pair, and its
+    neighbour (`Neighbours.following` is the first column)."""
+    ahead = np.empty((len(rr), 2), dtype=np.int64)
     for a in range(len(indptr) - 1):
         first, last = indptr[a], indptr[a + 1] - 1
-        for i in range(first, last):
-            following[rr[i]] = rr[i + 1]
-        if last >= first:
-            following[rr[last]] = rr[first]
-    return following
+        for i in range(first, last + 1):
+            pair = rr[i + 1] if i < last else rr[first]
+            ahead[rr[i], 0] = pair
+            ahead[rr[i], 1] = dst[pair]
+    return ahead
 
 
 @fast.kernel
@@ -84,8 +85,8 @@ def carry_map(
 ):  # pragma: no cover
     """`rewire._Carry`'s arrays from one merge of each agent's old and new rows (both in
     increasing neighbour order): (index: for every new pair the old pair of its link, 0 for a
-    new link; new: whether it is a new link; fresh: the new links' pairs, increasing; lost:
-    whether each old pair's link is gone)."""
+    new link; new: whether it is a new link; fresh: the new links' pairs, increasing; gone:
+    the old pairs whose link is gone, increasing)."""
     index = np.zeros(len(new_indices), dtype=np.int64)
     new = np.ones(len(new_indices), dtype=np.bool_)
     lost = np.ones(len(old_indices), dtype=np.bool_)
@@ -109,7 +110,13 @@ def carry_map(
         if new[pair]:
             fresh[count] = pair
             count += 1
-    return index, new, fresh[:count], lost
+    gone = np.empty(len(old_indices), dtype=np.int64)
+    dropped = 0
+    for pair in range(len(lost)):
+        if lost[pair]:
+            gone[dropped] = pair
+            dropped += 1
+    return index, new, fresh[:count], gone[:dropped]
 
 
 @fast.kernel

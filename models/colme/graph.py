@@ -47,16 +47,21 @@ class Neighbours:
         src, dst = graph.src, graph.dst  # by CSR edge
         #: Agents with at least one neighbour: those that query.
         self.querying = np.flatnonzero(self.degree > 0)
+        #: RR's next pair and its neighbour of every pair, as rows (`following`, and dst of
+        #: it: RR's irregular slot reads both of a pair in one row), where the layout was
+        #: compiled (None otherwise: `following` and `dst` are read apart).
+        self.ahead: np.ndarray | None = None
         if len(self.querying) == self.n:  # (the views' arrays are then read without a gather)
             self.querying = every_agent(self.n)
         top = int(self.degree.max(initial=0)) + 1  # position < degree < top
         if compiled and top * top <= _COUNTING_KEYS:
             from desim.models.colme.change_kernels import neighbour_layout
 
-            self.below, csr_pairs, by_pair_src, by_pair_dst, self._rr, following = neighbour_layout(
+            self.below, csr_pairs, by_pair_src, by_pair_dst, self._rr, ahead = neighbour_layout(
                 self.indptr, graph.indices, top
             )
-            self.__dict__["following"] = _frozen(following)  # (the cached property's value)
+            self.ahead = _frozen(ahead)
+            self.__dict__["following"] = self.ahead[:, 0]  # (the cached property's value)
         else:
             self.below, csr_pairs, by_pair_src, by_pair_dst, self._rr = _layout(graph)
         #: The pair index of every CSR edge (a's edges in order of neighbour).
@@ -201,6 +206,12 @@ class NeighbourRoundRobin:
         # otherwise the pairs of the slot last asked for: slot t + 1 moves each querier to its
         # next neighbour in RR order (one look-up per querier in `following`)
         self._slot, self._last = 0, np.zeros(0, dtype=np.int64)
+        # a compiled layout's `ahead` rows: the next pairs and their neighbours in one kernel
+        self._step = None
+        if nb.ahead is not None:
+            from desim.models.colme.pair_kernels import rr_next
+
+            self._step = rr_next
 
     def targets(self, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The queriers a, queried neighbours b and pairs a → b of slot t (`Neighbours.edge`
@@ -209,12 +220,16 @@ class NeighbourRoundRobin:
             first = self.nb.block[(t - 1) % int(self._degree[0])]
             span = slice(first, first + len(self.agents))
             return self.agents, self.nb.dst[span], self._pairs[span]
-        if t == self._slot + 1 and self._slot > 0:
-            e = self.nb.following.take(self._last)
-        else:
+        if t != self._slot + 1 or self._slot == 0:
             e = self.nb._rr.take((t - 1) % self._degree + self._first)
+            b = self.nb.dst.take(e)
+        elif self._step is not None:
+            e, b = self._step(self.nb.ahead, self._last)
+        else:
+            e = self.nb.following.take(self._last)
+            b = self.nb.dst.take(e)
         self._slot, self._last = t, e
-        return self.agents, self.nb.dst.take(e), e
+        return self.agents, b, e
 
     def batch(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The queriers, queried neighbours and pairs of several slots, slot by slot."""

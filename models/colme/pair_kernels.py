@@ -56,6 +56,18 @@ def revise_pairs(flat, n_included, a, pair, decision):  # pragma: no cover
             n_included[a[i]] += 1 if now else -1
 
 
+@fast.kernel
+def rr_next(ahead, last):  # pragma: no cover
+    """RR's next pairs and their neighbours (`NeighbourRoundRobin.targets`): row `last[i]` of
+    `ahead` (`Neighbours.ahead`) for each querier, one row read per querier."""
+    pair = np.empty(len(last), dtype=np.int64)
+    neighbour = np.empty(len(last), dtype=np.int64)
+    for i in range(len(last)):
+        pair[i] = ahead[last[i], 0]
+        neighbour[i] = ahead[last[i], 1]
+    return pair, neighbour
+
+
 class CompiledRelease(PSumRelease):
     """`PSumRelease` whose PM-I releases of pairs given as indices run in one kernel."""
 
@@ -130,3 +142,6 @@ def warm() -> None:
     agents.flags.writeable = t_b.flags.writeable = False
     release_pm1(kappa, values.copy(), pair, values, values, t_b, kappa.copy(), values.copy())
     revise_pairs(np.zeros(2, dtype=bool), np.zeros(2, dtype=np.int64), agents, pair, ones > 0)
+    ahead = np.zeros((2, 2), dtype=np.int64)
+    ahead.flags.writeable = False  # (a graph's numbering is read-only)
+    rr_next(ahead, pair)

@@ -155,16 +155,16 @@ class _Carry:
 
     @classmethod
     def merged(cls, old: Neighbours, nb: Neighbours) -> tuple[_Carry, np.ndarray]:
-        """The map from `old` to `nb` (`carried`'s) and which old pairs' links are gone, from
-        one compiled merge of their rows (`change_kernels.carry_map`)."""
+        """The map from `old` to `nb` (`carried`'s) and the old pairs whose links are gone
+        (increasing), from one compiled merge of their rows (`change_kernels.carry_map`)."""
         from desim.models.colme.change_kernels import carry_map
 
-        index, new, fresh, lost = carry_map(
+        index, new, fresh, gone = carry_map(
             old.indptr, old.csr_dst, old.csr_pairs, nb.indptr, nb.csr_dst, nb.csr_pairs
         )
         carry = cls.__new__(cls)
         carry._set(index, new, fresh)
-        return carry, lost
+        return carry, gone
 
     def __call__(self, values: np.ndarray, fill: Any) -> np.ndarray:
         """`values` (pairs on axis 0) over the new pairs, `fill` on the new links."""
@@ -259,14 +259,17 @@ def follow(
     compiled = graph.n > CompiledPairs.above and fast.compiled()
     nb = Neighbours(graph, compiled, previous=old)
     if compiled:  # (one merge of the old and new rows gives the map and the links lost)
-        carry, lost = _Carry.merged(old, nb)
+        carry, gone = _Carry.merged(old, nb)
     else:
         by_change = None if change is None else carried_by_change(old, nb, *change)
         carry = _Carry(carried(old, nb) if by_change is None else by_change)
         lost = np.ones(old.n_pairs, dtype=bool)
         lost[carry.index[~carry.new]] = False
+        gone = np.flatnonzero(lost)
     retired = proto.retired if proto.retired is not None else RetiredPairs(nb.n)
-    retired.add(old.dst[lost], old.src[lost], proto.mech.count.ravel()[: old.n_pairs][lost])
+    # (the lost pairs, a few of all: gathers of them, not masks of every pair)
+    counts = proto.mech.count.ravel()[: old.n_pairs]
+    retired.add(old.dst.take(gone), old.src.take(gone), counts.take(gone))
     proto.retired = retired
     if proto.release_budget is not None:  # a budget's count over a link's incarnations
         proto.release_budget.follow(nb, carry, retired)
