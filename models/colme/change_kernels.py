@@ -13,13 +13,13 @@ from desim import fast
 
 def neighbour_layout(indptr: np.ndarray, indices: np.ndarray, top: int) -> tuple[np.ndarray, ...]:
     """`Neighbours`' numbering of the graph `indptr`, `indices` (degrees below `top`):
-    (below, csr_pairs, src, dst, rr, ahead), each pair numbered by RR position, then the
+    (below, csr_pairs, dst, rr, ahead), each pair numbered by RR position, then the
     querier's degree, then the querier, by one counting sort of the CSR edges (stable, as the
     numpy path's radix sort is); `ahead` is `Neighbours.ahead`. (Three loops, each its own
     kernel: as one, numba compiled them to slower code.)"""
     below, position, starts = _positions(indptr, indices, top)
-    csr_pairs, src, dst, rr = _placed(indptr, indices, top, position, starts)
-    return below, csr_pairs, src, dst, rr, _following(indptr, rr, dst)
+    csr_pairs, dst, rr = _placed(indptr, indices, top, position, starts)
+    return below, csr_pairs, dst, rr, _following(indptr, rr, dst)
 
 
 @fast.kernel
@@ -48,10 +48,12 @@ def _positions(indptr, indices, top):  # pragma: no cover
 @fast.kernel
 def _placed(indptr, indices, top, position, starts):  # pragma: no cover
     """The pair of every CSR edge (its key's next free place, in CSR order: stable), the
-    querier and neighbour of every pair, and rr[indptr[a] + q]: a's pair at position q + 1."""
+    neighbour of every pair, and rr[indptr[a] + q]: a's pair at position q + 1. (Not the
+    querier of every pair: a second stream of writes scattered over the pairs would cost the
+    loop about twice its time; `Neighbours.src` makes it where it is read.)"""
     n_pairs = len(indices)
     csr_pairs = np.empty(n_pairs, dtype=np.int64)
-    src, dst = np.empty(n_pairs, dtype=np.int64), np.empty(n_pairs, dtype=np.int64)
+    dst = np.empty(n_pairs, dtype=np.int64)
     rr = np.empty(n_pairs, dtype=np.int64)
     for a in range(len(indptr) - 1):
         first, degree = indptr[a], indptr[a + 1] - indptr[a]
@@ -60,9 +62,9 @@ def _placed(indptr, indices, top, position, starts):  # pragma: no cover
             pair = starts[key]
             starts[key] = pair + 1
             csr_pairs[e] = pair
-            src[pair], dst[pair] = a, indices[e]
+            dst[pair] = indices[e]
             rr[first + position[e]] = pair
-    return csr_pairs, src, dst, rr
+    return csr_pairs, dst, rr
 
 
 @fast.kernel
@@ -86,21 +88,25 @@ def carry_map(
     """`rewire._Carry`'s arrays from one merge of each agent's old and new rows (both in
     increasing neighbour order): (index: for every new pair the old pair of its link, 0 for a
     new link; new: whether it is a new link; fresh: the new links' pairs, increasing; gone:
-    the old pairs whose link is gone, increasing)."""
+    the old pairs whose link is gone, in the old CSR order, and the querier of each)."""
     index = np.zeros(len(new_indices), dtype=np.int64)
     new = np.ones(len(new_indices), dtype=np.bool_)
-    lost = np.ones(len(old_indices), dtype=np.bool_)
+    gone = np.empty(len(old_indices), dtype=np.int64)
+    gone_src = np.empty(len(old_indices), dtype=np.int64)
+    dropped = 0
     for a in range(len(new_indptr) - 1):
         i, i_end = old_indptr[a], old_indptr[a + 1]
         j, j_end = new_indptr[a], new_indptr[a + 1]
-        while i < i_end and j < j_end:
-            if old_indices[i] == new_indices[j]:
+        while i < i_end:
+            if j < j_end and old_indices[i] == new_indices[j]:
                 index[new_pairs[j]] = old_pairs[i]
                 new[new_pairs[j]] = False
-                lost[old_pairs[i]] = False
                 i += 1
                 j += 1
-            elif old_indices[i] < new_indices[j]:
+            elif j == j_end or old_indices[i] < new_indices[j]:
+                gone[dropped] = old_pairs[i]
+                gone_src[dropped] = a
+                dropped += 1
                 i += 1
             else:
                 j += 1
@@ -110,25 +116,23 @@ def carry_map(
         if new[pair]:
             fresh[count] = pair
             count += 1
-    gone = np.empty(len(old_indices), dtype=np.int64)
-    dropped = 0
-    for pair in range(len(lost)):
-        if lost[pair]:
-            gone[dropped] = pair
-            dropped += 1
-    return index, new, fresh[:count], gone[:dropped]
+    return index, new, fresh[:count], gone[:dropped], gone_src[:dropped]
 
 
 @fast.kernel
-def carried_beliefs(included, old, index, new, src, n_included):  # pragma: no cover
+def carried_beliefs(included, old, index, new, indptr, csr_pairs, n_included):  # pragma: no cover
     """χ_a(b) over the new pairs: `old`'s of the link for a kept one, `included`'s as made
-    for a new link; each querier's count of included pairs counted into `n_included` (zeros)
-    in the same pass (`EdgeBeliefs`' count, the same integers)."""
+    for a new link; then each querier's count of included pairs counted into `n_included`
+    (zeros) over its row of the new graph's CSR arrays `indptr`, `csr_pairs` (`EdgeBeliefs`'
+    count, the same integers; one byte per pair read: no querier of every pair needed)."""
     for pair in range(len(index)):
         if not new[pair]:
             included[pair] = old[index[pair]]
-        if included[pair]:
-            n_included[src[pair]] += 1
+    for a in range(len(indptr) - 1):
+        count = 0
+        for e in range(indptr[a], indptr[a + 1]):
+            count += included[csr_pairs[e]]
+        n_included[a] = count
 
 
 def warm() -> None:
@@ -139,8 +143,8 @@ def warm() -> None:
 
     old = Neighbours(Graph(2, np.array([0, 1, 2]), np.array([1, 0])))
     new = Neighbours(Graph(2, np.array([0, 1, 2]), np.array([1, 0])), compiled=True)
-    index, fresh, _, _ = carry_map(
+    index, fresh, *_ = carry_map(
         old.indptr, old.csr_dst, old.csr_pairs, new.indptr, new.csr_dst, new.csr_pairs
     )
-    included = np.ones(2, dtype=bool)
-    carried_beliefs(included, included.copy(), index, fresh, new.src, np.zeros(2, dtype=np.int64))
+    included, counts = np.ones(2, dtype=bool), np.zeros(2, dtype=np.int64)
+    carried_beliefs(included, included.copy(), index, fresh, new.indptr, new.csr_pairs, counts)

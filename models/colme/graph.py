@@ -57,17 +57,18 @@ class Neighbours:
         if compiled and top * top <= _COUNTING_KEYS:
             from desim.models.colme.change_kernels import neighbour_layout
 
-            self.below, csr_pairs, by_pair_src, by_pair_dst, self._rr, ahead = neighbour_layout(
+            self.below, csr_pairs, by_pair_dst, self._rr, ahead = neighbour_layout(
                 self.indptr, graph.indices, top
             )
             self.ahead = _frozen(ahead)
             self.__dict__["following"] = self.ahead[:, 0]  # (the cached property's value)
         else:
             self.below, csr_pairs, by_pair_src, by_pair_dst, self._rr = _layout(graph)
+            self.__dict__["src"] = _frozen(by_pair_src)  # (the cached property's value)
         #: The pair index of every CSR edge (a's edges in order of neighbour).
         self.csr_pairs = _frozen(csr_pairs)
-        #: The querier a and the neighbour b of every pair.
-        self.src, self.dst = _frozen(by_pair_src), _frozen(by_pair_dst)
+        #: The neighbour b of every pair (its querier a: `src`).
+        self.dst = _frozen(by_pair_dst)
         #: The querier and the neighbour of every CSR edge (sorted by a·M + b).
         self.csr_src, self.csr_dst = src, dst
         #: block[q]: the first pair at RR position q + 1 (block[q + 1] − block[q] agents).
@@ -84,6 +85,14 @@ class Neighbours:
         else:
             self.numbers = _frozen(np.arange(self.n_pairs))
             self.floats = _frozen(self.numbers.astype(float))
+
+    @cached_property
+    def src(self) -> np.ndarray:
+        """The querier a of every pair (made when first read where the layout was compiled:
+        a graph change does not read it)."""
+        out = np.empty(self.n_pairs, dtype=np.int64)
+        out[self.csr_pairs] = self.csr_src
+        return _frozen(out)
 
     @cached_property
     def csr_keys(self) -> np.ndarray:

@@ -154,17 +154,18 @@ class _Carry:
         self.any_kept = len(self.fresh) < self.n
 
     @classmethod
-    def merged(cls, old: Neighbours, nb: Neighbours) -> tuple[_Carry, np.ndarray]:
-        """The map from `old` to `nb` (`carried`'s) and the old pairs whose links are gone
-        (increasing), from one compiled merge of their rows (`change_kernels.carry_map`)."""
+    def merged(cls, old: Neighbours, nb: Neighbours) -> tuple[_Carry, np.ndarray, np.ndarray]:
+        """The map from `old` to `nb` (`carried`'s), the old pairs whose links are gone (in
+        CSR order) and their queriers, from one compiled merge of their rows
+        (`change_kernels.carry_map`)."""
         from desim.models.colme.change_kernels import carry_map
 
-        index, new, fresh, gone = carry_map(
+        index, new, fresh, gone, gone_src = carry_map(
             old.indptr, old.csr_dst, old.csr_pairs, nb.indptr, nb.csr_dst, nb.csr_pairs
         )
         carry = cls.__new__(cls)
         carry._set(index, new, fresh)
-        return carry, gone
+        return carry, gone, gone_src
 
     def __call__(self, values: np.ndarray, fill: Any) -> np.ndarray:
         """`values` (pairs on axis 0) over the new pairs, `fill` on the new links."""
@@ -259,17 +260,18 @@ def follow(
     compiled = graph.n > CompiledPairs.above and fast.compiled()
     nb = Neighbours(graph, compiled, previous=old)
     if compiled:  # (one merge of the old and new rows gives the map and the links lost)
-        carry, gone = _Carry.merged(old, nb)
+        carry, gone, gone_src = _Carry.merged(old, nb)
     else:
         by_change = None if change is None else carried_by_change(old, nb, *change)
         carry = _Carry(carried(old, nb) if by_change is None else by_change)
         lost = np.ones(old.n_pairs, dtype=bool)
         lost[carry.index[~carry.new]] = False
-        gone = np.flatnonzero(lost)
+        in_csr = lost[old.csr_pairs]  # (in CSR order, as the merge finds them)
+        gone, gone_src = old.csr_pairs[in_csr], old.csr_src[in_csr]
     retired = proto.retired if proto.retired is not None else RetiredPairs(nb.n)
     # (the lost pairs, a few of all: gathers of them, not masks of every pair)
     counts = proto.mech.count.ravel()[: old.n_pairs]
-    retired.add(old.dst.take(gone), old.src.take(gone), counts.take(gone))
+    retired.add(old.dst.take(gone), gone_src, counts.take(gone))
     proto.retired = retired
     if proto.release_budget is not None:  # a budget's count over a link's incarnations
         proto.release_budget.follow(nb, carry, retired)
@@ -284,7 +286,8 @@ def follow(
 
         n_included = np.zeros(nb.n, dtype=np.int64)
         old_flat = proto.beliefs.flat
-        carried_beliefs(included, old_flat, carry.index, carry.new, nb.src, n_included)
+        args = carry.index, carry.new, nb.indptr, nb.csr_pairs, n_included
+        carried_beliefs(included, old_flat, *args)
     else:
         carry.into(included, proto.beliefs.flat)
     beliefs = type(proto.beliefs)(included, nb, n_included)  # (the class the protocol chose)
