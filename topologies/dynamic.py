@@ -187,7 +187,8 @@ def _rewiring(
     while len(fresh) < m:  # uniform non-links: draw pairs, keep new ones, in draw order
         k = rng.integers(0, pairs, size=2 * (m - len(fresh)) + 8)
         i, j = _pair_from_index(k)
-        fresh = np.concatenate([fresh, passes.first_new(i * n + j, graph, keys, fresh)])[:m]
+        new = passes.first_new(i * n + j, graph, keys, fresh, m - len(fresh))
+        fresh = np.concatenate([fresh, new])[:m]
     lost, added = keys[dropped], np.sort(fresh)
     return passes.relinked(graph, added, lost), added, lost, passes.merged(keys, dropped, added)
 
@@ -243,9 +244,9 @@ class _NumpyPasses:
     relinked = staticmethod(_relinked)
 
     @staticmethod
-    def first_new(cand: np.ndarray, graph: Graph, keys: np.ndarray, fresh: np.ndarray):
-        """`_first_new` (the links of `graph` are the sorted `keys`)."""
-        return _first_new(cand, keys, fresh)
+    def first_new(cand: np.ndarray, graph: Graph, keys: np.ndarray, fresh: np.ndarray, most: int):
+        """`_first_new`'s first `most` (the links of `graph` are the sorted `keys`)."""
+        return _first_new(cand, keys, fresh)[:most]
 
     @staticmethod
     def merged(keys: np.ndarray, dropped: np.ndarray, added: np.ndarray) -> np.ndarray:
@@ -262,9 +263,12 @@ class _CompiledPasses:
         self.merged = rewire_kernels.merged_without
         self._first_new = rewire_kernels.first_new
 
-    def first_new(self, cand: np.ndarray, graph: Graph, keys: np.ndarray, fresh: np.ndarray):
-        """`_first_new`, a link looked for in its row of `graph` (whose links are `keys`)."""
-        return self._first_new(cand, graph.indptr, graph.indices, fresh)
+    def first_new(
+        self, cand: np.ndarray, graph: Graph, keys: np.ndarray, fresh: np.ndarray, most: int
+    ):
+        """`_first_new`'s first `most`, a link looked for in its row of `graph` (whose links are
+        `keys`), and no candidate looked at after them."""
+        return self._first_new(cand, graph.indptr, graph.indices, fresh, most)
 
     @staticmethod
     def relinked(graph: Graph, added: np.ndarray, lost: np.ndarray) -> Graph:

@@ -11,12 +11,13 @@ from desim import fast
 
 
 @fast.kernel
-def _first_new_into(cand, indptr, indices, fresh, out):  # pragma: no cover
+def _first_new_into(cand, indptr, indices, fresh, out, most):  # pragma: no cover
     """Write into `out` the link keys u·n + v (u < v) `cand` that are neither links of the
     graph `indptr`, `indices` on n agents nor in `fresh`, each at its first occurrence, in draw
-    order; return how many. (Keys seen are held in an open addressing table of at least twice
-    as many slots, a probe or two per key; a link is looked for in u's row, a few neighbours
-    on one or two cache lines, not by a search of every link's key.)"""
+    order, the first `most` of them; return how many. (Keys seen are held in an open
+    addressing table of at least twice as many slots, a probe or two per key; a link is looked
+    for in u's row, a few neighbours on one or two cache lines, not by a search of every link's
+    key.)"""
     n = len(indptr) - 1
     bits = 4
     while (1 << bits) < 2 * (len(cand) + len(fresh)):
@@ -25,6 +26,8 @@ def _first_new_into(cand, indptr, indices, fresh, out):  # pragma: no cover
     table = np.full(mask + 1, -1, dtype=np.int64)  # keys are ≥ 0
     found = 0
     for i in range(len(fresh) + len(cand)):
+        if found == most:  # (the draw keeps no more: the rest are not looked at)
+            break
         key = fresh[i] if i < len(fresh) else cand[i - len(fresh)]
         slot = ((key * 0x5851F42D4C957F2D) >> 20) & mask
         while table[slot] != -1 and table[slot] != key:
@@ -46,11 +49,14 @@ def _first_new_into(cand, indptr, indices, fresh, out):  # pragma: no cover
     return found
 
 
-def first_new(cand: np.ndarray, indptr: np.ndarray, indices: np.ndarray, fresh: np.ndarray):
+def first_new(
+    cand: np.ndarray, indptr: np.ndarray, indices: np.ndarray, fresh: np.ndarray, most: int = -1
+):
     """`dynamic._first_new`'s keys: those of `cand` that are neither links of the graph of CSR
-    arrays `indptr`, `indices` nor in `fresh`, each at its first occurrence, in draw order."""
+    arrays `indptr`, `indices` nor in `fresh`, each at its first occurrence, in draw order (the
+    first `most` of them; −1: all)."""
     out = np.empty(len(cand), dtype=np.int64)
-    return out[: _first_new_into(cand, indptr, indices, fresh, out)]
+    return out[: _first_new_into(cand, indptr, indices, fresh, out, most)]
 
 
 @fast.kernel
@@ -117,6 +123,6 @@ def warm() -> None:
 
     graph, passes = Graph(3, np.array([0, 1, 2, 2]), np.array([1, 0])), _CompiledPasses()
     keys, none = link_keys(graph), np.empty(0, dtype=np.int64)
-    passes.first_new(np.array([1, 2, 5]), graph, keys, none)
+    passes.first_new(np.array([1, 2, 5]), graph, keys, none, 2)
     passes.merged(keys, np.array([0]), np.array([2]))
     passes.relinked(graph, np.array([2]), keys)

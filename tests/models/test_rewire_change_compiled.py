@@ -138,6 +138,9 @@ def test_a_draw_that_meets_its_own_and_existing_links_keeps_the_first_new_ones()
     want = dynamic._first_new(i * 12 + j, keys, fresh)
     got = rewire_kernels.first_new(i * 12 + j, g.indptr, g.indices, fresh)
     np.testing.assert_array_equal(got, want)
+    for most in range(len(want) + 2):  # the first `most` of them, the rest not looked at
+        got = rewire_kernels.first_new(i * 12 + j, g.indptr, g.indices, fresh, most)
+        np.testing.assert_array_equal(got, want[:most])
 
 
 @pytest.mark.parametrize(
