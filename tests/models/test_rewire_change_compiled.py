@@ -35,6 +35,8 @@ def _assert_same_numbering(graph: Graph) -> None:
         x, y = getattr(plain, name), getattr(fast, name)
         assert x.dtype == y.dtype, name
         np.testing.assert_array_equal(x, y, err_msg=name)
+    if fast.ahead is not None:  # (RR's rows: the next pair and its neighbour)
+        np.testing.assert_array_equal(fast.ahead[:, 1], plain.dst[plain.following])
 
 
 def _chain(graph: Graph, changes: int, fraction: float, seed: int) -> list[Graph]:
@@ -168,3 +170,19 @@ def test_runs_on_a_rewired_graph_give_the_same_bytes_both_ways(monkeypatch, para
         runs.append((out.metrics["value"].to_numpy(float), out.agents.to_numpy()))
     for x, y in zip(*runs, strict=True):
         np.testing.assert_array_equal(x, y)
+
+
+def test_rr_over_a_compiled_layout_takes_the_numpy_targets_slot_after_slot():
+    # an irregular graph: RR's next pairs and neighbours from `ahead` rows in one kernel,
+    # against the numpy look-ups of `following` and `dst`, over more slots than any degree
+    from desim.models.colme.graph import NeighbourRoundRobin
+
+    g = _chain(RandomRegular(degree=6).make(300, np.random.default_rng(5)), 3, 0.3, 6)[-1]
+    plain, fast = Neighbours(g), Neighbours(g, compiled=True)
+    assert plain.ahead is None and fast.ahead is not None and fast.min_degree() < 6
+    rr_plain, rr_fast = NeighbourRoundRobin(plain), NeighbourRoundRobin(fast)
+    assert rr_fast._step is not None
+    for t in [*range(1, 40), 45, 46, 47]:  # (45: not the next slot, the table's look-up)
+        for x, y in zip(rr_plain.targets(t), rr_fast.targets(t), strict=True):
+            assert x.dtype == y.dtype
+            np.testing.assert_array_equal(x, y)
