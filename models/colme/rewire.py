@@ -210,13 +210,13 @@ class RetiredPairs:
 
     @property
     def keys(self) -> np.ndarray:
-        """b·M + a of every retired pair, in the order dropped."""
+        """b·M + a of every retired pair, in the order dropped (a change's in CSR order)."""
         self._join()
         return self._keys[0] if self._keys else np.empty(0, dtype=np.int64)
 
     @property
     def counts(self) -> np.ndarray:
-        """κ of every retired pair, in the order dropped."""
+        """κ of every retired pair, in the order of `keys`."""
         self._join()
         return self._counts[0] if self._counts else np.empty(0, dtype=np.int64)
 
