@@ -19,7 +19,10 @@ def neighbour_layout(indptr: np.ndarray, indices: np.ndarray, top: int) -> tuple
     kernel: as one, numba compiled them to slower code.)"""
     below, position, starts = _positions(indptr, indices, top)
     csr_pairs, dst, rr = _placed(indptr, indices, top, position, starts)
-    return below, csr_pairs, dst, rr, _following(indptr, rr, dst)
+    # (32-bit rows where the pair numbers fit: RR's step reads one row per querier)
+    ahead = np.empty((len(rr), 2), dtype=np.int32 if len(rr) < 2**31 else np.int64)
+    _following(indptr, rr, dst, ahead)
+    return below, csr_pairs, dst, rr, ahead
 
 
 @fast.kernel
@@ -68,17 +71,15 @@ def _placed(indptr, indices, top, position, starts):  # pragma: no cover
 
 
 @fast.kernel
-def _following(indptr, rr, dst):  # pragma: no cover
-    """`Neighbours.ahead`: the pair at the next RR position (cyclic) of every pair, and its
-    neighbour (`Neighbours.following` is the first column)."""
-    ahead = np.empty((len(rr), 2), dtype=np.int64)
+def _following(indptr, rr, dst, ahead):  # pragma: no cover
+    """`Neighbours.ahead` written into `ahead`: the pair at the next RR position (cyclic) of
+    every pair, and its neighbour (`Neighbours.following`'s values are the first column)."""
     for a in range(len(indptr) - 1):
         first, last = indptr[a], indptr[a + 1] - 1
         for i in range(first, last + 1):
             pair = rr[i + 1] if i < last else rr[first]
             ahead[rr[i], 0] = pair
             ahead[rr[i], 1] = dst[pair]
-    return ahead
 
 
 @fast.kernel

@@ -48,8 +48,8 @@ class Neighbours:
         #: Agents with at least one neighbour: those that query.
         self.querying = np.flatnonzero(self.degree > 0)
         #: RR's next pair and its neighbour of every pair, as rows (`following`, and dst of
-        #: it: RR's irregular slot reads both of a pair in one row), where the layout was
-        #: compiled (None otherwise: `following` and `dst` are read apart).
+        #: it: RR's irregular slot reads both of a pair in one row, 32-bit where they fit),
+        #: where the layout was compiled (None otherwise: `following` and `dst` are read apart).
         self.ahead: np.ndarray | None = None
         if len(self.querying) == self.n:  # (the views' arrays are then read without a gather)
             self.querying = every_agent(self.n)
@@ -61,7 +61,6 @@ class Neighbours:
                 self.indptr, graph.indices, top
             )
             self.ahead = _frozen(ahead)
-            self.__dict__["following"] = self.ahead[:, 0]  # (the cached property's value)
         else:
             self.below, csr_pairs, by_pair_src, by_pair_dst, self._rr = _layout(graph)
             self.__dict__["src"] = _frozen(by_pair_src)  # (the cached property's value)

@@ -142,6 +142,6 @@ def warm() -> None:
     agents.flags.writeable = t_b.flags.writeable = False
     release_pm1(kappa, values.copy(), pair, values, values, t_b, kappa.copy(), values.copy())
     revise_pairs(np.zeros(2, dtype=bool), np.zeros(2, dtype=np.int64), agents, pair, ones > 0)
-    ahead = np.zeros((2, 2), dtype=np.int64)
+    ahead = np.zeros((2, 2), dtype=np.int32)  # (`Neighbours.ahead`'s rows)
     ahead.flags.writeable = False  # (a graph's numbering is read-only)
     rr_next(ahead, pair)
