@@ -36,6 +36,7 @@ def _assert_same_numbering(graph: Graph) -> None:
         assert x.dtype == y.dtype, name
         np.testing.assert_array_equal(x, y, err_msg=name)
     if fast.ahead is not None:  # (RR's rows: the next pair and its neighbour)
+        np.testing.assert_array_equal(fast.ahead[:, 0], plain.following)
         np.testing.assert_array_equal(fast.ahead[:, 1], plain.dst[plain.following])
 
 
