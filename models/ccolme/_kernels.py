@@ -56,8 +56,8 @@ def keep_within(mean, x_b, a, bound, strict, keep):
 @fast.kernel
 def _term(nb_y, at, w, w_const, ya, i):
     """(Y_b − Y_a)·W_ab of mixed edge i: Y_b = nb_y[i], or nb_y[at[i]] (`at` not None); W_ab
-    = w[i], or `w_const` when `w` is None. Both are compile-time choices (a branch on a flag
-    in this loop cost a quarter of the mix)."""
+    = w[i], or `w_const` when `w` is None. Both are compile-time choices: a run-time flag
+    here is a branch in the mix's innermost loop."""
     y_b = nb_y[i] if at is None else nb_y[at[i]]
     return (y_b - ya) * (w_const if w is None else w[i])
 
