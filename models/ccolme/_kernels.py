@@ -54,17 +54,18 @@ def keep_within(mean, x_b, a, bound, strict, keep):
 
 
 @fast.kernel
-def _term(nb_y, at, w, w_const, per_edge, ya, i):
-    """(Y_b − Y_a)·W_ab of mixed edge i: Y_b = nb_y[i], or nb_y[at[i]] (`at` not None: a
-    compile-time choice); W_ab from `w`, or `w_const` when not `per_edge`."""
+def _term(nb_y, at, w, w_const, ya, i):
+    """(Y_b − Y_a)·W_ab of mixed edge i: Y_b = nb_y[i], or nb_y[at[i]] (`at` not None); W_ab
+    = w[i], or `w_const` when `w` is None. Both are compile-time choices: a run-time flag
+    here is a branch in the mix's innermost loop."""
     y_b = nb_y[i] if at is None else nb_y[at[i]]
-    return (y_b - ya) * (w[i] if per_edge else w_const)
+    return (y_b - ya) * (w_const if w is None else w[i])
 
 
 @fast.kernel
 def mix_rows(y, nb_y, at, w, w_const, counts, out):
     """out[a] = Y_a + Σ_b (Y_b − Y_a)·W_ab over a's `counts[a]` consecutive edges (Y_b from
-    nb_y, through `at` when given; W_ab from `w`, or `w_const` when `w` is empty), the sum in
+    nb_y, through `at` when given; W_ab from `w`, or `w_const` when `w` is None), the sum in
     `np.add.reduceat`'s order: the first term plus the pairwise sum of the m = counts[a] − 1
     others. For 8 ≤ m ≤ 128 (graphs of degree 9 to 129) that is `desim.fast.pairwise_sum`'s
     branch of eight partial sums and a tail, written out here on terms read straight from the
@@ -73,41 +74,40 @@ def mix_rows(y, nb_y, at, w, w_const, counts, out):
     for a in range(len(counts)):
         width = max(width, counts[a])
     terms = np.empty(width)
-    per_edge = len(w) > 0
     j = 0
     for a in range(len(y)):
         c, ya = counts[a], y[a]
         m, s = c - 1, j + 1
         if 8 <= m <= 128:
-            r0 = _term(nb_y, at, w, w_const, per_edge, ya, s)
-            r1 = _term(nb_y, at, w, w_const, per_edge, ya, s + 1)
-            r2 = _term(nb_y, at, w, w_const, per_edge, ya, s + 2)
-            r3 = _term(nb_y, at, w, w_const, per_edge, ya, s + 3)
-            r4 = _term(nb_y, at, w, w_const, per_edge, ya, s + 4)
-            r5 = _term(nb_y, at, w, w_const, per_edge, ya, s + 5)
-            r6 = _term(nb_y, at, w, w_const, per_edge, ya, s + 6)
-            r7 = _term(nb_y, at, w, w_const, per_edge, ya, s + 7)
+            r0 = _term(nb_y, at, w, w_const, ya, s)
+            r1 = _term(nb_y, at, w, w_const, ya, s + 1)
+            r2 = _term(nb_y, at, w, w_const, ya, s + 2)
+            r3 = _term(nb_y, at, w, w_const, ya, s + 3)
+            r4 = _term(nb_y, at, w, w_const, ya, s + 4)
+            r5 = _term(nb_y, at, w, w_const, ya, s + 5)
+            r6 = _term(nb_y, at, w, w_const, ya, s + 6)
+            r7 = _term(nb_y, at, w, w_const, ya, s + 7)
             i, end = s + 8, s + m - m % 8
             while i < end:
-                r0 += _term(nb_y, at, w, w_const, per_edge, ya, i)
-                r1 += _term(nb_y, at, w, w_const, per_edge, ya, i + 1)
-                r2 += _term(nb_y, at, w, w_const, per_edge, ya, i + 2)
-                r3 += _term(nb_y, at, w, w_const, per_edge, ya, i + 3)
-                r4 += _term(nb_y, at, w, w_const, per_edge, ya, i + 4)
-                r5 += _term(nb_y, at, w, w_const, per_edge, ya, i + 5)
-                r6 += _term(nb_y, at, w, w_const, per_edge, ya, i + 6)
-                r7 += _term(nb_y, at, w, w_const, per_edge, ya, i + 7)
+                r0 += _term(nb_y, at, w, w_const, ya, i)
+                r1 += _term(nb_y, at, w, w_const, ya, i + 1)
+                r2 += _term(nb_y, at, w, w_const, ya, i + 2)
+                r3 += _term(nb_y, at, w, w_const, ya, i + 3)
+                r4 += _term(nb_y, at, w, w_const, ya, i + 4)
+                r5 += _term(nb_y, at, w, w_const, ya, i + 5)
+                r6 += _term(nb_y, at, w, w_const, ya, i + 6)
+                r7 += _term(nb_y, at, w, w_const, ya, i + 7)
                 i += 8
             rest = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
             while i < s + m:
-                rest += _term(nb_y, at, w, w_const, per_edge, ya, i)
+                rest += _term(nb_y, at, w, w_const, ya, i)
                 i += 1
-            out[a] = ya + (_term(nb_y, at, w, w_const, per_edge, ya, j) + rest)
+            out[a] = ya + (_term(nb_y, at, w, w_const, ya, j) + rest)
         elif c == 0:
             out[a] = ya
         else:  # short or long rows: numpy's order by `desim.fast.reduceat_sum`
             for k in range(c):
-                terms[k] = _term(nb_y, at, w, w_const, per_edge, ya, j + k)
+                terms[k] = _term(nb_y, at, w, w_const, ya, j + k)
             out[a] = ya + fast.reduceat_sum(terms, 0, c)
         j += c
 

@@ -92,7 +92,7 @@ class CompiledPass:
         if isinstance(w, np.ndarray):
             self._k.mix_rows(y, nb_y, at, w, 0.0, counts, out)
         else:
-            self._k.mix_rows(y, nb_y, at, np.empty(0), float(w), counts, out)
+            self._k.mix_rows(y, nb_y, at, None, float(w), counts, out)
         return out
 
     def consensus_step(

@@ -270,7 +270,7 @@ class Rows:
         `spread` reuses, or one compiled pass with the same bytes (which needs no run starts).
         With `at`, Y_b of mixed edge i is nb_y[at[i]] (`desim.models.ccolme.live_first.
         LiveFirst.y_of`, lazy)."""
-        if self._compiled is not None and counts.any():
+        if self._compiled is not None:  # (agents mixing nobody: Y_a, as numpy's copy)
             return self._compiled.mix(y, nb_y, w, counts, at)
         rows, first = self.starts(counts, version)
         if at is not None:

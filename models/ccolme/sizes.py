@@ -65,6 +65,8 @@ class Sizes:
         self._heard_filed = True
         self._column: tuple[int, np.ndarray] | None = None  # (C's version, `_whole_column`)
         self._payload: np.ndarray | None = None
+        # the latest `SenderBatch` size send and the |C| it tells (its table's first column)
+        self._told: tuple[SenderBatch, np.ndarray] | None = None
         self._buffers: list[np.ndarray] = []
         self._w_cache: tuple[int, np.ndarray | float] | None = None  # (C's version, W_ab)
         if in_order:  # per edge: |C_b| (float) and eq. (2)'s W_ab, updated where C moves
@@ -103,6 +105,7 @@ class Sizes:
 
             self._sent_version = version
             batch = SenderBatch(table, kept_idx, g.dst, g.src)
+            self._told = (batch, size)
             ctx.send_batch("size", batch)
             return batch, batch, kept_idx
         owners = rows.owners(size, version, kept_idx, self._in_order)
@@ -209,6 +212,14 @@ class Sizes:
         return batch.payload[rows, 0]
 
     # -- C moved (in order) ------------------------------------------------------------------
+    def _gone_sizes(self, heard: tuple[np.ndarray, Batch, int], gone: np.ndarray) -> np.ndarray:
+        """|C_b| the latest whole send told on the edges `gone` (some of its edges): for this
+        object's own `SenderBatch`, b's |C_b| as the send's table holds it (the table not
+        made, the edges not looked up), else the messages' column there."""
+        if self._told is not None and heard[1] is self._told[0]:
+            return self._told[1].take(self._g.dst.take(gone)).astype(float)
+        return self._heard_sizes(np.searchsorted(heard[0], gone))
+
     def moved(self, gone: np.ndarray, agents: np.ndarray, size: np.ndarray, version: int) -> None:
         """C of version `version` lost the edges `gone` and |C_a| = `size` changed for `agents`.
 
@@ -218,7 +229,7 @@ class Sizes:
         """
         heard = self._heard
         if not self._heard_filed and heard is not None and heard[2] == version:
-            self._nb_size[gone] = self._heard_sizes(np.searchsorted(heard[0], gone))
+            self._nb_size[gone] = self._gone_sizes(heard, gone)
             self._heard_filed = True
         g = self._g
         deg = g.degree[agents]

@@ -60,9 +60,11 @@ class Slots:
         super().on_samples(t, samples)
 
 
-def run(monkeypatch, kernels, name, params, links=None, sigma2=None, rewire=None, blocked=True):
-    """60 agents of two close classes on a 6-regular graph, 60 slots, with or without the
-    kernels; returns (per-slot Y, final Y, C, metrics) as bytes."""
+def run(
+    monkeypatch, kernels, name, params, links=None, sigma2=None, rewire=None, blocked=True, degree=6
+):
+    """60 agents of two close classes on a `degree`-regular graph, 60 slots, with or without
+    the kernels; returns (per-slot Y, final Y, C, metrics) as bytes."""
     monkeypatch.setenv("DESIM_COMPILED", "1" if kernels else "0")
     monkeypatch.setattr(compiled, "COMPILED_FROM", 0)
     monkeypatch.setattr(live_first, "BLOCKED_FROM", 0 if blocked else 1 << 30)
@@ -72,7 +74,7 @@ def run(monkeypatch, kernels, name, params, links=None, sigma2=None, rewire=None
     monkeypatch.setattr(sizes, "EVERY_EDGE_FROM", 0.0 if blocked else float("inf"))
     base = PROTOCOLS.get(name)
     proto = type("Traced", (Slots, base), {})(build(base.Params, params, "test"))
-    g = regular(60, 6, seed=4)
+    g = regular(60, degree, seed=4)
     data = GraphData(g, np.arange(60) % 2, [0.0, 1.0], sigma=0.3)
     if sigma2 is not None:
         data.public["sigma2"] = sigma2
@@ -124,6 +126,18 @@ def test_the_kernels_give_the_numpy_paths_bytes(monkeypatch, calls, name, params
     assert set(taken) <= set(calls), calls
     assert blocked or "refresh_weights" not in calls  # only around the agents that moved
     assert len(set(numpy_run[0])) == 61 - 1  # Y moves in every slot after the first
+
+
+@needs_numba
+@pytest.mark.parametrize("params", [{}, {"weights": "max-degree", "reset": "agent"}])
+def test_rows_summed_in_registers_give_the_numpy_paths_bytes(monkeypatch, calls, params):
+    """On a 12-regular graph most agents mix 9 to 12 neighbours (the mix's eight partial sums
+    in registers), with W per edge or one W for all: every slot's Y, C and the metrics are the
+    numpy path's, bit for bit."""
+    numpy_run = run(monkeypatch, False, "c-colme", params, degree=12)
+    kernel_run = run(monkeypatch, True, "c-colme", params, degree=12)
+    assert kernel_run == numpy_run
+    assert calls["mix"]
 
 
 @needs_numba
@@ -240,12 +254,26 @@ def test_the_compiled_mix_is_numpys_for_any_runs_and_values(counts, seed, scale)
     rng = np.random.default_rng(seed)
     y = rng.standard_normal(len(counts)) * scale
     nb_y = rng.standard_normal(int(counts.sum())) * scale
-    w = rng.random(len(nb_y))
     rows = counts > 0
     starts = (np.cumsum(counts) - counts)[rows]
-    with np.errstate(over="ignore", invalid="ignore"):
-        expected = mix(y, nb_y, w, counts, rows, starts)
-    assert CompiledPass().mix(y, nb_y, w, counts).tobytes() == expected.tobytes()
+    for w in (rng.random(len(nb_y)), float(rng.random())):  # W per edge, or one W (max degree)
+        with np.errstate(over="ignore", invalid="ignore"):
+            expected = mix(y, nb_y, w, counts, rows, starts)
+        assert CompiledPass().mix(y, nb_y, w, counts).tobytes() == expected.tobytes()
+
+
+@needs_numba
+@pytest.mark.parametrize("w", [0.25, None])
+def test_agents_mixing_nobody_keep_their_y_in_the_compiled_mix(monkeypatch, w):
+    """Every agent with no mixed edge (all runs empty): Y's bytes, as numpy's copy gives
+    (`Rows.mix` hands them to the kernel: nothing checks for an empty mix first)."""
+    monkeypatch.setattr(compiled, "COMPILED_FROM", 0)
+    monkeypatch.setenv("DESIM_COMPILED", "1")
+    rows = edges.Rows(regular(12, 3, seed=1))
+    y = np.array([-0.0, 1.5, np.nan, -2.0, 0.0, 1e300, -1e-300, 3.0, 4.0, 5.0, 6.0, 7.0])
+    counts = np.zeros(12, dtype=np.int64)
+    weight = 0.25 if w is not None else np.empty(0)
+    assert rows.mix(y, np.empty(0), weight, counts, None).tobytes() == y.tobytes()
 
 
 @needs_numba

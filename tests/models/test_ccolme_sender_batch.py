@@ -49,7 +49,8 @@ class Columns:
 
 
 def run(name, params, graph, mode, t_max=40):
-    """(metrics, final Y, C, messages sent per kind) of a run on `graph` (two close classes);
+    """(metrics, final Y, C, messages sent per kind, |C_b| as each b told a) of a run on
+    `graph` (two close classes);
     `mode`: "batch" (the size send a `SenderBatch`), "columns" (sent per edge) or
     "materialised" (a `SenderBatch` whose columns the transport reads, as a drawing one does)."""
     base = PROTOCOLS.get(name)
@@ -66,7 +67,9 @@ def run(name, params, graph, mode, t_max=40):
     )
     out = sim.run()
     sent = sim.network.sent.copy()
-    return out.metrics.to_csv(), proto.y.tobytes(), proto.kept.tobytes(), sent.tobytes()
+    # |C_b| per edge: on the edges C dropped, what the last size send before the drop told
+    told = proto.nb_size.tobytes()
+    return out.metrics.to_csv(), proto.y.tobytes(), proto.kept.tobytes(), sent.tobytes(), told
 
 
 def graphs():
@@ -80,8 +83,8 @@ def graphs():
 @pytest.mark.parametrize(("name", "params"), VARIANTS)
 @pytest.mark.parametrize("kernels", [False, True] if fast.AVAILABLE else [False])
 def test_a_sender_batch_gives_the_bytes_of_the_per_edge_send(monkeypatch, name, params, kernels):
-    """Every slot's metrics, Y, C and the message counts: the same bytes, sent as a batch, per
-    edge, or as a batch whose columns are read."""
+    """Every slot's metrics, Y, C, the message counts and the sizes filed for the edges C
+    dropped: the same bytes, sent as a batch, per edge, or as a batch whose columns are read."""
     monkeypatch.setenv("DESIM_COMPILED", "1" if kernels else "0")
     monkeypatch.setattr(compiled, "COMPILED_FROM", 0)
     # the large graphs' state send (by block of senders) and test (in pieces)
