@@ -97,7 +97,7 @@ from desim.kernel.registry import PROTOCOLS
 from desim.models.baselines import Local
 from desim.models.ccolme import rewire
 from desim.models.ccolme.compiled import CompiledPass
-from desim.models.ccolme.edges import EdgeStates, Rows, common, newest
+from desim.models.ccolme.edges import EdgeStates, Rows, Turns, common, newest
 from desim.models.ccolme.family import CColMEFamily
 from desim.models.ccolme.live_first import BUFFERS, CHUNK, LiveFirst
 from desim.models.ccolme.model import (
@@ -217,8 +217,7 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         )
         # Ideal links deliver every send at once, so the state payload of slot t − 3 is held by
         # nobody at slot t (a keeps t − 1's and t − 2's states): buffers in turn save fresh pages
-        self._buffers: list[np.ndarray] = []
-        self._turn = 0
+        self._payloads = Turns(3 * e, float, BUFFERS)
         # kind: (src, dst, receivers' slots) of the last send
         self._sent: dict[str, tuple[np.ndarray, np.ndarray, Any]] = {}
         # the edges of the last consensus step and their weights W_ab (for mixing_matrix)
@@ -268,12 +267,10 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
     def _state_payload(self) -> np.ndarray:
         """An (edges × 3) array for this slot's states on the per-edge path, columns
         contiguous: in order, the next of `BUFFERS` in turn."""
+        e = self.graph.n_directed
         if not self._in_order:
-            return np.empty((3, self.graph.n_directed)).T
-        if not self._buffers:
-            self._buffers = [np.empty((3, self.graph.n_directed)).T for _ in range(BUFFERS)]
-        self._turn = (self._turn + 1) % BUFFERS
-        return self._buffers[self._turn]
+            return np.empty((3, e)).T
+        return self._payloads.next(3 * e).reshape(3, e).T
 
     def _slots(self, batch: Batch, kind: str) -> tuple[np.ndarray | slice, bool]:
         """The receiver's edge slot of every message of `batch` (receiver dst, sender src), and

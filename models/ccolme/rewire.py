@@ -47,8 +47,8 @@ import numpy as np
 from desim.kernel.messages import Batch
 from desim.kernel.protocol import FollowsGraph
 from desim.kernel.registry import METRICS, applies_to, records
-from desim.models.ccolme.edges import EdgeSlots, EdgeStates, Rows
-from desim.models.ccolme.live_first import LiveFirst
+from desim.models.ccolme.edges import EdgeSlots, EdgeStates, Rows, Turns
+from desim.models.ccolme.live_first import BUFFERS, LiveFirst
 from desim.models.ccolme.sizes import Sizes
 from desim.topologies.graph import Graph
 
@@ -178,7 +178,7 @@ def follow(proto: CColME, graph: Graph) -> None:
     proto._sizes = sizes = Sizes(graph, proto.size, proto._in_order, metropolis, told)
     sizes._nb_size[~remap.new] = nb_size[~remap.new]
     sizes.at = nb_at
-    proto._buffers, proto._sent = [], {}
+    proto._payloads, proto._sent = Turns(3 * graph.n_directed, float, BUFFERS), {}
     proto._mixed_idx, proto._w = np.empty(0, dtype=np.int64), 0.0
     proto._relive = proto._in_order and p.decisions == "irrevocable"
     track_in_flight(proto, remap, old.n_directed)
