@@ -291,13 +291,14 @@ def edge_row_sums(protocol: Any, rows: np.ndarray | slice) -> tuple[np.ndarray, 
     p, nb = protocol, protocol.graph
     agents = np.arange(nb.n)[rows]
     every = isinstance(rows, slice) and len(agents) == nb.n
+    # (before every pair's querier is read: a compiled layout makes `src` only when read)
+    if every and nb.n > p.incremental_above and p.stat.compact and p.stat.mechanism == "pm1":
+        return _every_edge_sums_last(p)
     if every:  # every pair, in pair order (contiguous); summed below in CSR order
         e, owner = slice(None), nb.src
     else:
         e, owner = nb.edges_of(agents)
     k = len(agents)
-    if every and nb.n > p.incremental_above and p.stat.compact and p.stat.mechanism == "pm1":
-        return _every_edge_sums_last(p)
     weight, value = _edge_terms(p, e)
     if nb.n > p.incremental_above:
         weighted = weight * value

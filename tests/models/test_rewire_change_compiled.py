@@ -187,3 +187,34 @@ def test_rr_over_a_compiled_layout_takes_the_numpy_targets_slot_after_slot():
         for x, y in zip(rr_plain.targets(t), rr_fast.targets(t), strict=True):
             assert x.dtype == y.dtype
             np.testing.assert_array_equal(x, y)
+
+
+def test_the_checkpoints_sums_on_a_compiled_layout_make_no_querier_of_every_pair(monkeypatch):
+    # ``last`` PM-I above `incremental_above`: the sums read the CSR arrays, not `src`, which a
+    # compiled layout makes only when read (every pair's querier, scattered: a change's cost)
+    from desim.models.colme.protocol import PrivateColME
+
+    monkeypatch.setattr(CompiledPairs, "above", 0)
+    monkeypatch.setattr(dynamic, "COMPILED_ABOVE", 0)
+    monkeypatch.setattr(PrivateColME, "incremental_above", 0)
+    made: list[int] = []  # (reads on a compiled layout: the set-up one is numpy's, with `src`)
+    src = Neighbours.__dict__["src"].func
+
+    def counted(nb: Neighbours) -> np.ndarray:
+        made.extend([nb.n] if nb.ahead is not None else [])
+        return src(nb)
+
+    monkeypatch.setattr(Neighbours, "src", property(counted))
+    out = desim.run(
+        Scenario(
+            protocol="private-colme",
+            topology=REWIRED,
+            seed=3,
+            data=DATA,
+            params={"peers": "topology"},
+            t_max=40,
+            checkpoints=8,
+            metrics=("accuracy",),
+        )
+    )
+    assert len(out.metrics) > 0 and made == []
