@@ -4,6 +4,8 @@ rewiring draw's graph and link keys, and whole runs on a rewired graph."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -146,6 +148,20 @@ def test_a_draw_that_meets_its_own_and_existing_links_keeps_the_first_new_ones()
         np.testing.assert_array_equal(got, want[:most])
 
 
+def _rewired_run(params: dict, **options: Any) -> Any:
+    """Private-ColME over its neighbours on the rewired graph, 40 slots, with `params`."""
+    scenario = Scenario(
+        protocol="private-colme",
+        topology=REWIRED,
+        seed=3,
+        data=DATA,
+        params={"peers": "topology", **params},
+        t_max=40,
+        **options,
+    )
+    return desim.run(scenario)
+
+
 @pytest.mark.parametrize(
     "params", [{}, {"schedule": "rrr"}, {"mechanism": "pm2"}, {"forget": {"window": 10}}]
 )
@@ -155,19 +171,7 @@ def test_runs_on_a_rewired_graph_give_the_same_bytes_both_ways(monkeypatch, para
     runs = []
     for compiled in ("1", "0"):
         monkeypatch.setenv("DESIM_COMPILED", compiled)
-        out = desim.run(
-            Scenario(
-                protocol="private-colme",
-                topology=REWIRED,
-                seed=3,
-                data=DATA,
-                params={"peers": "topology", **params},
-                t_max=40,
-                checkpoints=4,
-                per_agent=True,
-                metrics=("accuracy", "privacy"),
-            )
-        )
+        out = _rewired_run(params, checkpoints=4, per_agent=True, metrics=("accuracy", "privacy"))
         runs.append((out.metrics["value"].to_numpy(float), out.agents.to_numpy()))
     for x, y in zip(*runs, strict=True):
         np.testing.assert_array_equal(x, y)
@@ -205,16 +209,5 @@ def test_the_checkpoints_sums_on_a_compiled_layout_make_no_querier_of_every_pair
         return src(nb)
 
     monkeypatch.setattr(Neighbours, "src", property(counted))
-    out = desim.run(
-        Scenario(
-            protocol="private-colme",
-            topology=REWIRED,
-            seed=3,
-            data=DATA,
-            params={"peers": "topology"},
-            t_max=40,
-            checkpoints=8,
-            metrics=("accuracy",),
-        )
-    )
+    out = _rewired_run({}, checkpoints=8, metrics=("accuracy",))
     assert len(out.metrics) > 0 and made == []
