@@ -51,6 +51,10 @@ def component_labels(n: int, indptr: np.ndarray, indices: np.ndarray) -> np.ndar
     return np.unique(label, return_inverse=True)[1].astype(np.int64)
 
 
+#: Graphs of at most this many agents find `Graph.reverse` by sorting 16-bit agent numbers.
+_RADIX_AGENTS = 1 << 16
+
+
 def _frozen(a: np.ndarray) -> np.ndarray:
     a.flags.writeable = False
     return a
@@ -127,8 +131,11 @@ class Graph:
         """reverse[e]: index of the edge dst[e]→src[e] (an involution without fixed points)."""
         # The edge b→a is the i-th in (src, dst) order where a→b is the i-th in (dst, src) order,
         # which a stable sort by dst gives (src ascends within it): its inverse permutation, at
-        # a fraction of the cost of a lexsort or of searching every key (random reads).
-        order = np.argsort(self.dst, kind="stable")
+        # a fraction of the cost of a lexsort or of searching every key (random reads). Agents
+        # that fit 16 bits sort as such: numpy's stable sort of 16-bit keys is a radix sort,
+        # O(E), and the same keys give the same permutation.
+        dst = self.dst.astype(np.uint16) if self.n <= _RADIX_AGENTS else self.dst
+        order = np.argsort(dst, kind="stable")
         out = np.empty_like(order)
         out[order] = np.arange(len(order))
         return _frozen(out)

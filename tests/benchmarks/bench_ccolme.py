@@ -4,6 +4,7 @@
     python tests/benchmarks/bench_ccolme.py --study    # also the full ccolme-scale study
     python tests/benchmarks/bench_ccolme.py --million  # also M = 10⁶ (issue 28; many minutes)
     python tests/benchmarks/bench_ccolme.py --million --only-million --t-max 200  # 10⁶ only, short
+    python tests/benchmarks/bench_ccolme.py --rewire 3  # static against rewired graph, alternated
 
 Each workload runs in a fresh process, so its peak memory (max RSS) is its own; the graph and
 the data are part of the timed run (as in a study). Wall time depends on what else the machine
@@ -18,7 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from harness import time_scenario, time_study
+from harness import rewire_rows, time_scenario, time_study
 
 SCALE = {
     "model": "classes",
@@ -62,6 +63,16 @@ WORKLOADS = {
 MILLION = {"C-ColME M=1e6 r=10 T=2000": ("c-colme", {}, {**SCALE, "agents": 1_000_000}, 10, 2000)}
 BAR_MILLION = (180.0, 4096.0)  # CPU seconds, MB
 
+#: C-ColME and Private-C-ColME on a changing graph (issue 29): the bar's workload, static against
+#: 10 % of the links rewired before every 100th slot (`harness.rewire_rows`).
+REWIRE = {
+    "C-ColME M=1e4 r=10 T=2000": {"protocol": "c-colme", "params": {}},
+    "Private-C-ColME ε=5 M=1e4 r=10 T=2000": {
+        "protocol": "private-c-colme",
+        "params": {"epsilon": 5.0},
+    },
+}
+
 
 def time_million(t_max: int | None = None) -> list[tuple]:
     """The 10⁶ rows: (name, wall, cpu, MB, bar, result), judged by CPU time and memory; with
@@ -94,10 +105,19 @@ def main() -> None:
     parser.add_argument("--only-million", action="store_true", help="with --million: only it")
     parser.add_argument("--t-max", type=int, help="slots of the M = 10⁶ run (default: 2000)")
     parser.add_argument("--numpy", action="store_true", help="no compiled passes (numpy only)")
+    parser.add_argument(
+        "--rewire", type=int, metavar="N", help="only static against rewired, N runs of each"
+    )
     args = parser.parse_args()
     if args.numpy:
         os.environ["DESIM_COMPILED"] = "0"  # the runs' fresh processes inherit it
     rows = []
+    if args.rewire:
+        for label, scenario in REWIRE.items():
+            common = {"data": SCALE, "t_max": 2000, "metrics": ["accuracy", "links"]}
+            rows += rewire_rows(label, {**scenario, **common}, args.rewire)
+        _print(rows)
+        return
     workloads = {} if args.million and args.only_million else WORKLOADS
     for name, (protocol, params, data, degree, t_max, bar) in workloads.items():
         r = time_scenario(
@@ -127,9 +147,14 @@ def main() -> None:
                 "—",
             )
         )
-    print(f"\n{'workload':<52} {'wall s':>8} {'cpu s':>8} {'peak MB':>8}  {'bar':<9} result")
+    _print(rows)
+
+
+def _print(rows: list[tuple]) -> None:
+    """The rows as a table: workload, wall and CPU seconds, peak MB, bar, result."""
+    print(f"\n{'workload':<56} {'wall s':>8} {'cpu s':>8} {'peak MB':>8}  {'bar':<9} result")
     for name, wall, cpu, rss, bar, ok in rows:
-        print(f"{name:<52} {wall:8.2f} {cpu:8.2f} {rss:8.0f}  {bar:<9} {ok}")
+        print(f"{name:<56} {wall:8.2f} {cpu:8.2f} {rss:8.0f}  {bar:<9} {ok}")
 
 
 if __name__ == "__main__":

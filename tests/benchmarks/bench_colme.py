@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import best_of, forget_rows, print_forget, run_child, time_scenario, time_study
+from harness import forget_rows, print_forget, rewire_rows, time_scenario, time_study
 
 DATA = {"model": "classes", "agents": 200, "class_means": [0.2, 0.4, 0.8], "sigma": 0.5}
 T_MAX = 30_000
@@ -45,69 +45,14 @@ GRAPH = {
 }
 GRAPH_WORKLOADS = {"PM-I non-MoM RR": {"peers": "topology"}}
 BAR_GRAPH_CPU, BAR_GRAPH_MB = 60.0, 2048.0
-#: Private-ColME on a changing graph (issue 29): M = 10⁴ on a random 10-regular graph, T = 2000,
-#: static against 10 % of the links rewired before every 100th slot; bar: ≤ 1.2× the static run.
+#: Private-ColME on a changing graph (issue 29): M = 10⁴, T = 2000, static against rewired
+#: (`harness.rewire_rows`).
 REWIRE = {
+    "protocol": "private-colme",
     "data": {**DATA, "agents": 10_000},
     "params": {"peers": "topology"},
     "t_max": 2000,
 }
-REWIRE_EVERY, BAR_REWIRE = 100, 1.2
-#: `time_scenario`'s child with Private-ColME's compiled kernels (the slot's, a graph change's
-#: and the rewiring draw's) loaded before the timed run (as the imports are), their load time
-#: printed apart: numba's first call costs a fixed fraction of a second that only the runs
-#: taking a kernel (irregular or changing graphs) would otherwise carry.
-_WARM_CHILD = """
-import json, resource, sys, time
-import desim, desim.kernel.plugins
-from desim.models.colme import change_kernels, pair_kernels
-from desim.topologies import rewire_kernels
-from desim.study.scenario import Scenario
-(kwargs,) = json.loads(sys.argv[1])
-kwargs["metrics"] = tuple(kwargs.get("metrics", ()))
-s = Scenario(**kwargs)
-desim.kernel.plugins.load_plugins()
-jit = time.process_time()
-pair_kernels.warm(), change_kernels.warm(), rewire_kernels.warm()
-jit = time.process_time() - jit
-start, cpu = time.perf_counter(), time.process_time()
-desim.run(s)
-wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"wall": wall, "cpu": cpu, "rss_mb": rss, "jit": jit}))
-"""
-
-
-def rewire_rows(repeat: int) -> list[tuple]:
-    """Private-ColME on a static and on a rewired graph, alternated `repeat` times in fresh
-    processes (a change in load hits both alike); each the least CPU time of its tries."""
-    topologies = {
-        "static": {"model": "regular", "degree": 10},
-        f"rewired every {REWIRE_EVERY}": {
-            "model": "regular",
-            "degree": 10,
-            "rewire": {"every": REWIRE_EVERY, "fraction": 0.1},
-        },
-    }
-    tries: dict[str, list[dict]] = {name: [] for name in topologies}
-    for _ in range(repeat):
-        for name, topology in topologies.items():
-            scenario = {"protocol": "private-colme", "topology": topology, "seed": 1, **REWIRE}
-            r = run_child(_WARM_CHILD, scenario)
-            tries[name].append(r)
-            print(
-                f"  {name}: {r['cpu']:.2f} s CPU (kernels loaded in {r['jit']:.2f} s)", flush=True
-            )
-    static, rewired = (best_of(t) for t in tries.values())
-    ratio = rewired["cpu"] / static["cpu"]
-    rows = []
-    for (name, _), r in zip(topologies.items(), (static, rewired), strict=True):
-        bar = "" if r is static else f"≤ {BAR_REWIRE:g}× static ({ratio:.2f}×)"
-        ok = "" if r is static else ("ok" if ratio <= BAR_REWIRE else "FAIL")
-        rows.append(
-            (f"Private-ColME M=1e4 r=10 T=2000 {name}", r["wall"], r["cpu"], r["rss_mb"], bar, ok)
-        )
-    return rows
 
 
 #: Forgetting (issue 29): the robustness/drift study's Private-ColME run (M = 200, uniform data,
@@ -162,7 +107,8 @@ def main() -> None:
         print_forget("Private-ColME M=200 T=1e4", forget_rows(FORGET, args.forget), args.forget)
         return
     if args.graph or args.rewire:
-        _print(rewire_rows(args.rewire) if args.rewire else graph_rows())
+        label = "Private-ColME M=1e4 r=10 T=2000"
+        _print(rewire_rows(label, REWIRE, args.rewire) if args.rewire else graph_rows())
         return
     # Bars are judged on the run's CPU time (single-threaded, so = wall time on an idle core),
     # which a busy machine disturbs far less than wall time; both are printed.

@@ -34,6 +34,21 @@ def assert_simple_csr(g: Graph) -> None:
     assert np.array_equal(np.bincount(g.src, minlength=g.n), g.degree)
 
 
+@pytest.mark.parametrize("n", [2**16 - 1, 2**16, 2**16 + 1])
+def test_reverse_is_the_same_permutation_on_either_side_of_16_bit_agents(n):
+    # up to 2¹⁶ agents the reverse edges come from a radix sort of 16-bit agent numbers; the
+    # top agents (n − 1 is 0xFFFF at 2¹⁶) and the wide path must give the sort of the full keys
+    rng = np.random.default_rng(n)
+    u = np.concatenate([rng.integers(0, n, 3000), [n - 1, n - 2, 0]])
+    v = np.concatenate([rng.integers(0, n, 3000), [0, n - 1, n - 2]])
+    keep = u != v
+    g = Graph.from_edges(n, u[keep], v[keep])
+    assert_simple_csr(g)
+    want = np.empty(g.n_directed, dtype=np.int64)
+    want[np.lexsort((g.src, g.dst))] = np.arange(g.n_directed)
+    np.testing.assert_array_equal(g.reverse, want)
+
+
 @given(n=st.integers(2, 60), r=st.integers(1, 8), seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=40, deadline=None)
 def test_random_regular_graphs_are_simple_and_r_regular(n, r, seed):
