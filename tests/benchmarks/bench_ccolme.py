@@ -65,11 +65,13 @@ BAR_MILLION = (180.0, 4096.0)  # CPU seconds, MB
 
 #: C-ColME and Private-C-ColME on a changing graph (issue 29): the bar's workload, static against
 #: 10 % of the links rewired before every 100th slot (`harness.rewire_rows`).
+_REWIRED = {"data": SCALE, "t_max": 2000, "metrics": ["accuracy", "links"]}
 REWIRE = {
-    "C-ColME M=1e4 r=10 T=2000": {"protocol": "c-colme", "params": {}},
+    "C-ColME M=1e4 r=10 T=2000": {"protocol": "c-colme", "params": {}, **_REWIRED},
     "Private-C-ColME ε=5 M=1e4 r=10 T=2000": {
         "protocol": "private-c-colme",
         "params": {"epsilon": 5.0},
+        **_REWIRED,
     },
 }
 
@@ -114,8 +116,7 @@ def main() -> None:
     rows = []
     if args.rewire:
         for label, scenario in REWIRE.items():
-            common = {"data": SCALE, "t_max": 2000, "metrics": ["accuracy", "links"]}
-            rows += rewire_rows(label, {**scenario, **common}, args.rewire)
+            rows += rewire_rows(label, scenario, args.rewire)
         _print(rows)
         return
     workloads = {} if args.million and args.only_million else WORKLOADS
