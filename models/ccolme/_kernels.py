@@ -27,14 +27,20 @@ def gather_states(mean, y, sender, x_out, y_out):
 
 
 @fast.kernel
+def gather_pairs(mean, y, sender, pairs):
+    """pairs[i] = (mean[b], y[b]) for b = sender[i] (copies)."""
+    pair = _side_by_side(mean, y)
+    for i in range(len(sender)):
+        b = sender[i]
+        pairs[i, 0] = pair[b, 0]
+        pairs[i, 1] = pair[b, 1]
+
+
+@fast.kernel
 def gather_blocked(mean, y, sorted_sender, back, read, x_out, y_out):
     """`gather_states` in `desim.models.ccolme.edges.BlockedTake`'s two passes: read the pairs
     by block of senders (`sorted_sender`), then put each back in place (`back`)."""
-    pair = _side_by_side(mean, y)
-    for i in range(len(sorted_sender)):
-        b = sorted_sender[i]
-        read[i, 0] = pair[b, 0]
-        read[i, 1] = pair[b, 1]
+    gather_pairs(mean, y, sorted_sender, read)
     for i in range(len(back)):
         j = back[i]
         x_out[i] = read[j, 0]
@@ -169,3 +175,65 @@ def block_order(index, bits, blocks, sorted_index, back):
         sorted_index[p] = index[i]
         back[i] = p
         starts[b] = p + 1
+
+
+@fast.kernel
+def _where(back, i):
+    """The row of S's edge i in the send's pairs: back[i], or i when they are in S's order
+    (`back` None: a compile-time choice)."""
+    return i if back is None else back[i]
+
+
+@fast.kernel
+def _edge(s, i):
+    """The graph's edge of S's edge i: s[i], or i when S is every edge (`s` None)."""
+    return i if s is None else s[i]
+
+
+@fast.kernel
+def test_pairs(mean, rows, pairs, back, alive, s, bound, strict, died, y_kept, kept):
+    """The neighbour test on the edges of S still alive, agent a's being rows[a]:rows[a + 1]:
+    keep when |mean[a] − X̃_b| < bound (strict) or ≤ bound, X̃_b = pairs[·, 0]. An edge that
+    fails is no longer alive and its graph edge goes into `died`; the graph edges still alive
+    (C's, CSR order) go into `kept` and their Y_b (pairs[·, 1]) into `y_kept`. Returns (how
+    many died, how many kept)."""
+    k = 0
+    c = 0
+    for a in range(len(rows) - 1):
+        xa = mean[a]
+        for i in range(rows[a], rows[a + 1]):
+            if alive[i]:
+                j = _where(back, i)
+                d = abs(xa - pairs[j, 0])
+                if d < bound if strict else d <= bound:
+                    y_kept[c] = pairs[j, 1]
+                    kept[c] = _edge(s, i)
+                    c += 1
+                else:
+                    alive[i] = False
+                    died[k] = _edge(s, i)
+                    k += 1
+    return k, c
+
+
+@fast.kernel
+def alive_of(alive, s, edges):
+    """The graph's edges of S still alive (`alive_edges` without their positions), written into
+    `edges`; returns how many."""
+    k = 0
+    for i in range(len(alive)):
+        if alive[i]:
+            edges[k] = _edge(s, i)
+            k += 1
+    return k
+
+
+@fast.kernel
+def refresh_rows(agents, indptr, reverse, src, dst, size, size_dst, w):
+    """`refresh_weights` on the edges of `agents` only: their own rows and the reverse edges."""
+    for a in agents:
+        for e in range(indptr[a], indptr[a + 1]):
+            for f in (e, reverse[e]):
+                b = float(size[dst[f]])
+                size_dst[f] = b
+                w[f] = 1.0 / (max(float(size[src[f]]), b) + 1.0)

@@ -29,6 +29,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from desim.models.ccolme.edges import BlockedTake
+    from desim.topologies.graph import Graph
 
 #: Directed edges from which the compiled passes are taken (below, numpy's passes are in cache
 #: and the kernels' first compilation would not pay; tests set it to 0).
@@ -134,6 +135,51 @@ class CompiledPass:
     ) -> None:
         """|C_b| (a float) per edge into `size_dst` and eq. (2)'s W_ab into `w`, in place."""
         self._k.refresh_weights(size, src, dst, size_dst, w)
+
+    def gather_pairs(
+        self, mean: np.ndarray, y: np.ndarray, sender: np.ndarray, pairs: np.ndarray
+    ) -> None:
+        """pairs[i] = (X̃_b, Y_b) for b = sender[i], written in place."""
+        self._k.gather_pairs(mean, y, sender, pairs)
+
+    def test_pairs(
+        self,
+        mean: np.ndarray,
+        rows: np.ndarray,
+        pairs: tuple[np.ndarray, np.ndarray | None],
+        alive: np.ndarray,
+        s: np.ndarray | None,
+        bound: tuple[float, bool],
+        out: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ) -> tuple[int, int]:
+        """The test on S's alive edges (agent a's: rows[a]:rows[a + 1]) against X̃_b of the
+        send's `pairs` (the pairs and where S's edge i is in them, None: at i), with `bound`
+        (the bound, whether strict). Graph edges (s[i], or i if `s` is None) that fail are no
+        longer alive and go into out[0]; those kept go into out[2], their Y_b into out[1].
+        Returns (how many died, how many kept)."""
+        read, back = pairs
+        died, y_kept, kept = out
+        value, strict = float(bound[0]), bound[1]
+        return self._k.test_pairs(
+            mean, rows, read, back, alive, s, value, strict, died, y_kept, kept
+        )
+
+    def alive_of(self, alive: np.ndarray, s: np.ndarray | None, edges: np.ndarray) -> np.ndarray:
+        """The graph's edges of S still alive (s[i] where alive, or i), into `edges`' first
+        slots."""
+        return edges[: self._k.alive_of(alive, s, edges)]
+
+    def refresh_rows(
+        self,
+        agents: np.ndarray,
+        graph: Graph,
+        size: np.ndarray,
+        size_dst: np.ndarray,
+        w: np.ndarray,
+    ) -> None:
+        """`refresh_weights` on the edges of `agents` and their reverse edges only."""
+        g = graph
+        self._k.refresh_rows(agents, g.indptr, g.reverse, g.src, g.dst, size, size_dst, w)
 
     def block_order(self, index: np.ndarray, bits: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(index sorted stably by block of 2^bits values, where each index went), for values

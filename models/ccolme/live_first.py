@@ -28,6 +28,7 @@ from desim.kernel.messages import Batch, SenderBatch
 from desim.kernel.protocol import Context
 from desim.models.ccolme.compiled import CompiledPass
 from desim.models.ccolme.edges import BlockedTake, EdgeStates, Turns, flatnonzero_into
+from desim.models.ccolme.model import NeighbourTest
 from desim.topologies.graph import Graph
 
 #: State buffers taken in turn (ideal links: a holds t − 1's and t − 2's states).
@@ -41,6 +42,9 @@ CHUNK = 1 << 16
 
 class LiveFirst:
     """The states of a live-first run: a's view of b's states over S, one send per slot."""
+
+    #: Senders per block of the send's gather, as a power of 2 (None: `BlockedTake`'s own).
+    block_bits: int | None = None
 
     def __init__(self, graph: Graph, kept_idx: np.ndarray) -> None:
         """Start with S = the kept edges `kept_idx` (every edge: irrevocable needs all)."""
@@ -112,19 +116,10 @@ class LiveFirst:
                 self.blocked = None  # its arrays freed before the new ones are made
                 self.blocked = (
                     self.version,
-                    BlockedTake(sender[:k], len(mean), compiled=self._compiled),
+                    BlockedTake(sender[:k], len(mean), self.block_bits, self._compiled),
                 )
             blocked = self.blocked[1]
-        # ideal links: a holds t − 1's and t − 2's states, so t − 3's buffers are free
-        x_b, y_b = self._values[0].next(k), self._values[1].next(k)
-        if self._compiled is not None:
-            self._compiled.gather_states(mean, y, sender[:k], x_b, y_b, blocked)
-        elif blocked is not None:
-            blocked.take(mean, x_b)
-            blocked.take(y, y_b)
-        else:
-            np.take(mean, sender[:k], out=x_b, mode="clip")
-            np.take(y, sender[:k], out=y_b, mode="clip")
+        held = self._gather(mean, y, sender[:k], blocked)
 
         # made when first read: `mean` and `y` are never written in place (each slot makes
         # new ones), so the table then is the one of this send
@@ -134,12 +129,30 @@ class LiveFirst:
             return out
 
         batch = SenderBatch(table, slots, self._dst, self._src, carried=k)
-        self._sent = (batch, x_b, y_b)
+        self._sent = (batch, *held)
         if ctx.send_batch is None:  # an engine that takes columns only
             ctx.send("state", batch.src, batch.dst, batch.payload)
         else:
             ctx.send_batch("state", batch)
         return batch, batch, slots
+
+    def _gather(
+        self, mean: np.ndarray, y: np.ndarray, sender: np.ndarray, blocked: BlockedTake | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """X̃_b and Y_b over S (b = sender[i]), in the next of the state buffers: what a holds
+        of this send (`receive`)."""
+        # ideal links: a holds t − 1's and t − 2's states, so t − 3's buffers are free
+        k = len(sender)
+        x_b, y_b = self._values[0].next(k), self._values[1].next(k)
+        if self._compiled is not None:
+            self._compiled.gather_states(mean, y, sender, x_b, y_b, blocked)
+        elif blocked is not None:
+            blocked.take(mean, x_b)
+            blocked.take(y, y_b)
+        else:
+            np.take(mean, sender, out=x_b, mode="clip")
+            np.take(y, sender, out=y_b, mode="clip")
+        return x_b, y_b
 
     # -- receiving ---------------------------------------------------------------------------
     def receive(self, batch: Batch, t: float) -> np.ndarray:
@@ -154,6 +167,12 @@ class LiveFirst:
         self._held = (self.version, self.s, x, y)
         self.n_prev_all, self.n_all = self.n_all, float(t)
         return self.s
+
+    def test(self, rule: Any, test: NeighbourTest, mean: np.ndarray, t: float) -> np.ndarray:
+        """Test S's edges by `rule` (the protocol's χ_a(b) of given edges) and file the result
+        (`tested`); returns the edges that died. (`test` and `mean`: what a compiled strategy
+        reads instead, `desim.models.ccolme.paired`.)"""
+        return self.tested(rule(self.s))
 
     def tested(self, keep: np.ndarray) -> np.ndarray:
         """File the test's χ over S (irrevocable: a drop stays); returns the edges that died."""

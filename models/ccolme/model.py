@@ -280,6 +280,11 @@ class NeighbourTest:
         # one bound for every edge (equal variances): the compiled test, chosen once
         self._compiled = CompiledPass.choose(links) if self._equal else None
 
+    @property
+    def compiled(self) -> bool:
+        """Whether one bound serves every edge and the compiled test takes it (`bound`)."""
+        return self._compiled is not None
+
     def keep(
         self,
         diff: np.ndarray,

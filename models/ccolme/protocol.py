@@ -109,6 +109,7 @@ from desim.models.ccolme.model import (
     row_sums,  # noqa: F401  (re-exported)
     small_component,
 )
+from desim.models.ccolme.paired import live_first
 from desim.models.ccolme.params import CColMEParams, PrivateCColMEParams
 from desim.models.ccolme.robust import Adversarial
 from desim.models.ccolme.sizes import Sizes
@@ -213,7 +214,7 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         live = self._in_order and p.decisions == "irrevocable"
         #: What a holds of b's states: the live-first or the per-edge delivery path.
         self.states: LiveFirst | EdgeStates = (
-            LiveFirst(self.graph, self._kept_idx) if live else EdgeStates(e)
+            live_first(self.graph, self._kept_idx, p.values == "fresh") if live else EdgeStates(e)
         )
         # Ideal links deliver every send at once, so the state payload of slot t − 3 is held by
         # nobody at slot t (a keeps t − 1's and t − 2's states): buffers in turn save fresh pages
@@ -322,8 +323,8 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
 
     def _on_live_states(self, states: LiveFirst, batch: Batch) -> None:
         """A live-first send of this slot, whole: hold its values over S, test χ's edges."""
-        s = states.receive(batch, self.t)
-        died = states.tested(self._rule(s))  # irrevocable: a drop of S stays dropped
+        states.receive(batch, self.t)  # irrevocable: a drop of S stays dropped
+        died = states.test(self._rule, self._test, self._mean, float(self.t))
         if len(died):
             self.chi[died] = False
         if self.params.symmetric:  # χ_a(b) told on every edge, as a slot's tests tell it

@@ -236,6 +236,9 @@ class Sizes:
         if self.told is None and int(deg.sum()) >= EVERY_EDGE_FROM * g.n_directed:
             self._refresh(size)
             return
+        if self.told is None and self._metropolis and self._compiled is not None:
+            self._compiled.refresh_rows(agents, g, size, self._size_dst, self._w_full)
+            return
         first = g.indptr[agents]
         own = np.repeat(first - (np.cumsum(deg) - deg), deg) + np.arange(int(deg.sum()))
         e = np.concatenate([own, g.reverse[own]])
