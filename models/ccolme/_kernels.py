@@ -60,22 +60,25 @@ def keep_within(mean, x_b, a, bound, strict, keep):
 
 
 @fast.kernel
-def _term(nb_y, at, w, w_const, ya, i):
+def _term(nb_y, at, w, w_at, w_const, ya, i):
     """(Y_b − Y_a)·W_ab of mixed edge i: Y_b = nb_y[i], or nb_y[at[i]] (`at` not None); W_ab
-    = w[i], or `w_const` when `w` is None. Both are compile-time choices: a run-time flag
-    here is a branch in the mix's innermost loop."""
+    = w[i], or w[w_at[i]] (`w_at` not None), or `w_const` when `w` is None. All are
+    compile-time choices: a run-time flag here is a branch in the mix's innermost loop."""
     y_b = nb_y[i] if at is None else nb_y[at[i]]
-    return (y_b - ya) * (w_const if w is None else w[i])
+    if w is None:
+        return (y_b - ya) * w_const
+    return (y_b - ya) * (w[i] if w_at is None else w[w_at[i]])
 
 
 @fast.kernel
-def mix_rows(y, nb_y, at, w, w_const, counts, out):
+def mix_rows(y, nb_y, at, w, w_at, w_const, counts, out):
     """out[a] = Y_a + Σ_b (Y_b − Y_a)·W_ab over a's `counts[a]` consecutive edges (Y_b from
-    nb_y, through `at` when given; W_ab from `w`, or `w_const` when `w` is None), the sum in
-    `np.add.reduceat`'s order: the first term plus the pairwise sum of the m = counts[a] − 1
-    others. For 8 ≤ m ≤ 128 (graphs of degree 9 to 129) that is `desim.fast.pairwise_sum`'s
-    branch of eight partial sums and a tail, written out here on terms read straight from the
-    edges (never stored: one loop, in registers)."""
+    nb_y, through `at` when given; W_ab from `w`, through `w_at` when given, or `w_const` when
+    `w` is None), the sum in `np.add.reduceat`'s order: the first term plus the pairwise sum of
+    the m = counts[a] − 1 others. For m < 8 that is −0.0 plus the others one by one, and for
+    8 ≤ m ≤ 128 (graphs of degree 9 to 129) `desim.fast.pairwise_sum`'s branch of eight
+    partial sums and a tail, both written out here on terms read straight from the edges
+    (never stored: one loop, in registers)."""
     width = 1
     for a in range(len(counts)):
         width = max(width, counts[a])
@@ -85,35 +88,42 @@ def mix_rows(y, nb_y, at, w, w_const, counts, out):
         c, ya = counts[a], y[a]
         m, s = c - 1, j + 1
         if 8 <= m <= 128:
-            r0 = _term(nb_y, at, w, w_const, ya, s)
-            r1 = _term(nb_y, at, w, w_const, ya, s + 1)
-            r2 = _term(nb_y, at, w, w_const, ya, s + 2)
-            r3 = _term(nb_y, at, w, w_const, ya, s + 3)
-            r4 = _term(nb_y, at, w, w_const, ya, s + 4)
-            r5 = _term(nb_y, at, w, w_const, ya, s + 5)
-            r6 = _term(nb_y, at, w, w_const, ya, s + 6)
-            r7 = _term(nb_y, at, w, w_const, ya, s + 7)
+            r0 = _term(nb_y, at, w, w_at, w_const, ya, s)
+            r1 = _term(nb_y, at, w, w_at, w_const, ya, s + 1)
+            r2 = _term(nb_y, at, w, w_at, w_const, ya, s + 2)
+            r3 = _term(nb_y, at, w, w_at, w_const, ya, s + 3)
+            r4 = _term(nb_y, at, w, w_at, w_const, ya, s + 4)
+            r5 = _term(nb_y, at, w, w_at, w_const, ya, s + 5)
+            r6 = _term(nb_y, at, w, w_at, w_const, ya, s + 6)
+            r7 = _term(nb_y, at, w, w_at, w_const, ya, s + 7)
             i, end = s + 8, s + m - m % 8
             while i < end:
-                r0 += _term(nb_y, at, w, w_const, ya, i)
-                r1 += _term(nb_y, at, w, w_const, ya, i + 1)
-                r2 += _term(nb_y, at, w, w_const, ya, i + 2)
-                r3 += _term(nb_y, at, w, w_const, ya, i + 3)
-                r4 += _term(nb_y, at, w, w_const, ya, i + 4)
-                r5 += _term(nb_y, at, w, w_const, ya, i + 5)
-                r6 += _term(nb_y, at, w, w_const, ya, i + 6)
-                r7 += _term(nb_y, at, w, w_const, ya, i + 7)
+                r0 += _term(nb_y, at, w, w_at, w_const, ya, i)
+                r1 += _term(nb_y, at, w, w_at, w_const, ya, i + 1)
+                r2 += _term(nb_y, at, w, w_at, w_const, ya, i + 2)
+                r3 += _term(nb_y, at, w, w_at, w_const, ya, i + 3)
+                r4 += _term(nb_y, at, w, w_at, w_const, ya, i + 4)
+                r5 += _term(nb_y, at, w, w_at, w_const, ya, i + 5)
+                r6 += _term(nb_y, at, w, w_at, w_const, ya, i + 6)
+                r7 += _term(nb_y, at, w, w_at, w_const, ya, i + 7)
                 i += 8
             rest = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
             while i < s + m:
-                rest += _term(nb_y, at, w, w_const, ya, i)
+                rest += _term(nb_y, at, w, w_at, w_const, ya, i)
                 i += 1
-            out[a] = ya + (_term(nb_y, at, w, w_const, ya, j) + rest)
+            out[a] = ya + (_term(nb_y, at, w, w_at, w_const, ya, j) + rest)
         elif c == 0:
             out[a] = ya
-        else:  # short or long rows: numpy's order by `desim.fast.reduceat_sum`
+        elif m < 8:  # short rows: `desim.fast.reduceat_sum`'s order, the first term plus the
+            # others summed from −0.0 one by one (written out: that sum is a call numba does
+            # not inline)
+            rest = -0.0
+            for k in range(s, s + m):
+                rest += _term(nb_y, at, w, w_at, w_const, ya, k)
+            out[a] = ya + (_term(nb_y, at, w, w_at, w_const, ya, j) + rest)
+        else:  # long rows: numpy's order by `desim.fast.reduceat_sum`
             for k in range(c):
-                terms[k] = _term(nb_y, at, w, w_const, ya, j + k)
+                terms[k] = _term(nb_y, at, w, w_at, w_const, ya, j + k)
             out[a] = ya + fast.reduceat_sum(terms, 0, c)
         j += c
 

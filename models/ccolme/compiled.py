@@ -27,6 +27,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+
+class KeptWeights:
+    """W_ab of the mixed edges `idx`, held per graph edge in `every` and read there (not
+    copied) by the compiled mix; as an array (`mixing_matrix`), every[idx]."""
+
+    def __init__(self, every: np.ndarray, idx: np.ndarray) -> None:
+        self.every, self.idx = every, idx
+
+    def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
+        """every[idx], a new array."""
+        return self.every.take(self.idx).astype(dtype or float, copy=False)
+
+
 if TYPE_CHECKING:
     from desim.models.ccolme.edges import BlockedTake
     from desim.topologies.graph import Graph
@@ -83,17 +96,20 @@ class CompiledPass:
         self,
         y: np.ndarray,
         nb_y: np.ndarray,
-        w: np.ndarray | float,
+        w: np.ndarray | float | KeptWeights,
         counts: np.ndarray,
         at: np.ndarray | None = None,
     ) -> np.ndarray:
         """(W Y)_a of `desim.models.ccolme.model.mix`, a new array; with `at`, Y_b of mixed
-        edge i is nb_y[at[i]] (read in place of a gathered copy: the same values)."""
+        edge i is nb_y[at[i]], and W_ab as `KeptWeights` is read where they are kept per edge
+        (each in place of a gathered copy: the same values)."""
         out = np.empty(len(y))
-        if isinstance(w, np.ndarray):
-            self._k.mix_rows(y, nb_y, at, w, 0.0, counts, out)
+        if isinstance(w, KeptWeights):
+            self._k.mix_rows(y, nb_y, at, w.every, w.idx, 0.0, counts, out)
+        elif isinstance(w, np.ndarray):
+            self._k.mix_rows(y, nb_y, at, w, None, 0.0, counts, out)
         else:
-            self._k.mix_rows(y, nb_y, at, None, float(w), counts, out)
+            self._k.mix_rows(y, nb_y, at, None, None, float(w), counts, out)
         return out
 
     def consensus_step(

@@ -26,9 +26,10 @@ from typing import Any
 import numpy as np
 
 from desim.kernel.messages import Batch
+from desim.models.ccolme import live_first as _live
 from desim.models.ccolme.compiled import CompiledPass
 from desim.models.ccolme.edges import BlockedTake
-from desim.models.ccolme.live_first import CHUNK, LiveFirst
+from desim.models.ccolme.live_first import LiveFirst
 from desim.models.ccolme.model import NeighbourTest
 from desim.topologies.graph import Graph
 
@@ -110,7 +111,7 @@ class PairedLiveFirst(LiveFirst):
         gathered (`read`)."""
         self._y_kept = None
         n_b = self.n_all if self._fresh else self.n_prev_all
-        if test.rule == "oracle" or not test.compiled or len(self.s) <= CHUNK or n_b == 0.0:
+        if test.rule == "oracle" or not test.compiled or len(self.s) <= _live.CHUNK or n_b == 0.0:
             return super().test(rule, test, mean, t)
         assert self._pairs is not None
         k = len(self.s)

@@ -96,7 +96,7 @@ from desim.kernel.protocol import Context
 from desim.kernel.registry import PROTOCOLS
 from desim.models.baselines import Local
 from desim.models.ccolme import rewire
-from desim.models.ccolme.compiled import CompiledPass
+from desim.models.ccolme.compiled import CompiledPass, KeptWeights
 from desim.models.ccolme.edges import EdgeStates, Rows, Turns, common, newest
 from desim.models.ccolme.family import CColMEFamily
 from desim.models.ccolme.live_first import BUFFERS, CHUNK, LiveFirst
@@ -223,7 +223,7 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         self._sent: dict[str, tuple[np.ndarray, np.ndarray, Any]] = {}
         # the edges of the last consensus step and their weights W_ab (for mixing_matrix)
         self._mixed_idx: np.ndarray = np.empty(0, dtype=np.int64)
-        self._w: np.ndarray | float = 0.0
+        self._w: np.ndarray | float | KeptWeights = 0.0
         self._fallback = np.zeros(m, dtype=bool)
         self._unchanged = np.zeros(m, dtype=bool)
         self._unchanged.flags.writeable = False

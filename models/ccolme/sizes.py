@@ -23,7 +23,7 @@ import numpy as np
 
 from desim.kernel.messages import Batch, SenderBatch
 from desim.kernel.protocol import Context
-from desim.models.ccolme.compiled import CompiledPass
+from desim.models.ccolme.compiled import CompiledPass, KeptWeights
 from desim.models.ccolme.edges import Rows, Turns, newest
 from desim.models.ccolme.model import edge_weight
 from desim.topologies.graph import Graph
@@ -276,15 +276,18 @@ class Sizes:
 
     def weights(
         self, idx: np.ndarray, counts: np.ndarray, size: np.ndarray, every: bool, whole: bool
-    ) -> np.ndarray | float:
+    ) -> np.ndarray | float | KeptWeights:
         """W_ab of the mixed edges idx (CSR order, `counts` per agent) given |C_b| as each b
-        told: eq. (2) with a's own |C_a| (`size`), or 1/(1 + max degree)."""
+        told: eq. (2) with a's own |C_a| (`size`), or 1/(1 + max degree); on the compiled
+        path, those kept per edge are read there (`KeptWeights`)."""
         if not self._metropolis:
             return self.w_const
         version = self._heard[2] if whole else None  # type: ignore[index]
         if whole and self._w_cache is not None and self._w_cache[0] == version:
             return self._w_cache[1]  # the same C and sizes as the last step: the same W
-        if whole and self._in_order:  # they are this slot's |C_b|: W_ab is kept per edge
+        if whole and self._in_order and self._compiled is not None:  # read where kept
+            w = KeptWeights(self._w_full, idx)
+        elif whole and self._in_order:  # they are this slot's |C_b|: W_ab is kept per edge
             w = self._w_full.take(idx, out=self._turns[1].next(len(idx)), mode="clip")
         else:
             w = edge_weight(np.repeat(size, counts), self.of(idx, every, whole))

@@ -21,7 +21,7 @@ from desim.kernel.links import IdealLinks
 from desim.kernel.params import build
 from desim.kernel.randomness import Streams
 from desim.kernel.registry import PROTOCOLS
-from desim.models.ccolme import compiled, edges, live_first, protocol, sizes
+from desim.models.ccolme import compiled, edges, live_first, paired, protocol, sizes
 from desim.models.ccolme.compiled import CompiledPass
 from desim.models.ccolme.model import consensus_step, consensus_update, mix, one_minus_alpha
 from desim.network_models.links import FixedLatency
@@ -31,13 +31,16 @@ needs_numba = pytest.mark.skipif(not fast.AVAILABLE, reason="the kernels need nu
 # (over ideal links the size send is a `SenderBatch`: no per-edge pass; `size_send` serves
 # the sends of inflating adversaries, whose told |C_b| is not the table's)
 PASSES = ("gather_states", "keep_within", "mix", "alive_edges", "block_order", "consensus_step")
+#: The passes of a live-first run (`desim.models.ccolme.paired`): the send held as pairs, the
+#: test writing C and its Y_b, eq. (2) refreshed around the agents whose C moved.
+LIVE = ("gather_pairs", "test_pairs", "mix", "consensus_step")
 
 
 @pytest.fixture
 def calls(monkeypatch):
     """How often each compiled pass ran (a counter wrapped around each)."""
     counter: collections.Counter = collections.Counter()
-    for name in (*PASSES, "size_send", "refresh_weights"):
+    for name in (*PASSES, *LIVE, "size_send", "refresh_weights", "refresh_rows", "alive_of"):
         original = getattr(CompiledPass, name)
 
         def counted(self, *args, _name=name, _original=original, **kw):
@@ -70,6 +73,8 @@ def run(
     monkeypatch.setattr(live_first, "BLOCKED_FROM", 0 if blocked else 1 << 30)
     monkeypatch.setattr(edges, "BLOCK_BITS", 2)  # many blocks of four senders
     monkeypatch.setattr(protocol, "CHUNK", 16)  # the test in chunks, as on large graphs
+    monkeypatch.setattr(live_first, "CHUNK", 16)
+    monkeypatch.setattr(paired.PairedLiveFirst, "block_bits", 2)
     # eq. (2) refreshed on every edge at each move of C, or only around the agents that moved
     monkeypatch.setattr(sizes, "EVERY_EDGE_FROM", 0.0 if blocked else float("inf"))
     base = PROTOCOLS.get(name)
@@ -99,12 +104,13 @@ def run(
 PRIVATE_LIVE = {"decisions": "irrevocable", "initial": "all", "symmetric": False, "epsilon": 50.0}
 #: (protocol, parameters, the passes the kernel run must take)
 VARIANTS = [
-    ("c-colme", {}, PASSES),
-    ("c-colme", {"weights": "max-degree"}, ("gather_states", "keep_within", "mix")),
-    ("c-colme", {"symmetric": True}, ("gather_states", "keep_within", "mix")),
-    ("c-colme", {"alpha_c": 2.0, "restart": "galante"}, ("keep_within", "consensus_step")),
-    ("c-colme", {"delta": 0.9, "restart": "hard", "reset": "agent"}, PASSES),
-    ("private-c-colme", PRIVATE_LIVE, PASSES),
+    ("c-colme", {}, LIVE),
+    ("c-colme", {"weights": "max-degree"}, LIVE),
+    ("c-colme", {"symmetric": True}, LIVE),
+    ("c-colme", {"alpha_c": 2.0, "restart": "galante"}, LIVE),
+    ("c-colme", {"delta": 0.9, "restart": "hard", "reset": "agent"}, LIVE),
+    ("c-colme", {"values": "fresh", "fallback": "local"}, LIVE),
+    ("private-c-colme", PRIVATE_LIVE, LIVE),
     ("private-c-colme", {"epsilon": 20.0}, ("keep_within", "mix")),
     ("private-c-colme", {"threshold": "simple", "values": "stale"}, ("keep_within", "mix")),
 ]
@@ -116,9 +122,12 @@ VARIANTS = [
 def test_the_kernels_give_the_numpy_paths_bytes(monkeypatch, calls, name, params, taken, blocked):
     """Over ideal links, C moving in most slots (drops before and after the kept sets settle):
     every slot's Y, the kept sets and the metrics are the numpy path's, bit for bit."""
-    # eq. (2) on every edge: where C's edges move by drops (live-first)
-    taken = (*taken, "refresh_weights") if blocked and "alive_edges" in taken else taken
-    taken = tuple(p for p in taken if blocked or p != "block_order")
+    # eq. (2) on every edge, or around the agents that moved: where C's edges move by drops
+    # (live-first, Metropolis weights)
+    if taken == LIVE:
+        taken = (*taken, "block_order") if blocked else taken
+        if params.get("weights") != "max-degree":
+            taken = (*taken, "refresh_weights" if blocked else "refresh_rows")
     numpy_run = run(monkeypatch, False, name, params, blocked=blocked)
     assert not calls
     kernel_run = run(monkeypatch, True, name, params, blocked=blocked)
@@ -184,7 +193,8 @@ def test_unequal_variances_keep_the_numpy_test(monkeypatch, calls):
     numpy_run = run(monkeypatch, False, "c-colme", {}, sigma2=sigma2)
     kernel_run = run(monkeypatch, True, "c-colme", {}, sigma2=sigma2)
     assert kernel_run == numpy_run
-    assert calls["mix"] and calls["gather_states"] and not calls["keep_within"]
+    assert calls["mix"] and calls["gather_pairs"] and not calls["keep_within"]
+    assert not calls["test_pairs"]
 
 
 def test_small_graphs_and_switched_off_take_numpy(monkeypatch):
@@ -300,9 +310,10 @@ def test_the_compiled_mix_is_numpys_for_every_row_length(scale):
 
 @needs_numba
 def test_the_mix_reads_y_b_where_the_send_holds_it(monkeypatch):
-    """Once C is smaller than S (edges dropped since S was last compacted), the compiled mix
-    reads Y_b through C's positions in the send instead of a gathered copy: the same bytes as
-    the numpy path, which gathers; a robust mix still gets Y_b gathered."""
+    """On `LiveFirst` (a run back on the live-first path after a graph change), once C is
+    smaller than S (edges dropped since S was last compacted), the compiled mix reads Y_b
+    through C's positions in the send instead of a gathered copy: the same bytes as the numpy
+    path, which gathers. On `PairedLiveFirst` it reads the Y_b the test wrote in C's order."""
     lazy = collections.Counter()
     original = CompiledPass.mix
 
@@ -311,7 +322,14 @@ def test_the_mix_reads_y_b_where_the_send_holds_it(monkeypatch):
         return original(self, y, nb_y, w, counts, at)
 
     monkeypatch.setattr(CompiledPass, "mix", counted)
-    assert run(monkeypatch, True, "c-colme", {}) == run(monkeypatch, False, "c-colme", {})
+    numpy_run = run(monkeypatch, False, "c-colme", {})
+    assert run(monkeypatch, True, "c-colme", {}) == numpy_run
+    assert lazy[False] == 60 and not lazy[True]  # paired: Y_b of C, written by the test
+    lazy.clear()
+    monkeypatch.setattr(
+        protocol, "live_first", lambda g, kept, fresh: live_first.LiveFirst(g, kept)
+    )
+    assert run(monkeypatch, True, "c-colme", {}) == numpy_run
     assert lazy[True] and lazy[False]  # S is C in the first slots, then C is smaller
 
 
