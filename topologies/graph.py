@@ -51,8 +51,23 @@ def component_labels(n: int, indptr: np.ndarray, indices: np.ndarray) -> np.ndar
     return np.unique(label, return_inverse=True)[1].astype(np.int64)
 
 
-#: Graphs of at most this many agents find `Graph.reverse` by sorting 16-bit agent numbers.
+#: Graphs of at most this many agents find `Graph.reverse` by sorting 16-bit agent numbers
+#: (and of at most its square, by two such sorts).
 _RADIX_AGENTS = 1 << 16
+
+
+def _stable_order(agents: np.ndarray, n: int) -> np.ndarray:
+    """np.argsort(agents, kind="stable") for agent numbers below n: numpy's stable sort of
+    16-bit keys is a radix sort, O(E), so agents that fit 16 bits sort as such, and up to 32
+    bits by their low then their high 16 bits (a stable sort by the low half, then by the high
+    half, is the stable sort by the whole: the same permutation)."""
+    if n <= _RADIX_AGENTS:
+        return np.argsort(agents.astype(np.uint16), kind="stable")
+    if n > _RADIX_AGENTS * _RADIX_AGENTS:
+        return np.argsort(agents, kind="stable")
+    low = np.argsort(agents.astype(np.uint16), kind="stable")  # the low 16 bits (wrapped)
+    high = (agents >> 16).astype(np.uint16).take(low)
+    return low.take(np.argsort(high, kind="stable"))
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -134,8 +149,7 @@ class Graph:
         # a fraction of the cost of a lexsort or of searching every key (random reads). Agents
         # that fit 16 bits sort as such: numpy's stable sort of 16-bit keys is a radix sort,
         # O(E), and the same keys give the same permutation.
-        dst = self.dst.astype(np.uint16) if self.n <= _RADIX_AGENTS else self.dst
-        order = np.argsort(dst, kind="stable")
+        order = _stable_order(self.dst, self.n)
         out = np.empty_like(order)
         out[order] = np.arange(len(order))
         return _frozen(out)

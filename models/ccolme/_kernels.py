@@ -239,11 +239,14 @@ def alive_of(alive, s, edges):
 
 
 @fast.kernel
-def refresh_rows(agents, indptr, reverse, src, dst, size, size_dst, w):
-    """`refresh_weights` on the edges of `agents` only: their own rows and the reverse edges."""
+def refresh_rows(agents, indptr, reverse, dst, size, size_dst, w):
+    """`refresh_weights` on the edges of `agents` only: their own rows and the reverse edges
+    (W_ab = W_ba: one weight serves an edge and its reverse)."""
     for a in agents:
+        size_a = float(size[a])
         for e in range(indptr[a], indptr[a + 1]):
-            for f in (e, reverse[e]):
-                b = float(size[dst[f]])
-                size_dst[f] = b
-                w[f] = 1.0 / (max(float(size[src[f]]), b) + 1.0)
+            b = float(size[dst[e]])
+            w_ab = 1.0 / (max(size_a, b) + 1.0)
+            size_dst[e], w[e] = b, w_ab
+            f = reverse[e]
+            size_dst[f], w[f] = size_a, w_ab

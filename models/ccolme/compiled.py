@@ -195,7 +195,7 @@ class CompiledPass:
     ) -> None:
         """`refresh_weights` on the edges of `agents` and their reverse edges only."""
         g = graph
-        self._k.refresh_rows(agents, g.indptr, g.reverse, g.src, g.dst, size, size_dst, w)
+        self._k.refresh_rows(agents, g.indptr, g.reverse, g.dst, size, size_dst, w)
 
     def block_order(self, index: np.ndarray, bits: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(index sorted stably by block of 2^bits values, where each index went), for values

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from desim.kernel.registry import TOPOLOGIES
 from desim.topologies.generators import TopologyWarning
-from desim.topologies.graph import Graph, component_sizes
+from desim.topologies.graph import Graph, _stable_order, component_sizes
 
 
 def make(name: str, n: int, seed: int = 0, **params) -> Graph:
@@ -34,10 +34,11 @@ def assert_simple_csr(g: Graph) -> None:
     assert np.array_equal(np.bincount(g.src, minlength=g.n), g.degree)
 
 
-@pytest.mark.parametrize("n", [2**16 - 1, 2**16, 2**16 + 1])
+@pytest.mark.parametrize("n", [2**16 - 1, 2**16, 2**16 + 1, 3 * 2**16 + 5, 2**20])
 def test_reverse_is_the_same_permutation_on_either_side_of_16_bit_agents(n):
-    # up to 2¹⁶ agents the reverse edges come from a radix sort of 16-bit agent numbers; the
-    # top agents (n − 1 is 0xFFFF at 2¹⁶) and the wide path must give the sort of the full keys
+    # up to 2¹⁶ agents the reverse edges come from a radix sort of 16-bit agent numbers, and
+    # above from two (low then high half); the top agents (n − 1 is 0xFFFF at 2¹⁶) and the
+    # wide path must give the sort of the full keys
     rng = np.random.default_rng(n)
     u = np.concatenate([rng.integers(0, n, 3000), [n - 1, n - 2, 0]])
     v = np.concatenate([rng.integers(0, n, 3000), [0, n - 1, n - 2]])
@@ -47,6 +48,17 @@ def test_reverse_is_the_same_permutation_on_either_side_of_16_bit_agents(n):
     want = np.empty(g.n_directed, dtype=np.int64)
     want[np.lexsort((g.src, g.dst))] = np.arange(g.n_directed)
     np.testing.assert_array_equal(g.reverse, want)
+
+
+@pytest.mark.parametrize("n", [2**16 - 1, 2**16 + 1, 2**20, 2**32 + 7])
+def test_the_stable_order_of_agents_is_numpys(n):
+    # the radix paths (one or two 16-bit sorts) against numpy's stable sort of the numbers,
+    # on agents that fill both halves, repeat, and reach n − 1
+    rng = np.random.default_rng(n % 1000)
+    agents = np.concatenate([rng.integers(0, n, 5000), [n - 1, 0, n - 1, 65535, 65536]])
+    agents = agents[agents < n].astype(np.int64)
+    want = np.argsort(agents, kind="stable")
+    np.testing.assert_array_equal(_stable_order(agents, n), want)
 
 
 @given(n=st.integers(2, 60), r=st.integers(1, 8), seed=st.integers(0, 2**32 - 1))
