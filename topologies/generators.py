@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from desim import fast
 from desim.kernel.params import param
 from desim.kernel.registry import TOPOLOGIES
 from desim.topologies.graph import Graph
@@ -164,6 +165,9 @@ def _regular_attempt(d: int, n: int, draw: random.Random) -> np.ndarray | None:
 WORDS = 1 << 20
 #: Lists shorter than this are shuffled by `random.shuffle` itself (numpy's set-up costs more).
 SMALL = 1 << 12
+#: Lists of at least this many items are shuffled by a compiled loop when the kernels are
+#: available (`generator_kernels`): its random reads beat `_swapped`'s sorts from here on.
+COMPILED_FROM = 1 << 16
 
 
 def shuffled(x: np.ndarray, draw: random.Random) -> np.ndarray:
@@ -174,7 +178,12 @@ def shuffled(x: np.ndarray, draw: random.Random) -> np.ndarray:
         out = x.tolist()
         draw.shuffle(out)
         return np.array(out, dtype=x.dtype)
-    return x[_swapped(len(x), _shuffle_draws(len(x), draw))]
+    j = _shuffle_draws(len(x), draw)
+    if len(x) >= COMPILED_FROM and fast.compiled():  # the swaps themselves, one by one
+        from desim.topologies import generator_kernels
+
+        return generator_kernels.shuffled(x, j)
+    return x[_swapped(len(x), j)]
 
 
 def _twister(draw: random.Random) -> np.random.MT19937:

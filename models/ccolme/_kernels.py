@@ -201,28 +201,28 @@ def _edge(s, i):
 
 
 @fast.kernel
-def test_pairs(mean, rows, pairs, back, alive, s, bound, strict, died, y_kept, kept):
-    """The neighbour test on the edges of S still alive, agent a's being rows[a]:rows[a + 1]:
+def test_pairs(mean, receiver, pairs, back, alive, s, bound, strict, died, y_kept, kept):
+    """The neighbour test on the edges of S still alive (edge i's receiver a = receiver[i]):
     keep when |mean[a] − X̃_b| < bound (strict) or ≤ bound, X̃_b = pairs[·, 0]. An edge that
     fails is no longer alive and its graph edge goes into `died`; the graph edges still alive
     (C's, CSR order) go into `kept` and their Y_b (pairs[·, 1]) into `y_kept`. Returns (how
     many died, how many kept)."""
+    # one loop over the edges, not one per agent's row: a row's end is a branch the processor
+    # mispredicts, once per agent
     k = 0
     c = 0
-    for a in range(len(rows) - 1):
-        xa = mean[a]
-        for i in range(rows[a], rows[a + 1]):
-            if alive[i]:
-                j = _where(back, i)
-                d = abs(xa - pairs[j, 0])
-                if d < bound if strict else d <= bound:
-                    y_kept[c] = pairs[j, 1]
-                    kept[c] = _edge(s, i)
-                    c += 1
-                else:
-                    alive[i] = False
-                    died[k] = _edge(s, i)
-                    k += 1
+    for i in range(len(receiver)):
+        if alive[i]:
+            j = _where(back, i)
+            d = abs(mean[receiver[i]] - pairs[j, 0])
+            if d < bound if strict else d <= bound:
+                y_kept[c] = pairs[j, 1]
+                kept[c] = _edge(s, i)
+                c += 1
+            else:
+                alive[i] = False
+                died[k] = _edge(s, i)
+                k += 1
     return k, c
 
 

@@ -161,14 +161,14 @@ class CompiledPass:
     def test_pairs(
         self,
         mean: np.ndarray,
-        rows: np.ndarray,
+        receiver: np.ndarray,
         pairs: tuple[np.ndarray, np.ndarray | None],
         alive: np.ndarray,
         s: np.ndarray | None,
         bound: tuple[float, bool],
         out: tuple[np.ndarray, np.ndarray, np.ndarray],
     ) -> tuple[int, int]:
-        """The test on S's alive edges (agent a's: rows[a]:rows[a + 1]) against X̃_b of the
+        """The test on S's alive edges (edge i's receiver: receiver[i]) against X̃_b of the
         send's `pairs` (the pairs and where S's edge i is in them, None: at i), with `bound`
         (the bound, whether strict). Graph edges (s[i], or i if `s` is None) that fail are no
         longer alive and go into out[0]; those kept go into out[2], their Y_b into out[1].
@@ -177,7 +177,7 @@ class CompiledPass:
         died, y_kept, kept = out
         value, strict = float(bound[0]), bound[1]
         return self._k.test_pairs(
-            mean, rows, read, back, alive, s, value, strict, died, y_kept, kept
+            mean, receiver, read, back, alive, s, value, strict, died, y_kept, kept
         )
 
     def alive_of(self, alive: np.ndarray, s: np.ndarray | None, edges: np.ndarray) -> np.ndarray:

@@ -5,18 +5,18 @@ arrays in S's (CSR) order; on a large graph that gather is two passes, the secon
 value read by block of senders back in place, and the test, C's move and the mix then read those
 arrays again. Here the send is held as its first pass left it: one row (X̃_b, Y_b) per edge of S,
 by block of senders (`desim.models.ccolme.edges.BlockedTake`), or in S's order when the graph's
-agents fit in cache. The test and the mix read each edge's row through the block order, agent by
-agent over S's rows, and skip the edges dropped for good: the kept edges C are never gathered and
-their weights never copied. The pairs' X̃_b is the one the test reads: the newest send's
-(``values = "fresh"``) or the one before (``"stale"``), gathered with this send's Y_b^(t−1).
+agents fit in cache. The pairs' X̃_b is the one the test reads: the newest send's (``values =
+"fresh"``) or the one before (``"stale"``), gathered with this send's Y_b^(t−1).
 
-The operations are those of `LiveFirst` and the protocol's compiled passes on the same values,
-so the results are the same bit for bit (tests compare them): the test is |X̃_a − X̃_b| against
-the slot's bound, each agent's terms (Y_b − Y_a)·W_ab are summed in `np.add.reduceat`'s order, and
-|C_b| and W_ab are refreshed on the edges of the agents whose C moved, as numpy's passes do.
+One pass over S then tests every edge still alive against its pair (read through the block
+order), files the drops, and writes C's edges and their Y_b in CSR order: what C's move and the
+mix read (`kept_moved`, `y_of`), with no pass of their own over S and no gathered copy. The
+operations are those of `LiveFirst` and the protocol's compiled passes on the same values, so the
+results are the same bit for bit (tests compare them with the numpy path).
 
 `live_first` chooses this class or `LiveFirst` once, at set-up: this one when the graph takes
-the compiled passes (`desim.models.ccolme.compiled`).
+the compiled passes (`desim.models.ccolme.compiled`). A run that leaves the live-first path
+(a graph change) comes back to it as `LiveFirst` (`desim.models.ccolme.rewire.relive`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ class PairedLiveFirst(LiveFirst):
         assert self._compiled is not None
         self._pass: CompiledPass = self._compiled
         self._fresh = fresh
-        self._n = graph.n
         # X̃ per agent of the newest send and of the one before (None: none yet), and the
         # newest send's Y; never written in place (each slot makes new arrays)
         self._means: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
@@ -63,9 +62,7 @@ class PairedLiveFirst(LiveFirst):
         # the newest send's pairs and where S's edge i is in them (None: at i)
         self._pairs: tuple[np.ndarray, np.ndarray | None] | None = None
         self._own: np.ndarray | None = None  # the pairs' buffer when not gathered by block
-        self._rows: tuple[int, np.ndarray] | None = None  # (S's version, its rows per agent)
         self._died = np.empty(0, dtype=np.int64)  # the test's buffer of edges that died
-        self._graph = graph
         # C's edges (CSR order) in one of two buffers, the other taking the next version's;
         # C's version they are of; this slot's Y_b on them (None: not written by the test)
         self._kept_buffers = [np.empty(len(kept_idx), dtype=np.int64) for _ in range(2)]
@@ -121,9 +118,10 @@ class PairedLiveFirst(LiveFirst):
         # if none died)
         kept = self._kept_buffers[1][:k]
         out = (self._died, self._y_buffer, kept)
-        rows, s = self._s_rows(), self._every()
+        assert self._order is not None  # the send's (S first): its receivers
+        receiver, s = self._order[2][:k], self._every()
         died, c = self._pass.test_pairs(
-            mean, rows, self._pairs, self.alive, s, test.bound(t, n_b), out
+            mean, receiver, self._pairs, self.alive, s, test.bound(t, n_b), out
         )
         self.died = self._died[:died].copy()
         self._dead += died
@@ -147,14 +145,6 @@ class PairedLiveFirst(LiveFirst):
     def _every(self) -> np.ndarray | None:
         """S, or None when S is every edge (edge i of S is the graph's edge i)."""
         return None if len(self.s) == self._e else self.s
-
-    def _s_rows(self) -> np.ndarray:
-        """S's rows: agent a's edges of S are rows[a]:rows[a + 1] (made once per version)."""
-        if self._rows is None or self._rows[0] != self.version:
-            rows = np.zeros(self._n + 1, dtype=np.int64)
-            np.cumsum(np.bincount(self._src[self.s], minlength=self._n), out=rows[1:])
-            self._rows = (self.version, rows)
-        return self._rows[1]
 
     # -- the values held, gathered when read elsewhere ---------------------------------------
     def _over_s(self, values: np.ndarray | None) -> np.ndarray:

@@ -108,14 +108,13 @@ def _blocked(rng, n, e, bits):
     strict=st.booleans(),
 )
 def test_the_fused_test_is_the_numpy_test_and_its_filing(seed, every, blocked, strict):
-    """`test_pairs` on random rows, pairs and alive flags: the same kept flags as
+    """`test_pairs` on random receivers, pairs and alive flags: the same kept flags as
     |X̃_a − X̃_b| against the bound in numpy, the edges that died and those kept (as graph
     edges: S's, or every edge) in CSR order, and Y_b of the kept ones."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 40))
     counts = rng.integers(0, 12, n)
     k = int(counts.sum())
-    rows = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     receiver = np.repeat(np.arange(n), counts)
     mean, y = rng.normal(size=n), rng.normal(size=n)
     sender, sorted_sender, back = _blocked(rng, n, k, 2)
@@ -134,7 +133,7 @@ def test_the_fused_test_is_the_numpy_test_and_its_filing(seed, every, blocked, s
     after = alive.copy()
     n_died, n_kept = k_pass.test_pairs(
         mean,
-        rows,
+        receiver,
         (pairs, back if blocked else None),
         after,
         s,
