@@ -139,6 +139,15 @@ def consensus_step(mean, mixed, start, t, c, out):
 
 
 @fast.kernel
+def take_samples(raw_sum, priv_sum, samples, t, mean):
+    """raw_sum += samples, priv_sum += samples and mean = priv_sum / t, in one loop."""
+    for a in range(len(samples)):
+        raw_sum[a] += samples[a]
+        priv_sum[a] += samples[a]
+        mean[a] = priv_sum[a] / t
+
+
+@fast.kernel
 def size_send(kept_idx, dst, size_dst, t, sender, sizes, times):
     """The size send over the kept edges e: sender dst[e], |C_b| = size_dst[e], slot t."""
     for j in range(len(kept_idx)):

@@ -121,6 +121,15 @@ class CompiledPass:
         self._k.consensus_step(mean, mixed, start, float(t), float(c), out)
         return out
 
+    def take_samples(
+        self, raw_sum: np.ndarray, priv_sum: np.ndarray, samples: np.ndarray, t: int
+    ) -> np.ndarray:
+        """Σ X_a and Σ (X_a + Z_a) with the slot's samples added in place (no noise: Z = 0),
+        and X̃_a = Σ (X_a + Z_a)/t, a new array."""
+        mean = np.empty(len(samples))
+        self._k.take_samples(raw_sum, priv_sum, samples, float(t), mean)
+        return mean
+
     def size_send(
         self,
         kept_idx: np.ndarray,

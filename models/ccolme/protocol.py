@@ -238,9 +238,12 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         """Slot t: take and privatise the samples, send the states, then (a deadline at the end
         of the instant) the consensus step."""
         self.t = t
-        self.raw_sum += samples
-        self.priv_sum += self.privatise(samples)
-        self._mean = self.shared_mean(t)
+        if self._compiled is not None and self.laplace_b == 0.0 and self.adversaries is None:
+            self._mean = self._compiled.take_samples(self.raw_sum, self.priv_sum, samples, t)
+        else:  # (the same operations, in one pass above)
+            self.raw_sum += samples
+            self.priv_sum += self.privatise(samples)
+            self._mean = self.shared_mean(t)
         # message e carries the state of b = dst[e] to a = src[e], filed in a's slot e;
         # columns are contiguous (the transpose of a C array) for the receiver's arithmetic;
         # mode="clip" (the indices are valid): "raise" would gather into a buffered copy
@@ -430,7 +433,7 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
             np.add.at(self.size, owner, np.where(kept[flipped], 1, -1))
             if self._in_order:
                 gone = flipped[~kept[flipped]]
-                changed = np.flatnonzero(self._changed)
+                changed = np.unique(owner)  # np.flatnonzero(self._changed), from few
                 self._sizes.moved(gone, changed, self.size, self._kept_version)
             self._kept_version += 1
             if live:  # χ's edges: those of S still alive
