@@ -71,14 +71,15 @@ def _term(nb_y, at, w, w_at, w_const, ya, i):
 
 
 @fast.kernel
-def mix_rows(y, nb_y, at, w, w_at, w_const, counts, out):
+def mix_rows(y, nb_y, at, w, w_at, w_const, counts, out, step):
     """out[a] = Y_a + Σ_b (Y_b − Y_a)·W_ab over a's `counts[a]` consecutive edges (Y_b from
     nb_y, through `at` when given; W_ab from `w`, through `w_at` when given, or `w_const` when
     `w` is None), the sum in `np.add.reduceat`'s order: the first term plus the pairwise sum of
     the m = counts[a] − 1 others. For m < 8 that is −0.0 plus the others one by one, and for
     8 ≤ m ≤ 128 (graphs of degree 9 to 129) `desim.fast.pairwise_sum`'s branch of eight
     partial sums and a tail, both written out here on terms read straight from the edges
-    (never stored: one loop, in registers)."""
+    (never stored: one loop, in registers). With `step` (not None), out[a] is then the
+    consensus step on (W Y)_a (`_stepped`)."""
     width = 1
     for a in range(len(counts)):
         width = max(width, counts[a])
@@ -111,31 +112,42 @@ def mix_rows(y, nb_y, at, w, w_at, w_const, counts, out):
             while i < s + m:
                 rest += _term(nb_y, at, w, w_at, w_const, ya, i)
                 i += 1
-            out[a] = ya + (_term(nb_y, at, w, w_at, w_const, ya, j) + rest)
+            out[a] = _stepped(a, step, ya + (_term(nb_y, at, w, w_at, w_const, ya, j) + rest))
         elif c == 0:
-            out[a] = ya
+            out[a] = _stepped(a, step, ya)
         elif m < 8:  # short rows: `desim.fast.reduceat_sum`'s order, the first term plus the
             # others summed from −0.0 one by one (written out: that sum is a call numba does
             # not inline)
             rest = -0.0
             for k in range(s, s + m):
                 rest += _term(nb_y, at, w, w_at, w_const, ya, k)
-            out[a] = ya + (_term(nb_y, at, w, w_at, w_const, ya, j) + rest)
+            out[a] = _stepped(a, step, ya + (_term(nb_y, at, w, w_at, w_const, ya, j) + rest))
         else:  # long rows: numpy's order by `desim.fast.reduceat_sum`
             for k in range(c):
                 terms[k] = _term(nb_y, at, w, w_at, w_const, ya, j + k)
-            out[a] = ya + fast.reduceat_sum(terms, 0, c)
+            out[a] = _stepped(a, step, ya + fast.reduceat_sum(terms, 0, c))
         j += c
 
 
 @fast.kernel
+def _stepped(a, step, mixed):
+    """(W Y)_a = `mixed`, or with `step` = (X̃, t^start, t, c) (not None: a compile-time choice)
+    (1 − α) X̃_a + α (W Y)_a with 1 − α = min(1, c/s) at age s = t − t^start_a: the operations
+    of `model.one_minus_alpha` (p = 1, c ≥ 1) and `model.consensus_update`."""
+    if step is None:
+        return mixed
+    mean, start, t, c = step
+    decay = c / (t - start[a])
+    oma = 1.0 if decay >= 1.0 else decay  # np.minimum(1.0, decay), NaN kept
+    return oma * mean[a] + (1.0 - oma) * mixed
+
+
+@fast.kernel
 def consensus_step(mean, mixed, start, t, c, out):
-    """out[a] = (1 − α) X̃_a + α (W Y)_a with 1 − α = min(1, c/s) at age s = t − start[a]: the
-    operations of `model.one_minus_alpha` (p = 1, c ≥ 1) and `model.consensus_update`."""
+    """out[a] = (1 − α) X̃_a + α (W Y)_a (`_stepped`) for every agent a."""
+    step = (mean, start, t, c)
     for a in range(len(mean)):
-        decay = c / (t - start[a])
-        oma = 1.0 if decay >= 1.0 else decay  # np.minimum(1.0, decay), NaN kept
-        out[a] = oma * mean[a] + (1.0 - oma) * mixed[a]
+        out[a] = _stepped(a, step, mixed[a])
 
 
 @fast.kernel

@@ -99,17 +99,21 @@ class CompiledPass:
         w: np.ndarray | float | KeptWeights,
         counts: np.ndarray,
         at: np.ndarray | None = None,
+        step: tuple[np.ndarray, np.ndarray, float, float] | None = None,
     ) -> np.ndarray:
         """(W Y)_a of `desim.models.ccolme.model.mix`, a new array; with `at`, Y_b of mixed
         edge i is nb_y[at[i]], and W_ab as `KeptWeights` is read where they are kept per edge
-        (each in place of a gathered copy: the same values)."""
+        (each in place of a gathered copy: the same values). With `step` = (X̃, t^start, t, c),
+        the consensus step on it in the same pass (`consensus_step`'s operations)."""
         out = np.empty(len(y))
+        if step is not None:  # (float t and c: one compiled signature)
+            step = (step[0], step[1], float(step[2]), float(step[3]))
         if isinstance(w, KeptWeights):
-            self._k.mix_rows(y, nb_y, at, w.every, w.idx, 0.0, counts, out)
+            self._k.mix_rows(y, nb_y, at, w.every, w.idx, 0.0, counts, out, step)
         elif isinstance(w, np.ndarray):
-            self._k.mix_rows(y, nb_y, at, w, None, 0.0, counts, out)
+            self._k.mix_rows(y, nb_y, at, w, None, 0.0, counts, out, step)
         else:
-            self._k.mix_rows(y, nb_y, at, None, None, float(w), counts, out)
+            self._k.mix_rows(y, nb_y, at, None, None, float(w), counts, out, step)
         return out
 
     def consensus_step(

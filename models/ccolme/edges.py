@@ -16,7 +16,7 @@ import numpy as np
 
 from desim.kernel.rowindex import RowIndex
 from desim.models.ccolme.compiled import CompiledPass
-from desim.models.ccolme.model import mix
+from desim.models.ccolme.model import consensus_step, mix
 from desim.topologies.graph import Graph
 
 #: Edge keys up to which `EdgeSlots` keeps a direct table (int32: 16 MiB).
@@ -264,19 +264,29 @@ class Rows:
         counts: np.ndarray,
         version: int | None,
         at: np.ndarray | None = None,
+        step: tuple[np.ndarray, np.ndarray, float, float, float] | None = None,
     ) -> np.ndarray:
         """(W Y)_a over each agent's run of `counts[a]` mixed edges (`desim.models.ccolme.model.
         mix`; `version`: C's, when `counts` are its |C|, else None): Y_a spread in the buffer
         `spread` reuses, or one compiled pass with the same bytes (which needs no run starts).
         With `at`, Y_b of mixed edge i is nb_y[at[i]] (`desim.models.ccolme.live_first.
-        LiveFirst.y_of`, lazy)."""
+        LiveFirst.y_of`, lazy). With `step` = (X̃, t^start, t, c, p), the consensus step on
+        it (`desim.models.ccolme.model.consensus_step`), in the compiled pass when it takes it
+        (p = 1, c ≥ 1)."""
+        fused = step is not None and step[4] == 1.0 and step[3] >= 1.0
         if self._compiled is not None:  # (agents mixing nobody: Y_a, as numpy's copy)
-            return self._compiled.mix(y, nb_y, w, counts, at)
-        rows, first = self.starts(counts, version)
-        if at is not None:
-            nb_y = nb_y.take(at)
-        terms = self.spread(y, counts, version) if len(first) else None
-        return mix(y, nb_y, w, counts, rows, first, terms)
+            mixed = self._compiled.mix(y, nb_y, w, counts, at, step[:4] if fused else None)  # type: ignore[index]
+            if fused:
+                return mixed
+        else:
+            rows, first = self.starts(counts, version)
+            if at is not None:
+                nb_y = nb_y.take(at)
+            terms = self.spread(y, counts, version) if len(first) else None
+            mixed = mix(y, nb_y, w, counts, rows, first, terms)
+        if step is None:
+            return mixed
+        return consensus_step(step[0], mixed, *step[1:], compiled=self._compiled)
 
     def gather(self, values: np.ndarray, agents: np.ndarray) -> np.ndarray:
         """values[agents] (one agent per edge) in the buffer `spread` reuses."""

@@ -523,12 +523,14 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         whole = all_kept and self._sizes.whole(self._kept_version)
         self._mixed_idx = idx
         self._w = self._sizes.weights(idx, counts, self.size, every, whole)
-        # W Y over the mixed b ∈ C_a; they are in CSR order, so agent a's are the `counts[a]`
-        # consecutive ones
-        mixed = self._csr.mix(self.y, nb_y, self._w, counts, version, at)
-        mixed = self.robust_mix(mixed, nb_y, counts)
-        args = (self.start, self.t, p.alpha_c, p.alpha_p, self._compiled)
-        self.y = consensus_step(self._mean, mixed, *args)  # (a new array: sends hold the old)
+        # W Y over the mixed b ∈ C_a (CSR order: agent a's are the `counts[a]` consecutive
+        # ones), then the step (a new array: sends hold the old), in one pass when it can
+        step = (self._mean, self.start, float(self.t), p.alpha_c, p.alpha_p)
+        if self.robust is None:
+            self.y = self._csr.mix(self.y, nb_y, self._w, counts, version, at, step)
+        else:
+            mixed = self.robust.mix(self.y, nb_y, counts)  # the robust aggregate
+            self.y = consensus_step(self._mean, mixed, *step[1:], self._compiled)
         if p.restart == "galante":
             self._restart(self._changed)
         if p.fallback != "none":

@@ -178,11 +178,6 @@ class Adversarial:
         mean = self.priv_sum / t
         return mean if self.adversaries is None else self.adversaries.mean(mean, self.raw_sum, t)
 
-    def robust_mix(self, mixed: np.ndarray, nb_y: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """The consensus step's mix: `mixed` (W Y), or the robust aggregate over Y_a and the
-        mixed Y_b (`nb_y`, `counts` per agent, CSR order)."""
-        return mixed if self.robust is None else self.robust.mix(self.y, nb_y, counts)
-
     @classmethod
     def check_setup(cls, params: Any, data: Any, links: Any) -> None:
         """Refuse adversaries that are not agents of this population."""
