@@ -433,7 +433,7 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
             np.add.at(self.size, owner, np.where(kept[flipped], 1, -1))
             if self._in_order:
                 gone = flipped[~kept[flipped]]
-                changed = np.unique(owner)  # np.flatnonzero(self._changed), from few
+                changed = np.flatnonzero(self._changed)
                 self._sizes.moved(gone, changed, self.size, self._kept_version)
             self._kept_version += 1
             if live:  # χ's edges: those of S still alive
