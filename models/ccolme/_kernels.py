@@ -29,7 +29,12 @@ def gather_states(mean, y, sender, x_out, y_out):
 @fast.kernel
 def gather_pairs(mean, y, sender, pairs):
     """pairs[i] = (mean[b], y[b]) for b = sender[i] (copies)."""
-    pair = _side_by_side(mean, y)
+    gather_table(_side_by_side(mean, y), sender, pairs)
+
+
+@fast.kernel
+def gather_table(pair, sender, pairs):
+    """pairs[i] = pair[b] for b = sender[i], from the two values side by side (copies)."""
     for i in range(len(sender)):
         b = sender[i]
         pairs[i, 0] = pair[b, 0]
@@ -71,7 +76,7 @@ def _term(nb_y, at, w, w_at, w_const, ya, i):
 
 
 @fast.kernel
-def mix_rows(y, nb_y, at, w, w_at, w_const, counts, out, step):
+def mix_rows(y, nb_y, at, w, w_at, w_const, counts, out, step, table):
     """out[a] = Y_a + Σ_b (Y_b − Y_a)·W_ab over a's `counts[a]` consecutive edges (Y_b from
     nb_y, through `at` when given; W_ab from `w`, through `w_at` when given, or `w_const` when
     `w` is None), the sum in `np.add.reduceat`'s order: the first term plus the pairwise sum of
@@ -79,7 +84,8 @@ def mix_rows(y, nb_y, at, w, w_at, w_const, counts, out, step):
     8 ≤ m ≤ 128 (graphs of degree 9 to 129) `desim.fast.pairwise_sum`'s branch of eight
     partial sums and a tail, both written out here on terms read straight from the edges
     (never stored: one loop, in registers). With `step` (not None), out[a] is then the
-    consensus step on (W Y)_a (`_stepped`)."""
+    consensus step on (W Y)_a (`_stepped`), and with `table` (not None, with `step`) the row
+    (X̃_a, out[a]) is written into table[a] too (the next send's pairs, `_side_by_side`)."""
     width = 1
     for a in range(len(counts)):
         width = max(width, counts[a])
@@ -112,20 +118,24 @@ def mix_rows(y, nb_y, at, w, w_at, w_const, counts, out, step):
             while i < s + m:
                 rest += _term(nb_y, at, w, w_at, w_const, ya, i)
                 i += 1
-            out[a] = _stepped(a, step, ya + (_term(nb_y, at, w, w_at, w_const, ya, j) + rest))
+            mixed = ya + (_term(nb_y, at, w, w_at, w_const, ya, j) + rest)
         elif c == 0:
-            out[a] = _stepped(a, step, ya)
+            mixed = ya
         elif m < 8:  # short rows: `desim.fast.reduceat_sum`'s order, the first term plus the
             # others summed from −0.0 one by one (written out: that sum is a call numba does
             # not inline)
             rest = -0.0
             for k in range(s, s + m):
                 rest += _term(nb_y, at, w, w_at, w_const, ya, k)
-            out[a] = _stepped(a, step, ya + (_term(nb_y, at, w, w_at, w_const, ya, j) + rest))
+            mixed = ya + (_term(nb_y, at, w, w_at, w_const, ya, j) + rest)
         else:  # long rows: numpy's order by `desim.fast.reduceat_sum`
             for k in range(c):
                 terms[k] = _term(nb_y, at, w, w_at, w_const, ya, j + k)
-            out[a] = _stepped(a, step, ya + fast.reduceat_sum(terms, 0, c))
+            mixed = ya + fast.reduceat_sum(terms, 0, c)
+        out[a] = _stepped(a, step, mixed)
+        if table is not None:
+            table[a, 0] = step[0][a]
+            table[a, 1] = out[a]
         j += c
 
 

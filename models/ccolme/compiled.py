@@ -40,6 +40,34 @@ class KeptWeights:
         return self.every.take(self.idx).astype(dtype or float, copy=False)
 
 
+class PairTable:
+    """A send's table of (X̃_b, Y_b) per agent, written ahead by the consensus step of the slot
+    before (`CompiledPass.mix`) and read by the next send's gather if it holds the arrays that
+    send takes (`holds`: the same objects; X̃ and Y are never written in place)."""
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+        self._buffer: np.ndarray | None = None  # made at the first write
+        #: The arrays (X̃, Y) the table holds side by side (None: nothing valid).
+        self.of: tuple[np.ndarray, np.ndarray] | None = None
+
+    def buffer(self) -> np.ndarray:
+        """The (n × 2) rows to write; what they held is no longer valid."""
+        if self._buffer is None:
+            self._buffer = np.empty((self._n, 2))
+        self.of = None
+        return self._buffer
+
+    def holds(self, x: np.ndarray, y: np.ndarray) -> bool:
+        """Whether the rows are (x[b], y[b]) for every agent b."""
+        return self.of is not None and self.of[0] is x and self.of[1] is y
+
+    def buffer_held(self) -> np.ndarray:
+        """The rows as written (`holds` first)."""
+        assert self._buffer is not None
+        return self._buffer
+
+
 if TYPE_CHECKING:
     from desim.models.ccolme.edges import BlockedTake
     from desim.topologies.graph import Graph
@@ -100,20 +128,26 @@ class CompiledPass:
         counts: np.ndarray,
         at: np.ndarray | None = None,
         step: tuple[np.ndarray, np.ndarray, float, float] | None = None,
+        table: PairTable | None = None,
     ) -> np.ndarray:
         """(W Y)_a of `desim.models.ccolme.model.mix`, a new array; with `at`, Y_b of mixed
         edge i is nb_y[at[i]], and W_ab as `KeptWeights` is read where they are kept per edge
         (each in place of a gathered copy: the same values). With `step` = (X̃, t^start, t, c),
-        the consensus step on it in the same pass (`consensus_step`'s operations)."""
+        the consensus step on it in the same pass (`consensus_step`'s operations), and with
+        `table` too, (X̃_a, Y_a^(t)) written there for the next send."""
         out = np.empty(len(y))
+        rows = None
         if step is not None:  # (float t and c: one compiled signature)
             step = (step[0], step[1], float(step[2]), float(step[3]))
+            rows = None if table is None else table.buffer()
         if isinstance(w, KeptWeights):
-            self._k.mix_rows(y, nb_y, at, w.every, w.idx, 0.0, counts, out, step)
+            self._k.mix_rows(y, nb_y, at, w.every, w.idx, 0.0, counts, out, step, rows)
         elif isinstance(w, np.ndarray):
-            self._k.mix_rows(y, nb_y, at, w, None, 0.0, counts, out, step)
+            self._k.mix_rows(y, nb_y, at, w, None, 0.0, counts, out, step, rows)
         else:
-            self._k.mix_rows(y, nb_y, at, None, None, float(w), counts, out, step)
+            self._k.mix_rows(y, nb_y, at, None, None, float(w), counts, out, step, rows)
+        if rows is not None:
+            table.of = (step[0], out)  # type: ignore[union-attr,index]
         return out
 
     def consensus_step(
@@ -166,10 +200,19 @@ class CompiledPass:
         self._k.refresh_weights(size, src, dst, size_dst, w)
 
     def gather_pairs(
-        self, mean: np.ndarray, y: np.ndarray, sender: np.ndarray, pairs: np.ndarray
+        self,
+        mean: np.ndarray,
+        y: np.ndarray,
+        sender: np.ndarray,
+        pairs: np.ndarray,
+        table: PairTable | None = None,
     ) -> None:
-        """pairs[i] = (X̃_b, Y_b) for b = sender[i], written in place."""
-        self._k.gather_pairs(mean, y, sender, pairs)
+        """pairs[i] = (X̃_b, Y_b) for b = sender[i], written in place; from `table` if it
+        holds them side by side."""
+        if table is not None and table.holds(mean, y):
+            self._k.gather_table(table.buffer_held(), sender, pairs)
+        else:
+            self._k.gather_pairs(mean, y, sender, pairs)
 
     def test_pairs(
         self,

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from desim.kernel.rowindex import RowIndex
-from desim.models.ccolme.compiled import CompiledPass
+from desim.models.ccolme.compiled import CompiledPass, PairTable
 from desim.models.ccolme.model import consensus_step, mix
 from desim.topologies.graph import Graph
 
@@ -265,6 +265,7 @@ class Rows:
         version: int | None,
         at: np.ndarray | None = None,
         step: tuple[np.ndarray, np.ndarray, float, float, float] | None = None,
+        table: PairTable | None = None,
     ) -> np.ndarray:
         """(W Y)_a over each agent's run of `counts[a]` mixed edges (`desim.models.ccolme.model.
         mix`; `version`: C's, when `counts` are its |C|, else None): Y_a spread in the buffer
@@ -272,10 +273,11 @@ class Rows:
         With `at`, Y_b of mixed edge i is nb_y[at[i]] (`desim.models.ccolme.live_first.
         LiveFirst.y_of`, lazy). With `step` = (X̃, t^start, t, c, p), the consensus step on
         it (`desim.models.ccolme.model.consensus_step`), in the compiled pass when it takes it
-        (p = 1, c ≥ 1)."""
+        (p = 1, c ≥ 1), which then writes the next send's `table` too."""
         fused = step is not None and step[4] == 1.0 and step[3] >= 1.0
         if self._compiled is not None:  # (agents mixing nobody: Y_a, as numpy's copy)
-            mixed = self._compiled.mix(y, nb_y, w, counts, at, step[:4] if fused else None)  # type: ignore[index]
+            fused_step = step[:4] if fused else None  # type: ignore[index]
+            mixed = self._compiled.mix(y, nb_y, w, counts, at, fused_step, table)
             if fused:
                 return mixed
         else:

@@ -26,7 +26,7 @@ import numpy as np
 
 from desim.kernel.messages import Batch, SenderBatch
 from desim.kernel.protocol import Context
-from desim.models.ccolme.compiled import CompiledPass
+from desim.models.ccolme.compiled import CompiledPass, PairTable
 from desim.models.ccolme.edges import BlockedTake, EdgeStates, Turns, flatnonzero_into
 from desim.models.ccolme.model import NeighbourTest
 from desim.topologies.graph import Graph
@@ -45,6 +45,8 @@ class LiveFirst:
 
     #: Senders per block of the send's gather, as a power of 2 (None: `BlockedTake`'s own).
     block_bits: int | None = None
+    #: The next send's rows, if the consensus step writes them (`desim.models.ccolme.paired`).
+    table: PairTable | None = None
 
     def __init__(self, graph: Graph, kept_idx: np.ndarray) -> None:
         """Start with S = the kept edges `kept_idx` (every edge: irrevocable needs all)."""

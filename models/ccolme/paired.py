@@ -27,7 +27,7 @@ import numpy as np
 
 from desim.kernel.messages import Batch
 from desim.models.ccolme import live_first as _live
-from desim.models.ccolme.compiled import CompiledPass
+from desim.models.ccolme.compiled import CompiledPass, PairTable
 from desim.models.ccolme.edges import BlockedTake
 from desim.models.ccolme.live_first import LiveFirst
 from desim.models.ccolme.model import NeighbourTest
@@ -55,6 +55,8 @@ class PairedLiveFirst(LiveFirst):
         assert self._compiled is not None
         self._pass: CompiledPass = self._compiled
         self._fresh = fresh
+        # stale: the consensus step of each slot writes the next send's (X̃_b, Y_b) rows
+        self.table = None if fresh else PairTable(graph.n)
         # X̃ per agent of the newest send and of the one before (None: none yet), and the
         # newest send's Y; never written in place (each slot makes new arrays)
         self._means: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
@@ -85,11 +87,11 @@ class PairedLiveFirst(LiveFirst):
         k = len(sender)
         if blocked is not None:
             pairs = blocked.reads(2)
-            self._pass.gather_pairs(x, y, blocked.sorted, pairs)
+            self._pass.gather_pairs(x, y, blocked.sorted, pairs, self.table)
             return pairs, blocked.back
         if self._own is None:
             self._own = np.empty((self._e, 2))
-        self._pass.gather_pairs(x, y, sender, self._own[:k])
+        self._pass.gather_pairs(x, y, sender, self._own[:k], self.table)
         return self._own[:k], None
 
     def receive(self, batch: Batch, t: float) -> np.ndarray:

@@ -526,8 +526,9 @@ class CColME(Adversarial, CColMEFamily, rewire.Follows):
         # W Y over the mixed b ∈ C_a (CSR order: agent a's are the `counts[a]` consecutive
         # ones), then the step (a new array: sends hold the old), in one pass when it can
         step = (self._mean, self.start, float(self.t), p.alpha_c, p.alpha_p)
-        if self.robust is None:
-            self.y = self._csr.mix(self.y, nb_y, self._w, counts, version, at, step)
+        if self.robust is None:  # (and the next send's rows, `desim.models.ccolme.paired`)
+            table = states.table if isinstance(states, LiveFirst) else None
+            self.y = self._csr.mix(self.y, nb_y, self._w, counts, version, at, step, table)
         else:
             mixed = self.robust.mix(self.y, nb_y, counts)  # the robust aggregate
             self.y = consensus_step(self._mean, mixed, *step[1:], self._compiled)

@@ -321,9 +321,9 @@ def test_the_mix_reads_y_b_where_the_send_holds_it(monkeypatch):
     lazy = collections.Counter()
     original = CompiledPass.mix
 
-    def counted(self, y, nb_y, w, counts, at=None, step=None):
+    def counted(self, y, nb_y, w, counts, at=None, step=None, table=None):
         lazy[at is not None] += 1
-        return original(self, y, nb_y, w, counts, at, step)
+        return original(self, y, nb_y, w, counts, at, step, table)
 
     monkeypatch.setattr(CompiledPass, "mix", counted)
     numpy_run = run(monkeypatch, False, "c-colme", {})

@@ -167,3 +167,38 @@ def test_weights_refreshed_around_agents_are_numpys(seed):
     assert w[e].tobytes() == edge_weight(size[g.src[e]], size[g.dst[e]].astype(float)).tobytes()
     assert size_dst[~touched].tobytes() == before[0][~touched].tobytes()
     assert w[~touched].tobytes() == before[1][~touched].tobytes()
+
+
+@needs_numba
+@pytest.mark.parametrize(("values", "taken"), [("stale", True), ("fresh", False)])
+def test_the_consensus_step_writes_the_next_sends_rows(monkeypatch, values, taken):
+    """With stale values, each slot's consensus step writes (X̃_a, Y_a) for the next send,
+    whose gather reads them from slot 2 on (the same arrays: `PairTable.holds`); with fresh
+    values (X̃ of the next slot, not known yet) nothing is written."""
+    _small_graphs_take_the_compiled_path(monkeypatch)
+    held = []
+    original = compiled.PairTable.holds
+
+    def holds(self, x, y):
+        held.append(original(self, x, y))
+        return held[-1]
+
+    monkeypatch.setattr(compiled.PairTable, "holds", holds)
+    proto = _run({"values": values}, 30)
+    if taken:
+        assert held == [False] + [True] * 29
+    else:
+        assert proto.states.table is None and not held
+
+
+def test_a_pair_table_holds_only_the_arrays_it_was_written_from():
+    """`PairTable.holds` asks for the same objects: equal values in another array do not do."""
+    table = compiled.PairTable(3)
+    x, y = np.arange(3.0), np.ones(3)
+    assert not table.holds(x, y)
+    table.buffer()[:] = np.stack([x, y], axis=1)
+    table.of = (x, y)
+    assert table.holds(x, y)
+    assert not table.holds(x.copy(), y) and not table.holds(x, y.copy())
+    table.buffer()  # about to be written again: nothing valid
+    assert not table.holds(x, y)
