@@ -45,8 +45,8 @@ def live_first(graph: Graph, kept_idx: np.ndarray, fresh: bool) -> LiveFirst:
 class PairedLiveFirst(LiveFirst):
     """A live-first run whose sends are held as (X̃_b, Y_b) pairs, read by the compiled passes."""
 
-    # the test and the mix read the pairs through the block order, one stream per block:
-    # fewer, larger blocks than the two-pass gather's
+    # the test reads the pairs through the block order, one stream per block: fewer, larger
+    # blocks than the two-pass gather's
     block_bits = 17
 
     def __init__(self, graph: Graph, kept_idx: np.ndarray, fresh: bool) -> None:
