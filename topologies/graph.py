@@ -146,9 +146,8 @@ class Graph:
         """reverse[e]: index of the edge dst[e]→src[e] (an involution without fixed points)."""
         # The edge b→a is the i-th in (src, dst) order where a→b is the i-th in (dst, src) order,
         # which a stable sort by dst gives (src ascends within it): its inverse permutation, at
-        # a fraction of the cost of a lexsort or of searching every key (random reads). Agents
-        # that fit 16 bits sort as such: numpy's stable sort of 16-bit keys is a radix sort,
-        # O(E), and the same keys give the same permutation.
+        # a fraction of the cost of a lexsort or of searching every key (random reads); by
+        # radix sorts of 16-bit halves (`_stable_order`).
         order = _stable_order(self.dst, self.n)
         out = np.empty_like(order)
         out[order] = np.arange(len(order))

@@ -258,18 +258,6 @@ def test_pairs(mean, receiver, pairs, back, alive, s, bound, strict, died, y_kep
 
 
 @fast.kernel
-def alive_of(alive, s, edges):
-    """The graph's edges of S still alive (`alive_edges` without their positions), written into
-    `edges`; returns how many."""
-    k = 0
-    for i in range(len(alive)):
-        if alive[i]:
-            edges[k] = _edge(s, i)
-            k += 1
-    return k
-
-
-@fast.kernel
 def refresh_rows(agents, indptr, reverse, dst, size, size_dst, w):
     """`refresh_weights` on the edges of `agents` only: their own rows and the reverse edges
     (W_ab = W_ba: one weight serves an edge and its reverse)."""

@@ -236,11 +236,6 @@ class CompiledPass:
             mean, receiver, read, back, alive, s, value, strict, died, y_kept, kept
         )
 
-    def alive_of(self, alive: np.ndarray, s: np.ndarray | None, edges: np.ndarray) -> np.ndarray:
-        """The graph's edges of S still alive (s[i] where alive, or i), into `edges`' first
-        slots."""
-        return edges[: self._k.alive_of(alive, s, edges)]
-
     def refresh_rows(
         self,
         agents: np.ndarray,

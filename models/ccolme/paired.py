@@ -138,10 +138,8 @@ class PairedLiveFirst(LiveFirst):
         """C's edges (S's alive ones, CSR order), as this slot's test wrote them (or in a
         pass of their own); their positions in S are not kept (`y_of` has C's Y_b)."""
         self._c_version = self._y_for = kept_version
-        if self._y_kept is None:
-            spare = self._kept_buffers[1][: len(self.alive)]
-            self._kept = self._pass.alive_of(self.alive, self._every(), spare)
-            self._kept_buffers.reverse()
+        if self._y_kept is None:  # the test took `LiveFirst`'s path: C's own pass
+            self._kept = super().kept_moved(kept_version)
         return self._kept
 
     def _every(self) -> np.ndarray | None:

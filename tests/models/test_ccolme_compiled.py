@@ -41,7 +41,7 @@ LIVE = ("gather_pairs", "test_pairs", "mix")
 def calls(monkeypatch):
     """How often each compiled pass ran (a counter wrapped around each)."""
     counter: collections.Counter = collections.Counter()
-    for name in (*PASSES, *LIVE, "size_send", "refresh_weights", "refresh_rows", "alive_of"):
+    for name in (*PASSES, *LIVE, "size_send", "refresh_weights", "refresh_rows"):
         original = getattr(CompiledPass, name)
 
         def counted(self, *args, _name=name, _original=original, **kw):
