@@ -32,10 +32,18 @@ def gather_pairs(mean, y, sender, pairs):
     gather_table(_side_by_side(mean, y), sender, pairs)
 
 
+#: How many reads ahead `gather_table` asks for its row (`desim.fast.prefetch`): enough to
+#: cover a read from the shared cache, where a block of senders' rows sits.
+AHEAD = 32
+
+
 @fast.kernel
 def gather_table(pair, sender, pairs):
     """pairs[i] = pair[b] for b = sender[i], from the two values side by side (copies)."""
-    for i in range(len(sender)):
+    k = len(sender)
+    for i in range(k):
+        if i + AHEAD < k:
+            fast.prefetch(pair, sender[i + AHEAD])
         b = sender[i]
         pairs[i, 0] = pair[b, 0]
         pairs[i, 1] = pair[b, 1]
@@ -232,12 +240,22 @@ def _edge(s, i):
 
 
 @fast.kernel
+def _alive_before(alive, s, stop, kept):
+    """The graph edges of S's edges before `stop` still alive, into kept[0:]."""
+    c = 0
+    for i in range(stop):
+        if alive[i]:
+            kept[c] = _edge(s, i)
+            c += 1
+
+
+@fast.kernel
 def test_pairs(mean, receiver, pairs, back, alive, s, bound, strict, died, y_kept, kept):
     """The neighbour test on the edges of S still alive (edge i's receiver a = receiver[i]):
     keep when |mean[a] − X̃_b| < bound (strict) or ≤ bound, X̃_b = pairs[·, 0]. An edge that
-    fails is no longer alive and its graph edge goes into `died`; the graph edges still alive
-    (C's, CSR order) go into `kept` and their Y_b (pairs[·, 1]) into `y_kept`. Returns (how
-    many died, how many kept)."""
+    fails is no longer alive and its graph edge goes into `died`; Y_b (pairs[·, 1]) of the
+    edges still alive (C's, CSR order) goes into `y_kept`, and if any died, their graph edges
+    into `kept` (if none did, C is as it was). Returns (how many died, how many kept)."""
     # one loop over the edges, not one per agent's row: a row's end is a branch the processor
     # mispredicts, once per agent
     k = 0
@@ -248,9 +266,12 @@ def test_pairs(mean, receiver, pairs, back, alive, s, bound, strict, died, y_kep
             d = abs(mean[receiver[i]] - pairs[j, 0])
             if d < bound if strict else d <= bound:
                 y_kept[c] = pairs[j, 1]
-                kept[c] = _edge(s, i)
+                if k:
+                    kept[c] = _edge(s, i)
                 c += 1
             else:
+                if not k:  # the first to die: C's edges before it are written then
+                    _alive_before(alive, s, i, kept)
                 alive[i] = False
                 died[k] = _edge(s, i)
                 k += 1

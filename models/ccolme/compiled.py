@@ -140,8 +140,10 @@ class CompiledPass:
         if step is not None:  # (float t and c: one compiled signature)
             step = (step[0], step[1], float(step[2]), float(step[3]))
             rows = None if table is None else table.buffer()
-        if isinstance(w, KeptWeights):
+        if isinstance(w, KeptWeights) and len(w.idx) < len(w.every):
             self._k.mix_rows(y, nb_y, at, w.every, w.idx, 0.0, counts, out, step, rows)
+        elif isinstance(w, KeptWeights):  # every edge mixed (idx, in order, is each once)
+            self._k.mix_rows(y, nb_y, at, w.every, None, 0.0, counts, out, step, rows)
         elif isinstance(w, np.ndarray):
             self._k.mix_rows(y, nb_y, at, w, None, 0.0, counts, out, step, rows)
         else:
@@ -227,8 +229,9 @@ class CompiledPass:
         """The test on S's alive edges (edge i's receiver: receiver[i]) against X̃_b of the
         send's `pairs` (the pairs and where S's edge i is in them, None: at i), with `bound`
         (the bound, whether strict). Graph edges (s[i], or i if `s` is None) that fail are no
-        longer alive and go into out[0]; those kept go into out[2], their Y_b into out[1].
-        Returns (how many died, how many kept)."""
+        longer alive and go into out[0]; Y_b of those kept into out[1], and if any died, the
+        kept ones into out[2] (if none did, C is as it was). Returns (how many died, how many
+        kept)."""
         read, back = pairs
         died, y_kept, kept = out
         value, strict = float(bound[0]), bound[1]

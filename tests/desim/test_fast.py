@@ -60,3 +60,28 @@ def test_compiled_is_off_when_switched_off(monkeypatch):
     assert not fast.compiled()
     monkeypatch.setenv("DESIM_COMPILED", "1")
     assert fast.compiled() == fast.AVAILABLE
+
+
+def _gather_ahead(rows, index, out):
+    """out[i] = rows[index[i]] (its first value for 2-D rows), each row asked for three reads
+    ahead (`fast.prefetch`)."""
+    for i in range(len(index)):
+        if i + 3 < len(index):
+            fast.prefetch(rows, index[i + 3])
+        out[i] = rows[index[i]] if rows.ndim == 1 else rows[index[i], 0]
+
+
+@pytest.mark.parametrize("index_type", [np.int64, np.int32, np.uint8])
+@pytest.mark.parametrize("ndim", [1, 2])
+def test_prefetch_is_a_hint_only(index_type, ndim):
+    """A kernel that asks for its rows ahead (1-D or 2-D rows, any integer index) reads the
+    same values, compiled or not (in Python `prefetch` does nothing)."""
+    rng = np.random.default_rng(5)
+    rows = rng.random((200, 2)) if ndim == 2 else rng.random(200)
+    index = rng.integers(0, 200, 64).astype(index_type)
+    for kernel in _versions(fast.kernel(_gather_ahead)):
+        out = np.empty(len(index))
+        kernel(rows, index, out)
+        expected = rows[index] if ndim == 1 else rows[index, 0]
+        assert out.tobytes() == expected.tobytes()
+    assert fast.prefetch(rows, 0) is None
