@@ -21,7 +21,6 @@ __all__ = [  # noqa: F822 (the sums are made by __getattr__)
     "compiled",
     "kernel",
     "pairwise_sum",
-    "prefetch",
     "reduce_sum",
     "reduceat_sum",
 ]
@@ -41,14 +40,10 @@ def kernel(function: Callable[..., Any]) -> Callable[..., Any]:
         return function
     import numba
 
-    global _overloaded
-    if not _overloaded:  # before any kernel is compiled
-        _overload_prefetch()
-        _overloaded = True
+    from desim import cache_hints
+
+    cache_hints.overload()  # (once, before any kernel is compiled)
     return numba.njit(cache=True, nogil=True)(function)
-
-
-_overloaded = False  # whether `prefetch`'s compiled version is registered
 
 
 _BLOCK = 128  # numpy's PW_BLOCKSIZE: the pairwise sum splits above it
@@ -110,51 +105,6 @@ def _reduceat_sum(values, start, stop):
 
 
 _SUMS = {"pairwise_sum": _pairwise_sum, "reduce_sum": _reduce_sum, "reduceat_sum": _reduceat_sum}
-
-
-def prefetch(rows: Any, i: int) -> None:
-    """A hint to the processor that rows[i] is read soon, for a kernel whose reads are random
-    within a block its cache holds, in an order the hardware cannot guess: LLVM's
-    ``llvm.prefetch`` of the row's address when compiled, nothing in Python."""
-
-
-def _overload_prefetch() -> None:
-    """`prefetch` in compiled kernels: a read of rows[i] (its first value when `rows` has more
-    dimensions) to be kept in every cache level, through an intrinsic."""
-    from llvmlite import ir
-    from numba import types
-    from numba.core import cgutils
-    from numba.extending import intrinsic, overload
-
-    @intrinsic
-    def hint(typingctx, rows, i):
-        if not isinstance(rows, types.Array) or not isinstance(i, types.Integer):
-            return None
-
-        def codegen(context, builder, signature, args):
-            rows_type, i_type = signature.args
-            array = context.make_array(rows_type)(context, builder, args[0])
-            index = [context.cast(builder, args[1], i_type, types.intp)]
-            index += [context.get_constant(types.intp, 0)] * (rows_type.ndim - 1)
-            at = cgutils.get_item_pointer(
-                context, builder, rows_type, array, index, wraparound=False
-            )
-            byte, word = ir.IntType(8).as_pointer(), ir.IntType(32)
-            function = cgutils.get_or_insert_function(
-                builder.module,
-                ir.FunctionType(ir.VoidType(), [byte, word, word, word]),
-                "llvm.prefetch.p0i8",
-            )
-            # (address, 0: a read, 3: kept in every level, 1: a data cache)
-            flags = [ir.Constant(word, flag) for flag in (0, 3, 1)]
-            builder.call(function, [builder.bitcast(at, byte), *flags])
-            return context.get_dummy_value()
-
-        return types.void(rows, i), codegen
-
-    @overload(prefetch)
-    def compiled_prefetch(rows, i):
-        return lambda rows, i: hint(rows, i)
 
 
 def __getattr__(name: str) -> Callable[..., Any]:

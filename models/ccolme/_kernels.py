@@ -3,7 +3,7 @@ when a run takes the compiled passes, so that runs that do not never import numb
 
 import numpy as np
 
-from desim import fast
+from desim import cache_hints, fast
 
 
 @fast.kernel
@@ -32,21 +32,23 @@ def gather_pairs(mean, y, sender, pairs):
     gather_table(_side_by_side(mean, y), sender, pairs)
 
 
-#: How many reads ahead `gather_table` asks for its row (`desim.fast.prefetch`): enough to
-#: cover a read from the shared cache, where a block of senders' rows sits.
+#: How many reads ahead `gather_table` asks for its row (`desim.cache_hints.prefetch`): enough
+#: to cover a read from the shared cache, where a block of senders' rows sits.
 AHEAD = 32
 
 
 @fast.kernel
 def gather_table(pair, sender, pairs):
-    """pairs[i] = pair[b] for b = sender[i], from the two values side by side (copies)."""
+    """pairs[i] = pair[b] for b = sender[i], from the two values side by side (copies; the
+    rows written past the caches: they are read by the next pass, after all of them)."""
     k = len(sender)
     for i in range(k):
         if i + AHEAD < k:
-            fast.prefetch(pair, sender[i + AHEAD])
+            cache_hints.prefetch(pair, sender[i + AHEAD])
         b = sender[i]
-        pairs[i, 0] = pair[b, 0]
-        pairs[i, 1] = pair[b, 1]
+        cache_hints.stream_row(pairs, i, 0, pair[b, 0])
+        cache_hints.stream_row(pairs, i, 1, pair[b, 1])
+    cache_hints.fence()
 
 
 @fast.kernel
@@ -255,7 +257,8 @@ def test_pairs(mean, receiver, pairs, back, alive, s, bound, strict, died, y_kep
     keep when |mean[a] − X̃_b| < bound (strict) or ≤ bound, X̃_b = pairs[·, 0]. An edge that
     fails is no longer alive and its graph edge goes into `died`; Y_b (pairs[·, 1]) of the
     edges still alive (C's, CSR order) goes into `y_kept`, and if any died, their graph edges
-    into `kept` (if none did, C is as it was). Returns (how many died, how many kept)."""
+    into `kept` (if none did, C is as it was); both written past the caches (the mix reads
+    them after all of them). Returns (how many died, how many kept)."""
     # one loop over the edges, not one per agent's row: a row's end is a branch the processor
     # mispredicts, once per agent
     k = 0
@@ -265,9 +268,9 @@ def test_pairs(mean, receiver, pairs, back, alive, s, bound, strict, died, y_kep
             j = _where(back, i)
             d = abs(mean[receiver[i]] - pairs[j, 0])
             if d < bound if strict else d <= bound:
-                y_kept[c] = pairs[j, 1]
+                cache_hints.stream(y_kept, c, pairs[j, 1])
                 if k:
-                    kept[c] = _edge(s, i)
+                    cache_hints.stream(kept, c, _edge(s, i))
                 c += 1
             else:
                 if not k:  # the first to die: C's edges before it are written then
@@ -275,6 +278,7 @@ def test_pairs(mean, receiver, pairs, back, alive, s, bound, strict, died, y_kep
                 alive[i] = False
                 died[k] = _edge(s, i)
                 k += 1
+    cache_hints.fence()
     return k, c
 
 

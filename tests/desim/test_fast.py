@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from desim import fast
+from desim import cache_hints, fast
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
 
@@ -64,18 +64,28 @@ def test_compiled_is_off_when_switched_off(monkeypatch):
 
 def _gather_ahead(rows, index, out):
     """out[i] = rows[index[i]] (its first value for 2-D rows), each row asked for three reads
-    ahead (`fast.prefetch`)."""
+    ahead (`cache_hints.prefetch`), written past the caches (`stream`, then `fence`)."""
     for i in range(len(index)):
         if i + 3 < len(index):
-            fast.prefetch(rows, index[i + 3])
-        out[i] = rows[index[i]] if rows.ndim == 1 else rows[index[i], 0]
+            cache_hints.prefetch(rows, index[i + 3])
+        cache_hints.stream(out, i, rows[index[i]] if rows.ndim == 1 else rows[index[i], 0])
+    cache_hints.fence()
+
+
+def _pairs_ahead(rows, index, out):
+    """out[i] = rows[index[i]] for 2-D rows of two, written past the caches by value."""
+    for i in range(len(index)):
+        cache_hints.stream_row(out, i, 0, rows[index[i], 0])
+        cache_hints.stream_row(out, i, 1, rows[index[i], 1])
+    cache_hints.fence()
 
 
 @pytest.mark.parametrize("index_type", [np.int64, np.int32, np.uint8])
 @pytest.mark.parametrize("ndim", [1, 2])
-def test_prefetch_is_a_hint_only(index_type, ndim):
-    """A kernel that asks for its rows ahead (1-D or 2-D rows, any integer index) reads the
-    same values, compiled or not (in Python `prefetch` does nothing)."""
+def test_cache_hints_change_no_value(index_type, ndim):
+    """Kernels that ask for their rows ahead (1-D or 2-D rows, any integer index) and write
+    past the caches read and write the same values as plain ones, compiled or not (in Python
+    `prefetch` and `fence` do nothing and `stream` assigns)."""
     rng = np.random.default_rng(5)
     rows = rng.random((200, 2)) if ndim == 2 else rng.random(200)
     index = rng.integers(0, 200, 64).astype(index_type)
@@ -84,4 +94,13 @@ def test_prefetch_is_a_hint_only(index_type, ndim):
         kernel(rows, index, out)
         expected = rows[index] if ndim == 1 else rows[index, 0]
         assert out.tobytes() == expected.tobytes()
-    assert fast.prefetch(rows, 0) is None
+    if ndim == 2:
+        for kernel in _versions(fast.kernel(_pairs_ahead)):
+            out = np.empty((len(index), 2))
+            kernel(rows, index, out)
+            assert out.tobytes() == rows[index].tobytes()
+    ints = np.zeros(3, dtype=np.int64)
+    for kernel in _versions(fast.kernel(cache_hints.stream)):
+        kernel(ints, 1, 7)  # an int into an int array
+        assert ints.tolist() == [0, 7, 0]
+    assert cache_hints.prefetch(rows, 0) is None and cache_hints.fence() is None
