@@ -9,8 +9,9 @@ agents fit in cache. The pairs' X̃_b is the one the test reads: the newest send
 "fresh"``) or the one before (``"stale"``), gathered with this send's Y_b^(t−1).
 
 One pass over S then tests every edge still alive against its pair (read through the block
-order), files the drops, and writes C's edges and their Y_b in CSR order: what C's move and the
-mix read (`kept_moved`, `y_of`), with no pass of their own over S and no gathered copy. The
+order), files the drops, and writes their Y_b in CSR order, and C's edges if any died (else C is
+as it was): what C's move and the mix read (`kept_moved`, `y_of`), with no pass of their own over
+S and no gathered copy. The
 operations are those of `LiveFirst` and the protocol's compiled passes on the same values, so the
 results are the same bit for bit (tests compare them with the numpy path).
 
@@ -105,9 +106,9 @@ class PairedLiveFirst(LiveFirst):
     # -- the test, C's move and the mix ------------------------------------------------------
     def test(self, rule: Any, test: NeighbourTest, mean: np.ndarray, t: float) -> np.ndarray:
         """S's edges tested against X̃_b of the pairs in one pass, when one bound serves every
-        edge (as `NeighbourTest.keep_in_chunks` takes it): it files the drops and writes C's
-        edges and their Y_b for the mix (`kept_moved`, `y_of`). Else by `rule` on the values
-        gathered (`read`)."""
+        edge (as `NeighbourTest.keep_in_chunks` takes it): it files the drops and writes Y_b
+        on C's edges for the mix (`y_of`), and C's edges if any died (`kept_moved`). Else by
+        `rule` on the values gathered (`read`)."""
         self._y_kept = None
         n_b = self.n_all if self._fresh else self.n_prev_all
         if test.rule == "oracle" or not test.compiled or len(self.s) <= _live.CHUNK or n_b == 0.0:
