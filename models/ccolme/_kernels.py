@@ -193,11 +193,19 @@ def size_send(kept_idx, dst, size_dst, t, sender, sizes, times):
 def alive_edges(alive, s, pos, edges):
     """The positions of the alive flags (`np.flatnonzero`) and the edges of S there, written
     into `pos` and `edges`; returns how many."""
+    return _alive(alive, s, len(alive), pos, edges)
+
+
+@fast.kernel
+def _alive(alive, s, stop, pos, edges):
+    """The positions of S's alive flags before `stop` (into `pos`, unless it is None: a
+    compile-time choice) and their graph edges (`_edge`) into `edges`; returns how many."""
     k = 0
-    for i in range(len(alive)):
+    for i in range(stop):
         if alive[i]:
-            pos[k] = i
-            edges[k] = s[i]
+            if pos is not None:
+                pos[k] = i
+            edges[k] = _edge(s, i)
             k += 1
     return k
 
@@ -242,16 +250,6 @@ def _edge(s, i):
 
 
 @fast.kernel
-def _alive_before(alive, s, stop, kept):
-    """The graph edges of S's edges before `stop` still alive, into kept[0:]."""
-    c = 0
-    for i in range(stop):
-        if alive[i]:
-            kept[c] = _edge(s, i)
-            c += 1
-
-
-@fast.kernel
 def test_pairs(mean, receiver, pairs, back, alive, s, bound, strict, died, y_kept, kept):
     """The neighbour test on the edges of S still alive (edge i's receiver a = receiver[i]):
     keep when |mean[a] − X̃_b| < bound (strict) or ≤ bound, X̃_b = pairs[·, 0]. An edge that
@@ -274,7 +272,7 @@ def test_pairs(mean, receiver, pairs, back, alive, s, bound, strict, died, y_kep
                 c += 1
             else:
                 if not k:  # the first to die: C's edges before it are written then
-                    _alive_before(alive, s, i, kept)
+                    _alive(alive, s, i, None, kept)
                 alive[i] = False
                 died[k] = _edge(s, i)
                 k += 1

@@ -140,10 +140,10 @@ class CompiledPass:
         if step is not None:  # (float t and c: one compiled signature)
             step = (step[0], step[1], float(step[2]), float(step[3]))
             rows = None if table is None else table.buffer()
-        if isinstance(w, KeptWeights) and len(w.idx) < len(w.every):
-            self._k.mix_rows(y, nb_y, at, w.every, w.idx, 0.0, counts, out, step, rows)
-        elif isinstance(w, KeptWeights):  # every edge mixed (idx, in order, is each once)
-            self._k.mix_rows(y, nb_y, at, w.every, None, 0.0, counts, out, step, rows)
+        if isinstance(w, KeptWeights):  # read in place when every edge is mixed (idx, in
+            # order, is then each edge once)
+            w_at = w.idx if len(w.idx) < len(w.every) else None
+            self._k.mix_rows(y, nb_y, at, w.every, w_at, 0.0, counts, out, step, rows)
         elif isinstance(w, np.ndarray):
             self._k.mix_rows(y, nb_y, at, w, None, 0.0, counts, out, step, rows)
         else:
